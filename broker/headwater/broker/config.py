@@ -1,0 +1,340 @@
+"""Broker configuration with Kafka's property names.
+
+Sources, later ones winning: a Java-style ``.properties`` file, environment variables
+``KAFKA_<NAME>`` (Confluent's convention: ``_`` → ``.``, ``__`` → ``_``, ``___`` → ``-``, so
+``KAFKA_LOG_RETENTION_HOURS`` is ``log.retention.hours``), then ``--override key=value``.
+Unknown keys are kept and reported, as Kafka warns about them, and never fail start-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from headwater.broker.storage.log import LogConfig
+
+log = logging.getLogger(__name__)
+
+MAX_LONG = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    """A property has a value we cannot use; the message names the property."""
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java ``.properties``: ``key=value`` or ``key: value``, ``#``/``!`` comments, ``\\`` continuations."""
+    props: dict[str, str] = {}
+    logical: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip() if not logical else raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical.append(line[:-1])
+            continue
+        logical.append(line)
+        entry = "".join(logical)
+        logical = []
+        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", entry)
+        if m:
+            props[m.group(1)] = m.group(2).strip()
+        else:
+            props[entry.strip()] = ""
+    return props
+
+
+def env_overrides(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in environ.items():
+        if not name.startswith("KAFKA_") or name in ("KAFKA_OPTS", "KAFKA_HEAP_OPTS", "KAFKA_JMX_OPTS"):
+            continue
+        key = name[len("KAFKA_") :].lower()
+        key = key.replace("___", "\0").replace("__", "\1").replace("_", ".").replace("\0", "-").replace("\1", "_")
+        out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str  # "" = all interfaces
+    port: int
+
+    def url(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+def parse_listeners(value: str, prop: str) -> list[Listener]:
+    out: list[Listener] = []
+    for item in filter(None, (s.strip() for s in value.split(","))):
+        m = re.match(r"^([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)$", item)
+        if not m:
+            raise ConfigError(f"{prop}: {item!r} is not NAME://host:port")
+        host = m.group(2).strip("[]")
+        out.append(Listener(m.group(1).upper(), host, int(m.group(3))))
+    names = [lst.name for lst in out]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{prop}: each listener name must appear once, got {names}")
+    return out
+
+
+@dataclass
+class BrokerConfig:
+    broker_id: int
+    zookeeper_connect: str
+    listeners: list[Listener]
+    advertised_listeners: list[Listener]
+    listener_security_protocol_map: dict[str, str]
+    inter_broker_listener_name: str
+    log_dirs: list[str]
+    broker_rack: str | None = None
+    zookeeper_session_timeout_ms: int = 6000
+    zookeeper_connection_timeout_ms: int = 6000
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    min_insync_replicas: int = 1
+    auto_create_topics_enable: bool = True
+    delete_topic_enable: bool = True
+    message_max_bytes: int = 1000012
+    socket_request_max_bytes: int = 104857600
+    log_retention_check_interval_ms: int = 300000
+    log_flush_scheduler_interval_ms: int = MAX_LONG
+    log_flush_offset_checkpoint_interval_ms: int = 60000
+    replica_lag_time_max_ms: int = 10000
+    unclean_leader_election_enable: bool = False
+    log_defaults: LogConfig = field(default_factory=LogConfig)
+    raw: dict[str, str] = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)
+
+    def advertised_endpoints(self) -> list[Listener]:
+        return self.advertised_listeners
+
+
+# Property name → (parser). Log defaults are handled separately.
+def _int(v: str) -> int:
+    return int(v.strip())
+
+
+def _bool(v: str) -> bool:
+    s = v.strip().lower()
+    if s not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {v!r}")
+    return s == "true"
+
+
+_BROKER_PROPS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "broker.id": ("broker_id", _int),
+    "broker.rack": ("broker_rack", str),
+    "zookeeper.connect": ("zookeeper_connect", str),
+    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int),
+    "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int),
+    "num.partitions": ("num_partitions", _int),
+    "default.replication.factor": ("default_replication_factor", _int),
+    "min.insync.replicas": ("min_insync_replicas", _int),
+    "auto.create.topics.enable": ("auto_create_topics_enable", _bool),
+    "delete.topic.enable": ("delete_topic_enable", _bool),
+    "message.max.bytes": ("message_max_bytes", _int),
+    "socket.request.max.bytes": ("socket_request_max_bytes", _int),
+    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int),
+    "log.flush.scheduler.interval.ms": ("log_flush_scheduler_interval_ms", _int),
+    "log.flush.offset.checkpoint.interval.ms": ("log_flush_offset_checkpoint_interval_ms", _int),
+    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int),
+    "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
+}
+
+_HANDLED_ELSEWHERE = {
+    "listeners",
+    "advertised.listeners",
+    "listener.security.protocol.map",
+    "inter.broker.listener.name",
+    "security.inter.broker.protocol",
+    "log.dirs",
+    "log.dir",
+    "log.segment.bytes",
+    "log.roll.ms",
+    "log.roll.hours",
+    "log.retention.ms",
+    "log.retention.minutes",
+    "log.retention.hours",
+    "log.retention.bytes",
+    "log.flush.interval.messages",
+    "log.flush.interval.ms",
+    "log.index.interval.bytes",
+    "host.name",
+    "port",
+}
+
+
+def _log_defaults(p: dict[str, str], message_max_bytes: int) -> LogConfig:
+    def first(*names: str) -> tuple[str, str] | None:
+        for n in names:
+            if n in p:
+                return n, p[n]
+        return None
+
+    kwargs: dict[str, Any] = {"max_message_bytes": message_max_bytes}
+    if "log.segment.bytes" in p:
+        kwargs["segment_bytes"] = _int(p["log.segment.bytes"])
+    roll = first("log.roll.ms", "log.roll.hours")
+    if roll:
+        kwargs["segment_ms"] = _int(roll[1]) * (1 if roll[0].endswith(".ms") else 3600_000)
+    ret = first("log.retention.ms", "log.retention.minutes", "log.retention.hours")
+    if ret:
+        scale = {"log.retention.ms": 1, "log.retention.minutes": 60_000, "log.retention.hours": 3600_000}[ret[0]]
+        v = _int(ret[1])
+        kwargs["retention_ms"] = -1 if v < 0 else v * scale
+    if "log.retention.bytes" in p:
+        kwargs["retention_bytes"] = _int(p["log.retention.bytes"])
+    if "log.flush.interval.messages" in p:
+        kwargs["flush_interval_messages"] = _int(p["log.flush.interval.messages"])
+    if "log.flush.interval.ms" in p:
+        kwargs["flush_interval_ms"] = _int(p["log.flush.interval.ms"])
+    if "log.index.interval.bytes" in p:
+        kwargs["index_interval_bytes"] = _int(p["log.index.interval.bytes"])
+    return LogConfig(**kwargs)
+
+
+def load_config(
+    path: str | None, overrides: list[str] | None = None, environ: dict[str, str] | None = None
+) -> BrokerConfig:
+    """Build a BrokerConfig from a properties file, the environment and ``key=value`` overrides."""
+    props: dict[str, str] = {}
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                props.update(parse_properties(f.read()))
+        except OSError as e:
+            raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    props.update(env_overrides(os.environ if environ is None else environ))
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--override {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        props[k.strip()] = v.strip()
+    return config_from_props(props)
+
+
+def config_from_props(props: dict[str, str]) -> BrokerConfig:
+    values: dict[str, Any] = {}
+    unknown: list[str] = []
+    for key, raw in props.items():
+        if key in _BROKER_PROPS:
+            attr, parse = _BROKER_PROPS[key]
+            try:
+                values[attr] = parse(raw)
+            except ValueError as e:
+                raise ConfigError(f"{key}={raw!r}: {e}") from None
+        elif key not in _HANDLED_ELSEWHERE:
+            unknown.append(key)
+    if "zookeeper.connect" not in props:
+        raise ConfigError("zookeeper.connect is required (for example zookeeper.connect=localhost:2181)")
+    values.setdefault("broker_id", 0)
+    if values["broker_id"] < 0:
+        raise ConfigError("broker.id must be >= 0 (automatic broker id generation is not supported)")
+
+    listeners = parse_listeners(props.get("listeners", "PLAINTEXT://:9092"), "listeners")
+    if not listeners:
+        raise ConfigError("listeners: at least one listener is required")
+    advertised = (
+        parse_listeners(props["advertised.listeners"], "advertised.listeners")
+        if props.get("advertised.listeners")
+        else [Listener(lst.name, lst.host or socket.gethostname(), lst.port) for lst in listeners]
+    )
+    names = {lst.name for lst in listeners}
+    for a in advertised:
+        if a.name not in names:
+            raise ConfigError(f"advertised.listeners: {a.name} is not one of the listeners {sorted(names)}")
+    proto_map: dict[str, str] = {}
+    if props.get("listener.security.protocol.map"):
+        for item in props["listener.security.protocol.map"].split(","):
+            if ":" not in item:
+                raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL")
+            n, proto = item.split(":", 1)
+            proto_map[n.strip().upper()] = proto.strip().upper()
+    for lst in listeners:
+        proto_map.setdefault(lst.name, lst.name if lst.name in ("PLAINTEXT", "SSL") else "PLAINTEXT")
+        if proto_map[lst.name] != "PLAINTEXT":
+            raise ConfigError(
+                f"listener {lst.name}: security protocol {proto_map[lst.name]} is not supported (PLAINTEXT only)"
+            )
+    inter = props.get("inter.broker.listener.name", "").upper() or (
+        "PLAINTEXT" if "PLAINTEXT" in names else listeners[0].name
+    )
+    if inter not in names:
+        raise ConfigError(f"inter.broker.listener.name: {inter} is not one of the listeners {sorted(names)}")
+
+    dirs_raw = props.get("log.dirs") or props.get("log.dir") or "/tmp/kafka-logs"
+    log_dirs = [d.strip() for d in dirs_raw.split(",") if d.strip()]
+    try:
+        log_defaults = _log_defaults(props, values.get("message_max_bytes", 1000012))
+    except ValueError as e:
+        raise ConfigError(f"log settings: {e}") from None
+    cfg = BrokerConfig(
+        listeners=listeners,
+        advertised_listeners=advertised,
+        listener_security_protocol_map=proto_map,
+        inter_broker_listener_name=inter,
+        log_dirs=log_dirs,
+        log_defaults=log_defaults,
+        raw=dict(props),
+        unknown=unknown,
+        **values,
+    )
+    if cfg.message_max_bytes > cfg.socket_request_max_bytes:
+        raise ConfigError("message.max.bytes must not exceed socket.request.max.bytes")
+    return cfg
+
+
+# Topic-level configs (/config/topics/<topic>) and how they map onto LogConfig.
+TOPIC_CONFIGS: dict[str, str] = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "flush.messages": "flush_interval_messages",
+    "flush.ms": "flush_interval_ms",
+    "index.interval.bytes": "index_interval_bytes",
+    "max.message.bytes": "max_message_bytes",
+}
+#: Topic configs accepted and stored but not (yet) changing behaviour of the log itself.
+OTHER_TOPIC_CONFIGS = {
+    "cleanup.policy",
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
+    "compression.type",
+    "message.timestamp.type",
+    "delete.retention.ms",
+    "min.cleanable.dirty.ratio",
+    "file.delete.delay.ms",
+    "message.timestamp.difference.max.ms",
+}
+
+
+def validate_topic_config(configs: dict[str, str]) -> str | None:
+    """An error message for the first invalid topic config, or None."""
+    for k, v in configs.items():
+        if k in TOPIC_CONFIGS:
+            try:
+                int(v)
+            except ValueError:
+                return f"Invalid value {v} for configuration {k}: not a number"
+        elif k not in OTHER_TOPIC_CONFIGS:
+            return f"Unknown topic config name: {k}"
+        elif k == "cleanup.policy" and not set(v.split(",")) <= {"delete", "compact"}:
+            return f"Invalid value {v} for configuration cleanup.policy"
+        elif k == "message.timestamp.type" and v != "CreateTime":
+            return "message.timestamp.type: only CreateTime is supported"
+    return None
+
+
+def topic_log_config(defaults: LogConfig, overrides: dict[str, str]) -> LogConfig:
+    from dataclasses import replace
+
+    changes = {TOPIC_CONFIGS[k]: int(v) for k, v in overrides.items() if k in TOPIC_CONFIGS}
+    return replace(defaults, **changes)

@@ -1,0 +1,71 @@
+"""Request handling: one module per Kafka API, each opening with its versions and behaviour.
+
+A handler is ``async def handle(broker, ctx, request) -> response | None``: it gets the
+decoded request (a dict shaped by the API's schema) and returns the response dict, or None
+when no response is sent (Produce with acks=0). Handlers answer with Kafka error codes;
+they never let an exception reach the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from headwater.broker.handlers import (
+    api_versions,
+    create_topics,
+    delete_topics,
+    describe_configs,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+)
+from headwater.broker.handlers.api_versions import api_versions_fallback
+from headwater.protocol.apis import (
+    API_VERSIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    FETCH,
+    LIST_OFFSETS,
+    METADATA,
+    PRODUCE,
+)
+from headwater.protocol.frames import RequestHeader
+from headwater.protocol.schema import Message
+
+if TYPE_CHECKING:
+    from headwater.broker.server import KafkaBroker
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    header: RequestHeader
+    listener_name: str
+    peer: str
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+
+Handler = Callable[["KafkaBroker", RequestContext, Message], Awaitable[Any]]
+
+HANDLERS: dict[int, Handler] = {
+    PRODUCE.key: produce.handle,
+    FETCH.key: fetch.handle,
+    LIST_OFFSETS.key: list_offsets.handle,
+    METADATA.key: metadata.handle,
+    API_VERSIONS.key: api_versions.handle,
+    CREATE_TOPICS.key: create_topics.handle,
+    DELETE_TOPICS.key: delete_topics.handle,
+    DESCRIBE_CONFIGS.key: describe_configs.handle,
+}
+
+__all__ = ["HANDLERS", "RequestContext", "api_versions_fallback"]

@@ -1,0 +1,133 @@
+"""DescribeConfigs (key 32), v0-2.
+
+- TOPIC resources (type 2): every topic-level config with its effective value: the topic's
+  override (source DYNAMIC_TOPIC_CONFIG) or the broker's default (STATIC_BROKER_CONFIG when
+  set in the broker's properties, else DEFAULT_CONFIG). Unknown topic:
+  UNKNOWN_TOPIC_OR_PARTITION.
+- BROKER resources (type 4) for this broker's id: the properties it was started with
+  (STATIC_BROKER_CONFIG); another broker's id gets INVALID_REQUEST.
+- ``configuration_keys`` null means all; synonyms (v1+) list the override then the default.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from headwater.broker.config import OTHER_TOPIC_CONFIGS, TOPIC_CONFIGS
+from headwater.protocol.errors import ErrorCode
+from headwater.protocol.schema import Message
+
+if TYPE_CHECKING:
+    from headwater.broker.handlers import RequestContext
+    from headwater.broker.server import KafkaBroker
+
+TOPIC = 2
+BROKER = 4
+DYNAMIC_TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+# topic config -> the broker property that supplies its default
+_BROKER_SYNONYM = {
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "max.message.bytes": "message.max.bytes",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
+    "message.timestamp.type": "log.message.timestamp.type",
+}
+
+
+def _topic_defaults(broker: KafkaBroker) -> dict[str, str]:
+    d = broker.config.log_defaults
+    c = broker.config
+    return {
+        "segment.bytes": str(d.segment_bytes),
+        "segment.ms": str(d.segment_ms),
+        "retention.ms": str(d.retention_ms),
+        "retention.bytes": str(d.retention_bytes),
+        "flush.messages": str(d.flush_interval_messages),
+        "flush.ms": str(d.flush_interval_ms if d.flush_interval_ms is not None else 2**63 - 1),
+        "index.interval.bytes": str(d.index_interval_bytes),
+        "max.message.bytes": str(d.max_message_bytes),
+        "min.insync.replicas": str(c.min_insync_replicas),
+        "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower(),
+        "cleanup.policy": "delete",
+        "compression.type": "producer",
+        "message.timestamp.type": "CreateTime",
+        "delete.retention.ms": "86400000",
+        "min.cleanable.dirty.ratio": "0.5",
+        "file.delete.delay.ms": "60000",
+        "message.timestamp.difference.max.ms": str(2**63 - 1),
+    }
+
+
+async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message:
+    results = []
+    for res in request["resources"]:
+        rtype, rname, keys = res["resource_type"], res["resource_name"], res["configuration_keys"]
+        out: Message = {
+            "error_code": ErrorCode.NONE,
+            "error_message": None,
+            "resource_type": rtype,
+            "resource_name": rname,
+            "configs": [],
+        }
+        results.append(out)
+        if rtype == TOPIC:
+            info = broker.cache.topics.get(rname)
+            if info is None:
+                out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                out["error_message"] = f"Topic {rname} does not exist"
+                continue
+            defaults = _topic_defaults(broker)
+            for name in sorted(set(TOPIC_CONFIGS) | OTHER_TOPIC_CONFIGS):
+                if keys is not None and name not in keys:
+                    continue
+                override = info.config.get(name)
+                prop = _BROKER_SYNONYM.get(name)
+                static = prop is not None and prop in broker.config.raw
+                default_source = STATIC_BROKER_CONFIG if static else DEFAULT_CONFIG
+                synonyms = []
+                if override is not None:
+                    synonyms.append({"name": name, "value": override, "source": DYNAMIC_TOPIC_CONFIG})
+                synonyms.append({"name": prop or name, "value": defaults.get(name), "source": default_source})
+                out["configs"].append(
+                    {
+                        "name": name,
+                        "value": override if override is not None else defaults.get(name),
+                        "read_only": False,
+                        "is_default": override is None and not static,
+                        "config_source": DYNAMIC_TOPIC_CONFIG if override is not None else default_source,
+                        "is_sensitive": False,
+                        "synonyms": synonyms if request["include_synonyms"] else [],
+                    }
+                )
+        elif rtype == BROKER and rname in ("", str(broker.broker_id)):
+            for name, value in sorted(broker.config.raw.items()):
+                if keys is not None and name not in keys:
+                    continue
+                out["configs"].append(
+                    {
+                        "name": name,
+                        "value": value,
+                        "read_only": True,
+                        "is_default": False,
+                        "config_source": STATIC_BROKER_CONFIG,
+                        "is_sensitive": "password" in name,
+                        "synonyms": [{"name": name, "value": value, "source": STATIC_BROKER_CONFIG}]
+                        if request["include_synonyms"]
+                        else [],
+                    }
+                )
+        else:
+            out["error_code"] = ErrorCode.INVALID_REQUEST
+            out["error_message"] = f"Unsupported resource type {rtype} / name {rname!r}"
+    return {"throttle_time_ms": 0, "results": results}

@@ -1,0 +1,107 @@
+"""Fetch (key 1), v4-11.
+
+- Returns record batches exactly as stored, as :class:`FileRegion` s sent with ``sendfile``
+  (zero copy), starting at the batch holding ``fetch_offset`` and never past the high
+  watermark. At most ``partition_max_bytes`` per partition and ``max_bytes`` per response,
+  except that the first partition with data returns at least one whole batch (KIP-74). The
+  last batch of a partition may be cut short; clients skip a partial trailing batch.
+- ``min_bytes`` / ``max_wait_ms``: when fewer bytes than min_bytes are available the request
+  waits in the purgatory until appends bring enough or max_wait_ms passes, then answers with
+  what there is (possibly nothing). No polling while it waits.
+- Fetch sessions (v7+, KIP-227) are not implemented yet: every answer is sessionless
+  (session_id 0), which tells clients to keep sending full fetch requests; a request naming
+  a session id gets FETCH_SESSION_ID_NOT_FOUND.
+- Per partition errors: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_FOR_PARTITION,
+  OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (v9+, current_leader_epoch).
+- No transactions: last_stable_offset is the high watermark, aborted_transactions empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.schema import Message
+
+if TYPE_CHECKING:
+    from headwater.broker.handlers import RequestContext
+    from headwater.broker.server import KafkaBroker
+
+
+async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message:
+    if request["session_id"] != 0:
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+            "session_id": 0,
+            "responses": [],
+        }
+    deadline = time.monotonic() + max(0, request["max_wait_ms"]) / 1000.0
+    min_bytes = request["min_bytes"]
+    keys = [(t["topic"], p["partition"]) for t in request["topics"] for p in t["partitions"]]
+    while True:
+        responses, total, errors = _read(broker, request)
+        remaining = deadline - time.monotonic()
+        if total >= min_bytes or errors or remaining <= 0 or not keys:
+            break
+        await broker.purgatory.wait(keys, remaining)
+        await asyncio.sleep(0)
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
+
+
+def _read(broker: KafkaBroker, request: Message) -> tuple[list[Message], int, bool]:
+    budget = request["max_bytes"]
+    total = 0
+    errors = False
+    responses: list[Message] = []
+    for t in request["topics"]:
+        name = t["topic"]
+        parts: list[Message] = []
+        for p in t["partitions"]:
+            out: Message = {
+                "partition_index": p["partition"],
+                "error_code": ErrorCode.NONE,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": [],
+                "preferred_read_replica": -1,
+                "records": b"",
+            }
+            parts.append(out)
+            part = broker.partition(name, p["partition"])
+            if part is None or not part.is_leader or part.log is None:
+                known = broker.cache.partition(name, p["partition"]) is not None
+                out["error_code"] = (
+                    ErrorCode.NOT_LEADER_FOR_PARTITION if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+                errors = True
+                continue
+            epoch = p["current_leader_epoch"]
+            if epoch >= 0 and epoch != part.leader_epoch:
+                out["error_code"] = (
+                    ErrorCode.FENCED_LEADER_EPOCH if epoch < part.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
+                )
+                errors = True
+                continue
+            log_ = part.log
+            hw = part.high_watermark
+            out["high_watermark"] = hw
+            out["last_stable_offset"] = hw
+            out["log_start_offset"] = log_.log_start_offset
+            limit = min(p["partition_max_bytes"], budget - total)
+            if limit <= 0 and total > 0:
+                continue
+            try:
+                data = log_.read(p["fetch_offset"], max(limit, 0), max_offset=hw, min_one_batch=total == 0)
+            except KafkaError as e:
+                out["error_code"] = e.code
+                errors = True
+                continue
+            if data.region is not None and data.region.size > 0:
+                out["records"] = data.region
+                total += data.region.size
+        responses.append({"topic": name, "partitions": parts})
+    return responses, total, errors

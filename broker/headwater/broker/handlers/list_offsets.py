@@ -1,0 +1,73 @@
+"""ListOffsets (key 2), v0-5.
+
+- timestamp -1 (latest): the high watermark (what a consumer can read); -2 (earliest): the
+  log start offset; otherwise the first offset whose record timestamp is >= the timestamp,
+  found through the time index (-1/-1 when there is none).
+- v0 answers Kafka's old ``offsets_before``: up to ``max_num_offsets`` segment base offsets
+  at or before the time, plus the log end for latest, in descending order.
+- v2+ isolation_level: without transactions read_committed equals read_uncommitted.
+- v4+ current_leader_epoch is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH); the
+  answer's leader_epoch is -1 (epoch lookups come with OffsetsForLeaderEpoch, the cluster issue).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.schema import Message
+
+if TYPE_CHECKING:
+    from headwater.broker.handlers import RequestContext
+    from headwater.broker.server import KafkaBroker
+
+LATEST = -1
+EARLIEST = -2
+
+
+async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message:
+    topics = []
+    for t in request["topics"]:
+        parts = [_one(broker, ctx.version, t["name"], p) for p in t["partitions"]]
+        topics.append({"name": t["name"], "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+def _one(broker: KafkaBroker, version: int, topic: str, p: Message) -> Message:
+    out: Message = {
+        "partition_index": p["partition_index"],
+        "error_code": ErrorCode.NONE,
+        "old_style_offsets": [],
+        "timestamp": -1,
+        "offset": -1,
+        "leader_epoch": -1,
+    }
+    part = broker.partition(topic, p["partition_index"])
+    if part is None or not part.is_leader or part.log is None:
+        known = broker.cache.partition(topic, p["partition_index"]) is not None
+        out["error_code"] = ErrorCode.NOT_LEADER_FOR_PARTITION if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return out
+    epoch = p["current_leader_epoch"]
+    if epoch >= 0 and epoch != part.leader_epoch:
+        out["error_code"] = (
+            ErrorCode.FENCED_LEADER_EPOCH if epoch < part.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
+        )
+        return out
+    log_ = part.log
+    ts = p["timestamp"]
+    try:
+        if version == 0:
+            offsets = log_.legacy_offsets_before(ts, p["max_num_offsets"])
+            # never advertise offsets past what consumers may read
+            out["old_style_offsets"] = [min(o, part.high_watermark) for o in offsets]
+        elif ts == LATEST:
+            out["offset"] = part.high_watermark
+        elif ts == EARLIEST:
+            out["offset"] = log_.log_start_offset
+        else:
+            found = log_.offset_for_timestamp(ts)
+            if found is not None and found[0] < part.high_watermark:
+                out["offset"], out["timestamp"] = found
+    except KafkaError as e:
+        out["error_code"] = e.code
+    return out

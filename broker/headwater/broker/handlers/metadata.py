@@ -1,0 +1,113 @@
+"""Metadata (key 3), v0-8.
+
+- The whole cluster's brokers (with the endpoint of the listener the request arrived on),
+  topics, and per partition: leader, leader epoch (v7+), replicas, ISR, offline replicas (v5+).
+- ``topics`` null (v1+) or empty (v0) means every topic.
+- An unknown topic is created when ``auto.create.topics.enable`` and, from v4, the request's
+  ``allow_auto_topic_creation`` allow it; it is answered LEADER_NOT_AVAILABLE until its
+  leaders are known, as Kafka does. Otherwise UNKNOWN_TOPIC_OR_PARTITION; an illegal name
+  gets INVALID_TOPIC_EXCEPTION.
+- controller_id: the active controller; until the controller exists, the lowest live broker id.
+- Authorized operations (v8) are not computed: we answer Kafka's "not requested" sentinel.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from headwater.broker import topic_admin
+from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.schema import Message
+
+if TYPE_CHECKING:
+    from headwater.broker.handlers import RequestContext
+    from headwater.broker.server import KafkaBroker
+
+log = logging.getLogger(__name__)
+
+NOT_REQUESTED = -(2**31)
+
+
+async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message:
+    cache = broker.cache
+    requested = request["topics"]
+    if requested is None or (ctx.version == 0 and not requested):
+        names = sorted(cache.topics)
+    else:
+        names = list(dict.fromkeys(t["name"] for t in requested))
+    allow_auto = broker.config.auto_create_topics_enable and (ctx.version < 4 or request["allow_auto_topic_creation"])
+
+    topics: list[Message] = []
+    for name in names:
+        info = cache.topics.get(name)
+        if info is None or not info.partitions:
+            topics.append(await _missing_topic(broker, name, allow_auto and info is None))
+            continue
+        partitions = []
+        for p in sorted(info.partitions.values(), key=lambda p: p.partition):
+            offline = [r for r in p.replicas if r not in cache.brokers]
+            leader_live = p.leader >= 0 and p.leader in cache.brokers
+            partitions.append(
+                {
+                    "error_code": ErrorCode.NONE if leader_live else ErrorCode.LEADER_NOT_AVAILABLE,
+                    "partition_index": p.partition,
+                    "leader_id": p.leader if leader_live else -1,
+                    "leader_epoch": p.leader_epoch,
+                    "replica_nodes": p.replicas,
+                    "isr_nodes": p.isr,
+                    "offline_replicas": offline,
+                }
+            )
+        topics.append(
+            {
+                "error_code": ErrorCode.NONE,
+                "name": name,
+                "is_internal": False,
+                "partitions": partitions,
+                "topic_authorized_operations": NOT_REQUESTED,
+            }
+        )
+
+    brokers = []
+    for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id):
+        endpoint = b.endpoints.get(ctx.listener_name)
+        if endpoint is None:
+            continue  # Kafka omits brokers without an endpoint for this listener
+        brokers.append({"node_id": b.broker_id, "host": endpoint[0], "port": endpoint[1], "rack": b.rack})
+    controller = cache.controller_id
+    if controller < 0 and cache.brokers:
+        controller = min(cache.brokers)
+    return {
+        "throttle_time_ms": 0,
+        "brokers": brokers,
+        "cluster_id": broker.cluster_id,
+        "controller_id": controller,
+        "topics": topics,
+        "cluster_authorized_operations": NOT_REQUESTED,
+    }
+
+
+async def _missing_topic(broker: KafkaBroker, name: str, create: bool) -> Message:
+    def answer(code: ErrorCode) -> Message:
+        return {"error_code": code, "name": name, "is_internal": False, "partitions": []}
+
+    try:
+        topic_admin.validate_topic_name(name)
+    except KafkaError:
+        return answer(ErrorCode.INVALID_TOPIC_EXCEPTION)
+    if not create:
+        return answer(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name not in broker.cache.topics else ErrorCode.LEADER_NOT_AVAILABLE
+        )
+    cfg = broker.config
+    try:
+        await topic_admin.create_topic(
+            broker.zk, broker.cache, name, cfg.num_partitions, cfg.default_replication_factor, None, {}
+        )
+        log.info("auto-created topic %s with %d partition(s)", name, cfg.num_partitions)
+    except KafkaError as e:
+        if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            log.warning("auto-creation of topic %s failed: %s", name, e)
+            return answer(e.code)
+    return answer(ErrorCode.LEADER_NOT_AVAILABLE)

@@ -1,0 +1,684 @@
+"""The log of one partition: a directory ``<topic>-<partition>/`` of segments.
+
+On disk (see :mod:`~headwater.broker.storage.segment` and :mod:`~headwater.broker.storage.index`)::
+
+    <topic>-<partition>/
+        00000000000000000000.log        record batches, offsets 0 ..
+        00000000000000000000.index      sparse offset → position
+        00000000000000000000.timeindex  sparse timestamp → offset
+        00000000000000004821.log        the next segment starts at offset 4821
+        ...
+
+Segments cover increasing, non-overlapping offset ranges; the last one is the *active* segment,
+the only one appended to. The log start offset is the first segment's base offset (retention
+moves it by deleting whole segments); the log end offset is one above the last offset written.
+The recovery point is the offset below which everything is known to be fsynced: an unclean start
+re-checks only the segments from the one holding it.
+
+Appends are validated (length, magic 2, CRC-32C, size) before anything is written, written with
+one ``pwrite``, and only then made visible. A failed write truncates the file back, so the log on
+disk never holds what the log in memory does not.
+
+Concurrency: a Log is not thread-safe. The broker calls it from its single asyncio thread (the
+log manager may load and shut down logs from a worker thread while nothing else uses them).
+``FileRegion``s returned by :meth:`Log.read` may be sent from anywhere: they keep their file open.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from headwater.broker.storage.clock import Clock
+from headwater.broker.storage.fs import FileSystem
+from headwater.broker.storage.index import INT32_MAX, IndexCorruptError
+from headwater.broker.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    BatchEntry,
+    Segment,
+    SegmentCorruptError,
+    SegmentWriteError,
+    parse_segment_file_name,
+)
+from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.primitives import FileRegion
+from headwater.protocol.records.header import rewrite_offset_and_epoch, validate_batches
+
+log = logging.getLogger(__name__)
+
+MAX_LONG = 2**63 - 1
+LATEST_TIMESTAMP = -1  # ListOffsets: the log end offset
+EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
+_DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """A log's settings, named after Kafka's (broker-wide name / topic-level name)."""
+
+    segment_bytes: int = 1 << 30  # log.segment.bytes / segment.bytes
+    segment_ms: int = 7 * _DAY_MS  # log.roll.ms / segment.ms
+    retention_ms: int = 7 * _DAY_MS  # log.retention.ms / retention.ms; -1: no limit
+    retention_bytes: int = -1  # log.retention.bytes / retention.bytes; -1: no limit
+    flush_interval_messages: int = MAX_LONG  # log.flush.interval.messages / flush.messages
+    flush_interval_ms: int | None = None  # log.flush.interval.ms / flush.ms; None: never by time
+    index_interval_bytes: int = 4096  # log.index.interval.bytes / index.interval.bytes
+    max_message_bytes: int = 1000012  # message.max.bytes / max.message.bytes (largest batch)
+    cleanup_policy: str = "delete"  # log.cleanup.policy / cleanup.policy (retention only with "delete")
+
+    def __post_init__(self) -> None:
+        if not 61 <= self.segment_bytes <= INT32_MAX:
+            raise ValueError(f"segment_bytes {self.segment_bytes} must be between 61 and {INT32_MAX}")
+        if self.segment_ms <= 0:
+            raise ValueError(f"segment_ms {self.segment_ms} must be positive")
+        if self.flush_interval_messages <= 0:
+            raise ValueError(f"flush_interval_messages {self.flush_interval_messages} must be positive")
+        if self.flush_interval_ms is not None and self.flush_interval_ms < 0:
+            raise ValueError(f"flush_interval_ms {self.flush_interval_ms} must not be negative")
+        if self.index_interval_bytes < 0:
+            raise ValueError(f"index_interval_bytes {self.index_interval_bytes} must not be negative")
+        if self.max_message_bytes < 0:
+            raise ValueError(f"max_message_bytes {self.max_message_bytes} must not be negative")
+
+
+class AppendInfo(NamedTuple):
+    first_offset: int
+    last_offset: int
+    max_timestamp: int  # -1 when no batch carried a timestamp
+    offset_of_max_timestamp: int  # the last offset of the batch with max_timestamp (-1 with none)
+    records_count: int
+    log_start_offset: int
+
+
+class FetchData(NamedTuple):
+    """What a read found: ``region`` (None: nothing to send) starts at the batch holding the offset."""
+
+    region: FileRegion | None
+    first_batch_offset: int
+
+
+def _storage_error(what: str, e: BaseException) -> KafkaError:
+    return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what}: {e}")
+
+
+class Log:
+    """The log of one partition (layout, invariants and concurrency in the module docstring)."""
+
+    def __init__(
+        self,
+        directory: str,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        fs: FileSystem,
+        clock: Clock,
+        segments: list[Segment],
+        recovery_point: int,
+    ) -> None:
+        """Use :meth:`open`."""
+        self._dir = directory
+        self.topic = topic
+        self.partition = partition
+        self._config = config
+        self._fs = fs
+        self._clock = clock
+        self._segments = segments
+        self._base_offsets = [s.base_offset for s in segments]
+        self._next_offset = segments[-1].next_offset
+        self._log_start_offset = segments[0].base_offset
+        self._size_bytes = sum(s.size for s in segments)
+        self._recovery_point = min(recovery_point, self._next_offset)
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock.monotonic_ms()
+        self._dir_unsynced = False
+        self._offline = False
+        self._closed = False
+        self._ident = f"[Log partition={topic}-{partition}, dir={os.path.dirname(directory) or '.'}]"
+
+    # -- opening -------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: str,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        fs: FileSystem,
+        clock: Clock,
+        *,
+        needs_recovery: bool,
+        recovery_point: int = 0,
+    ) -> Log:
+        """Open (or create) the log in ``directory``.
+
+        Every segment's indexes are loaded and checked, and rebuilt from the log when missing or
+        bad. With ``needs_recovery`` (no clean shutdown) every segment from the one holding
+        ``recovery_point`` on is recovered; the last segment always is. Where recovery truncates a
+        segment, every later segment is deleted.
+        """
+        ident = f"[Log partition={topic}-{partition}, dir={os.path.dirname(directory) or '.'}]"
+        fs.makedirs(directory)
+        bases: list[int] = []
+        indexes: list[tuple[int, str]] = []
+        for name in fs.listdir(directory):
+            parsed = parse_segment_file_name(name)
+            if parsed is None:
+                continue
+            base, suffix = parsed
+            if suffix == LOG_SUFFIX:
+                bases.append(base)
+            elif suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                indexes.append((base, name))
+        bases.sort()
+        for base, name in indexes:
+            if base not in bases:
+                log.info("%s deleting index %s without a log file", ident, name)
+                fs.unlink(os.path.join(directory, name))
+
+        segments = [Segment.open(fs, directory, b, config.index_interval_bytes) for b in bases]
+        if needs_recovery and segments:
+            first_to_recover = max(bisect_right(bases, recovery_point) - 1, 0)
+        else:
+            first_to_recover = len(segments) - 1
+        max_batch_bytes = max(config.max_message_bytes, config.segment_bytes)
+        kept = len(segments)
+        recovered = -1  # the last segment recovered
+        for i, seg in enumerate(segments):
+            if i > 0 and seg.base_offset < segments[i - 1].next_offset:
+                log.warning(
+                    "%s segment %s starts at offset %d, below the previous segment's end %d",
+                    ident,
+                    seg.log_path,
+                    seg.base_offset,
+                    segments[i - 1].next_offset,
+                )
+                kept = i
+                break
+            if i >= first_to_recover:
+                if needs_recovery:
+                    log.info("%s recovering unflushed segment %s (%d bytes)", ident, seg.log_path, seg.size)
+                truncated = seg.recover(max_batch_bytes)
+                recovered = i
+            else:
+                try:
+                    seg.load()
+                    truncated = 0
+                except (FileNotFoundError, IndexCorruptError, SegmentCorruptError) as e:
+                    log.warning("%s rebuilding the indexes of %s: %s", ident, seg.log_path, e)
+                    truncated = seg.recover(max_batch_bytes)
+                    recovered = i
+            if truncated:
+                log.warning(
+                    "%s recovery truncated %d bytes from %s; the log now ends at offset %d",
+                    ident,
+                    truncated,
+                    seg.log_path,
+                    seg.next_offset,
+                )
+                kept = i + 1
+                break
+        for seg in segments[kept:]:
+            log.warning(
+                "%s deleting segment %s (offsets from %d, %d bytes) after the corruption",
+                ident,
+                seg.log_path,
+                seg.base_offset,
+                seg.size,
+            )
+            seg.delete()
+        segments = segments[:kept]
+        if segments and recovered != kept - 1:  # the active segment is always checked
+            segments[-1].recover(max_batch_bytes)
+        if not segments:
+            segments = [Segment.create(fs, directory, 0, config.index_interval_bytes, clock.time_ms())]
+        for seg in segments[:-1]:
+            seg.become_inactive()
+        result = cls(
+            directory,
+            topic,
+            partition,
+            config,
+            fs,
+            clock,
+            segments,
+            recovery_point if needs_recovery else segments[-1].next_offset,
+        )
+        log.info(
+            "%s loaded %d segments: log start offset %d, log end offset %d, recovery point %d",
+            ident,
+            len(segments),
+            result.log_start_offset,
+            result.log_end_offset,
+            result.recovery_point,
+        )
+        return result
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def dir(self) -> str:
+        return self._dir
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply changed topic settings."""
+        self._config = config
+        for seg in self._segments:
+            seg.index_interval_bytes = config.index_interval_bytes
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size_bytes
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._unflushed_messages
+
+    @property
+    def is_offline(self) -> bool:
+        """True after a write could not be undone or an fsync failed: appends are refused."""
+        return self._offline
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> Segment:
+        return self._segments[-1]
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def append(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> AppendInfo:
+        """Append a producer's record set as leader: assign offsets from the log end offset.
+
+        Raises KafkaError: CORRUPT_MESSAGE / MESSAGE_TOO_LARGE from validation and
+        RECORD_LIST_TOO_LARGE for a set above segment.bytes (nothing written), KAFKA_STORAGE_ERROR
+        when the write failed (the log is as before the call) or the log is offline.
+        """
+        if self._offline:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self._ident} is offline after an I/O error")
+        summaries = validate_batches(records, self._config.max_message_bytes)
+        if len(records) > self._config.segment_bytes:
+            raise KafkaError(
+                ErrorCode.RECORD_LIST_TOO_LARGE,
+                f"a record set of {len(records)} bytes exceeds segment.bytes {self._config.segment_bytes}",
+            )
+        buf = bytearray(records)  # the one copy: offsets are rewritten in it, then it is written
+        first_offset = offset = self._next_offset
+        max_timestamp = -1
+        offset_of_max_timestamp = -1
+        entries: list[BatchEntry] = []
+        for position, h in summaries:
+            rewrite_offset_and_epoch(buf, position, offset, leader_epoch)
+            last = offset + h.last_offset_delta
+            if h.max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max_timestamp = h.max_timestamp, last
+            entries.append(BatchEntry(position, offset, last, h.max_timestamp, h.size))
+            offset = last + 1
+        now_ms = self._clock.time_ms()
+        segment = self._maybe_roll(len(buf), offset - 1, now_ms)
+        try:
+            segment.append(buf, entries, now_ms)
+        except SegmentWriteError as e:
+            if not e.rolled_back:
+                self._offline = True
+            log.error("%s append of %d bytes at offset %d failed: %s", self._ident, len(buf), first_offset, e)
+            raise _storage_error(f"{self._ident} append failed", e.cause) from e
+        self._next_offset = offset
+        self._size_bytes += len(buf)
+        self._unflushed_messages += offset - first_offset
+        self._flush_if_due()
+        return AppendInfo(
+            first_offset,
+            offset - 1,
+            max_timestamp,
+            offset_of_max_timestamp,
+            offset - first_offset,
+            self._log_start_offset,
+        )
+
+    def _maybe_roll(self, append_bytes: int, last_offset: int, now_ms: int) -> Segment:
+        """The segment to append to, rolling a new one when the active one is full or old enough."""
+        seg = self._segments[-1]
+        if not seg.size:
+            return seg
+        cfg = self._config
+        if seg.size + append_bytes > cfg.segment_bytes:
+            reason = f"size {seg.size} + {append_bytes} > segment.bytes {cfg.segment_bytes}"
+        elif seg.rolling_base_ms is not None and now_ms - seg.rolling_base_ms > cfg.segment_ms:
+            reason = f"segment.ms {cfg.segment_ms} passed"
+        elif last_offset - seg.base_offset > INT32_MAX:
+            reason = "relative offsets would overflow"
+        else:
+            return seg
+        return self.roll(reason)
+
+    def roll(self, reason: str = "requested") -> Segment:
+        """Start a new active segment at the log end offset (unless the active one is empty)."""
+        old = self._segments[-1]
+        if not old.size:
+            return old
+        try:
+            old.become_inactive()  # its indexes are complete on disk before a later segment exists
+            new = Segment.create(
+                self._fs, self._dir, self._next_offset, self._config.index_interval_bytes, self._clock.time_ms()
+            )
+        except OSError as e:
+            raise _storage_error(f"{self._ident} cannot roll a new segment", e) from e
+        self._segments.append(new)
+        self._base_offsets.append(new.base_offset)
+        self._dir_unsynced = True
+        log.info("%s rolled new segment at offset %d (%s)", self._ident, new.base_offset, reason)
+        return new
+
+    # -- flushing ------------------------------------------------------------------------------
+
+    def _flush_if_due(self) -> None:
+        cfg = self._config
+        if self._unflushed_messages >= cfg.flush_interval_messages or (
+            cfg.flush_interval_ms is not None
+            and self._clock.monotonic_ms() - self._last_flush_ms >= cfg.flush_interval_ms
+        ):
+            self.flush()
+
+    def flush(self) -> None:
+        """fsync everything appended; the recovery point becomes the log end offset."""
+        self._flush_to(self._next_offset)
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._clock.monotonic_ms()
+
+    def maybe_flush(self) -> None:
+        """For a timer: flush segments rolled since the last flush, and everything when flush.ms passed."""
+        cfg = self._config
+        if (
+            cfg.flush_interval_ms is not None
+            and self._unflushed_messages
+            and self._clock.monotonic_ms() - self._last_flush_ms >= cfg.flush_interval_ms
+        ):
+            self.flush()
+        else:
+            self.flush_rolled_segments()
+
+    def flush_rolled_segments(self) -> None:
+        """fsync the segments before the active one (Kafka flushes them once it rolled past them)."""
+        active_base = self._segments[-1].base_offset
+        if self._recovery_point < active_base:
+            self._flush_to(active_base)
+
+    def _flush_to(self, offset: int) -> None:
+        i = max(bisect_right(self._base_offsets, self._recovery_point) - 1, 0)
+        try:
+            for seg in self._segments[i:]:
+                if seg.base_offset >= offset:
+                    break
+                seg.flush()
+            if self._dir_unsynced:
+                self._fs.fsync_dir(self._dir)
+                self._dir_unsynced = False
+        except OSError as e:
+            self._offline = True  # after a failed fsync the kernel may have dropped the dirty pages
+            log.error("%s flush failed: %s", self._ident, e)
+            raise _storage_error(f"{self._ident} flush failed", e) from e
+        self._recovery_point = max(self._recovery_point, min(offset, self._next_offset))
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _check_offset(self, offset: int) -> None:
+        if not self._log_start_offset <= offset <= self._next_offset:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} is out of range for {self.topic}-{self.partition}: "
+                f"log start offset {self._log_start_offset}, log end offset {self._next_offset}",
+            )
+
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> FetchData:
+        """Bytes from the start of the batch holding ``offset``, for a Fetch.
+
+        Raises KafkaError(OFFSET_OUT_OF_RANGE) outside [log start offset, log end offset]. Reads
+        within one segment, at most ``max_bytes`` and nothing at or above ``max_offset`` (the
+        high watermark for consumers); but a first batch larger than ``max_bytes`` comes whole when
+        ``min_one_batch`` (KIP-74). The last batch may be cut short (clients skip it).
+        """
+        self._check_offset(offset)
+        limit = self._next_offset if max_offset is None else min(max_offset, self._next_offset)
+        if offset >= limit:
+            return FetchData(None, offset)
+        try:
+            i = max(bisect_right(self._base_offsets, offset) - 1, 0)
+            for seg in self._segments[i:]:
+                found = seg.find_batch(offset)
+                if found is None:
+                    continue  # offset lies beyond this segment's last batch: the next one starts above it
+                if found.base_offset >= limit:
+                    return FetchData(None, offset)
+                if limit >= seg.next_offset:
+                    end = seg.size
+                else:
+                    at_limit = seg.find_batch(limit, found.position)
+                    end = seg.size if at_limit is None else at_limit.position
+                cap = max(max_bytes, found.size) if min_one_batch else max_bytes
+                size = min(end - found.position, cap)
+                if size <= 0:
+                    return FetchData(None, found.base_offset)
+                return FetchData(seg.region(found.position, size), found.base_offset)
+        except OSError as e:
+            raise _storage_error(f"{self._ident} read failed", e) from e
+        return FetchData(None, offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets v1+: (offset, timestamp) of the first record whose timestamp is ≥ ``timestamp``.
+
+        -1 (latest) answers the log end offset and -2 (earliest) the log start offset, each with
+        timestamp -1. None when no record is that recent.
+        """
+        if timestamp == LATEST_TIMESTAMP:
+            return self._next_offset, -1
+        if timestamp == EARLIEST_TIMESTAMP:
+            return self._log_start_offset, -1
+        if timestamp < 0:
+            return None
+        try:
+            for seg in self._segments:
+                if seg.max_timestamp < timestamp:
+                    continue
+                found = seg.find_offset_by_timestamp(timestamp, self._log_start_offset)
+                if found is not None:
+                    return found
+        except OSError as e:
+            raise _storage_error(f"{self._ident} read failed", e) from e
+        return None
+
+    def legacy_offsets_before(self, timestamp: int, max_n: int) -> list[int]:
+        """ListOffsets v0 (Kafka's ``fetchOffsetsBefore``): segment start offsets, newest first.
+
+        Candidates are each segment's base offset (or the log start offset) with its last-modified
+        time, then the log end offset with the current time when the active segment is not empty.
+        -1 (latest) starts from the last candidate, -2 (earliest) from the first, any other time
+        from the last candidate modified at or before it. Returns at most ``max_n`` offsets, descending.
+        """
+        candidates = [(max(s.base_offset, self._log_start_offset), s.last_modified_ms) for s in self._segments]
+        if self._segments[-1].size:
+            candidates.append((self._next_offset, self._clock.time_ms()))
+        if timestamp == LATEST_TIMESTAMP:
+            start = len(candidates) - 1
+        elif timestamp == EARLIEST_TIMESTAMP:
+            start = 0
+        else:
+            start = len(candidates) - 1
+            while start >= 0 and candidates[start][1] > timestamp:
+                start -= 1
+        n = max(min(max_n, start + 1), 0)
+        return sorted((candidates[start - j][0] for j in range(n)), reverse=True)
+
+    # -- retention -----------------------------------------------------------------------------
+
+    def delete_retention_segments(self, *, high_watermark: int | None = None) -> int:
+        """Delete old segments by retention.ms and retention.bytes; returns how many.
+
+        A segment goes when its largest record timestamp (its last-modified time without any) is
+        older than retention.ms, or while the log stays at or above retention.bytes without it.
+        Oldest first, never the active segment, and (given ``high_watermark``) never one holding
+        offsets above it. The log start offset moves to the next segment's base offset.
+        """
+        if "delete" not in self._config.cleanup_policy:
+            return 0
+        cfg = self._config
+        deleted = 0
+        if cfg.retention_ms >= 0:
+            now = self._clock.time_ms()
+            deleted += self._delete_oldest(
+                lambda s: now - s.largest_timestamp > cfg.retention_ms, "retention.ms", high_watermark
+            )
+        if cfg.retention_bytes >= 0:
+            excess = self._size_bytes - cfg.retention_bytes
+
+            def over_size(s: Segment) -> bool:
+                nonlocal excess
+                if excess - s.size < 0:
+                    return False
+                excess -= s.size
+                return True
+
+            deleted += self._delete_oldest(over_size, "retention.bytes", high_watermark)
+        return deleted
+
+    def _delete_oldest(self, deletable: Callable[[Segment], bool], why: str, high_watermark: int | None) -> int:
+        n = 0
+        while len(self._segments) > 1:
+            seg = self._segments[0]
+            if high_watermark is not None and self._segments[1].base_offset > high_watermark:
+                break
+            if not deletable(seg):
+                break
+            self._segments.pop(0)
+            self._base_offsets.pop(0)
+            self._size_bytes -= seg.size
+            self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+            try:
+                seg.delete()
+            except OSError as e:
+                log.error("%s cannot delete %s: %s", self._ident, seg.log_path, e)
+            log.info(
+                "%s deleted segment %s (%d bytes, largest timestamp %d) by %s; log start offset %d",
+                self._ident,
+                seg.log_path,
+                seg.size,
+                seg.largest_timestamp,
+                why,
+                self._log_start_offset,
+            )
+            n += 1
+        return n
+
+    # -- truncation ----------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every record at ``offset`` or above (whole batches). Returns whether anything went.
+
+        A batch holding ``offset`` goes whole, so the log end offset may end up below ``offset``.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate to a negative offset {offset}")
+        if offset >= self._next_offset:
+            return False
+        if offset < self._segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        try:
+            while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
+                seg = self._segments.pop()
+                self._base_offsets.pop()
+                self._size_bytes -= seg.size
+                seg.delete()
+            active = self._segments[-1]
+            self._size_bytes -= active.truncate_to(offset)
+        except OSError as e:
+            self._offline = True
+            raise _storage_error(f"{self._ident} truncation failed", e) from e
+        log.info(
+            "%s truncated to offset %d: log end offset %d (was %d)",
+            self._ident,
+            offset,
+            active.next_offset,
+            self._next_offset,
+        )
+        self._next_offset = active.next_offset
+        self._recovery_point = min(self._recovery_point, self._next_offset)
+        self._log_start_offset = min(self._log_start_offset, self._next_offset)
+        self._unflushed_messages = 0
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start empty at ``offset`` (log start = log end = ``offset``)."""
+        if offset < 0:
+            raise ValueError(f"cannot start a log at a negative offset {offset}")
+        try:
+            for seg in self._segments:
+                seg.delete()
+            new = Segment.create(self._fs, self._dir, offset, self._config.index_interval_bytes, self._clock.time_ms())
+        except OSError as e:
+            self._offline = True
+            raise _storage_error(f"{self._ident} truncation failed", e) from e
+        log.info("%s truncated fully; the log starts again at offset %d", self._ident, offset)
+        self._segments = [new]
+        self._base_offsets = [offset]
+        self._next_offset = offset
+        self._log_start_offset = offset
+        self._recovery_point = offset
+        self._size_bytes = 0
+        self._unflushed_messages = 0
+        self._dir_unsynced = True
+
+    # -- closing -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Write the indexes and release the files (regions being sent keep theirs open). Does not flush."""
+        if self._closed:
+            return
+        self._closed = True
+        for seg in self._segments:
+            seg.close()
+
+    def delete(self) -> None:
+        """Delete every segment and the partition directory itself."""
+        self.close()
+        for seg in self._segments:
+            seg.delete()
+        try:
+            for name in self._fs.listdir(self._dir):
+                self._fs.unlink(os.path.join(self._dir, name))
+            self._fs.rmdir(self._dir)
+        except FileNotFoundError:
+            pass
+        log.info("%s deleted", self._ident)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.topic}-{self.partition}, start={self._log_start_offset}, end={self._next_offset}, "
+            f"segments={len(self._segments)})"
+        )

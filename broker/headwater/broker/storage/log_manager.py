@@ -1,0 +1,338 @@
+"""The logs of one broker, spread over its log dirs, with their shared files and periodic work.
+
+Each log dir (``log.dirs``) holds::
+
+    <log dir>/
+        .lock                              exclusive flock while a broker uses the dir
+        .kafka_cleanshutdown               present only after a clean shutdown (empty file)
+        recovery-point-offset-checkpoint   where each log's recovery point is
+        <topic>-<partition>/               one Log each (see log.py); topic names may contain '-',
+                                           the partition is after the LAST '-'
+
+``recovery-point-offset-checkpoint`` is Kafka's checkpoint text format, one item a line::
+
+    0                     version
+    2                     number of entries
+    my.topic 0 1500       topic, partition, offset (space separated)
+    my-other 3 0
+
+It is replaced atomically (write ``.tmp``, fsync, rename, fsync the dir), so a crash leaves the old
+or the new file. The clean-shutdown marker is written last at shutdown and deleted once the logs
+were loaded at start, so its absence at start means the broker did not stop cleanly: logs are then
+recovered from their checkpointed recovery points (from 0 without a checkpoint).
+
+Concurrency: the constructor (loading) and :meth:`shutdown` may run in a worker thread while
+nothing else uses the manager; everything else is called from the broker's asyncio thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+
+from headwater.broker.storage.clock import Clock, SystemClock
+from headwater.broker.storage.fs import FileSystem, OsFileSystem, read_file, write_file_atomically
+from headwater.broker.storage.log import MAX_LONG, Log, LogConfig
+from headwater.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+LOCK_FILE = ".lock"
+CHECKPOINT_VERSION = 0
+
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+TopicPartition = tuple[str, int]
+
+
+def parse_topic_partition(name: str) -> TopicPartition | None:
+    """``my-topic-3`` → ``("my-topic", 3)``, split at the last '-'; None if it is not such a name."""
+    topic, dash, partition = name.rpartition("-")
+    if not dash or not topic or not partition.isdigit() or not _LEGAL_TOPIC.fullmatch(topic):
+        return None
+    return topic, int(partition)
+
+
+def format_checkpoint(offsets: Mapping[TopicPartition, int]) -> bytes:
+    lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
+    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def parse_checkpoint(data: bytes) -> dict[TopicPartition, int]:
+    """The entries of a checkpoint file; ValueError if it is malformed."""
+    lines = data.decode().splitlines()
+    if len(lines) < 2 or lines[0].strip() != str(CHECKPOINT_VERSION):
+        raise ValueError(f"unknown checkpoint version or header {lines[:2]}")
+    count = int(lines[1])
+    entries = lines[2:]
+    if len(entries) != count:
+        raise ValueError(f"checkpoint announces {count} entries but holds {len(entries)}")
+    out: dict[TopicPartition, int] = {}
+    for line in entries:
+        fields = line.split()
+        if len(fields) != 3:
+            raise ValueError(f"malformed checkpoint line {line!r}")
+        out[(fields[0], int(fields[1]))] = int(fields[2])
+    return out
+
+
+class LogManager:
+    """Every log of this broker (format of the shared files and concurrency in the module docstring).
+
+    ``tick()`` is the scheduler: the broker calls it on a timer, and it runs whichever of the
+    flush check (log.flush.scheduler.interval.ms), recovery-point checkpoint
+    (log.flush.offset.checkpoint.interval.ms) and retention check (log.retention.check.interval.ms)
+    are due; segments the logs rolled past are fsynced on every tick.
+    """
+
+    def __init__(
+        self,
+        log_dirs: list[str],
+        default_config: LogConfig,
+        fs: FileSystem | None = None,
+        clock: Clock | None = None,
+        *,
+        topic_configs: Mapping[str, LogConfig] | None = None,
+        retention_check_interval_ms: int = 300_000,
+        flush_scheduler_interval_ms: int = MAX_LONG,
+        flush_offset_checkpoint_interval_ms: int = 60_000,
+    ) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log dir is needed")
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        if len(set(self.log_dirs)) != len(self.log_dirs):
+            raise ValueError(f"duplicate log dirs in {log_dirs}")
+        self.default_config = default_config
+        self.fs: FileSystem = fs or OsFileSystem()
+        self.clock: Clock = clock or SystemClock()
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.flush_scheduler_interval_ms = flush_scheduler_interval_ms
+        self.flush_offset_checkpoint_interval_ms = flush_offset_checkpoint_interval_ms
+        self._topic_configs = dict(topic_configs or {})
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, str] = {}
+        self._locks: dict[str, int] = {}
+        self._stopped = False
+        now = self.clock.monotonic_ms()
+        self._last_flush_check = self._last_checkpoint = self._last_retention_check = now
+        try:
+            for d in self.log_dirs:
+                self._lock_dir(d)
+            for d in self.log_dirs:
+                self._load_dir(d)
+        except BaseException:
+            self.abort()
+            raise
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def _lock_dir(self, d: str) -> None:
+        self.fs.makedirs(d)
+        fd = self.fs.open(os.path.join(d, LOCK_FILE), create=True)
+        try:
+            self.fs.lock(fd)
+        except OSError as e:
+            self.fs.close(fd)
+            raise RuntimeError(f"log dir {d} is in use by another broker (cannot lock {LOCK_FILE}): {e}") from e
+        self._locks[d] = fd
+
+    def _load_dir(self, d: str) -> None:
+        fs = self.fs
+        marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+        clean = fs.exists(marker)
+        points = self._read_checkpoint(d)
+        loaded = 0
+        for name in sorted(fs.listdir(d)):
+            path = os.path.join(d, name)
+            if not fs.is_dir(path):
+                continue
+            tp = parse_topic_partition(name)
+            if tp is None:
+                log.warning("ignoring %s: not a <topic>-<partition> directory", path)
+                continue
+            if tp in self._logs:
+                raise RuntimeError(f"duplicate log directories for {tp[0]}-{tp[1]}: {self._logs[tp].dir} and {path}")
+            self._logs[tp] = Log.open(
+                path,
+                tp[0],
+                tp[1],
+                self._config_for(tp[0]),
+                fs,
+                self.clock,
+                needs_recovery=not clean,
+                recovery_point=points.get(tp, 0),
+            )
+            self._dir_of[tp] = d
+            loaded += 1
+        if clean:
+            fs.unlink(marker)  # a crash from now on must be noticed at the next start
+        log.info("loaded %d logs from %s (%s)", loaded, d, "clean shutdown" if clean else "recovered after a crash")
+
+    def _read_checkpoint(self, d: str) -> dict[TopicPartition, int]:
+        path = os.path.join(d, RECOVERY_POINT_CHECKPOINT_FILE)
+        if not self.fs.exists(path):
+            return {}
+        try:
+            return parse_checkpoint(read_file(self.fs, path))
+        except (ValueError, UnicodeDecodeError) as e:
+            log.warning("ignoring malformed %s (logs will be recovered from offset 0): %s", path, e)
+            return {}
+
+    def _config_for(self, topic: str) -> LogConfig:
+        return self._topic_configs.get(topic, self.default_config)
+
+    # -- logs ----------------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> Iterator[tuple[TopicPartition, Log]]:
+        return iter(list(self._logs.items()))
+
+    def partitions_of(self, topic: str) -> list[int]:
+        return sorted(p for t, p in self._logs if t == topic)
+
+    def log_dir_of(self, topic: str, partition: int) -> str | None:
+        return self._dir_of.get((topic, partition))
+
+    def create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """The partition's log, created in the log dir holding the fewest partitions if needed."""
+        tp = (topic, partition)
+        existing = self._logs.get(tp)
+        if existing is not None:
+            return existing
+        if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", "..") or partition < 0:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic or partition {topic!r}-{partition}")
+        if config is not None:
+            self._topic_configs[topic] = config
+        counts = dict.fromkeys(self.log_dirs, 0)
+        for d in self._dir_of.values():
+            counts[d] += 1
+        d = min(self.log_dirs, key=lambda x: counts[x])  # ties: the first in log.dirs order
+        try:
+            created = Log.open(
+                os.path.join(d, f"{topic}-{partition}"),
+                topic,
+                partition,
+                config or self._config_for(topic),
+                self.fs,
+                self.clock,
+                needs_recovery=False,
+            )
+        except OSError as e:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create the log of {topic}-{partition}: {e}") from e
+        self._logs[tp] = created
+        self._dir_of[tp] = d
+        log.info("created log for partition %s-%d in %s", topic, partition, d)
+        return created
+
+    def update_topic_config(self, topic: str, config: LogConfig) -> None:
+        self._topic_configs[topic] = config
+        for (t, _), lg in self._logs.items():
+            if t == topic:
+                lg.update_config(config)
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Delete the partition's log and its directory. Returns whether there was one."""
+        tp = (topic, partition)
+        lg = self._logs.pop(tp, None)
+        self._dir_of.pop(tp, None)
+        if lg is None:
+            return False
+        lg.delete()
+        return True
+
+    # -- periodic work -------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Run the periodic work that is due (see the class docstring). Errors are logged, per log."""
+        now = self.clock.monotonic_ms()
+        if now - self._last_flush_check >= self.flush_scheduler_interval_ms:
+            self._last_flush_check = now
+            self._each_log("flush", lambda lg: lg.maybe_flush())
+        else:
+            self._each_log("flush", lambda lg: lg.flush_rolled_segments())
+        if now - self._last_checkpoint >= self.flush_offset_checkpoint_interval_ms:
+            self._last_checkpoint = now
+            self.checkpoint_recovery_points()
+        if now - self._last_retention_check >= self.retention_check_interval_ms:
+            self._last_retention_check = now
+            self.cleanup_logs()
+
+    def _each_log(self, what: str, action: Callable[[Log], None]) -> None:
+        for (topic, partition), lg in list(self._logs.items()):
+            try:
+                action(lg)
+            except (KafkaError, OSError) as e:
+                log.error("%s of %s-%d failed: %s", what, topic, partition, e)
+
+    def cleanup_logs(self) -> int:
+        """Apply retention to every log; returns the segments deleted."""
+        total = 0
+        for (topic, partition), lg in list(self._logs.items()):
+            try:
+                total += lg.delete_retention_segments()
+            except (KafkaError, OSError) as e:
+                log.error("retention of %s-%d failed: %s", topic, partition, e)
+        return total
+
+    def flush_all(self) -> None:
+        self._each_log("flush", lambda lg: lg.flush())
+
+    def checkpoint_recovery_points(self) -> None:
+        """Write every log dir's recovery-point-offset-checkpoint."""
+        for d in self.log_dirs:
+            points = {tp: self._logs[tp].recovery_point for tp, dd in self._dir_of.items() if dd == d}
+            try:
+                write_file_atomically(
+                    self.fs, os.path.join(d, RECOVERY_POINT_CHECKPOINT_FILE), format_checkpoint(points)
+                )
+            except OSError as e:
+                log.error("cannot write the recovery point checkpoint of %s: %s", d, e)
+
+    # -- stop ----------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write the checkpoints, then the clean-shutdown markers."""
+        if self._stopped:
+            return
+        log.info("shutting down the log manager")
+        failed_dirs: set[str] = set()
+        for tp, lg in list(self._logs.items()):
+            try:
+                lg.flush()
+            except (KafkaError, OSError) as e:
+                log.error("flush of %s-%d at shutdown failed: %s", tp[0], tp[1], e)
+                failed_dirs.add(self._dir_of[tp])
+            lg.close()
+        self.checkpoint_recovery_points()
+        for d in self.log_dirs:
+            if d in failed_dirs:
+                continue
+            try:
+                write_file_atomically(self.fs, os.path.join(d, CLEAN_SHUTDOWN_FILE), b"")
+            except OSError as e:
+                log.error("cannot write the clean shutdown marker in %s: %s", d, e)
+        self._release_locks()
+        self._stopped = True
+        log.info("log manager shut down")
+
+    def abort(self) -> None:
+        """Let go of every file and lock without flushing or writing anything (what a crash leaves)."""
+        for lg in self._logs.values():
+            lg.close()
+        self._release_locks()
+        self._stopped = True
+
+    def _release_locks(self) -> None:
+        for fd in self._locks.values():
+            try:
+                self.fs.close(fd)
+            except OSError:
+                pass
+        self._locks.clear()

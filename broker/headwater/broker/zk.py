@@ -1,0 +1,192 @@
+"""ZooKeeper, the Kafka 2.x way, through kazoo.
+
+Paths (as in Apache Kafka's ZooKeeper era)::
+
+    /brokers/ids/<id>                              ephemeral; endpoints, rack (registration v4 JSON)
+    /brokers/topics/<topic>                        {"version":1,"partitions":{"0":[1,2],...}}
+    /brokers/topics/<topic>/partitions/<p>/state   {"controller_epoch":..,"leader":..,"version":1,
+                                                    "leader_epoch":..,"isr":[..]}
+    /config/topics/<topic>                         {"version":1,"config":{...}}
+    /admin/delete_topics/<topic>                   a topic marked for deletion
+    /controller, /controller_epoch                 (the controller issue)
+
+kazoo runs its own thread. Every blocking kazoo call goes through :meth:`ZooKeeper.call`
+(a worker thread), and every kazoo callback reaches the event loop through one bridge,
+``loop.call_soon_threadsafe``: the event loop never blocks on ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CONFIG_TOPICS = "/config/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+PERSISTENT_PATHS = (
+    BROKER_IDS,
+    BROKER_TOPICS,
+    CONFIG_TOPICS,
+    DELETE_TOPICS,
+    "/config/changes",
+    "/isr_change_notification",
+)
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def to_json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def from_json(data: bytes | None) -> Any:
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        log.warning("ignoring znode with invalid JSON: %r", data[:200])
+        return None
+
+
+class ZooKeeper:
+    """A kazoo client bridged onto an asyncio loop."""
+
+    def __init__(self, connect: str, session_timeout_ms: int, connection_timeout_ms: int) -> None:
+        self.connect_string = connect
+        self.connection_timeout_ms = connection_timeout_ms
+        self.session_timeout_ms = session_timeout_ms
+        hosts, slash, chroot = connect.partition("/")
+        self.chroot = "/" + chroot.strip("/") if slash and chroot.strip("/") else ""
+        # Connect without the chroot, create it if missing (as Kafka does), then apply it.
+        self.client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._state_listeners: list[Callable[[str], None]] = []
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None, "ZooKeeper.start() first"
+        return self._loop
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.client.add_listener(self._on_state)
+        try:
+            await self.call(self.client.start, self.connection_timeout_ms / 1000.0)
+        except Exception as e:
+            await self.call(self.client.close)
+            raise ConnectionError(
+                f"could not connect to ZooKeeper at {self.connect_string} within "
+                f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): {e}"
+            ) from None
+        if self.chroot:
+            await self.call(self.client.ensure_path, self.chroot)
+            self.client.chroot = self.chroot
+        for path in PERSISTENT_PATHS:
+            await self.call(self.client.ensure_path, path)
+
+    async def stop(self) -> None:
+        if self._loop is None:
+            return
+        await self.call(self.client.stop)
+        await self.call(self.client.close)
+
+    def _on_state(self, state: str) -> None:  # kazoo thread
+        if self._loop is None or self._loop.is_closed():
+            return
+        for listener in list(self._state_listeners):
+            self._loop.call_soon_threadsafe(listener, state)
+
+    def add_state_listener(self, listener: Callable[[str], None]) -> None:
+        """``listener(state)`` on the loop for each of kazoo's LOST / SUSPENDED / CONNECTED."""
+        self._state_listeners.append(listener)
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking kazoo call on a worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(None, partial(fn, *args, **kwargs))
+
+    def _bridge(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        loop = self.loop
+
+        def on_kazoo_thread(*args: Any) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(fn, *args)
+
+        return on_kazoo_thread
+
+    def watch_children(self, path: str, callback: Callable[[list[str]], None]) -> None:
+        """``callback(children)`` on the loop now and whenever the children of ``path`` change."""
+        self.client.ChildrenWatch(path, self._bridge(callback))
+
+    def watch_data(self, path: str, callback: Callable[[bytes | None, ZnodeStat | None], Any]) -> None:
+        """``callback(data, stat)`` on the loop now and on every change; (None, None) once deleted.
+
+        The watch ends after the znode is deleted.
+        """
+        bridged = self._bridge(callback)
+
+        def on_change(data: bytes | None, stat: ZnodeStat | None, *_: Any) -> bool | None:
+            bridged(data, stat)
+            return False if stat is None else None
+
+        self.client.DataWatch(path, on_change)
+
+    # -- small typed helpers -------------------------------------------------------------
+
+    async def get_json(self, path: str) -> tuple[Any, ZnodeStat] | None:
+        try:
+            data, stat = await self.call(self.client.get, path)
+        except NoNodeError:
+            return None
+        return from_json(data), stat
+
+    async def children(self, path: str) -> list[str]:
+        try:
+            return sorted(await self.call(self.client.get_children, path))
+        except NoNodeError:
+            return []
+
+    async def create_ephemeral(self, path: str, value: Any) -> bool:
+        """True if created, False if the node already exists."""
+        try:
+            await self.call(self.client.create, path, to_json(value), ephemeral=True, makepath=True)
+            return True
+        except NodeExistsError:
+            return False
+
+    def session_id(self) -> int | None:
+        sid = self.client.client_id
+        return sid[0] if sid else None
+
+    @staticmethod
+    def is_connected(state: str) -> bool:
+        return state == KazooState.CONNECTED

@@ -1,0 +1,245 @@
+"""``headwater produce`` and ``headwater consume``: the console producer and consumer.
+
+    headwater produce --bootstrap-server H:P --topic T [--key-separator SEP] [--acks 1] [--compression none]
+                      [--header k=v ...]                  (one record per line of stdin)
+    headwater consume --bootstrap-server H:P --topic T [--partition P] [--from-beginning | --offset N]
+                      [--max-messages N] [--timeout-ms MS] [--print-key] [--print-headers] [--print-offset]
+
+Like kafka-console-producer with ``parse.key`` (given ``--key-separator`` or ``--parse-key``) and
+kafka-console-consumer's default formatter. Failures are one line on stderr and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import sys
+import time
+from typing import Any, BinaryIO
+
+from headwater.cli.topics import (
+    CliError,
+    add_bootstrap_argument,
+    bootstrap_of,
+    describe_error,
+    run_command,
+)
+
+_CLI_UNKNOWN_TOPIC_TIMEOUT_MS = 3000
+_POLL_MS = 500
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    produce = sub.add_parser("produce", help="send lines of stdin as records")
+    add_bootstrap_argument(produce, suppress=False)
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--key-separator", help="split each line into key SEP value (implies --parse-key)")
+    produce.add_argument("--parse-key", action="store_true", help="lines are KEY<separator>VALUE (default tab)")
+    produce.add_argument("--acks", default="1", choices=["0", "1", "-1", "all"])
+    produce.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    produce.add_argument("--header", action="append", default=[], metavar="KEY=VALUE", help="on every record")
+    produce.add_argument("--partition", type=int, help="send every record to this partition")
+    produce.add_argument("--linger-ms", type=int, default=5)
+    produce.add_argument("--batch-size", type=int, default=16384)
+    produce.add_argument("--request-timeout-ms", type=int, default=30000)
+    produce.add_argument("--delivery-timeout-ms", type=int, default=120000)
+    produce.set_defaults(func=lambda args: run_command("headwater produce", _produce, args))
+
+    consume = sub.add_parser("consume", help="print records of a topic")
+    add_bootstrap_argument(consume, suppress=False)
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--partition", type=int, help="one partition (default: all)")
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="start at the earliest offset")
+    start.add_argument("--offset", help="start offset: a number, 'earliest' or 'latest' (the default)")
+    consume.add_argument("--max-messages", type=int, help="exit after this many records")
+    consume.add_argument("--timeout-ms", type=int, help="exit when nothing arrives for this long")
+    consume.add_argument("--print-key", action="store_true")
+    consume.add_argument("--print-headers", action="store_true")
+    consume.add_argument("--print-offset", action="store_true")
+    consume.add_argument("--print-partition", action="store_true")
+    consume.add_argument("--print-timestamp", action="store_true")
+    consume.add_argument("--key-separator", default="\t", help="between printed fields (default tab)")
+    consume.add_argument("--max-bytes", type=int, default=1048576, help="per partition and fetch")
+    consume.set_defaults(func=lambda args: run_command("headwater consume", _consume, args))
+
+
+# -- produce ---------------------------------------------------------------------------------------
+
+
+def _parse_headers(items: list[str]) -> list[tuple[str, bytes]]:
+    out: list[tuple[str, bytes]] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--header expects KEY=VALUE, got {item!r}")
+        out.append((key, value.encode("utf-8")))
+    return out
+
+
+def _lines(stream: BinaryIO) -> Any:
+    for raw in stream:
+        line = raw[:-1] if raw.endswith(b"\n") else raw
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        yield line
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from headwater.client.admin import validate_topic_name
+    from headwater.client.sync import SyncProducer
+
+    validate_topic_name(args.topic)
+    headers = _parse_headers(args.header)
+    separator: bytes | None = None
+    if args.key_separator is not None:
+        if not args.key_separator:
+            raise CliError("--key-separator must not be empty")
+        separator = args.key_separator.encode("utf-8")
+    elif args.parse_key:
+        separator = b"\t"
+    producer = SyncProducer(
+        bootstrap_of(args),
+        acks=args.acks,
+        compression=args.compression,
+        linger_ms=args.linger_ms,
+        batch_size=args.batch_size,
+        request_timeout_ms=args.request_timeout_ms,
+        delivery_timeout_ms=args.delivery_timeout_ms,
+        unknown_topic_timeout_ms=_CLI_UNKNOWN_TOPIC_TIMEOUT_MS,
+        client_id="headwater-console-producer",
+    )
+    pending: list[concurrent.futures.Future[Any]] = []
+    failures: list[BaseException] = []
+    sent = 0
+    try:
+        producer.start()
+        for number, line in enumerate(_lines(sys.stdin.buffer), 1):
+            key: bytes | None = None
+            value = line
+            if separator is not None:
+                key, sep, value = line.partition(separator)
+                if not sep:
+                    raise CliError(f"line {number} has no key separator {separator.decode()!r}")
+            fut = producer.send(args.topic, value, key, headers, args.partition)
+            sent += 1
+            if sent == 1:
+                fut.result()  # the first record checks the topic and the cluster before we pipeline
+                continue
+            pending.append(fut)
+            if len(pending) >= 1000:
+                pending = _collect(pending, failures, wait=False)
+                if failures:
+                    break
+        if not failures:
+            producer.flush()
+            _collect(pending, failures, wait=True)
+    finally:
+        producer.close(timeout=5.0 if failures else None)
+    if failures:
+        more = f" ({len(failures)} records failed)" if len(failures) > 1 else ""
+        print(f"headwater produce: error: {describe_error(failures[0])}{more}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _collect(
+    futures: list[concurrent.futures.Future[Any]], failures: list[BaseException], *, wait: bool
+) -> list[concurrent.futures.Future[Any]]:
+    """Record the failures among ``futures``; return those still pending."""
+    if wait:
+        concurrent.futures.wait(futures)
+    still: list[concurrent.futures.Future[Any]] = []
+    for fut in futures:
+        if not fut.done():
+            still.append(fut)
+        elif fut.exception() is not None:
+            failures.append(fut.exception())  # type: ignore[arg-type]
+    return still
+
+
+# -- consume ---------------------------------------------------------------------------------------
+
+
+def _start_of(args: argparse.Namespace) -> str | int:
+    if args.from_beginning:
+        return "earliest"
+    if args.offset is None:
+        return "latest"
+    text = str(args.offset).strip().lower()
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        offset = int(text)
+    except ValueError:
+        raise CliError(f"--offset must be a number, 'earliest' or 'latest', not {args.offset!r}") from None
+    if offset < 0:
+        raise CliError(f"--offset must not be negative, got {offset}")
+    return offset
+
+
+def _format(record: Any, args: argparse.Namespace, sep: bytes) -> bytes:
+    parts: list[bytes] = []
+    if args.print_timestamp:
+        parts.append(b"CreateTime:%d" % record.timestamp)
+    if args.print_partition:
+        parts.append(b"Partition:%d" % record.partition)
+    if args.print_offset:
+        parts.append(b"Offset:%d" % record.offset)
+    if args.print_headers:
+        if record.headers:
+            parts.append(b",".join(k.encode() + b":" + (v if v is not None else b"null") for k, v in record.headers))
+        else:
+            parts.append(b"NO_HEADERS")
+    if args.print_key:
+        parts.append(b"null" if record.key is None else record.key)
+    parts.append(b"null" if record.value is None else record.value)
+    return sep.join(parts) + b"\n"
+
+
+def _consume(args: argparse.Namespace) -> int:
+    from headwater.client.admin import validate_topic_name
+    from headwater.client.sync import SyncConsumer
+
+    validate_topic_name(args.topic)
+    start = _start_of(args)
+    if args.max_messages is not None and args.max_messages < 0:
+        raise CliError("--max-messages must not be negative")
+    if args.timeout_ms is not None and args.timeout_ms < 0:
+        raise CliError("--timeout-ms must not be negative")
+    sep = args.key_separator.encode("utf-8")
+    out = sys.stdout.buffer
+    consumer = SyncConsumer(
+        bootstrap_of(args),
+        client_id="headwater-console-consumer",
+        unknown_topic_timeout_ms=_CLI_UNKNOWN_TOPIC_TIMEOUT_MS,
+    )
+    count = 0
+    try:
+        sub = consumer.follow(args.topic, args.partition, start, max_bytes=args.max_bytes)
+        limit = args.max_messages
+        last_activity = time.monotonic()
+        while limit is None or count < limit:
+            wait = _POLL_MS
+            if args.timeout_ms is not None:
+                remaining = args.timeout_ms - (time.monotonic() - last_activity) * 1000
+                if remaining <= 0:
+                    break
+                wait = max(1, min(wait, int(remaining)))
+            records = sub.poll(max_wait_ms=wait)
+            if not records:
+                continue
+            last_activity = time.monotonic()
+            for record in records:
+                out.write(_format(record, args, sep))
+                count += 1
+                if limit is not None and count >= limit:
+                    break
+            out.flush()
+    finally:
+        try:
+            out.flush()
+        finally:
+            consumer.close()
+    print(f"Processed a total of {count} messages", file=sys.stderr)
+    return 0

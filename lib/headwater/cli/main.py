@@ -1,0 +1,55 @@
+"""``headwater``: one console script, Kafka-style subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="headwater", description="Headwater: Kafka as its authors described it.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    broker = sub.add_parser("broker", help="run a broker")
+    broker_sub = broker.add_subparsers(dest="broker_command", required=True, metavar="ACTION")
+    start = broker_sub.add_parser("start", help="start a broker in the foreground")
+    start.add_argument("-c", "--config", help="server.properties file")
+    start.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="override a property (repeatable)"
+    )
+    start.add_argument("--log-level", default="INFO")
+    start.set_defaults(func=_broker_start)
+
+    _add_client_commands(sub)
+    return parser
+
+
+def _add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    try:
+        from headwater.cli import console, topics
+    except ImportError:  # pragma: no cover - during bootstrap of the tree
+        return
+    topics.add_parser(sub)
+    console.add_parsers(sub)
+
+
+def _broker_start(args: argparse.Namespace) -> int:
+    from headwater.broker.main import run
+
+    return run(args.config, args.override, args.log_level)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

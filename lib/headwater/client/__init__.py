@@ -1,0 +1,67 @@
+"""Headwater's Kafka client: an asyncio core with a thin synchronous facade.
+
+Async: :class:`Producer`, :class:`Consumer` (the simple consumer), :class:`Admin`, built on
+:class:`Cluster` (metadata, one :class:`BrokerConnection` per broker). Blocking:
+:class:`SyncProducer`, :class:`SyncConsumer`, :class:`SyncAdmin`. The client depends on
+:mod:`headwater.protocol` only.
+"""
+
+from headwater.client.admin import Admin, ConfigEntry, NewTopic, TopicDescription, validate_topic_name
+from headwater.client.cluster import BrokerMetadata, Cluster, PartitionMetadata, TopicMetadata
+from headwater.client.connection import BrokerConnection
+from headwater.client.consumer import (
+    EARLIEST,
+    LATEST,
+    Consumer,
+    ConsumerRecord,
+    FetchResult,
+    OffsetAndTimestamp,
+    Subscription,
+)
+from headwater.client.errors import (
+    ErrorCode,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    OffsetOutOfRangeError,
+    UnknownTopicError,
+)
+from headwater.client.partitioner import DefaultPartitioner, Partitioner, RoundRobinPartitioner, murmur2
+from headwater.client.producer import Producer, RecordMetadata
+from headwater.client.sync import SyncAdmin, SyncConsumer, SyncProducer, SyncSubscription
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "Admin",
+    "BrokerConnection",
+    "BrokerMetadata",
+    "Cluster",
+    "ConfigEntry",
+    "Consumer",
+    "ConsumerRecord",
+    "DefaultPartitioner",
+    "ErrorCode",
+    "FetchResult",
+    "KafkaConnectionError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "NewTopic",
+    "OffsetAndTimestamp",
+    "OffsetOutOfRangeError",
+    "PartitionMetadata",
+    "Partitioner",
+    "Producer",
+    "RecordMetadata",
+    "RoundRobinPartitioner",
+    "Subscription",
+    "SyncAdmin",
+    "SyncConsumer",
+    "SyncProducer",
+    "SyncSubscription",
+    "TopicDescription",
+    "TopicMetadata",
+    "UnknownTopicError",
+    "murmur2",
+    "validate_topic_name",
+]

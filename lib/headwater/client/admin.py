@@ -1,0 +1,320 @@
+"""Topic administration: create, delete, list, describe, and read topic configs.
+
+CreateTopics and DeleteTopics go to the controller (the Metadata response names it); a
+NOT_CONTROLLER answer refreshes the metadata and retries. Descriptions come from Metadata,
+configs from DescribeConfigs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from headwater.client.cluster import Cluster, PartitionMetadata
+from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
+from headwater.protocol.apis import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS
+from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.schema import Api, Message
+
+__all__ = ["Admin", "ConfigEntry", "NewTopic", "TopicDescription", "validate_topic_name"]
+
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+MAX_TOPIC_NAME = 249
+
+#: DescribeConfigs config_source values (v1+).
+CONFIG_SOURCES = {
+    -1: "UNKNOWN",
+    0: "UNKNOWN",
+    1: "DYNAMIC_TOPIC_CONFIG",
+    2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG",
+    5: "DEFAULT_CONFIG",
+    6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+}
+_RESOURCE_TOPIC = 2
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rule (``Topic.validate``); raises KafkaError(INVALID_TOPIC_EXCEPTION) with the reason."""
+    if not name:
+        reason = "the name is empty"
+    elif name in (".", ".."):
+        reason = "'.' and '..' are not allowed"
+    elif len(name) > MAX_TOPIC_NAME:
+        reason = f"the name is longer than {MAX_TOPIC_NAME} characters"
+    elif not _LEGAL.fullmatch(name):
+        reason = "legal characters are ASCII letters, digits, '.', '_' and '-'"
+    else:
+        return
+    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"invalid topic name {name!r}: {reason}")
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    name: str
+    num_partitions: int = 1
+    replication_factor: int = 1
+    configs: Mapping[str, str] = field(default_factory=dict)
+    #: partition -> broker ids; when given, num_partitions and replication_factor are ignored.
+    assignments: Mapping[int, Sequence[int]] | None = None
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    partitions: list[PartitionMetadata]
+    is_internal: bool = False
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: str  # one of CONFIG_SOURCES' names
+    is_default: bool
+    read_only: bool
+    is_sensitive: bool
+
+
+class Admin:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        client_id: str = "headwater-admin",
+        request_timeout_ms: int = 30000,
+        connect_timeout_ms: int = 10000,
+        retry_backoff_ms: int = 100,
+        retries: int = 5,
+        cluster: Cluster | None = None,
+    ) -> None:
+        self.retries = retries
+        self.retry_backoff = retry_backoff_ms / 1000.0
+        self.request_timeout = request_timeout_ms / 1000.0
+        self._owns_cluster = cluster is None
+        self.cluster = cluster or Cluster(
+            bootstrap,
+            client_id=client_id,
+            connect_timeout=connect_timeout_ms / 1000.0,
+            request_timeout=self.request_timeout,
+            retry_backoff=self.retry_backoff,
+            allow_auto_create_topics=False,
+        )
+
+    async def __aenter__(self) -> Admin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owns_cluster:
+            await self.cluster.close()
+
+    async def _to_controller(self, api: Api, body: Message, timeout: float) -> Message:
+        """Send to the controller; returns the response (callers look for NOT_CONTROLLER in it)."""
+        if self.cluster.controller_id < 0:
+            await self.cluster.refresh()
+        controller = self.cluster.controller_id
+        if controller < 0:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the cluster has no controller right now")
+        return await self.cluster.request(controller, api, body, timeout=timeout)
+
+    # -- create / delete -------------------------------------------------------------------------
+
+    async def create_topics(
+        self, topics: Iterable[NewTopic], *, timeout_ms: int = 30000, validate_only: bool = False
+    ) -> dict[str, KafkaError | None]:
+        """Create topics; per topic name, None on success or the KafkaError the controller answered."""
+        wanted = list(topics)
+        for t in wanted:
+            validate_topic_name(t.name)
+        body: Message = {
+            "topics": [_create_entry(t) for t in wanted],
+            "timeout_ms": timeout_ms,
+            "validate_only": validate_only,
+        }
+
+        def entries(response: Message) -> list[tuple[str, int, str | None]]:
+            return [(t["name"], t["error_code"], t.get("error_message")) for t in response["topics"]]
+
+        return await self._admin_call(CREATE_TOPICS, body, entries, [t.name for t in wanted], timeout_ms)
+
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int = 1,
+        replication_factor: int = 1,
+        configs: Mapping[str, str] | None = None,
+        *,
+        timeout_ms: int = 30000,
+    ) -> None:
+        """Create one topic; raises its KafkaError (TOPIC_ALREADY_EXISTS, INVALID_REPLICATION_FACTOR, ...)."""
+        result = await self.create_topics(
+            [NewTopic(name, num_partitions, replication_factor, dict(configs or {}))], timeout_ms=timeout_ms
+        )
+        error = result.get(name)
+        if error is not None:
+            raise error
+
+    async def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 30000) -> dict[str, KafkaError | None]:
+        wanted = list(names)
+        body: Message = {"topic_names": wanted, "timeout_ms": timeout_ms}
+
+        def entries(response: Message) -> list[tuple[str, int, str | None]]:
+            return [(t["name"], t["error_code"], None) for t in response["responses"]]
+
+        return await self._admin_call(DELETE_TOPICS, body, entries, wanted, timeout_ms)
+
+    async def delete_topic(self, name: str, *, timeout_ms: int = 30000) -> None:
+        error = (await self.delete_topics([name], timeout_ms=timeout_ms)).get(name)
+        if error is not None:
+            if error.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise UnknownTopicError(name)
+            raise error
+
+    async def _admin_call(
+        self,
+        api: Api,
+        body: Message,
+        entries: Callable[[Message], list[tuple[str, int, str | None]]],
+        names: list[str],
+        timeout_ms: int,
+    ) -> dict[str, KafkaError | None]:
+        backoff = self.retry_backoff
+        result: dict[str, KafkaError | None] = {}
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                await self.cluster.refresh()
+            try:
+                response = await self._to_controller(api, body, timeout_ms / 1000.0 + self.request_timeout)
+            except (KafkaConnectionError, KafkaTimeoutError):
+                if attempt == self.retries:
+                    raise
+                await self.cluster.refresh()
+                continue
+            result = {}
+            not_controller = False
+            for name, code_num, message in entries(response):
+                code = ErrorCode.of(code_num)
+                if code is ErrorCode.NOT_CONTROLLER:
+                    not_controller = True
+                result[name] = None if code is ErrorCode.NONE else KafkaError(code, message or _describe(code, name))
+            if not not_controller:
+                break
+        for name in names:
+            result.setdefault(name, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for topic {name!r}"))
+        return result
+
+    # -- describe --------------------------------------------------------------------------------
+
+    async def list_topics(self, *, include_internal: bool = True) -> list[str]:
+        await self.cluster.refresh(all_topics=True)
+        return sorted(n for n, t in self.cluster.topics.items() if include_internal or not t.is_internal)
+
+    async def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        """Leader, replicas and ISR of every partition of ``names`` (all topics when None).
+        Raises UnknownTopicError for a named topic that does not exist."""
+        if names is None:
+            await self.cluster.refresh(all_topics=True)
+            wanted = sorted(self.cluster.topics)
+        else:
+            wanted = list(names)
+            await self.cluster.refresh(wanted)
+        out: list[TopicDescription] = []
+        for name in wanted:
+            tm = self.cluster.topics.get(name)
+            if tm is None:
+                code = self.cluster.topic_errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                if code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise UnknownTopicError(name)
+                raise KafkaError(code, f"describing topic {name!r}: {code.name}")
+            out.append(TopicDescription(name, [tm.partitions[p] for p in sorted(tm.partitions)], tm.is_internal))
+        return out
+
+    async def describe_configs(self, topic: str, keys: Iterable[str] | None = None) -> dict[str, ConfigEntry]:
+        """The topic's configuration (every key, or ``keys``), from any broker."""
+        body: Message = {
+            "resources": [
+                {
+                    "resource_type": _RESOURCE_TOPIC,
+                    "resource_name": topic,
+                    "configuration_keys": None if keys is None else list(keys),
+                }
+            ],
+            "include_synonyms": False,
+        }
+        response = await self.cluster.request(None, DESCRIBE_CONFIGS, body)
+        out: dict[str, ConfigEntry] = {}
+        for r in response["results"]:
+            code = ErrorCode.of(r["error_code"])
+            if code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise UnknownTopicError(topic)
+            if code is not ErrorCode.NONE:
+                raise KafkaError(code, r.get("error_message") or f"describing configs of {topic!r}: {code.name}")
+            for c in r["configs"]:
+                source_id = int(c.get("config_source", -1))
+                if source_id == -1:  # v0: only is_default
+                    source_id = 5 if c.get("is_default") else 1
+                out[c["name"]] = ConfigEntry(
+                    name=c["name"],
+                    value=c.get("value"),
+                    source=CONFIG_SOURCES.get(source_id, "UNKNOWN"),
+                    is_default=source_id == 5,
+                    read_only=bool(c.get("read_only")),
+                    is_sensitive=bool(c.get("is_sensitive")),
+                )
+        return out
+
+    async def wait_for_topic(self, name: str, *, timeout: float = 30.0, exists: bool = True) -> None:
+        """Wait until every partition of ``name`` has a leader (or, ``exists=False``, until it is gone)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            await self.cluster.refresh([name])
+            tm = self.cluster.topics.get(name)
+            if exists and tm is not None and tm.partitions and all(p.leader >= 0 for p in tm.partitions.values()):
+                return
+            if not exists and tm is None:
+                return
+            if time.monotonic() >= deadline:
+                state = "ready" if exists else "deleted"
+                raise KafkaTimeoutError(f"topic {name!r} was not {state} within {timeout:g}s")
+            await asyncio.sleep(self.retry_backoff)
+
+
+def _create_entry(t: NewTopic) -> Message:
+    if t.assignments:
+        return {
+            "name": t.name,
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "assignments": [
+                {"partition_index": p, "broker_ids": list(ids)} for p, ids in sorted(t.assignments.items())
+            ],
+            "configs": [{"name": k, "value": v} for k, v in t.configs.items()],
+        }
+    return {
+        "name": t.name,
+        "num_partitions": t.num_partitions,
+        "replication_factor": t.replication_factor,
+        "assignments": [],
+        "configs": [{"name": k, "value": v} for k, v in t.configs.items()],
+    }
+
+
+def _describe(code: ErrorCode, name: str) -> str:
+    if code is ErrorCode.TOPIC_ALREADY_EXISTS:
+        return f"topic {name!r} already exists"
+    if code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        return f"topic {name!r} does not exist"
+    return f"topic {name!r}: {code.name}"

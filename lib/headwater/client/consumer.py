@@ -1,0 +1,469 @@
+"""The simple consumer: fetch from an offset, ask for offsets, follow partitions.
+
+Fetch is sessionless (session id 0, epoch -1) at the highest common version (v4+, record batches);
+ListOffsets v0 serves :meth:`Consumer.offsets_before` (the seeds' ``getOffsetsBefore``, several
+offsets per partition), v1+ serves :meth:`Consumer.list_offset`. Requests go to the partition's
+leader; stale-metadata errors refresh the metadata and retry with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from headwater.client.cluster import STALE_METADATA_ERRORS, Cluster
+from headwater.client.errors import (
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    OffsetOutOfRangeError,
+    UnknownTopicError,
+)
+from headwater.protocol.apis import FETCH, LIST_OFFSETS
+from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.records.record import iter_batches
+from headwater.protocol.schema import Message
+
+log = logging.getLogger("headwater.client.consumer")
+
+__all__ = ["EARLIEST", "LATEST", "Consumer", "ConsumerRecord", "FetchResult", "OffsetAndTimestamp", "Subscription"]
+
+#: ListOffsets timestamps: the log end offset, and the log start offset.
+LATEST = -1
+EARLIEST = -2
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+class FetchResult(NamedTuple):
+    records: list[ConsumerRecord]
+    high_watermark: int
+
+
+class OffsetAndTimestamp(NamedTuple):
+    offset: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class _PartitionData:
+    records: list[ConsumerRecord]
+    high_watermark: int
+    log_start_offset: int
+    next_offset: int  # where the next fetch should start (past control and empty batches too)
+
+
+class Consumer:
+    """An asyncio simple consumer (no group, no committed offsets)."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        client_id: str = "headwater-consumer",
+        request_timeout_ms: int = 30000,
+        connect_timeout_ms: int = 10000,
+        retry_backoff_ms: int = 100,
+        metadata_timeout_ms: int = 60000,
+        unknown_topic_timeout_ms: int = 5000,
+        retries: int = 10,
+        isolation_level: int = 0,
+        cluster: Cluster | None = None,
+    ) -> None:
+        self.retry_backoff = retry_backoff_ms / 1000.0
+        self.request_timeout = request_timeout_ms / 1000.0
+        self.retries = retries
+        self.isolation_level = isolation_level
+        self._owns_cluster = cluster is None
+        self.cluster = cluster or Cluster(
+            bootstrap,
+            client_id=client_id,
+            connect_timeout=connect_timeout_ms / 1000.0,
+            request_timeout=self.request_timeout,
+            retry_backoff=self.retry_backoff,
+            metadata_timeout=metadata_timeout_ms / 1000.0,
+            unknown_topic_timeout=unknown_topic_timeout_ms / 1000.0,
+            allow_auto_create_topics=False,
+        )
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owns_cluster:
+            await self.cluster.close()
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The topic's partition ids; UnknownTopicError if it does not exist."""
+        return await self.cluster.partitions_for(topic)
+
+    # -- fetch -----------------------------------------------------------------------------------
+
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int = 1048576,
+        max_wait_ms: int = 500,
+        min_bytes: int = 1,
+    ) -> FetchResult:
+        """Records of (topic, partition) from ``offset`` on, and the partition's high watermark.
+
+        Waits up to ``max_wait_ms`` for ``min_bytes``; an empty list means nothing new arrived.
+        Raises OffsetOutOfRangeError, UnknownTopicError, KafkaError.
+        """
+        got = await self.fetch_many(
+            [(topic, partition, offset)], max_bytes=max_bytes, max_wait_ms=max_wait_ms, min_bytes=min_bytes
+        )
+        return got[(topic, partition)]
+
+    async def fetch_many(
+        self,
+        requests: Iterable[tuple[str, int, int]],
+        *,
+        max_bytes: int = 1048576,
+        max_wait_ms: int = 500,
+        min_bytes: int = 1,
+        total_max_bytes: int = 52428800,
+    ) -> dict[TopicPartition, FetchResult]:
+        """Fetch several (topic, partition, offset) at once: one request per leader, concurrently.
+
+        ``max_bytes`` bounds each partition, ``total_max_bytes`` each response.
+        """
+        data = await self._fetch(list(requests), max_bytes, max_wait_ms, min_bytes, total_max_bytes)
+        return {tp: FetchResult(d.records, d.high_watermark) for tp, d in data.items()}
+
+    async def _fetch(
+        self,
+        requests: list[tuple[str, int, int]],
+        partition_max_bytes: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        total_max_bytes: int,
+        *,
+        partial: bool = False,
+    ) -> dict[TopicPartition, _PartitionData]:
+        """One answer per request, retrying stale-metadata and connection errors ``retries`` times.
+
+        With ``partial``, one round only: partitions that failed with a retriable error (or have no
+        known leader) are left out of the answer and the metadata is refreshed for them.
+        """
+        out: dict[TopicPartition, _PartitionData] = {}
+        todo = {(t, p): o for t, p, o in requests}
+        backoff = self.retry_backoff
+        last: Exception | None = None
+        for attempt in range(1 if partial else self.retries + 1):
+            if attempt:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                await self.cluster.refresh({t for t, _ in todo})
+            by_node: dict[int, dict[TopicPartition, int]] = {}
+            retry: dict[TopicPartition, int] = {}
+            for tp, offset in todo.items():
+                leader = self.cluster.leader(*tp)
+                if leader < 0:
+                    if partial and self.cluster.topics.get(tp[0]) is not None:
+                        retry[tp] = offset
+                        continue
+                    leader = await self.cluster.leader_for(*tp)
+                by_node.setdefault(leader, {})[tp] = offset
+            results = await asyncio.gather(
+                *(
+                    self._fetch_from(node, parts, partition_max_bytes, max_wait_ms, min_bytes, total_max_bytes)
+                    for node, parts in by_node.items()
+                ),
+                return_exceptions=True,
+            )
+            for (_node, parts), result in zip(by_node.items(), results, strict=True):
+                if isinstance(result, KafkaConnectionError | KafkaTimeoutError):
+                    last = result
+                    retry.update(parts)
+                    continue
+                if isinstance(result, BaseException):
+                    raise result
+                got, stale = result
+                out.update(got)
+                for tp, code in stale.items():
+                    last = KafkaError(code, f"fetching {tp[0]}-{tp[1]}: {code.name}")
+                    retry[tp] = parts[tp]
+            if not retry:
+                return out
+            todo = retry
+        if partial:
+            if last is not None:
+                log.info("fetch incomplete, will retry: %s", last)
+            if not out:  # nothing to hand back: do not spin
+                await asyncio.sleep(self.retry_backoff)
+            try:
+                await self.cluster.refresh({t for t, _ in todo})
+            except (KafkaConnectionError, KafkaTimeoutError) as e:
+                log.warning("metadata refresh failed: %s", e)
+            return out
+        assert last is not None
+        raise last
+
+    async def _fetch_from(
+        self,
+        node: int,
+        parts: dict[TopicPartition, int],
+        partition_max_bytes: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        total_max_bytes: int,
+    ) -> tuple[dict[TopicPartition, _PartitionData], dict[TopicPartition, ErrorCode]]:
+        conn = await self.cluster.connection(node)
+        version = conn.version_for(FETCH)
+        topics: dict[str, list[Message]] = {}
+        for (topic, partition), offset in parts.items():
+            topics.setdefault(topic, []).append(
+                {
+                    "partition": partition,
+                    "current_leader_epoch": -1,
+                    "fetch_offset": offset,
+                    "log_start_offset": -1,
+                    "partition_max_bytes": partition_max_bytes,
+                }
+            )
+        body: Message = {
+            "replica_id": -1,
+            "max_wait_ms": max_wait_ms,
+            "min_bytes": min_bytes,
+            "max_bytes": total_max_bytes,
+            "isolation_level": self.isolation_level,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+        response = await conn.request(FETCH, body, version, timeout=self.request_timeout + max_wait_ms / 1000.0)
+        top = ErrorCode.of(response.get("error_code", 0))
+        if top is not ErrorCode.NONE:
+            raise KafkaError(top, f"fetch from broker {node}: {top.name}")
+        out: dict[TopicPartition, _PartitionData] = {}
+        stale: dict[TopicPartition, ErrorCode] = {}
+        for t in response["responses"]:
+            topic = t["topic"]
+            for p in t["partitions"]:
+                tp = (topic, int(p["partition_index"]))
+                if tp not in parts:
+                    continue
+                offset = parts[tp]
+                code = ErrorCode.of(p["error_code"])
+                if code is ErrorCode.OFFSET_OUT_OF_RANGE:
+                    raise OffsetOutOfRangeError(topic, tp[1], offset)
+                if code in STALE_METADATA_ERRORS or code.retriable:
+                    stale[tp] = code
+                    continue
+                if code is not ErrorCode.NONE:
+                    raise KafkaError(code, f"fetching {topic}-{tp[1]} at offset {offset}: {code.name}")
+                out[tp] = _decode(topic, tp[1], offset, p)
+        for tp in parts:
+            if tp not in out and tp not in stale:
+                stale[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return out, stale
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    async def offsets_before(self, topic: str, partition: int, time: int, max_offsets: int = 1) -> list[int]:
+        """ListOffsets v0: up to ``max_offsets`` segment start offsets before ``time`` (ms), newest
+        first; ``time`` -1 (LATEST) gives the log end offset, -2 (EARLIEST) the log start offset."""
+
+        def body(version: int) -> Message:
+            return _list_offsets_body(topic, partition, time, max_offsets, self.isolation_level)
+
+        p = await self._list_offsets(topic, partition, body, version=0)
+        return [int(o) for o in p["old_style_offsets"]]
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> OffsetAndTimestamp:
+        """ListOffsets v1+: the first offset whose timestamp is >= ``timestamp`` (ms), or LATEST (-1) /
+        EARLIEST (-2). ``offset`` is -1 when no record is that recent."""
+
+        def body(version: int) -> Message:
+            return _list_offsets_body(topic, partition, timestamp, 1, self.isolation_level)
+
+        p = await self._list_offsets(topic, partition, body, version=None)
+        return OffsetAndTimestamp(int(p["offset"]), int(p["timestamp"]))
+
+    async def earliest_offset(self, topic: str, partition: int) -> int:
+        return (await self.list_offset(topic, partition, EARLIEST)).offset
+
+    async def latest_offset(self, topic: str, partition: int) -> int:
+        return (await self.list_offset(topic, partition, LATEST)).offset
+
+    async def _list_offsets(self, topic: str, partition: int, make_body: Any, version: int | None) -> Message:
+        backoff = self.retry_backoff
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                await self.cluster.refresh([topic])
+            leader = await self.cluster.leader_for(topic, partition)
+            try:
+                conn = await self.cluster.connection(leader)
+                v = conn.version_for(LIST_OFFSETS, min_version=1) if version is None else version
+                response = await conn.request(LIST_OFFSETS, make_body(v), v)
+            except (KafkaConnectionError, KafkaTimeoutError) as e:
+                last = e
+                continue
+            for t in response["topics"]:
+                for p in t["partitions"]:
+                    if t["name"] != topic or p["partition_index"] != partition:
+                        continue
+                    code = ErrorCode.of(p["error_code"])
+                    if code is ErrorCode.NONE:
+                        return dict(p)
+                    if code in STALE_METADATA_ERRORS or code.retriable:
+                        last = KafkaError(code, f"offsets of {topic}-{partition}: {code.name}")
+                        break
+                    raise KafkaError(code, f"offsets of {topic}-{partition}: {code.name}")
+                else:
+                    continue
+                break
+            else:
+                last = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {topic}-{partition}")
+        assert last is not None
+        if isinstance(last, KafkaError) and last.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise UnknownTopicError(topic, partition)
+        raise last
+
+    # -- following -------------------------------------------------------------------------------
+
+    def follow(
+        self,
+        topic: str,
+        partitions: int | Sequence[int] | None = None,
+        start: str | int = "latest",
+        *,
+        max_wait_ms: int = 500,
+        max_bytes: int = 1048576,
+    ) -> Subscription:
+        """Follow ``partitions`` (one, several, or None for all) of ``topic`` from ``start``:
+        "earliest", "latest" or an offset. ``async for record in consumer.follow(...)`` never ends;
+        :meth:`Subscription.poll` returns what one round of fetches brought."""
+        parts = [partitions] if isinstance(partitions, int) else None if partitions is None else list(partitions)
+        return Subscription(self, topic, parts, start, max_wait_ms=max_wait_ms, max_bytes=max_bytes)
+
+
+class Subscription:
+    """Positions in some partitions of one topic, advanced by :meth:`poll`."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        topic: str,
+        partitions: list[int] | None,
+        start: str | int,
+        *,
+        max_wait_ms: int = 500,
+        max_bytes: int = 1048576,
+    ) -> None:
+        if isinstance(start, str) and start not in ("earliest", "latest"):
+            raise ValueError(f"start must be 'earliest', 'latest' or an offset, not {start!r}")
+        self.consumer = consumer
+        self.topic = topic
+        self.partitions = partitions
+        self.start = start
+        self.max_wait_ms = max_wait_ms
+        self.max_bytes = max_bytes
+        self.positions: dict[int, int] = {}
+        self.high_watermarks: dict[int, int] = {}
+
+    async def _init(self) -> None:
+        if self.positions:
+            return
+        all_parts = await self.consumer.partitions_for(self.topic)
+        parts = all_parts if self.partitions is None else self.partitions
+        for p in parts:
+            if p not in all_parts:
+                raise UnknownTopicError(self.topic, p)
+        if isinstance(self.start, int):
+            self.positions = dict.fromkeys(parts, self.start)
+            return
+        which = EARLIEST if self.start == "earliest" else LATEST
+        offsets = await asyncio.gather(*(self.consumer.list_offset(self.topic, p, which) for p in parts))
+        self.positions = {p: o.offset for p, o in zip(parts, offsets, strict=True)}
+
+    async def poll(self, max_wait_ms: int | None = None) -> list[ConsumerRecord]:
+        """One fetch round over every followed partition; [] when nothing arrived within the wait."""
+        await self._init()
+        wait = self.max_wait_ms if max_wait_ms is None else max_wait_ms
+        requests = [(self.topic, p, o) for p, o in self.positions.items()]
+        started = time.monotonic()
+        try:
+            data = await self.consumer._fetch(requests, self.max_bytes, wait, 1, 52428800, partial=True)
+        except (KafkaConnectionError, KafkaTimeoutError) as e:
+            log.warning("fetch failed, retrying: %s", e)
+            await self._pause(started, wait)
+            return []
+        out: list[ConsumerRecord] = []
+        for (_, p), d in sorted(data.items()):
+            out.extend(d.records)
+            self.high_watermarks[p] = d.high_watermark
+            if d.next_offset > self.positions[p]:
+                self.positions[p] = d.next_offset
+        return out
+
+    async def _pause(self, started: float, wait_ms: int) -> None:
+        await asyncio.sleep(max(self.consumer.retry_backoff, wait_ms / 1000.0 - (time.monotonic() - started)))
+
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[ConsumerRecord]:
+        while True:
+            for record in await self.poll():
+                yield record
+
+
+def _list_offsets_body(topic: str, partition: int, timestamp: int, max_offsets: int, isolation: int) -> Message:
+    return {
+        "replica_id": -1,
+        "isolation_level": isolation,
+        "topics": [
+            {
+                "name": topic,
+                "partitions": [
+                    {
+                        "partition_index": partition,
+                        "current_leader_epoch": -1,
+                        "timestamp": timestamp,
+                        "max_num_offsets": max_offsets,
+                    }
+                ],
+            }
+        ],
+    }
+
+
+def _decode(topic: str, partition: int, offset: int, p: Message) -> _PartitionData:
+    records: list[ConsumerRecord] = []
+    next_offset = offset
+    data = p.get("records")
+    if data:
+        for header, batch in iter_batches(data):
+            if header.next_offset > next_offset:
+                next_offset = header.next_offset
+            for r in batch:
+                if r.offset >= offset:
+                    records.append(ConsumerRecord(topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers))
+    return _PartitionData(records, int(p["high_watermark"]), int(p.get("log_start_offset", -1)), next_offset)

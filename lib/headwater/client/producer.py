@@ -1,0 +1,516 @@
+"""The producer: records are partitioned, collected into one open batch per partition, and sent
+by a background task when a batch is full (``batch_size`` bytes) or has waited ``linger_ms``.
+
+Each Produce request carries at most one batch per partition, and a partition has at most one
+batch in flight, so records of a partition are written in the order they were sent, retries
+included. Retriable errors (NOT_LEADER_FOR_PARTITION, a broken connection, a timeout, ...) put
+the batch back at the head of its partition's queue after ``retry_backoff_ms`` (refreshing
+metadata when the error says it is stale) until ``retries`` or ``delivery_timeout_ms`` run out.
+Whatever finally happens to a record is reported through the future :meth:`Producer.send`
+returned: a :class:`RecordMetadata`, or a :class:`KafkaError` / :class:`KafkaConnectionError` /
+:class:`KafkaTimeoutError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from headwater.client.cluster import STALE_METADATA_ERRORS, Cluster
+from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
+from headwater.client.partitioner import DefaultPartitioner, Partitioner
+from headwater.protocol.apis import PRODUCE
+from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.records.compression import Codec, codec_from_name
+from headwater.protocol.records.record import RecordInput, encode_batch
+
+log = logging.getLogger("headwater.client.producer")
+
+__all__ = ["Producer", "RecordMetadata", "to_bytes"]
+
+_BATCH_OVERHEAD = 61  # the record batch header
+_RECORD_OVERHEAD = 21  # varints and attributes of one record, at most (small records are less)
+
+Serializer = Callable[[Any], bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where a record was written. ``offset`` is -1 with acks=0 (the broker does not say)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+def to_bytes(value: Any) -> bytes | None:
+    """The default serializer: bytes-like as is, str as UTF-8, None as null."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise TypeError(f"cannot send a {type(value).__name__} without a serializer (bytes or str expected)")
+
+
+def parse_acks(acks: int | str) -> int:
+    if isinstance(acks, str):
+        text = acks.strip().lower()
+        if text == "all":
+            return -1
+        try:
+            acks = int(text)
+        except ValueError:
+            raise ValueError(f"acks must be 0, 1, -1 or all, not {acks!r}") from None
+    if acks not in (0, 1, -1):
+        raise ValueError(f"acks must be 0, 1, -1 or all, not {acks!r}")
+    return acks
+
+
+class _Batch:
+    __slots__ = (
+        "attempts",
+        "closed",
+        "created",
+        "deadline",
+        "done",
+        "encoded",
+        "futures",
+        "partition",
+        "records",
+        "retry_at",
+        "size",
+        "topic",
+    )
+
+    def __init__(self, topic: str, partition: int, now: float, deadline: float) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.records: list[RecordInput] = []
+        self.futures: list[asyncio.Future[RecordMetadata]] = []
+        self.size = _BATCH_OVERHEAD
+        self.created = now
+        self.deadline = deadline
+        self.closed = False
+        self.encoded: bytes | None = None
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+
+class Producer:
+    """An asyncio producer. Use ``async with Producer(...) as p`` or call :meth:`close`."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        acks: int | str = 1,
+        compression: str | int = "none",
+        linger_ms: float = 0,
+        batch_size: int = 16384,
+        client_id: str = "headwater-producer",
+        retries: int = 2**31 - 1,
+        retry_backoff_ms: int = 100,
+        request_timeout_ms: int = 30000,
+        delivery_timeout_ms: int = 120000,
+        max_request_size: int = 1048576,
+        buffer_memory: int = 32 * 1024 * 1024,
+        metadata_timeout_ms: int = 60000,
+        unknown_topic_timeout_ms: int = 5000,
+        connect_timeout_ms: int = 10000,
+        partitioner: Partitioner | None = None,
+        key_serializer: Serializer | None = None,
+        value_serializer: Serializer | None = None,
+        cluster: Cluster | None = None,
+    ) -> None:
+        self.acks = parse_acks(acks)
+        self.codec = Codec(compression) if isinstance(compression, int) else codec_from_name(compression)
+        if batch_size < 0 or linger_ms < 0 or max_request_size <= _BATCH_OVERHEAD:
+            raise ValueError("batch_size and linger_ms must be >= 0, max_request_size larger than a batch header")
+        self.linger = linger_ms / 1000.0
+        self.batch_size = batch_size
+        self.retries = retries
+        self.retry_backoff = retry_backoff_ms / 1000.0
+        self.request_timeout_ms = request_timeout_ms
+        self.delivery_timeout = delivery_timeout_ms / 1000.0
+        self.max_request_size = max_request_size
+        self.buffer_memory = buffer_memory
+        self.partitioner: Partitioner = partitioner or DefaultPartitioner()
+        self._key_serializer = key_serializer or to_bytes
+        self._value_serializer = value_serializer or to_bytes
+        self._owns_cluster = cluster is None
+        self.cluster = cluster or Cluster(
+            bootstrap,
+            client_id=client_id,
+            connect_timeout=connect_timeout_ms / 1000.0,
+            request_timeout=request_timeout_ms / 1000.0,
+            retry_backoff=self.retry_backoff,
+            metadata_timeout=metadata_timeout_ms / 1000.0,
+            unknown_topic_timeout=unknown_topic_timeout_ms / 1000.0,
+            allow_auto_create_topics=True,
+        )
+        self._queues: dict[tuple[str, int], collections.deque[_Batch]] = {}
+        self._inflight: dict[tuple[str, int], _Batch] = {}
+        self._send_lock = asyncio.Lock()
+        self._wakeup = asyncio.Event()
+        self._space = asyncio.Event()
+        self._buffered = 0
+        self._flushing = 0
+        self._closing = False
+        self._closed = False
+        self._sender: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._refresh_task: asyncio.Task[None] | None = None
+        self._next_refresh = 0.0
+        self._stale_topics: set[str] = set()
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Start the sender task and connect (optional: the first send does it)."""
+        if self._closing:
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._run(), name="headwater-producer-sender")
+            await self.cluster.refresh()
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        headers: Iterable[tuple[str, Any]] = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; the returned future resolves when the broker acknowledged it.
+
+        Waits (here, not in the future) for the topic's metadata and for buffer space; raises
+        UnknownTopicError, KafkaError(MESSAGE_TOO_LARGE), TypeError for an unserializable value.
+        """
+        if self._closing:
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
+        kb = self._key_serializer(key)
+        vb = self._value_serializer(value)
+        hdrs = tuple((str(k), to_bytes(v)) for k, v in headers)
+        ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        size = _RECORD_OVERHEAD + len(kb or b"") + len(vb or b"") + sum(len(k) + len(v or b"") + 4 for k, v in hdrs)
+        if size + _BATCH_OVERHEAD > self.max_request_size:
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"a record of about {size} bytes is larger than max_request_size ({self.max_request_size})",
+            )
+        async with self._send_lock:
+            if self._closing:
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
+            if self._sender is None:
+                await self.start()
+            while self._buffered > 0 and self._buffered + size > self.buffer_memory:
+                self._space.clear()
+                await self._space.wait()
+            tm = await self.cluster.topic_metadata(topic)
+            partitions = sorted(tm.partitions)
+            if partition is None:
+                available = [p for p in partitions if self.cluster.leader(topic, p) >= 0]
+                partition = self.partitioner.partition(topic, kb, partitions, available)
+            elif partition not in tm.partitions:
+                await self.cluster.refresh([topic])
+                tm = self.cluster.topics.get(topic, tm)
+                if partition not in tm.partitions:
+                    raise UnknownTopicError(topic, partition)
+            fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+            self._append(topic, partition, RecordInput(kb, vb, ts, hdrs), fut, size)
+        return fut
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        headers: Iterable[tuple[str, Any]] = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
+        fut = await self.send(topic, value, key, headers, partition, timestamp_ms)
+        return await fut
+
+    def _append(
+        self, topic: str, partition: int, record: RecordInput, fut: asyncio.Future[RecordMetadata], size: int
+    ) -> None:
+        tp = (topic, partition)
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = collections.deque()
+        now = time.monotonic()
+        batch = queue[-1] if queue and not queue[-1].closed else None
+        if batch is not None and batch.size + size > self.batch_size:
+            self._close_batch(batch)
+            batch = None
+        if batch is None:
+            batch = _Batch(topic, partition, now, now + self.delivery_timeout)
+            queue.append(batch)
+            self._wakeup.set()  # a new linger deadline
+        batch.records.append(record)
+        batch.futures.append(fut)
+        batch.size += size
+        self._buffered += size
+        if batch.size >= self.batch_size:
+            self._close_batch(batch)
+
+    def _close_batch(self, batch: _Batch) -> None:
+        if not batch.closed:
+            batch.closed = True
+            self.partitioner.on_new_batch(batch.topic, batch.partition)
+            self._wakeup.set()
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now and wait until each of those records is acknowledged or failed."""
+        waits = [b.done for q in self._queues.values() for b in q] + [b.done for b in self._inflight.values()]
+        if not waits:
+            return
+        self._flushing += 1
+        self._wakeup.set()
+        try:
+            _, pending = await asyncio.wait(waits, timeout=timeout)
+        finally:
+            self._flushing -= 1
+        if pending:
+            raise KafkaTimeoutError(f"flush did not complete within {timeout:g}s ({len(pending)} batches pending)")
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush, stop the sender and close the connections. Records not delivered in ``timeout`` fail."""
+        if self._closed:
+            return
+        self._closing = True
+        try:
+            if self._sender is not None:
+                with contextlib.suppress(KafkaTimeoutError):
+                    await self.flush(timeout)
+        finally:
+            self._closed = True
+            self._wakeup.set()
+            error = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer was closed before the record was sent")
+            for q in self._queues.values():
+                for b in q:
+                    self._fail(b, error)
+            self._queues.clear()
+            tasks = [t for t in (self._sender, self._refresh_task, *self._tasks) if t is not None]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for b in list(self._inflight.values()):
+                self._fail(b, error)
+            if self._owns_cluster:
+                await self.cluster.close()
+
+    # -- the sender ------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._closed:
+            try:
+                timeout = self._send_ready()
+            except Exception:  # a bug: never leave records hanging silently
+                log.exception("producer sender failed")
+                timeout = self.retry_backoff
+            self._wakeup.clear()
+            if timeout is None:
+                await self._wakeup.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(timeout, 0.0)):
+                        await self._wakeup.wait()
+
+    def _send_ready(self) -> float | None:
+        """Start requests for every ready batch; the seconds until something else becomes ready."""
+        now = time.monotonic()
+        next_wake: float | None = None
+        flushing = self._flushing > 0 or self._closing
+        by_node: dict[int, list[_Batch]] = {}
+        for tp, queue in list(self._queues.items()):
+            while queue and queue[0].deadline <= now:
+                expired = queue.popleft()
+                self._fail(
+                    expired,
+                    KafkaTimeoutError(
+                        f"{len(expired.records)} record(s) for {tp[0]}-{tp[1]} expired after "
+                        f"{now - expired.created:.1f}s without being acknowledged"
+                    ),
+                )
+            if not queue:
+                del self._queues[tp]
+                continue
+            if tp in self._inflight:
+                continue
+            batch = queue[0]
+            due = batch.retry_at if batch.closed or flushing else max(batch.retry_at, batch.created + self.linger)
+            if due > now:
+                next_wake = due if next_wake is None else min(next_wake, due)
+                continue
+            leader = self.cluster.leader(*tp)
+            if leader < 0:
+                self._stale_topics.add(tp[0])
+                continue
+            queue.popleft()
+            self._close_batch(batch)
+            self._inflight[tp] = batch
+            by_node.setdefault(leader, []).append(batch)
+        for node, batches in by_node.items():
+            for request in self._split(batches):
+                self._spawn(self._send_request(node, request))
+        if self._stale_topics:
+            if self._refresh_task is None and now >= self._next_refresh:
+                self._refresh_task = asyncio.create_task(self._refresh(), name="headwater-producer-metadata")
+            wait = max(self._next_refresh - now, self.retry_backoff)
+            next_wake = now + wait if next_wake is None else min(next_wake, now + wait)
+        # the earliest delivery deadline, so expiry happens on time
+        for queue in self._queues.values():
+            if queue:
+                d = queue[0].deadline
+                next_wake = d if next_wake is None else min(next_wake, d)
+        return None if next_wake is None else next_wake - now
+
+    def _split(self, batches: list[_Batch]) -> list[list[_Batch]]:
+        out: list[list[_Batch]] = []
+        current: list[_Batch] = []
+        size = 0
+        for b in batches:
+            if b.encoded is None:
+                b.encoded = encode_batch(b.records, compression=self.codec)
+            n = len(b.encoded) + 64
+            if current and size + n > self.max_request_size:
+                out.append(current)
+                current, size = [], 0
+            current.append(b)
+            size += n
+        if current:
+            out.append(current)
+        return out
+
+    def _spawn(self, coro: Any) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _refresh(self) -> None:
+        topics = set(self._stale_topics)
+        self._stale_topics.clear()
+        try:
+            await self.cluster.refresh(topics)
+        except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
+            log.warning("metadata refresh failed: %s", e)
+            self._stale_topics.update(topics)
+        finally:
+            self._next_refresh = time.monotonic() + self.retry_backoff
+            self._refresh_task = None
+            self._wakeup.set()
+
+    async def _send_request(self, node: int, batches: list[_Batch]) -> None:
+        by_tp = {(b.topic, b.partition): b for b in batches}
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for b in batches:
+            topics.setdefault(b.topic, []).append({"partition_index": b.partition, "records": b.encoded})
+        body = {
+            "transactional_id": None,
+            "acks": self.acks,
+            "timeout_ms": self.request_timeout_ms,
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+        }
+        try:
+            try:
+                conn = await self.cluster.connection(node)
+                version = conn.version_for(PRODUCE, min_version=3)  # record batches (magic 2) need v3
+                if self.codec == Codec.ZSTD:
+                    version = conn.version_for(PRODUCE, min_version=7)
+                if self.acks == 0:
+                    await conn.request(PRODUCE, body, version, expect_response=False)
+                    for b in batches:
+                        self._complete(b, -1, -1)
+                    return
+                response = await conn.request(PRODUCE, body, version, timeout=self.request_timeout_ms / 1000.0 + 5.0)
+            except (KafkaConnectionError, KafkaTimeoutError) as e:
+                for b in batches:
+                    self._retry_or_fail(b, e, stale=True)
+                return
+            except KafkaError as e:
+                for b in batches:
+                    self._retry_or_fail(b, e, stale=e.code in STALE_METADATA_ERRORS)
+                return
+            for t in response["responses"]:
+                for p in t["partitions"]:
+                    answered = by_tp.pop((t["name"], p["partition_index"]), None)
+                    if answered is None:
+                        continue
+                    b = answered
+                    code = ErrorCode.of(p["error_code"])
+                    if code is ErrorCode.NONE:
+                        self._complete(b, p["base_offset"], p.get("log_append_time_ms", -1))
+                    else:
+                        error = KafkaError(code, f"producing to {b.topic}-{b.partition}: {code.name}")
+                        self._retry_or_fail(b, error, stale=code in STALE_METADATA_ERRORS)
+            for b in by_tp.values():
+                self._fail(b, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {b.topic}-{b.partition}"))
+        finally:
+            for b in batches:
+                if self._inflight.get((b.topic, b.partition)) is b:
+                    del self._inflight[(b.topic, b.partition)]
+            self._wakeup.set()
+
+    def _retry_or_fail(self, batch: _Batch, error: Exception, *, stale: bool) -> None:
+        retriable = isinstance(error, KafkaConnectionError | KafkaTimeoutError) or (
+            isinstance(error, KafkaError) and error.retriable
+        )
+        now = time.monotonic()
+        if (
+            retriable
+            and not self._closed
+            and batch.attempts < self.retries
+            and now + self.retry_backoff < batch.deadline
+        ):
+            batch.attempts += 1
+            batch.retry_at = now + self.retry_backoff
+            log.debug("retrying %s-%s (attempt %d): %s", batch.topic, batch.partition, batch.attempts, error)
+            tp = (batch.topic, batch.partition)
+            queue = self._queues.get(tp)
+            if queue is None:
+                queue = self._queues[tp] = collections.deque()
+            queue.appendleft(batch)
+            if stale:
+                self._stale_topics.add(batch.topic)
+            return
+        self._fail(batch, error)
+
+    def _complete(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
+        for i, (fut, record) in enumerate(zip(batch.futures, batch.records, strict=True)):
+            if not fut.done():
+                offset = base_offset + i if base_offset >= 0 else -1
+                ts = log_append_time if log_append_time >= 0 else record.timestamp
+                fut.set_result(RecordMetadata(batch.topic, batch.partition, offset, ts))
+        self._finish(batch)
+
+    def _fail(self, batch: _Batch, error: BaseException) -> None:
+        for fut in batch.futures:
+            if not fut.done():
+                fut.set_exception(error)
+        self._finish(batch)
+
+    def _finish(self, batch: _Batch) -> None:
+        if not batch.done.done():
+            batch.done.set_result(None)
+            self._buffered -= batch.size - _BATCH_OVERHEAD
+            self._space.set()

@@ -1,0 +1,287 @@
+"""A thin synchronous facade over the asyncio client.
+
+Each facade object owns a private event loop running on a daemon thread (uvloop when installed);
+its methods submit coroutines to that loop and block on the result. ``SyncProducer.send`` does not
+block: it returns a ``concurrent.futures.Future`` of the RecordMetadata. Sends from one thread keep
+their order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+from headwater.client.admin import Admin, ConfigEntry, NewTopic, TopicDescription
+from headwater.client.consumer import Consumer, ConsumerRecord, FetchResult, OffsetAndTimestamp, Subscription
+from headwater.client.errors import KafkaTimeoutError
+from headwater.client.producer import Producer, RecordMetadata
+from headwater.protocol.errors import KafkaError
+
+__all__ = ["EventLoopThread", "SyncAdmin", "SyncConsumer", "SyncProducer", "SyncSubscription"]
+
+T = TypeVar("T")
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a runtime dependency
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class EventLoopThread:
+    """An asyncio event loop running forever on its own daemon thread."""
+
+    def __init__(self, name: str = "headwater-client") -> None:
+        self.loop = _new_loop()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result (cancelled if ``timeout`` passes)."""
+        fut = self.submit(coro)
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise KafkaTimeoutError(f"operation did not complete within {timeout:g}s") from None
+        except BaseException:
+            fut.cancel()
+            raise
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+async def _construct(cls: type[T], *args: Any, **kwargs: Any) -> T:
+    return cls(*args, **kwargs)  # inside the loop: asyncio primitives bind to it
+
+
+class _Facade:
+    def __init__(self) -> None:
+        self._lt = EventLoopThread()
+        self._closed = False
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return self._lt.run(coro, timeout)
+
+    def _shutdown(self, close: Coroutine[Any, Any, None], timeout: float | None) -> None:
+        if self._closed:
+            close.close()
+            return
+        self._closed = True
+        try:
+            self._lt.run(close, timeout)
+        finally:
+            self._lt.stop()
+
+    def __del__(self) -> None:  # a facade forgotten without close(): at least stop the thread
+        lt = getattr(self, "_lt", None)
+        if lt is not None and not getattr(self, "_closed", True):
+            try:
+                lt.loop.call_soon_threadsafe(lt.loop.stop)
+            except RuntimeError:  # the loop is already closed
+                pass
+
+
+class SyncProducer(_Facade):
+    """Blocking facade of :class:`~headwater.client.producer.Producer` (same arguments)."""
+
+    def __init__(self, bootstrap: str | Sequence[str], **kwargs: Any) -> None:
+        super().__init__()
+        try:
+            self.producer: Producer = self._run(_construct(Producer, bootstrap, **kwargs))
+        except BaseException:
+            self._lt.stop()
+            raise
+
+    def __enter__(self) -> SyncProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self, timeout: float | None = None) -> None:
+        """Connect now (else the first send does): fails early on an unreachable cluster."""
+        self._run(self.producer.start(), timeout)
+
+    def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        headers: Iterable[tuple[str, Any]] = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        async def send() -> RecordMetadata:
+            fut = await self.producer.send(topic, value, key, tuple(headers), partition, timestamp_ms)
+            return await fut
+
+        return self._lt.submit(send())
+
+    def send_and_wait(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        headers: Iterable[tuple[str, Any]] = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        timeout: float | None = None,
+    ) -> RecordMetadata:
+        return self.send(topic, value, key, headers, partition, timestamp_ms).result(timeout)
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._run(self.producer.flush(timeout))
+
+    def close(self, timeout: float | None = None) -> None:
+        self._shutdown(self.producer.close(timeout), None)
+
+
+class SyncSubscription:
+    def __init__(self, facade: SyncConsumer, subscription: Subscription) -> None:
+        self._facade = facade
+        self.subscription = subscription
+
+    @property
+    def positions(self) -> dict[int, int]:
+        return dict(self.subscription.positions)
+
+    def poll(self, max_wait_ms: int | None = None) -> list[ConsumerRecord]:
+        return self._facade._run(self.subscription.poll(max_wait_ms))
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        while True:
+            yield from self.poll()
+
+
+class SyncConsumer(_Facade):
+    """Blocking facade of :class:`~headwater.client.consumer.Consumer` (same arguments)."""
+
+    def __init__(self, bootstrap: str | Sequence[str], **kwargs: Any) -> None:
+        super().__init__()
+        try:
+            self.consumer: Consumer = self._run(_construct(Consumer, bootstrap, **kwargs))
+        except BaseException:
+            self._lt.stop()
+            raise
+
+    def __enter__(self) -> SyncConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._shutdown(self.consumer.close(), 10.0)
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return self._run(self.consumer.partitions_for(topic))
+
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int = 1048576,
+        max_wait_ms: int = 500,
+        min_bytes: int = 1,
+    ) -> FetchResult:
+        return self._run(self.consumer.fetch(topic, partition, offset, max_bytes, max_wait_ms, min_bytes))
+
+    def fetch_many(
+        self, requests: Iterable[tuple[str, int, int]], *, max_bytes: int = 1048576, max_wait_ms: int = 500
+    ) -> dict[tuple[str, int], FetchResult]:
+        return self._run(self.consumer.fetch_many(list(requests), max_bytes=max_bytes, max_wait_ms=max_wait_ms))
+
+    def offsets_before(self, topic: str, partition: int, time: int, max_offsets: int = 1) -> list[int]:
+        return self._run(self.consumer.offsets_before(topic, partition, time, max_offsets))
+
+    def list_offset(self, topic: str, partition: int, timestamp: int) -> OffsetAndTimestamp:
+        return self._run(self.consumer.list_offset(topic, partition, timestamp))
+
+    def follow(
+        self,
+        topic: str,
+        partitions: int | Sequence[int] | None = None,
+        start: str | int = "latest",
+        *,
+        max_wait_ms: int = 500,
+        max_bytes: int = 1048576,
+    ) -> SyncSubscription:
+        return SyncSubscription(
+            self, self.consumer.follow(topic, partitions, start, max_wait_ms=max_wait_ms, max_bytes=max_bytes)
+        )
+
+
+class SyncAdmin(_Facade):
+    """Blocking facade of :class:`~headwater.client.admin.Admin` (same arguments)."""
+
+    def __init__(self, bootstrap: str | Sequence[str], **kwargs: Any) -> None:
+        super().__init__()
+        try:
+            self.admin: Admin = self._run(_construct(Admin, bootstrap, **kwargs))
+        except BaseException:
+            self._lt.stop()
+            raise
+
+    def __enter__(self) -> SyncAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._shutdown(self.admin.close(), 10.0)
+
+    def create_topics(
+        self, topics: Iterable[NewTopic], *, timeout_ms: int = 30000, validate_only: bool = False
+    ) -> dict[str, KafkaError | None]:
+        return self._run(self.admin.create_topics(list(topics), timeout_ms=timeout_ms, validate_only=validate_only))
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int = 1,
+        replication_factor: int = 1,
+        configs: Mapping[str, str] | None = None,
+        *,
+        timeout_ms: int = 30000,
+    ) -> None:
+        self._run(self.admin.create_topic(name, num_partitions, replication_factor, configs, timeout_ms=timeout_ms))
+
+    def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 30000) -> dict[str, KafkaError | None]:
+        return self._run(self.admin.delete_topics(list(names), timeout_ms=timeout_ms))
+
+    def delete_topic(self, name: str, *, timeout_ms: int = 30000) -> None:
+        self._run(self.admin.delete_topic(name, timeout_ms=timeout_ms))
+
+    def list_topics(self, *, include_internal: bool = True) -> list[str]:
+        return self._run(self.admin.list_topics(include_internal=include_internal))
+
+    def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        return self._run(self.admin.describe_topics(None if names is None else list(names)))
+
+    def describe_configs(self, topic: str, keys: Iterable[str] | None = None) -> dict[str, ConfigEntry]:
+        return self._run(self.admin.describe_configs(topic, None if keys is None else list(keys)))
+
+    def wait_for_topic(self, name: str, *, timeout: float = 30.0, exists: bool = True) -> None:
+        self._run(self.admin.wait_for_topic(name, timeout=timeout, exists=exists))

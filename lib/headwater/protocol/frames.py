@@ -1,0 +1,142 @@
+"""Framing and headers: size-prefixed frames in, request/response messages out. No I/O.
+
+Wire layout of every frame::
+
+    int32 size            -- bytes that follow
+    request header v1:    int16 api_key, int16 api_version, int32 correlation_id,
+                          nullable_string client_id
+    response header v0:   int32 correlation_id
+    body                  -- the API's request or response struct at api_version
+
+:class:`FrameDecoder` is fed bytes as they arrive and yields complete frames; a declared
+size above the limit is refused *before* any buffer of that size is allocated.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from headwater.protocol.apis import API_BY_KEY
+from headwater.protocol.errors import DecodeError, ErrorCode, KafkaError
+from headwater.protocol.primitives import FileRegion, Reader, Writer
+from headwater.protocol.schema import Api, Message
+
+_SIZE = struct.Struct(">i")
+
+
+class FrameTooLarge(DecodeError):
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"frame of {size} bytes is larger than the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class FrameDecoder:
+    """Splits a byte stream into frames (without their 4-byte size prefix)."""
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
+        self._buf += data
+        frames: list[memoryview] = []
+        buf = self._buf
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0 or size > self.max_frame_bytes:
+                raise (
+                    FrameTooLarge(size, self.max_frame_bytes)
+                    if size > 0
+                    else DecodeError(f"negative frame size {size}")
+                )
+            if n - pos - 4 < size:
+                break
+            frames.append(memoryview(bytes(buf[pos + 4 : pos + 4 + size])))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        return frames
+
+    def pending(self) -> int:
+        """Bytes of an incomplete frame held so far."""
+        return len(self._buf)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def decode_request_header(frame: memoryview) -> tuple[RequestHeader, Reader]:
+    r = Reader(frame)
+    header = RequestHeader(r.int16(), r.int16(), r.int32(), r.nullable_string())
+    return header, r
+
+
+def decode_request(frame: memoryview) -> tuple[RequestHeader, Api, Message]:
+    """Decode a whole request frame.
+
+    Raises :class:`DecodeError` for malformed bytes and :class:`KafkaError` with
+    UNSUPPORTED_VERSION (or INVALID_REQUEST for an unknown key) for a valid header naming an
+    API or version we do not implement; the header is then available on the exception.
+    """
+    header, r = decode_request_header(frame)
+    api = API_BY_KEY.get(header.api_key)
+    if api is None:
+        raise UnsupportedRequest(header, ErrorCode.INVALID_REQUEST, f"unknown api key {header.api_key}")
+    if not api.supports(header.api_version):
+        raise UnsupportedRequest(
+            header,
+            ErrorCode.UNSUPPORTED_VERSION,
+            f"{api.name} v{header.api_version} is outside v{api.min_version}-{api.max_version}",
+        )
+    body = api.request.decode(r, header.api_version)
+    if r.remaining():
+        raise DecodeError(f"{r.remaining()} unexpected bytes after {api.name} v{header.api_version} request")
+    return header, api, body
+
+
+class UnsupportedRequest(KafkaError):
+    def __init__(self, header: RequestHeader, code: ErrorCode, message: str) -> None:
+        super().__init__(code, message)
+        self.header = header
+
+
+def encode_response(correlation_id: int, api: Api, version: int, body: Message) -> list[bytes | FileRegion]:
+    """A response frame as parts (size prefix included); FileRegions are sent zero-copy."""
+    w = Writer()
+    w.int32(0)  # size placeholder, patched below
+    w.int32(correlation_id)
+    api.response.encode(w, version, body)
+    parts = w.parts()
+    size = w.size() - 4
+    first = parts[0]
+    assert isinstance(first, bytes)
+    parts[0] = _SIZE.pack(size) + first[4:]
+    return parts
+
+
+def encode_request(api: Api, version: int, correlation_id: int, client_id: str | None, body: Message) -> bytes:
+    """A request frame (size prefix included)."""
+    w = Writer()
+    w.int16(api.key)
+    w.int16(version)
+    w.int32(correlation_id)
+    w.nullable_string(client_id)
+    api.request.encode(w, version, body)
+    payload = w.getvalue()
+    return _SIZE.pack(len(payload)) + payload
+
+
+def decode_response(api: Api, version: int, frame: memoryview) -> tuple[int, Message]:
+    """(correlation_id, body) of a response frame (without its size prefix)."""
+    r = Reader(frame)
+    correlation_id = r.int32()
+    return correlation_id, api.response.decode(r, version)

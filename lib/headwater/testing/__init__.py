@@ -1,0 +1,1 @@
+"""Helpers to run real ZooKeeper and brokers locally (tests, the dev cluster, benchmarks)."""

@@ -1,0 +1,90 @@
+"""A real standalone ZooKeeper (Debian's package) on a free loopback port.
+
+Like kazoo's own harness: one server per test session, each test gets its own chroot
+(``127.0.0.1:<port>/<chroot>``) so tests never see each other's znodes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+ZK_SERVER = os.environ.get("ZOOKEEPER_SERVER_SH", "/usr/share/zookeeper/bin/zkServer.sh")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ruok(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"ruok")
+            return s.recv(4) == b"imok"
+    except OSError:
+        return False
+
+
+class ZooKeeperServer:
+    def __init__(self, workdir: Path, port: int | None = None, tick_ms: int = 500) -> None:
+        self.workdir = workdir
+        self.port = port or free_port()
+        self.tick_ms = tick_ms
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> None:
+        if not Path(ZK_SERVER).exists():
+            raise RuntimeError(f"{ZK_SERVER} not found: install Debian's zookeeper package (make system-deps)")
+        data = self.workdir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        cfg = self.workdir / "zoo.cfg"
+        cfg.write_text(
+            f"tickTime={self.tick_ms}\n"
+            f"dataDir={data}\n"
+            f"clientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\n"
+            "maxClientCnxns=0\n"
+            "admin.enableServer=false\n"
+            "4lw.commands.whitelist=ruok,stat,srvr,mntr\n"
+            f"minSessionTimeout={2 * self.tick_ms}\n"
+        )
+        env = dict(os.environ, ZOOCFGDIR=str(self.workdir), ZOO_LOG_DIR=str(self.workdir), JVMFLAGS="-Xmx256m")
+        self.log_file = open(self.workdir / "zookeeper.out", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [ZK_SERVER, "start-foreground", str(cfg)],
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited: {(self.workdir / 'zookeeper.out').read_text()[-2000:]}")
+            if _ruok(self.port):
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("ZooKeeper did not start in time")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.proc = None
+        if getattr(self, "log_file", None):
+            self.log_file.close()

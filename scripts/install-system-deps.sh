@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# System packages the test suite needs: ZooKeeper (Debian's package, needs a JRE) and kcat.
+# Installs only what is missing; needs root (or passwordless sudo) when something is missing.
+set -euo pipefail
+need=()
+[ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+command -v kcat >/dev/null 2>&1 || need+=(kcat)
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "missing system packages: ${need[*]} (run this script as root)" >&2; exit 1
+  fi
+fi
+echo "installing system packages: ${need[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

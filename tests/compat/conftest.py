@@ -1,0 +1,11 @@
+"""Compatibility tests: stock Kafka clients against a real broker process."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/compat/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.compat)

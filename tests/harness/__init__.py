@@ -1,0 +1,1 @@
+"""Test harness: a real ZooKeeper and real broker processes, with fault hooks."""
