@@ -6,13 +6,12 @@ import os
 import struct
 import time
 
-from tests.compat.wire import Wire
-from tests.harness.broker import BrokerProcess
-
 from headwater.protocol.apis import API_VERSIONS, CREATE_TOPICS, FETCH, LIST_OFFSETS, METADATA, PRODUCE
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.primitives import Reader
 from headwater.protocol.records.record import RecordInput, encode_batch
+from tests.compat.wire import Wire
+from tests.harness.broker import BrokerProcess
 
 
 def _create(w: Wire, name: str) -> None:

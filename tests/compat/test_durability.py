@@ -7,6 +7,7 @@ import threading
 import time
 
 from confluent_kafka import Producer
+
 from tests.compat.test_stock_clients import consume_confluent, create_topic
 from tests.harness.broker import BrokerProcess
 

@@ -10,6 +10,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
 from tests.harness.broker import BrokerProcess
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]

@@ -8,6 +8,7 @@ Unknown keys are kept and reported, as Kafka warns about them, and never fail st
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -334,7 +335,5 @@ def validate_topic_config(configs: dict[str, str]) -> str | None:
 
 
 def topic_log_config(defaults: LogConfig, overrides: dict[str, str]) -> LogConfig:
-    from dataclasses import replace
-
-    changes = {TOPIC_CONFIGS[k]: int(v) for k, v in overrides.items() if k in TOPIC_CONFIGS}
-    return replace(defaults, **changes)
+    changes: dict[str, Any] = {TOPIC_CONFIGS[k]: int(v) for k, v in overrides.items() if k in TOPIC_CONFIGS}
+    return dataclasses.replace(defaults, **changes)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from kazoo.protocol.states import ZnodeStat
@@ -102,7 +103,7 @@ class MetadataCache:
         self._watched_brokers &= ids
         for bid in ids - self._watched_brokers:
             self._watched_brokers.add(bid)
-            self.zk.watch_data(zkpaths.broker_path(bid), lambda d, s, bid=bid: self._on_broker(bid, d, s))
+            self.zk.watch_data(zkpaths.broker_path(bid), partial(self._on_broker, bid))
         self._notify()
 
     def _on_broker(self, broker_id: int, data: bytes | None, stat: ZnodeStat | None) -> None:
@@ -134,8 +135,8 @@ class MetadataCache:
             self.on_topic_deleted(gone)
         for name in names - self._watched_topics:
             self._watched_topics.add(name)
-            self.zk.watch_data(zkpaths.topic_path(name), lambda d, s, name=name: self._on_assignment(name, d, s))
-            self.zk.watch_data(zkpaths.topic_config_path(name), lambda d, s, name=name: self._on_config(name, d, s))
+            self.zk.watch_data(zkpaths.topic_path(name), partial(self._on_assignment, name))
+            self.zk.watch_data(zkpaths.topic_config_path(name), partial(self._on_config, name))
         self._notify()
 
     def _on_assignment(self, topic: str, data: bytes | None, stat: ZnodeStat | None) -> None:
@@ -155,10 +156,7 @@ class MetadataCache:
                 part.replicas = [int(r) for r in replicas]
             if (topic, p) not in self._watched_states:
                 self._watched_states.add((topic, p))
-                self.zk.watch_data(
-                    zkpaths.partition_state_path(topic, p),
-                    lambda d, s, topic=topic, p=p: self._on_state(topic, p, d, s),
-                )
+                self.zk.watch_data(zkpaths.partition_state_path(topic, p), partial(self._on_state, topic, p))
         self._notify()
 
     def _on_state(self, topic: str, partition: int, data: bytes | None, stat: ZnodeStat | None) -> None:

@@ -13,8 +13,6 @@ import socket
 import time
 from typing import Any
 
-from headwater.broker.storage.log_manager import LogManager
-
 from headwater.broker import zk as zkpaths
 from headwater.broker.config import BrokerConfig, Listener, topic_log_config
 from headwater.broker.handlers import HANDLERS, RequestContext, api_versions_fallback
@@ -24,6 +22,7 @@ from headwater.broker.partition import Partition
 from headwater.broker.purgatory import Purgatory
 from headwater.broker.storage.clock import Clock, SystemClock
 from headwater.broker.storage.fs import FileSystem, OsFileSystem
+from headwater.broker.storage.log_manager import LogManager
 from headwater.broker.zk import ZooKeeper
 from headwater.protocol.errors import DecodeError
 from headwater.protocol.frames import UnsupportedRequest, decode_request, encode_response

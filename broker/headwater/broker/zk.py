@@ -189,4 +189,4 @@ class ZooKeeper:
 
     @staticmethod
     def is_connected(state: str) -> bool:
-        return state == KazooState.CONNECTED
+        return bool(state == KazooState.CONNECTED)

@@ -79,8 +79,8 @@ def _append(
         return error(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
     part = broker.partition(topic, index)
     if part is None:
-        info = broker.cache.partition(topic, index)
-        return error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if info is None else ErrorCode.NOT_LEADER_FOR_PARTITION)
+        known = broker.cache.partition(topic, index) is not None
+        return error(ErrorCode.NOT_LEADER_FOR_PARTITION if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if records is None or len(records) == 0:
         return error(ErrorCode.CORRUPT_MESSAGE, "no records")
     magic = records[MAGIC_OFFSET] if len(records) > MAGIC_OFFSET else -1
@@ -106,14 +106,14 @@ def _append(
             if topic_info
             else broker.config.min_insync_replicas
         )
-        info = part.append_as_leader(records, acks, min_isr)
+        appended = part.append_as_leader(records, acks, min_isr)
     except KafkaError as e:
         return error(e.code, e.message)
     broker.purgatory.notify((topic, index))
     return {
         "partition_index": index,
         "error_code": ErrorCode.NONE,
-        "base_offset": info.first_offset,
+        "base_offset": appended.first_offset,
         "log_append_time_ms": -1,
-        "log_start_offset": info.log_start_offset,
+        "log_start_offset": appended.log_start_offset,
     }
