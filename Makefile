@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 .PHONY: test deps system-deps lint typecheck unit compat dev clean
 
-test: deps lint typecheck
+test: deps lint typecheck integration-deps
 	$(BIN)/pytest -q -p no:cacheprovider
 
 deps: system-deps $(VENV)/.installed
@@ -38,3 +38,31 @@ dev: deps
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# ---- containers: images, the multi-DC lab (deploy/compose/), what tests/integration needs
+.PHONY: images lab lab-down integration-deps docker-engine
+
+# Docker engine (installed and started when absent and we are root) and the compose v2 plugin.
+docker-engine: $(VENV)/.installed
+	@PYTHON=$(BIN)/python bash deploy/scripts/ensure-docker.sh
+
+# debian:bookworm-slim (pulled, or made with debootstrap), the wheelhouse, both images.
+images: deps docker-engine
+	@PYTHON=$(BIN)/python bash deploy/scripts/build-images.sh
+
+# The three clusters (dc1, dc2, agg), healthy; prints their bootstrap addresses.
+lab: images
+	@bash deploy/scripts/lab.sh up
+
+# Stops the lab and keeps its data volumes (drop them: deploy/scripts/lab.sh down -v).
+lab-down:
+	@bash deploy/scripts/lab.sh down
+
+# For tests/integration: the engine and fresh images. Without any engine (not root, none
+# running) the integration tests skip, so this only warns.
+integration-deps: $(VENV)/.installed
+	@if PYTHON=$(BIN)/python bash deploy/scripts/ensure-docker.sh; then \
+	  PYTHON=$(BIN)/python bash deploy/scripts/build-images.sh; \
+	else \
+	  echo "integration-deps: no Docker engine can be started: tests/integration will skip"; \
+	fi

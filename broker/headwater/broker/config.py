@@ -108,7 +108,18 @@ class BrokerConfig:
     log_flush_scheduler_interval_ms: int = MAX_LONG
     log_flush_offset_checkpoint_interval_ms: int = 60000
     replica_lag_time_max_ms: int = 10000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_backoff_ms: int = 1000
+    replica_fetch_max_bytes: int = 1048576
+    replica_fetch_response_max_bytes: int = 10485760
     unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5000
+    prometheus_port: int | None = None
+    prometheus_host: str = "0.0.0.0"
     log_defaults: LogConfig = field(default_factory=LogConfig)
     raw: dict[str, str] = field(default_factory=dict)
     unknown: list[str] = field(default_factory=list)
@@ -147,6 +158,18 @@ _BROKER_PROPS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "log.flush.offset.checkpoint.interval.ms": ("log_flush_offset_checkpoint_interval_ms", _int),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
+    "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int),
+    "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", _int),
+    "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int),
+    "replica.fetch.response.max.bytes": ("replica_fetch_response_max_bytes", _int),
+    "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", _bool),
+    "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds", _int),
+    "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool),
+    "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", _int),
+    "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", _int),
+    # not a Kafka property: Kafka exposes metrics over JMX; we serve Prometheus directly
+    "prometheus.port": ("prometheus_port", _int),
+    "prometheus.host": ("prometheus_host", str),
 }
 
 _HANDLED_ELSEWHERE = {

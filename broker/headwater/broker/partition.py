@@ -1,7 +1,14 @@
-"""One partition as this broker sees it: its log, its leadership and its high watermark.
+"""One partition as this broker sees it: its log, its role, its ISR and its high watermark.
 
-Until replication arrives (the cluster issue) a partition has one in-sync replica, the
-leader, so the high watermark follows the log end offset on every append.
+As leader, the partition tracks each follower's log end offset (the offset of its last fetch)
+and when it was last caught up. The high watermark is the minimum log end offset over the ISR
+and only ever moves forward; consumers read up to it. A follower that has not caught up for
+``replica.lag.time.max.ms`` drops out of the ISR; one that reaches the high watermark (and the
+current leader epoch's start) rejoins. ISR changes are written to ZooKeeper by the replica
+manager (a conditional update) before they take effect here.
+
+As follower, the high watermark is the leader's, capped at the local log end offset.
+All of this runs on the event loop.
 """
 
 from __future__ import annotations
@@ -10,10 +17,19 @@ import logging
 from dataclasses import dataclass, field
 
 from headwater.broker.storage.log import AppendInfo, Log
-
 from headwater.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
+
+UNKNOWN_OFFSET = -1
+
+
+@dataclass
+class FollowerState:
+    log_end_offset: int = UNKNOWN_OFFSET
+    last_caught_up_ms: int = 0
+    last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
+    last_fetch_ms: int = 0
 
 
 @dataclass
@@ -24,32 +40,85 @@ class Partition:
     log: Log | None = None
     leader_id: int = -1
     leader_epoch: int = -1
+    controller_epoch: int = -1
+    zk_version: int = -1
     isr: list[int] = field(default_factory=list)
+    replicas: list[int] = field(default_factory=list)
     high_watermark: int = 0
+    leader_epoch_start_offset: int = 0
+    followers: dict[int, FollowerState] = field(default_factory=dict)
+    #: set while an ISR change is being written, so two writes never race
+    isr_update_in_flight: bool = False
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.index)
 
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.broker_id and self.log is not None
 
-    def become_leader(self, log_: Log, leader_epoch: int, isr: list[int]) -> None:
-        was = self.is_leader and self.leader_epoch == leader_epoch
+    def make_leader(
+        self,
+        log_: Log,
+        leader_epoch: int,
+        isr: list[int],
+        replicas: list[int],
+        zk_version: int,
+        controller_epoch: int,
+        now_ms: int,
+    ) -> None:
         self.log = log_
         self.leader_id = self.broker_id
         self.leader_epoch = leader_epoch
+        self.controller_epoch = controller_epoch
+        self.zk_version = zk_version
         self.isr = list(isr)
-        self.high_watermark = log_.log_end_offset
-        if not was:
-            log.info(
-                "%s-%d: leader at epoch %d, log end offset %d",
-                self.topic,
-                self.index,
-                leader_epoch,
-                log_.log_end_offset,
-            )
+        self.replicas = list(replicas)
+        self.leader_epoch_start_offset = log_.log_end_offset
+        # Record where this epoch starts now (KAFKA-7415), so OffsetForLeaderEpoch answers a
+        # follower's newer epoch correctly before the first append of the epoch.
+        log_.maybe_assign_epoch_start_offset(leader_epoch, log_.log_end_offset)
+        # Followers start unknown but "caught up now", so they get replica.lag.time.max.ms to fetch.
+        self.followers = {r: FollowerState(last_caught_up_ms=now_ms) for r in replicas if r != self.broker_id}
+        self.high_watermark = max(self.high_watermark, log_.log_start_offset)
+        self.maybe_increment_high_watermark()
+        log.info(
+            "%s-%d: leader at epoch %d, ISR %s, log end offset %d, high watermark %d",
+            self.topic,
+            self.index,
+            leader_epoch,
+            self.isr,
+            log_.log_end_offset,
+            self.high_watermark,
+        )
 
-    def become_non_leader(self, leader_id: int, leader_epoch: int) -> None:
+    def make_follower(
+        self,
+        log_: Log,
+        leader_id: int,
+        leader_epoch: int,
+        isr: list[int],
+        replicas: list[int],
+        zk_version: int,
+        controller_epoch: int,
+    ) -> None:
+        self.log = log_
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
+        self.controller_epoch = controller_epoch
+        self.zk_version = zk_version
+        self.isr = list(isr)
+        self.replicas = list(replicas)
+        self.followers = {}
+        self.high_watermark = min(self.high_watermark, log_.log_end_offset)
+        log.info("%s-%d: follower of broker %d at epoch %d", self.topic, self.index, leader_id, leader_epoch)
+
+    def make_offline(self) -> None:
+        """Stop acting as leader or follower (ZooKeeper session lost); the next LeaderAndIsr decides."""
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.followers = {}
 
     def require_leader(self) -> Log:
         if not self.is_leader or self.log is None:
@@ -57,6 +126,12 @@ class Partition:
                 ErrorCode.NOT_LEADER_FOR_PARTITION, f"This server is not the leader for {self.topic}-{self.index}"
             )
         return self.log
+
+    def check_leader_epoch(self, epoch: int) -> None:
+        """Reject a request carrying another leader epoch (KIP-320); -1 means the client does not say."""
+        if epoch >= 0 and epoch != self.leader_epoch:
+            code = ErrorCode.FENCED_LEADER_EPOCH if epoch < self.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
+            raise KafkaError(code, f"leader epoch {epoch} vs {self.leader_epoch} for {self.topic}-{self.index}")
 
     def append_as_leader(self, records: memoryview, acks: int, min_insync_replicas: int) -> AppendInfo:
         log_ = self.require_leader()
@@ -67,5 +142,60 @@ class Partition:
                 f"{min_insync_replicas} for partition {self.topic}-{self.index}",
             )
         info = log_.append(records, self.leader_epoch)
-        self.high_watermark = log_.log_end_offset
+        self.maybe_increment_high_watermark()
         return info
+
+    # -- leader: followers and the high watermark --------------------------------------------------
+
+    def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        st = self.followers.get(replica_id)
+        if st is None or self.log is None:
+            return
+        leader_leo = self.log.log_end_offset
+        if fetch_offset >= leader_leo:
+            st.last_caught_up_ms = now_ms
+        elif fetch_offset >= st.last_fetch_leader_log_end_offset:
+            st.last_caught_up_ms = max(st.last_caught_up_ms, st.last_fetch_ms)
+        st.log_end_offset = fetch_offset
+        st.last_fetch_leader_log_end_offset = leader_leo
+        st.last_fetch_ms = now_ms
+
+    def maybe_increment_high_watermark(self) -> bool:
+        if self.log is None or not self.is_leader:
+            return False
+        offsets = [self.log.log_end_offset]
+        for r in self.isr:
+            if r == self.broker_id:
+                continue
+            st = self.followers.get(r)
+            offsets.append(st.log_end_offset if st is not None else UNKNOWN_OFFSET)
+        new_hw = min(offsets)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            return True
+        return False
+
+    def follower_to_add(self, replica_id: int) -> bool:
+        """Should this follower (not in the ISR) join it now?"""
+        st = self.followers.get(replica_id)
+        return (
+            st is not None
+            and replica_id not in self.isr
+            and st.log_end_offset >= self.high_watermark
+            and st.log_end_offset >= self.leader_epoch_start_offset
+        )
+
+    def out_of_sync(self, now_ms: int, max_lag_ms: int) -> list[int]:
+        return [
+            r
+            for r in self.isr
+            if r != self.broker_id
+            and (st := self.followers.get(r)) is not None
+            and now_ms - st.last_caught_up_ms > max_lag_ms
+        ]
+
+    # -- follower ----------------------------------------------------------------------------------
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        if self.log is not None:
+            self.high_watermark = min(leader_high_watermark, self.log.log_end_offset)

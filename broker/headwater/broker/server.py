@@ -1,30 +1,48 @@
-"""The broker: ZooKeeper registration, the metadata cache, local partitions, and request dispatch.
+"""The broker: ZooKeeper registration, the controller, the replica manager, and request dispatch.
 
-Start-up order: connect to ZooKeeper, load (and if needed recover) the logs, bind the
-listeners, register ``/brokers/ids/<id>``, watch the cluster. Shut-down runs it backwards and
-leaves a clean-shutdown marker in every log dir.
+Start-up: connect to ZooKeeper, load (and if needed recover) the logs, bind the listeners,
+register ``/brokers/ids/<id>``, then take part in the controller election; the controller
+tells this broker which partitions it leads or follows (LeaderAndIsr) and what the cluster
+looks like (UpdateMetadata).
+
+Shut-down (SIGTERM) is controlled, as in Kafka: ask the controller to move leadership away
+(ControlledShutdown, retried), then stop serving, stop fetchers, give up the controller role,
+flush and close the logs (leaving a clean-shutdown marker), and close the ZooKeeper session.
+
+ZooKeeper session loss: the broker stops acting as leader, follower and controller at once;
+when kazoo has a new session it re-registers (a new broker epoch), and the controller, seeing
+a bounced broker, tells it its roles again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import logging
-import socket
 import time
+import uuid
 from typing import Any
 
+from kazoo.client import KazooState
+
 from headwater.broker import zk as zkpaths
+from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
 from headwater.broker.config import BrokerConfig, Listener, topic_log_config
+from headwater.broker.controller.controller import Controller
 from headwater.broker.handlers import HANDLERS, RequestContext, api_versions_fallback
-from headwater.broker.metadata_cache import MetadataCache, PartitionInfo
+from headwater.broker.metadata_cache import MetadataCache
+from headwater.broker.metrics import BrokerMetrics
 from headwater.broker.network import CloseConnection, Connection, Response, SocketServer
 from headwater.broker.partition import Partition
 from headwater.broker.purgatory import Purgatory
+from headwater.broker.replica_manager import ReplicaManager
 from headwater.broker.storage.clock import Clock, SystemClock
 from headwater.broker.storage.fs import FileSystem, OsFileSystem
 from headwater.broker.storage.log_manager import LogManager
 from headwater.broker.zk import ZooKeeper
-from headwater.protocol.errors import DecodeError
+from headwater.protocol.apis import CONTROLLED_SHUTDOWN
+from headwater.protocol.errors import DecodeError, ErrorCode
 from headwater.protocol.frames import UnsupportedRequest, decode_request, encode_response
 
 log = logging.getLogger(__name__)
@@ -38,19 +56,24 @@ class KafkaBroker:
     def __init__(self, config: BrokerConfig, fs: FileSystem | None = None, clock: Clock | None = None) -> None:
         self.config = config
         self.broker_id = config.broker_id
+        self.broker_epoch = -1
         self.fs = fs or OsFileSystem()
         self.clock = clock or SystemClock()
         self.zk = ZooKeeper(
             config.zookeeper_connect, config.zookeeper_session_timeout_ms, config.zookeeper_connection_timeout_ms
         )
+        self.metrics = BrokerMetrics()
         self.cache = MetadataCache(self.zk)
         self.purgatory = Purgatory()
-        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.replicas = ReplicaManager(self)
+        self.controller = Controller(self)
         self.log_manager: LogManager | None = None
         self.server = SocketServer(config.listeners, self.handle_frame, config.socket_request_max_bytes)
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
         self.cluster_id = "headwater"
         self.stopping = asyncio.Event()
+        self._session_lost = False
+        self._metadata_waiters: set[asyncio.Future[None]] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -70,19 +93,29 @@ class KafkaBroker:
             )
         )
         await self.server.start()
+        if cfg.prometheus_port is not None:
+            port = self.metrics.serve(cfg.prometheus_port, cfg.prometheus_host)
+            log.info("Prometheus metrics on http://%s:%d/metrics", cfg.prometheus_host, port)
+        self.cache.on_topic_config = self._on_topic_config
+        self.cache.on_controller_change = self.controller.on_controller_change
+        self.cache.start()
         await self._register()
         self.zk.add_state_listener(self._on_zk_state)
-        self.cache.on_partition_change = self._on_partition_change
-        self.cache.on_topic_deleted = self._on_topic_deleted
-        self.cache.on_topic_config = self._on_topic_config
-        self.cache.start()
-        self._tasks.append(asyncio.ensure_future(self._log_maintenance()))
+        self.replicas.start()
+        self.controller.start()
+        self._spawn(self._log_maintenance())
         log.info("[KafkaServer id=%d] started (cluster %s)", self.broker_id, self.cluster_id)
 
     async def stop(self) -> None:
         log.info("[KafkaServer id=%d] shutting down", self.broker_id)
+        self.stopping.set()
+        if self.config.controlled_shutdown_enable and self.broker_epoch >= 0:
+            await self._controlled_shutdown()
         await self.server.stop()
-        for t in self._tasks:
+        await self.replicas.stop()
+        await self.controller.resign_and_release()
+        await self.controller.stop()
+        for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.log_manager is not None:
@@ -90,11 +123,12 @@ class KafkaBroker:
         await self.zk.stop()
         log.info("[KafkaServer id=%d] shut down completed", self.broker_id)
 
-    async def _cluster_id(self) -> str:
-        import base64
-        import json
-        import uuid
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
+    async def _cluster_id(self) -> str:
         got = await self.zk.get_json("/cluster/id")
         if got and isinstance(got[0], dict) and got[0].get("id"):
             return str(got[0]["id"])
@@ -110,11 +144,10 @@ class KafkaBroker:
 
     def advertised(self) -> list[Listener]:
         """Advertised listeners with port 0 replaced by the port actually bound."""
-        out = []
-        for a in self.config.advertised_listeners:
-            port = a.port or self.server.bound_ports.get(a.name, 0)
-            out.append(Listener(a.name, a.host, port))
-        return out
+        return [
+            Listener(a.name, a.host, a.port or self.server.bound_ports.get(a.name, 0))
+            for a in self.config.advertised_listeners
+        ]
 
     def registration(self) -> dict[str, Any]:
         adv = self.advertised()
@@ -140,7 +173,15 @@ class KafkaBroker:
         warned = False
         while True:
             if await self.zk.create_ephemeral(path, self.registration()):
-                log.info("registered broker %d at %s with %s", self.broker_id, path, self.registration()["endpoints"])
+                stat = await self.zk.call(self.zk.client.exists, path)
+                self.broker_epoch = stat.czxid if stat is not None else -1
+                log.info(
+                    "registered broker %d at %s with %s (broker epoch %d)",
+                    self.broker_id,
+                    path,
+                    self.registration()["endpoints"],
+                    self.broker_epoch,
+                )
                 return
             if time.monotonic() > deadline:
                 got = await self.zk.get_json(path)
@@ -160,15 +201,21 @@ class KafkaBroker:
 
     def _on_zk_state(self, state: str) -> None:
         log.info("ZooKeeper session state: %s", state)
-        if state == "CONNECTED" and self.zk.session_id() is not None:
-            self._tasks.append(asyncio.ensure_future(self._reregister_if_needed()))
+        if state == KazooState.LOST:
+            self._session_lost = True
+            self.replicas.on_session_lost()
+            self.controller.on_session_lost()
+        elif state == KazooState.CONNECTED and self._session_lost and not self.stopping.is_set():
+            self._session_lost = False
+            self._spawn(self._on_new_session())
 
-    async def _reregister_if_needed(self) -> None:
-        path = zkpaths.broker_path(self.broker_id)
-        exists = await self.zk.call(self.zk.client.exists, path)
-        if exists is None:
-            log.info("re-registering broker %d after a new ZooKeeper session", self.broker_id)
-            await self.zk.create_ephemeral(path, self.registration())
+    async def _on_new_session(self) -> None:
+        try:
+            await self._register()
+        except BrokerIdInUse as e:
+            log.error("%s", e)
+            return
+        self.controller.on_session_reconnected()
 
     async def _log_maintenance(self) -> None:
         while True:
@@ -179,46 +226,79 @@ class KafkaBroker:
                 except Exception:
                     log.exception("log maintenance failed")
 
-    # -- partitions ------------------------------------------------------------------------------
-
-    def _on_partition_change(self, info: PartitionInfo) -> None:
-        key = (info.topic, info.partition)
-        part = self.partitions.get(key)
-        if info.leader == self.broker_id:
-            assert self.log_manager is not None
-            topic = self.cache.topics.get(info.topic)
-            cfg = topic_log_config(self.config.log_defaults, topic.config if topic else {})
-            log_ = self.log_manager.get_log(info.topic, info.partition) or self.log_manager.create_log(
-                info.topic, info.partition, cfg
+    async def _controlled_shutdown(self) -> None:
+        """Ask the controller to move leadership off this broker before it stops serving."""
+        cfg = self.config
+        for attempt in range(1, cfg.controlled_shutdown_max_retries + 1):
+            controller_id = self.cache.controller_id
+            remaining: list[Any] | None = None
+            try:
+                if controller_id == self.broker_id:
+                    remaining = await self.controller.controlled_shutdown(self.broker_id, self.broker_epoch)
+                elif controller_id >= 0 and controller_id in self.cache.brokers:
+                    host, port = self.cache.brokers[controller_id].endpoints[cfg.inter_broker_listener_name]
+                    conn = BrokerConnection(host, port, f"broker-{self.broker_id}-shutdown")
+                    try:
+                        resp = await conn.request(
+                            CONTROLLED_SHUTDOWN,
+                            {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch},
+                            timeout_s=30,
+                        )
+                    finally:
+                        conn.close()
+                    if resp["error_code"] == ErrorCode.NONE:
+                        remaining = resp["remaining_partitions"]
+            except (BrokerConnectionError, KeyError) as e:
+                log.info("controlled shutdown attempt %d failed: %s", attempt, e)
+            if remaining is not None and not remaining:
+                log.info("controlled shutdown succeeded")
+                return
+            log.info(
+                "controlled shutdown attempt %d/%d: %s partition(s) still led here; retrying in %d ms",
+                attempt,
+                cfg.controlled_shutdown_max_retries,
+                "?" if remaining is None else len(remaining),
+                cfg.controlled_shutdown_retry_backoff_ms,
             )
-            if part is None:
-                part = self.partitions[key] = Partition(info.topic, info.partition, self.broker_id)
-            part.become_leader(log_, info.leader_epoch, info.isr)
-            self.purgatory.notify(key)
-        elif part is not None:
-            part.become_non_leader(info.leader, info.leader_epoch)
-            self.purgatory.notify(key)
+            await asyncio.sleep(cfg.controlled_shutdown_retry_backoff_ms / 1000.0)
+        log.warning("controlled shutdown did not complete; shutting down anyway")
+
+    # -- partitions and metadata ---------------------------------------------------------------------
 
     def _on_topic_config(self, topic: str) -> None:
-        info = self.cache.topics.get(topic)
-        if self.log_manager is not None and info is not None:
-            self.log_manager.update_topic_config(topic, topic_log_config(self.config.log_defaults, info.config))
-
-    def _on_topic_deleted(self, topic: str) -> None:
-        for key in [k for k in self.partitions if k[0] == topic]:
-            del self.partitions[key]
-            self.purgatory.notify(key)
-        if self.log_manager is not None:
-            for p in self.log_manager.partitions_of(topic):
-                self.log_manager.delete_log(topic, p)
-                log.info("deleted log %s-%d", topic, p)
+        if self.log_manager is not None and self.log_manager.partitions_of(topic):
+            self.log_manager.update_topic_config(
+                topic, topic_log_config(self.config.log_defaults, self.cache.config_of(topic))
+            )
 
     def partition(self, topic: str, index: int) -> Partition | None:
-        return self.partitions.get((topic, index))
+        return self.replicas.partition(topic, index)
+
+    def metadata_changed(self) -> None:
+        for fut in list(self._metadata_waiters):
+            if not fut.done():
+                fut.set_result(None)
+        self._metadata_waiters.clear()
+        if self.controller.active:
+            self.metrics.offline_partitions.set(
+                sum(1 for s in self.controller.ctx.states.values() if s.leader not in self.controller.ctx.brokers)
+            )
+
+    async def wait_for_metadata(self, timeout_s: float) -> None:
+        """Until the next UpdateMetadata (or the timeout)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._metadata_waiters.add(fut)
+        try:
+            await asyncio.wait_for(fut, max(timeout_s, 0))
+        except TimeoutError:
+            pass
+        finally:
+            self._metadata_waiters.discard(fut)
 
     # -- requests -------------------------------------------------------------------------------
 
     async def handle_frame(self, conn: Connection, frame: memoryview) -> Response:
+        started = time.perf_counter()
         try:
             header, api, body = decode_request(frame)
         except UnsupportedRequest as e:
@@ -235,10 +315,8 @@ class KafkaBroker:
         except Exception as e:
             log.exception("error handling %s v%d from %s", api.name, header.api_version, conn.peer)
             raise CloseConnection(f"internal error in {api.name}: {e!r}") from None
+        self.metrics.requests.labels(api.name, str(header.api_version)).inc()
+        self.metrics.request_latency.labels(api.name).observe(time.perf_counter() - started)
         if response is None:
             return None
         return encode_response(header.correlation_id, api, header.api_version, response)
-
-
-def local_hostname() -> str:
-    return socket.gethostname()

@@ -1,10 +1,14 @@
 """Creating and deleting topics in ZooKeeper (what CreateTopics / DeleteTopics and auto-creation do).
 
-Until the controller exists (a later issue), the broker that receives the request writes the
-whole topic in one ZooKeeper transaction: config, replica assignment and each partition's
-initial state (leader = first replica, leader epoch 0). Deletion marks the topic under
-``/admin/delete_topics`` and removes its znodes; every broker deletes its local logs when it
-sees the topic leave ``/brokers/topics``.
+Any broker may take the request (as Kafka's AdminZkClient does): it writes the topic's config
+and replica assignment in one ZooKeeper transaction; the controller sees the new topic, creates
+each partition's state (leader, ISR, leader epoch 0) and tells the replicas. Deletion only marks
+the topic under ``/admin/delete_topics``; the controller stops the replicas, has them delete
+their logs and removes the znodes.
+
+Replica assignment is Kafka's: round-robin from a random start broker with followers shifted,
+and, when brokers have a ``broker.rack``, a rack-alternating broker order so that replicas of a
+partition land on as many racks as possible.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import random
 import re
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError
 
 from headwater.broker import zk as zkpaths
 from headwater.broker.config import validate_topic_config
@@ -41,25 +45,82 @@ def validate_topic_name(name: str) -> None:
         )
 
 
-def assign_replicas(brokers: list[int], num_partitions: int, replication_factor: int) -> dict[int, list[int]]:
-    """Kafka's rack-unaware assignment: round-robin from a random start, followers shifted."""
+def _replica_index(first: int, second_shift: int, index: int, n: int) -> int:
+    shift = 1 + (second_shift + index) % (n - 1)
+    return (first + shift) % n
+
+
+def rack_alternated(racks: dict[int, str]) -> list[int]:
+    """Brokers ordered by taking one broker from each rack in turn (racks and ids sorted)."""
+    by_rack: dict[str, list[int]] = {}
+    for b in sorted(racks):
+        by_rack.setdefault(racks[b], []).append(b)
+    queues = [by_rack[r] for r in sorted(by_rack)]
+    out: list[int] = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
+def assign_replicas(
+    brokers: list[int],
+    num_partitions: int,
+    replication_factor: int,
+    racks: dict[int, str | None] | None = None,
+    rng: random.Random | None = None,
+) -> dict[int, list[int]]:
+    """Kafka's assignment: round-robin from a random start, followers shifted; rack-aware when every broker has a rack."""
     n = len(brokers)
     if replication_factor > n:
         raise KafkaError(
             ErrorCode.INVALID_REPLICATION_FACTOR,
             f"Replication factor: {replication_factor} larger than available brokers: {n}.",
         )
-    brokers = sorted(brokers)
-    start = random.randrange(n)
-    shift = random.randrange(n)
+    rng = rng or random.Random()
+    known = {b: r for b, r in (racks or {}).items() if b in brokers and r is not None}
+    if known and len(known) != n:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            "Not all brokers have rack information for replica rack aware assignment.",
+        )
+    start = rng.randrange(n)
+    shift = rng.randrange(n)
     out: dict[int, list[int]] = {}
+    if not known:
+        ordered = sorted(brokers)
+        for p in range(num_partitions):
+            if p > 0 and p % n == 0:
+                shift += 1
+            first = (p + start) % n
+            out[p] = [ordered[first]] + [
+                ordered[_replica_index(first, shift, j, n)] for j in range(replication_factor - 1)
+            ]
+        return out
+    ordered = rack_alternated(known)
+    num_racks = len(set(known.values()))
     for p in range(num_partitions):
         if p > 0 and p % n == 0:
             shift += 1
         first = (p + start) % n
-        replicas = [brokers[first]]
-        for j in range(replication_factor - 1):
-            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
+        leader = ordered[first]
+        replicas = [leader]
+        racks_used = {known[leader]}
+        brokers_used = {leader}
+        k = 0
+        for _ in range(replication_factor - 1):
+            while True:
+                b = ordered[_replica_index(first, shift * num_racks, k, n)]
+                k += 1
+                rack = known[b]
+                if (rack not in racks_used or len(racks_used) == num_racks) and (
+                    b not in brokers_used or len(brokers_used) == n
+                ):
+                    replicas.append(b)
+                    racks_used.add(rack)
+                    brokers_used.add(b)
+                    break
         out[p] = replicas
     return out
 
@@ -113,7 +174,8 @@ async def create_topic(
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
         if not live:
             raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "No live brokers")
-        assignment = assign_replicas(live, num_partitions, replication_factor)
+        racks = {b: info.rack for b, info in cache.brokers.items()}
+        assignment = assign_replicas(live, num_partitions, replication_factor, racks)
     problem = validate_topic_config(configs)
     if problem:
         raise KafkaError(ErrorCode.INVALID_CONFIG, problem)
@@ -126,11 +188,6 @@ async def create_topic(
         zkpaths.topic_path(name),
         to_json({"version": 1, "partitions": {str(p): r for p, r in assignment.items()}}),
     )
-    tx.create(f"{zkpaths.topic_path(name)}/partitions")
-    for p, replicas in assignment.items():
-        tx.create(f"{zkpaths.topic_path(name)}/partitions/{p}")
-        state = {"controller_epoch": 0, "leader": replicas[0], "version": 1, "leader_epoch": 0, "isr": [replicas[0]]}
-        tx.create(zkpaths.partition_state_path(name, p), to_json(state))
     results = await zk.call(tx.commit)
     failures = [r for r in results if isinstance(r, Exception)]
     if any(isinstance(r, NodeExistsError) for r in failures):
@@ -156,13 +213,7 @@ async def delete_topic(zk: ZooKeeper, cache: MetadataCache, name: str, deletion_
     exists = name in cache.topics or await zk.call(zk.client.exists, zkpaths.topic_path(name)) is not None
     if not exists:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
-    marker = f"{zkpaths.DELETE_TOPICS}/{name}"
     try:
-        await zk.call(zk.client.create, marker, b"", makepath=True)
+        await zk.call(zk.client.create, f"{zkpaths.DELETE_TOPICS}/{name}", b"", makepath=True)
     except NodeExistsError:
         pass
-    for path in (zkpaths.topic_path(name), zkpaths.topic_config_path(name), marker):
-        try:
-            await zk.call(zk.client.delete, path, recursive=True)
-        except NoNodeError:
-            pass

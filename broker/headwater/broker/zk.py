@@ -145,20 +145,34 @@ class ZooKeeper:
 
     def watch_children(self, path: str, callback: Callable[[list[str]], None]) -> None:
         """``callback(children)`` on the loop now and whenever the children of ``path`` change."""
-        self.client.ChildrenWatch(path, self._bridge(callback))
+        self.start_watch(self.client.ChildrenWatch, path, self._bridge(callback))
 
-    def watch_data(self, path: str, callback: Callable[[bytes | None, ZnodeStat | None], Any]) -> None:
-        """``callback(data, stat)`` on the loop now and on every change; (None, None) once deleted.
+    def start_watch(self, watch_class: Callable[..., Any], path: str, func: Callable[..., Any]) -> None:
+        """Create a kazoo watch off the event loop: its first read is a blocking ZooKeeper call."""
+        loop = self.loop
+        future = loop.run_in_executor(None, watch_class, path, func)
 
-        The watch ends after the znode is deleted.
+        def done(f: asyncio.Future[Any]) -> None:
+            if not f.cancelled() and f.exception() is not None:
+                log.warning("watch on %s failed: %s", path, f.exception())
+
+        future.add_done_callback(done)
+
+    def watch_data(
+        self, path: str, callback: Callable[[bytes | None, ZnodeStat | None], Any], persistent: bool = False
+    ) -> None:
+        """``callback(data, stat)`` on the loop now and on every change; (None, None) while absent.
+
+        Unless ``persistent``, the watch ends once the znode is absent (deleted, or not there yet);
+        a persistent watch goes on through deletions and re-creations (``/controller``).
         """
         bridged = self._bridge(callback)
 
         def on_change(data: bytes | None, stat: ZnodeStat | None, *_: Any) -> bool | None:
             bridged(data, stat)
-            return False if stat is None else None
+            return False if stat is None and not persistent else None
 
-        self.client.DataWatch(path, on_change)
+        self.start_watch(self.client.DataWatch, path, on_change)
 
     # -- small typed helpers -------------------------------------------------------------
 

@@ -112,6 +112,7 @@ def _produce(args: argparse.Namespace) -> int:
     pending: list[concurrent.futures.Future[Any]] = []
     failures: list[BaseException] = []
     sent = 0
+    clean = False
     try:
         producer.start()
         for number, line in enumerate(_lines(sys.stdin.buffer), 1):
@@ -134,8 +135,9 @@ def _produce(args: argparse.Namespace) -> int:
         if not failures:
             producer.flush()
             _collect(pending, failures, wait=True)
-    finally:
-        producer.close(timeout=5.0 if failures else None)
+        clean = not failures
+    finally:  # after a failure or an interrupt, give the records in flight a few seconds only
+        producer.close(timeout=None if clean else 5.0)
     if failures:
         more = f" ({len(failures)} records failed)" if len(failures) > 1 else ""
         print(f"headwater produce: error: {describe_error(failures[0])}{more}", file=sys.stderr)
@@ -236,6 +238,9 @@ def _consume(args: argparse.Namespace) -> int:
                 if limit is not None and count >= limit:
                     break
             out.flush()
+    except KeyboardInterrupt:
+        print(f"Processed a total of {count} messages", file=sys.stderr)
+        raise
     finally:
         try:
             out.flush()

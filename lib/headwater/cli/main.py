@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from headwater.cli import bench
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="headwater", description="Headwater: Kafka as its authors described it.")
@@ -22,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.set_defaults(func=_broker_start)
 
     _add_client_commands(sub)
+    bench.add_parser(sub)
     return parser
 
 

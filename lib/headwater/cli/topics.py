@@ -52,7 +52,7 @@ def describe_error(e: BaseException) -> str:
         if e.message and e.message != e.code.name:
             return f"{e.message} ({e.code.name})"
         return f"the broker answered {e.code.name} ({int(e.code)})"
-    if isinstance(e, KafkaConnectionError | KafkaTimeoutError | CliError):
+    if isinstance(e, KafkaConnectionError | KafkaTimeoutError | CliError | ValueError):
         return str(e)
     return f"{type(e).__name__}: {e}"
 

@@ -121,12 +121,17 @@ class Admin:
 
     async def _to_controller(self, api: Api, body: Message, timeout: float) -> Message:
         """Send to the controller; returns the response (callers look for NOT_CONTROLLER in it)."""
-        if self.cluster.controller_id < 0:
+        deadline = time.monotonic() + min(self.request_timeout, 10.0)
+        backoff = self.retry_backoff
+        while self.cluster.controller_id < 0 or self.cluster.controller_id not in self.cluster.brokers:
             await self.cluster.refresh()
-        controller = self.cluster.controller_id
-        if controller < 0:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the cluster has no controller right now")
-        return await self.cluster.request(controller, api, body, timeout=timeout)
+            if self.cluster.controller_id >= 0 and self.cluster.controller_id in self.cluster.brokers:
+                break
+            if time.monotonic() + backoff >= deadline:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, "the cluster has no controller right now")
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+        return await self.cluster.request(self.cluster.controller_id, api, body, timeout=timeout)
 
     # -- create / delete -------------------------------------------------------------------------
 

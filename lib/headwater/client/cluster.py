@@ -108,6 +108,7 @@ class Cluster:
         self._connecting: dict[int, asyncio.Future[BrokerConnection]] = {}
         self._bootstrap_conn: BrokerConnection | None = None
         self._refresh_lock = asyncio.Lock()
+        self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
 
     # -- connections -----------------------------------------------------------------------------
@@ -202,9 +203,10 @@ class Cluster:
     async def refresh(self, topics: Iterable[str] | None = None, *, all_topics: bool = False) -> None:
         """Fetch metadata for ``topics`` (added to the topics of interest), or for the topics of
         interest when None, or for every topic with ``all_topics``."""
-        if topics is not None:
-            self._interest.update(topics)
-        wanted = None if all_topics else sorted(self._interest if topics is None else set(topics))
+        named = None if topics is None else set(topics)
+        if named is not None:
+            self._interest.update(named)
+        wanted = None if all_topics else sorted(self._interest if named is None else named)
         async with self._refresh_lock:
             last_error: Exception | None = None
             for _attempt in range(2):
@@ -235,7 +237,9 @@ class Cluster:
             b = brokers.get(node_id)
             if b is None or (b.host, b.port) != (conn.host, conn.port):
                 del self._conns[node_id]
-                asyncio.get_running_loop().create_task(conn.close())
+                task = asyncio.get_running_loop().create_task(conn.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
         self.controller_id = int(response.get("controller_id", -1))
         self.cluster_id = response.get("cluster_id")
         if wanted is None:

@@ -460,10 +460,18 @@ def _decode(topic: str, partition: int, offset: int, p: Message) -> _PartitionDa
     next_offset = offset
     data = p.get("records")
     if data:
+        complete = 0
         for header, batch in iter_batches(data):
+            complete += 1
             if header.next_offset > next_offset:
                 next_offset = header.next_offset
             for r in batch:
                 if r.offset >= offset:
                     records.append(ConsumerRecord(topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers))
+        if not complete:  # only the start of a batch: no progress is possible with this max_bytes
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"the record batch at offset {offset} of {topic}-{partition} is larger than the "
+                f"{len(data)} bytes the broker sent: raise max_bytes",
+            )
     return _PartitionData(records, int(p["high_watermark"]), int(p.get("log_start_offset", -1)), next_offset)

@@ -70,6 +70,7 @@ class DefaultPartitioner:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
         self._sticky: dict[str, int] = {}
+        self._retired: dict[str, int] = {}  # the partition a topic just moved away from
 
     def partition(self, topic: str, key: bytes | None, partitions: Sequence[int], available: Sequence[int]) -> int:
         if not partitions:
@@ -79,11 +80,12 @@ class DefaultPartitioner:
         sticky = self._sticky.get(topic)
         if sticky is not None and sticky in partitions and (not available or sticky in available):
             return sticky
-        return self._choose(topic, partitions, available, exclude=sticky)
+        return self._choose(topic, partitions, available, exclude=self._retired.pop(topic, sticky))
 
     def on_new_batch(self, topic: str, partition: int) -> None:
         if self._sticky.get(topic) == partition:
             del self._sticky[topic]
+            self._retired[topic] = partition
 
     def _choose(self, topic: str, partitions: Sequence[int], available: Sequence[int], exclude: int | None) -> int:
         pool = list(available or partitions)

@@ -225,9 +225,12 @@ class Producer:
                 self._space.clear()
                 await self._space.wait()
             tm = await self.cluster.topic_metadata(topic)
+            if self._closing:  # closed while this send waited for space or metadata
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
             partitions = sorted(tm.partitions)
             if partition is None:
-                available = [p for p in partitions if self.cluster.leader(topic, p) >= 0]
+                # keyed records ignore availability; only the null-key (sticky) choice needs it
+                available = [p for p in partitions if self.cluster.leader(topic, p) >= 0] if kb is None else partitions
                 partition = self.partitioner.partition(topic, kb, partitions, available)
             elif partition not in tm.partitions:
                 await self.cluster.refresh([topic])
@@ -391,7 +394,12 @@ class Producer:
         size = 0
         for b in batches:
             if b.encoded is None:
-                b.encoded = encode_batch(b.records, compression=self.codec)
+                try:
+                    b.encoded = encode_batch(b.records, compression=self.codec)
+                except (KafkaError, ValueError, OverflowError) as e:  # e.g. a timestamp out of range
+                    del self._inflight[(b.topic, b.partition)]
+                    self._fail(b, e if isinstance(e, KafkaError) else KafkaError(ErrorCode.CORRUPT_MESSAGE, str(e)))
+                    continue
             n = len(b.encoded) + 64
             if current and size + n > self.max_request_size:
                 out.append(current)
@@ -442,7 +450,10 @@ class Producer:
                     for b in batches:
                         self._complete(b, -1, -1)
                     return
-                response = await conn.request(PRODUCE, body, version, timeout=self.request_timeout_ms / 1000.0 + 5.0)
+                # a little longer than the broker's own timeout_ms, but not past the batches' deadlines
+                patience = self.request_timeout_ms / 1000.0 + 1.0
+                remaining = max(b.deadline for b in batches) - time.monotonic()
+                response = await conn.request(PRODUCE, body, version, timeout=max(min(patience, remaining), 0.05))
             except (KafkaConnectionError, KafkaTimeoutError) as e:
                 for b in batches:
                     self._retry_or_fail(b, e, stale=True)

@@ -9,7 +9,9 @@ their order.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
+import functools
 import threading
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -18,7 +20,7 @@ from headwater.client.admin import Admin, ConfigEntry, NewTopic, TopicDescriptio
 from headwater.client.consumer import Consumer, ConsumerRecord, FetchResult, OffsetAndTimestamp, Subscription
 from headwater.client.errors import KafkaTimeoutError
 from headwater.client.producer import Producer, RecordMetadata
-from headwater.protocol.errors import KafkaError
+from headwater.protocol.errors import ErrorCode, KafkaError
 
 __all__ = ["EventLoopThread", "SyncAdmin", "SyncConsumer", "SyncProducer", "SyncSubscription"]
 
@@ -102,10 +104,20 @@ class _Facade:
 
 
 class SyncProducer(_Facade):
-    """Blocking facade of :class:`~headwater.client.producer.Producer` (same arguments)."""
+    """Blocking facade of :class:`~headwater.client.producer.Producer` (same arguments).
+
+    :meth:`send` queues the record for the loop thread, which drains the queue in order: one
+    cross-thread wake-up per burst of sends rather than one per record.
+    """
 
     def __init__(self, bootstrap: str | Sequence[str], **kwargs: Any) -> None:
         super().__init__()
+        self._queue: collections.deque[tuple[tuple[Any, ...], concurrent.futures.Future[RecordMetadata]]] = (
+            collections.deque()
+        )
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self._drain_task: asyncio.Task[None] | None = None
         try:
             self.producer: Producer = self._run(_construct(Producer, bootstrap, **kwargs))
         except BaseException:
@@ -131,11 +143,39 @@ class SyncProducer(_Facade):
         partition: int | None = None,
         timestamp_ms: int | None = None,
     ) -> concurrent.futures.Future[RecordMetadata]:
-        async def send() -> RecordMetadata:
-            fut = await self.producer.send(topic, value, key, tuple(headers), partition, timestamp_ms)
-            return await fut
+        """Queue one record; the future resolves to its RecordMetadata or raises its error."""
+        result: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        with self._lock:
+            self._queue.append(((topic, value, key, tuple(headers), partition, timestamp_ms), result))
+            if not self._scheduled:
+                self._scheduled = True
+                self._lt.loop.call_soon_threadsafe(self._start_drain)
+        return result
 
-        return self._lt.submit(send())
+    def _start_drain(self) -> None:  # on the loop
+        self._drain_task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._scheduled = False
+                    return
+                items = list(self._queue)
+                self._queue.clear()
+            for args, result in items:
+                if not result.set_running_or_notify_cancel():
+                    continue
+                try:
+                    fut = await self.producer.send(*args)
+                except BaseException as e:  # delivered through the future, like every other error
+                    result.set_exception(e)
+                    continue
+                fut.add_done_callback(functools.partial(_chain, result))
+
+    async def _drained(self) -> None:
+        while self._drain_task is not None and not self._drain_task.done():
+            await asyncio.shield(self._drain_task)
 
     def send_and_wait(
         self,
@@ -150,10 +190,31 @@ class SyncProducer(_Facade):
         return self.send(topic, value, key, headers, partition, timestamp_ms).result(timeout)
 
     def flush(self, timeout: float | None = None) -> None:
-        self._run(self.producer.flush(timeout))
+        """Wait until every record sent so far is acknowledged or failed."""
+
+        async def flush() -> None:
+            await self._drained()
+            await self.producer.flush(timeout)
+
+        self._run(flush())
 
     def close(self, timeout: float | None = None) -> None:
-        self._shutdown(self.producer.close(timeout), None)
+        async def close() -> None:
+            try:
+                await asyncio.wait_for(self._drained(), timeout)
+            finally:
+                await self.producer.close(timeout)
+
+        self._shutdown(close(), None)
+
+
+def _chain(result: concurrent.futures.Future[RecordMetadata], fut: asyncio.Future[RecordMetadata]) -> None:
+    if fut.cancelled():
+        result.set_exception(KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the send was cancelled"))
+    elif (error := fut.exception()) is not None:
+        result.set_exception(error)
+    else:
+        result.set_result(fut.result())
 
 
 class SyncSubscription:

@@ -14,13 +14,18 @@ from headwater.protocol import frames
 from headwater.protocol.apis import (
     ALL_APIS,
     API_BY_KEY,
+    CONTROLLED_SHUTDOWN,
     CREATE_TOPICS,
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
     FETCH,
+    LEADER_AND_ISR,
     LIST_OFFSETS,
     METADATA,
+    OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
+    STOP_REPLICA,
+    UPDATE_METADATA,
 )
 from headwater.protocol.errors import DecodeError, ErrorCode
 from headwater.protocol.primitives import FileRegion, Reader, Writer
@@ -115,12 +120,27 @@ def _decode(struct: Struct, version: int, data: bytes) -> dict[str, Any]:
 
 # --- the advertised snapshot -----------------------------------------------------------------
 
-KAFKA_2_3 = {0: (0, 7), 1: (4, 11), 2: (0, 5), 3: (0, 8), 18: (0, 2), 19: (0, 3), 20: (0, 3), 32: (0, 2)}
+KAFKA_2_3 = {
+    0: (0, 7),
+    1: (4, 11),  # 2.3.0: 0-11 (see docs/protocol.md)
+    2: (0, 5),
+    3: (0, 8),
+    4: (0, 2),
+    5: (0, 1),
+    6: (0, 5),
+    7: (1, 2),  # 2.3.0: 0-2; v0 has a non-standard request header
+    18: (0, 2),
+    19: (0, 3),
+    20: (0, 3),
+    23: (0, 3),
+    32: (0, 2),
+}
 
 
 def test_registry_advertises_the_kafka_2_3_snapshot() -> None:
-    got = {key: (API_BY_KEY[key].min_version, API_BY_KEY[key].max_version) for key in KAFKA_2_3}
+    got = {api.key: (api.min_version, api.max_version) for api in ALL_APIS}
     assert got == KAFKA_2_3
+    assert [api.key for api in ALL_APIS] == sorted(KAFKA_2_3)
     assert len({api.key for api in ALL_APIS}) == len(ALL_APIS)
     assert all(API_BY_KEY[api.key] is api for api in ALL_APIS)
 
@@ -132,6 +152,11 @@ def test_registry_advertises_the_kafka_2_3_snapshot() -> None:
         (FETCH, 1, "Fetch"),
         (LIST_OFFSETS, 2, "ListOffsets"),
         (METADATA, 3, "Metadata"),
+        (LEADER_AND_ISR, 4, "LeaderAndIsr"),
+        (STOP_REPLICA, 5, "StopReplica"),
+        (UPDATE_METADATA, 6, "UpdateMetadata"),
+        (CONTROLLED_SHUTDOWN, 7, "ControlledShutdown"),
+        (OFFSET_FOR_LEADER_EPOCH, 23, "OffsetForLeaderEpoch"),
         (CREATE_TOPICS, 19, "CreateTopics"),
         (DELETE_TOPICS, 20, "DeleteTopics"),
         (DESCRIBE_CONFIGS, 32, "DescribeConfigs"),
@@ -351,3 +376,62 @@ def test_describe_configs_v0_vs_v1_config_entry() -> None:
     assert (c1["is_default"], c1["config_source"]) == (False, 5)
     req = _decode(DESCRIBE_CONFIGS.request, 0, b"\x00\x00\x00\x01\x02\x00\x01t\xff\xff\xff\xff")
     assert req["resources"][0]["configuration_keys"] is None
+
+
+# --- the controller APIs and OffsetForLeaderEpoch ----------------------------------------------
+
+
+def test_leader_and_isr_partition_states_move_under_topics_in_v2() -> None:
+    state = {"topic_name": "t", "partition_index": 1, "leader": 2, "leader_epoch": 3, "isr": [2], "replicas": [2]}
+    v1 = _decode(LEADER_AND_ISR.request, 1, _encode(LEADER_AND_ISR.request, 1, {"ungrouped_partition_states": [state]}))
+    assert v1["topic_states"] == [] and v1["broker_epoch"] == -1
+    (got,) = v1["ungrouped_partition_states"]
+    assert (got["topic_name"], got["partition_index"], got["is_new"]) == ("t", 1, False)
+    body = {"broker_epoch": 9, "topic_states": [{"topic_name": "t", "partition_states": [state]}]}
+    v2 = _decode(LEADER_AND_ISR.request, 2, _encode(LEADER_AND_ISR.request, 2, body))
+    assert v2["ungrouped_partition_states"] == [] and v2["broker_epoch"] == 9
+    (got,) = v2["topic_states"][0]["partition_states"]
+    assert got["topic_name"] == "" and got["leader_epoch"] == 3  # the name is the topic's from v2
+    # v1 adds is_new: one byte per partition state
+    assert (
+        len(_encode(LEADER_AND_ISR.request, 0, {"ungrouped_partition_states": [state]}))
+        == len(_encode(LEADER_AND_ISR.request, 1, {"ungrouped_partition_states": [state]})) - 1
+    )
+
+
+def test_update_metadata_v0_brokers_have_one_host_and_port() -> None:
+    broker = {"id": 1, "v0_host": "h", "v0_port": 9092, "endpoints": [{"port": 1, "host": "x", "security_protocol": 0}]}
+    v0 = _decode(UPDATE_METADATA.request, 0, _encode(UPDATE_METADATA.request, 0, {"live_brokers": [broker]}))
+    assert v0["live_brokers"] == [{"id": 1, "v0_host": "h", "v0_port": 9092, "endpoints": [], "rack": None}]
+    v1 = _decode(UPDATE_METADATA.request, 1, _encode(UPDATE_METADATA.request, 1, {"live_brokers": [broker]}))
+    (got,) = v1["live_brokers"]
+    assert (got["v0_host"], got["v0_port"]) == ("", 0)
+    assert got["endpoints"] == [{"port": 1, "host": "x", "listener": "", "security_protocol": 0}]
+
+
+def test_stop_replica_v0_is_ungrouped() -> None:
+    body = {"ungrouped_partitions": [{"topic_name": "t", "partition_index": 0}], "topics": [{"name": "u"}]}
+    v0 = _decode(STOP_REPLICA.request, 0, _encode(STOP_REPLICA.request, 0, body))
+    assert (v0["ungrouped_partitions"], v0["topics"], v0["broker_epoch"]) == (body["ungrouped_partitions"], [], -1)
+    v1 = _decode(STOP_REPLICA.request, 1, _encode(STOP_REPLICA.request, 1, body))
+    assert (v1["ungrouped_partitions"], v1["topics"]) == ([], [{"name": "u", "partition_indexes": []}])
+
+
+def test_controlled_shutdown_v0_is_not_offered() -> None:
+    raw = frames.encode_request(CONTROLLED_SHUTDOWN, 1, 5, "c", {"broker_id": 1})
+    frame = bytearray(raw[4:])
+    frame[2:4] = (0).to_bytes(2, "big")  # claim v0
+    with pytest.raises(frames.UnsupportedRequest) as info:
+        frames.decode_request(memoryview(bytes(frame)))
+    assert info.value.code is ErrorCode.UNSUPPORTED_VERSION
+    assert (info.value.header.api_key, info.value.header.correlation_id) == (7, 5)
+
+
+def test_offset_for_leader_epoch_defaults() -> None:
+    body = {"topics": [{"topic": "t", "partitions": [{"partition": 0, "leader_epoch": 4}]}]}
+    got = _decode(OFFSET_FOR_LEADER_EPOCH.request, 0, _encode(OFFSET_FOR_LEADER_EPOCH.request, 0, body))
+    assert got["replica_id"] == -2  # a "debug" consumer, Kafka's default
+    assert got["topics"][0]["partitions"][0]["current_leader_epoch"] == -1
+    resp = {"topics": [{"topic": "t", "partitions": [{"partition": 0, "end_offset": 10}]}]}
+    back = _decode(OFFSET_FOR_LEADER_EPOCH.response, 0, _encode(OFFSET_FOR_LEADER_EPOCH.response, 0, resp))
+    assert back["topics"][0]["partitions"][0]["leader_epoch"] == -1 and back["throttle_time_ms"] == 0

@@ -14,24 +14,34 @@ from typing import TYPE_CHECKING, Any
 
 from headwater.broker.handlers import (
     api_versions,
+    controlled_shutdown,
     create_topics,
     delete_topics,
     describe_configs,
     fetch,
+    leader_and_isr,
     list_offsets,
     metadata,
+    offset_for_leader_epoch,
     produce,
+    stop_replica,
+    update_metadata,
 )
 from headwater.broker.handlers.api_versions import api_versions_fallback
 from headwater.protocol.apis import (
     API_VERSIONS,
+    CONTROLLED_SHUTDOWN,
     CREATE_TOPICS,
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
     FETCH,
+    LEADER_AND_ISR,
     LIST_OFFSETS,
     METADATA,
+    OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
+    STOP_REPLICA,
+    UPDATE_METADATA,
 )
 from headwater.protocol.frames import RequestHeader
 from headwater.protocol.schema import Message
@@ -66,6 +76,11 @@ HANDLERS: dict[int, Handler] = {
     CREATE_TOPICS.key: create_topics.handle,
     DELETE_TOPICS.key: delete_topics.handle,
     DESCRIBE_CONFIGS.key: describe_configs.handle,
+    LEADER_AND_ISR.key: leader_and_isr.handle,
+    STOP_REPLICA.key: stop_replica.handle,
+    UPDATE_METADATA.key: update_metadata.handle,
+    CONTROLLED_SHUTDOWN.key: controlled_shutdown.handle,
+    OFFSET_FOR_LEADER_EPOCH.key: offset_for_leader_epoch.handle,
 }
 
 __all__ = ["HANDLERS", "RequestContext", "api_versions_fallback"]

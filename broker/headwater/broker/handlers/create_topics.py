@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import Counter
@@ -91,5 +90,5 @@ async def _wait_for_leaders(broker: KafkaBroker, names: list[str], timeout_s: fl
         return out
 
     while len(ready()) < len(names) and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
+        await broker.wait_for_metadata(deadline - time.monotonic())
     return ready()

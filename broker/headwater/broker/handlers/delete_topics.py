@@ -1,7 +1,7 @@
 """DeleteTopics (key 20), v0-3.
 
-- Marks each topic under /admin/delete_topics and removes its znodes; every broker then
-  deletes its logs for it. Unknown topics get UNKNOWN_TOPIC_OR_PARTITION; with
+- Marks each topic under /admin/delete_topics; the controller has the replicas delete their
+  logs (StopReplica) and removes the topic's znodes. Unknown topics get UNKNOWN_TOPIC_OR_PARTITION; with
   ``delete.topic.enable=false`` every topic gets TOPIC_DELETION_DISABLED.
 - Waits (up to timeout_ms) until the topic is gone from this broker's metadata; a topic still
   present at the deadline gets REQUEST_TIMED_OUT.
@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -39,7 +38,7 @@ async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> 
         results.append({"name": name, "error_code": ErrorCode.NONE})
     deadline = time.monotonic() + max(0, request["timeout_ms"]) / 1000.0
     while any(n in broker.cache.topics for n in deleted) and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
+        await broker.wait_for_metadata(deadline - time.monotonic())
     for r in results:
         if r["name"] in broker.cache.topics and r["error_code"] == ErrorCode.NONE:
             r["error_code"] = ErrorCode.REQUEST_TIMED_OUT

@@ -14,6 +14,10 @@
 - Per partition errors: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_FOR_PARTITION,
   OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (v9+, current_leader_epoch).
 - No transactions: last_stable_offset is the high watermark, aborted_transactions empty.
+- A follower (replica_id >= 0) reads up to the log end offset instead of the high watermark;
+  its fetch offset tells the leader how far it has replicated, which moves the high
+  watermark and the ISR (see the replica manager). Consumers (replica_id -1) never see past
+  the high watermark.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> 
 
 
 def _read(broker: KafkaBroker, request: Message) -> tuple[list[Message], int, bool]:
+    replica_id = request["replica_id"]
     budget = request["max_bytes"]
     total = 0
     errors = False
@@ -79,14 +84,15 @@ def _read(broker: KafkaBroker, request: Message) -> tuple[list[Message], int, bo
                 )
                 errors = True
                 continue
-            epoch = p["current_leader_epoch"]
-            if epoch >= 0 and epoch != part.leader_epoch:
-                out["error_code"] = (
-                    ErrorCode.FENCED_LEADER_EPOCH if epoch < part.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
-                )
+            try:
+                part.check_leader_epoch(p["current_leader_epoch"])
+            except KafkaError as e:
+                out["error_code"] = e.code
                 errors = True
                 continue
             log_ = part.log
+            if replica_id >= 0:
+                broker.replicas.record_follower_fetch(part, replica_id, p["fetch_offset"])
             hw = part.high_watermark
             out["high_watermark"] = hw
             out["last_stable_offset"] = hw
@@ -95,7 +101,12 @@ def _read(broker: KafkaBroker, request: Message) -> tuple[list[Message], int, bo
             if limit <= 0 and total > 0:
                 continue
             try:
-                data = log_.read(p["fetch_offset"], max(limit, 0), max_offset=hw, min_one_batch=total == 0)
+                data = log_.read(
+                    p["fetch_offset"],
+                    max(limit, 0),
+                    max_offset=None if replica_id >= 0 else hw,
+                    min_one_batch=total == 0,
+                )
             except KafkaError as e:
                 out["error_code"] = e.code
                 errors = True
@@ -103,5 +114,6 @@ def _read(broker: KafkaBroker, request: Message) -> tuple[list[Message], int, bo
             if data.region is not None and data.region.size > 0:
                 out["records"] = data.region
                 total += data.region.size
+                broker.metrics.bytes_out.labels(name).inc(data.region.size)
         responses.append({"topic": name, "partitions": parts})
     return responses, total, errors

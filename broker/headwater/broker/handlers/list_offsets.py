@@ -1,6 +1,7 @@
 """ListOffsets (key 2), v0-5.
 
-- timestamp -1 (latest): the high watermark (what a consumer can read); -2 (earliest): the
+- timestamp -1 (latest): the high watermark (what a consumer can read; a follower, with its
+  replica id, gets the log end offset); -2 (earliest): the
   log start offset; otherwise the first offset whose record timestamp is >= the timestamp,
   found through the time index (-1/-1 when there is none).
 - v0 answers Kafka's old ``offsets_before``: up to ``max_num_offsets`` segment base offsets
@@ -28,12 +29,12 @@ EARLIEST = -2
 async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message:
     topics = []
     for t in request["topics"]:
-        parts = [_one(broker, ctx.version, t["name"], p) for p in t["partitions"]]
+        parts = [_one(broker, ctx.version, t["name"], p, request["replica_id"]) for p in t["partitions"]]
         topics.append({"name": t["name"], "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}
 
 
-def _one(broker: KafkaBroker, version: int, topic: str, p: Message) -> Message:
+def _one(broker: KafkaBroker, version: int, topic: str, p: Message, replica_id: int) -> Message:
     out: Message = {
         "partition_index": p["partition_index"],
         "error_code": ErrorCode.NONE,
@@ -47,11 +48,10 @@ def _one(broker: KafkaBroker, version: int, topic: str, p: Message) -> Message:
         known = broker.cache.partition(topic, p["partition_index"]) is not None
         out["error_code"] = ErrorCode.NOT_LEADER_FOR_PARTITION if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return out
-    epoch = p["current_leader_epoch"]
-    if epoch >= 0 and epoch != part.leader_epoch:
-        out["error_code"] = (
-            ErrorCode.FENCED_LEADER_EPOCH if epoch < part.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
-        )
+    try:
+        part.check_leader_epoch(p["current_leader_epoch"])
+    except KafkaError as e:
+        out["error_code"] = e.code
         return out
     log_ = part.log
     ts = p["timestamp"]
@@ -61,7 +61,8 @@ def _one(broker: KafkaBroker, version: int, topic: str, p: Message) -> Message:
             # never advertise offsets past what consumers may read
             out["old_style_offsets"] = [min(o, part.high_watermark) for o in offsets]
         elif ts == LATEST:
-            out["offset"] = part.high_watermark
+            # a follower asks for the leader's log end offset; consumers get the high watermark
+            out["offset"] = log_.log_end_offset if replica_id >= 0 else part.high_watermark
         elif ts == EARLIEST:
             out["offset"] = log_.log_start_offset
         else:

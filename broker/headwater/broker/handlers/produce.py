@@ -4,8 +4,11 @@
   offset and the partition leader epoch. v0-2 carry legacy message sets (magic 0/1), which
   are up-converted to one magic-2 batch before the append.
 - acks 0 / 1 / -1 (all). acks=-1 is refused with NOT_ENOUGH_REPLICAS when the ISR is smaller
-  than ``min.insync.replicas`` (topic config, else the broker's). Other acks values get
-  INVALID_REQUIRED_ACKS. With acks=0 no response is sent; on an error the connection is closed
+  than ``min.insync.replicas`` (topic config, else the broker's); otherwise the answer waits
+  in the purgatory until the high watermark passes the appended records (every ISR member
+  has them). It then answers NONE, or NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank
+  below min.insync.replicas meanwhile, NOT_LEADER_FOR_PARTITION if leadership moved, and
+  REQUEST_TIMED_OUT after ``timeout_ms``. Other acks values get INVALID_REQUIRED_ACKS. With acks=0 no response is sent; on an error the connection is closed
   instead, which is how Kafka tells an acks=0 producer something went wrong.
 - Per partition errors: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_FOR_PARTITION, CORRUPT_MESSAGE
   (bad CRC/length/magic), MESSAGE_TOO_LARGE (a batch above max.message.bytes),
@@ -17,9 +20,12 @@
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from headwater.broker.network import CloseConnection
+from headwater.broker.partition import Partition
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.header import ATTRIBUTES_OFFSET, CODEC_MASK, HEADER_SIZE, MAGIC_OFFSET
 from headwater.protocol.records.legacy import upconvert
@@ -34,29 +40,73 @@ log = logging.getLogger(__name__)
 ZSTD = 4
 
 
+@dataclass
+class _Waiting:
+    result: Message
+    partition: Partition
+    leader_epoch: int
+    required_offset: int
+    min_isr: int
+
+
 async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message | None:
     acks = request["acks"]
     responses: list[Message] = []
+    waiting: list[_Waiting] = []
     failed = False
     for topic in request["topics"]:
         name = topic["name"]
         parts = []
         for p in topic["partitions"]:
-            result = _append(broker, ctx, name, p["partition_index"], p["records"], acks)
+            result, waiter = _append(broker, ctx, name, p["partition_index"], p["records"], acks)
             failed = failed or result["error_code"] != ErrorCode.NONE
             parts.append(result)
+            if waiter is not None:
+                waiting.append(waiter)
         responses.append({"name": name, "partitions": parts})
     if acks == 0:
         if failed:
             raise CloseConnection("acks=0 produce request failed; closing the connection to signal the producer")
         return None
+    if waiting:
+        await _wait_for_replication(broker, waiting, request["timeout_ms"])
     return {"responses": responses, "throttle_time_ms": 0}
+
+
+async def _wait_for_replication(broker: KafkaBroker, waiting: list[_Waiting], timeout_ms: int) -> None:
+    """The delayed produce: complete each partition once the ISR has the records, or time out."""
+    deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
+    pending = list(waiting)
+    while pending:
+        still = []
+        for w in pending:
+            part = w.partition
+            if not part.is_leader or part.leader_epoch != w.leader_epoch:
+                _fail(w.result, ErrorCode.NOT_LEADER_FOR_PARTITION)
+            elif part.high_watermark >= w.required_offset:
+                if len(part.isr) < w.min_isr:
+                    _fail(w.result, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+            else:
+                still.append(w)
+        pending = still
+        remaining = deadline - time.monotonic()
+        if not pending:
+            return
+        if remaining <= 0:
+            for w in pending:
+                _fail(w.result, ErrorCode.REQUEST_TIMED_OUT)
+            return
+        await broker.purgatory.wait([w.partition.key for w in pending], remaining)
+
+
+def _fail(result: Message, code: ErrorCode) -> None:
+    result["error_code"] = code
 
 
 def _append(
     broker: KafkaBroker, ctx: RequestContext, topic: str, index: int, records: memoryview | None, acks: int
-) -> Message:
-    def error(code: ErrorCode, why: str = "") -> Message:
+) -> tuple[Message, _Waiting | None]:
+    def error(code: ErrorCode, why: str = "") -> tuple[Message, None]:
         if why:
             log.warning(
                 "produce to %s-%d from %s (client %r) refused: %s: %s",
@@ -67,13 +117,14 @@ def _append(
                 code.name,
                 why,
             )
+        broker.metrics.failed_produce.labels(topic).inc()
         return {
             "partition_index": index,
             "error_code": code,
             "base_offset": -1,
             "log_append_time_ms": -1,
             "log_start_offset": -1,
-        }
+        }, None
 
     if acks not in (0, 1, -1):
         return error(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
@@ -100,20 +151,20 @@ def _append(
             )
         elif ctx.version < 7 and len(records) >= HEADER_SIZE and records[ATTRIBUTES_OFFSET + 1] & CODEC_MASK == ZSTD:
             raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later")
-        topic_info = broker.cache.topics.get(topic)
-        min_isr = (
-            int(topic_info.config.get("min.insync.replicas", broker.config.min_insync_replicas))
-            if topic_info
-            else broker.config.min_insync_replicas
-        )
+        min_isr = int(broker.cache.config_of(topic).get("min.insync.replicas", broker.config.min_insync_replicas))
         appended = part.append_as_leader(records, acks, min_isr)
     except KafkaError as e:
         return error(e.code, e.message)
     broker.purgatory.notify((topic, index))
-    return {
+    broker.metrics.bytes_in.labels(topic).inc(len(records))
+    broker.metrics.messages_in.labels(topic).inc(appended.records_count)
+    result: Message = {
         "partition_index": index,
         "error_code": ErrorCode.NONE,
         "base_offset": appended.first_offset,
         "log_append_time_ms": -1,
         "log_start_offset": appended.log_start_offset,
     }
+    if acks != -1 or part.high_watermark > appended.last_offset:
+        return result, None
+    return result, _Waiting(result, part, part.leader_epoch, appended.last_offset + 1, min_isr)

@@ -8,6 +8,7 @@ On disk (see :mod:`~headwater.broker.storage.segment` and :mod:`~headwater.broke
         00000000000000000000.timeindex  sparse timestamp → offset
         00000000000000004821.log        the next segment starts at offset 4821
         ...
+        leader-epoch-checkpoint         where each leader epoch starts (see leader_epoch.py)
 
 Segments cover increasing, non-overlapping offset ranges; the last one is the *active* segment,
 the only one appended to. The log start offset is the first segment's base offset (retention
@@ -19,6 +20,19 @@ Appends are validated (length, magic 2, CRC-32C, size) before anything is writte
 one ``pwrite``, and only then made visible. A failed write truncates the file back, so the log on
 disk never holds what the log in memory does not.
 
+Two kinds of append: :meth:`Log.append` (leader) assigns offsets from the log end offset and
+stamps the leader's epoch on every batch; :meth:`Log.append_as_follower` keeps the offsets and
+epochs the leader assigned, byte for byte. Either way a batch whose epoch is above the cache's
+latest starts a new entry in the :class:`~headwater.broker.storage.leader_epoch.LeaderEpochCache`
+(``leader_epoch_cache``). The entry is written to the checkpoint *before* the batch is written
+(and removed again if the batch write fails), so the checkpoint covers every batch in the log;
+its directory fsync waits for the next flush like a new segment's. Truncation, a full truncation
+and retention keep the cache consistent (``truncate_from_end`` / ``clear`` /
+``truncate_from_start``). On open the checkpoint is loaded; when it is missing or invalid it is
+rebuilt from the batch headers of the whole log, and after an unclean shutdown the epochs of the
+recovered segments are assigned again (what the checkpoint may have missed); then entries at or
+above the log end offset are dropped and the earliest is moved up to the log start offset.
+
 Concurrency: a Log is not thread-safe. The broker calls it from its single asyncio thread (the
 log manager may load and shut down logs from a worker thread while nothing else uses them).
 ``FileRegion``s returned by :meth:`Log.read` may be sent from anywhere: they keep their file open.
@@ -28,14 +42,16 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from headwater.broker.storage.clock import Clock
 from headwater.broker.storage.fs import FileSystem
 from headwater.broker.storage.index import INT32_MAX, IndexCorruptError
+from headwater.broker.storage.leader_epoch import CheckpointError, LeaderEpochCache, read_checkpoint
 from headwater.broker.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -48,7 +64,13 @@ from headwater.broker.storage.segment import (
 )
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.primitives import FileRegion
-from headwater.protocol.records.header import rewrite_offset_and_epoch, validate_batches
+from headwater.protocol.records.header import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchSummary,
+    rewrite_offset_and_epoch,
+    validate_batches,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +78,9 @@ MAX_LONG = 2**63 - 1
 LATEST_TIMESTAMP = -1  # ListOffsets: the log end offset
 EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
 _DAY_MS = 24 * 3600 * 1000
+# The start of a batch header as far as the partition leader epoch and magic (see records/header.py).
+_EPOCH_HEADER = struct.Struct(">qiib")  # base_offset, batch_length, partition_leader_epoch, magic
+_EPOCH_WALK_CHUNK = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +132,43 @@ def _storage_error(what: str, e: BaseException) -> KafkaError:
     return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what}: {e}")
 
 
+class UnexpectedAppendOffsetError(KafkaError):
+    """A follower's record set does not start at the log end offset (nothing was written).
+
+    Kafka raises its UnexpectedAppendOffsetException (no wire code of its own) only for a first
+    offset *below* the log end offset; we also refuse a gap above it. The code is
+    OFFSET_OUT_OF_RANGE. ``first_offset`` / ``last_offset`` are the set's, ``expected_offset``
+    the log end offset: a fetcher whose log is empty may ``truncate_fully_and_start_at`` the
+    first offset (Kafka's follower does that after a leader's DeleteRecords) and append again.
+    """
+
+    def __init__(self, message: str, first_offset: int, last_offset: int, expected_offset: int) -> None:
+        super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.expected_offset = expected_offset
+
+
+def _batch_epochs(segments: Sequence[Segment]) -> Iterator[tuple[int, int]]:
+    """(partition_leader_epoch, base_offset) of every batch of checked segments, reading headers only."""
+    for seg in segments:
+        size = seg.size
+        pos = 0
+        buf = b""
+        buf_start = 0
+        while pos < size:
+            rel = pos - buf_start
+            if rel + _EPOCH_HEADER.size > len(buf):
+                buf, buf_start, rel = seg.read_bytes(pos, min(_EPOCH_WALK_CHUNK, size - pos)), pos, 0
+                if len(buf) < _EPOCH_HEADER.size:
+                    raise SegmentCorruptError(f"{seg.log_path}: no whole batch header at position {pos}")
+            base, length, epoch, magic = _EPOCH_HEADER.unpack_from(buf, rel)
+            if magic != 2 or length < HEADER_SIZE - LOG_OVERHEAD:
+                raise SegmentCorruptError(f"{seg.log_path}: bad batch header at position {pos}")
+            yield int(epoch), int(base)
+            pos += LOG_OVERHEAD + int(length)
+
+
 class Log:
     """The log of one partition (layout, invariants and concurrency in the module docstring)."""
 
@@ -140,6 +202,8 @@ class Log:
         self._offline = False
         self._closed = False
         self._ident = f"[Log partition={topic}-{partition}, dir={os.path.dirname(directory) or '.'}]"
+        #: Where each leader epoch starts; :meth:`open` loads it (see leader_epoch.py).
+        self.leader_epoch_cache = LeaderEpochCache(fs, directory, sync_dir=self._dir_changed)
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -250,15 +314,43 @@ class Log:
             segments,
             recovery_point if needs_recovery else segments[-1].next_offset,
         )
+        result._load_leader_epochs(min(first_to_recover, len(segments)) if needs_recovery else None)
         log.info(
-            "%s loaded %d segments: log start offset %d, log end offset %d, recovery point %d",
+            "%s loaded %d segments: log start offset %d, log end offset %d, recovery point %d, latest epoch %d",
             ident,
             len(segments),
             result.log_start_offset,
             result.log_end_offset,
             result.recovery_point,
+            result.leader_epoch_cache.latest_epoch,
         )
         return result
+
+    def _load_leader_epochs(self, recovered_from: int | None) -> None:
+        """Load the checkpoint (or rebuild it), re-assign the recovered segments' epochs, trim both ends.
+
+        ``recovered_from``: the index of the first segment recovery re-read (None after a clean
+        shutdown); their batches may carry epochs the checkpoint never durably recorded.
+        """
+        rebuild = False
+        try:
+            entries = read_checkpoint(self._fs, self._dir)
+        except FileNotFoundError:
+            entries, rebuild = [], True
+            if self._next_offset > self._segments[0].base_offset:
+                log.warning("%s no leader-epoch-checkpoint: rebuilding it from the log", self._ident)
+        except CheckpointError as e:
+            entries, rebuild = [], True
+            log.warning("%s invalid leader-epoch-checkpoint (%s): rebuilding it from the log", self._ident, e)
+        cache = self.leader_epoch_cache = LeaderEpochCache(self._fs, self._dir, entries, sync_dir=self._dir_changed)
+        walk_from = 0 if rebuild else recovered_from
+        changed = False
+        if walk_from is not None:
+            changed = cache.assign_all(_batch_epochs(self._segments[walk_from:]))
+        changed |= cache.truncate_from_end(self._next_offset)
+        changed |= cache.truncate_from_start(self._log_start_offset)
+        if rebuild and not changed:
+            cache.write()
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -298,7 +390,11 @@ class Log:
 
     @property
     def is_offline(self) -> bool:
-        """True after a write could not be undone or an fsync failed: appends are refused."""
+        """True after an I/O error left the files in doubt: appends are refused.
+
+        That is, a write could not be undone, an fsync failed, or the leader-epoch-checkpoint
+        could not be written.
+        """
         return self._offline
 
     @property
@@ -314,18 +410,14 @@ class Log:
     def append(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> AppendInfo:
         """Append a producer's record set as leader: assign offsets from the log end offset.
 
+        Every batch gets ``leader_epoch``; when it is above the cache's latest epoch, it starts
+        at the first offset appended.
+
         Raises KafkaError: CORRUPT_MESSAGE / MESSAGE_TOO_LARGE from validation and
         RECORD_LIST_TOO_LARGE for a set above segment.bytes (nothing written), KAFKA_STORAGE_ERROR
         when the write failed (the log is as before the call) or the log is offline.
         """
-        if self._offline:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self._ident} is offline after an I/O error")
-        summaries = validate_batches(records, self._config.max_message_bytes)
-        if len(records) > self._config.segment_bytes:
-            raise KafkaError(
-                ErrorCode.RECORD_LIST_TOO_LARGE,
-                f"a record set of {len(records)} bytes exceeds segment.bytes {self._config.segment_bytes}",
-            )
+        summaries = self._validate(records)
         buf = bytearray(records)  # the one copy: offsets are rewritten in it, then it is written
         first_offset = offset = self._next_offset
         max_timestamp = -1
@@ -338,19 +430,7 @@ class Log:
                 max_timestamp, offset_of_max_timestamp = h.max_timestamp, last
             entries.append(BatchEntry(position, offset, last, h.max_timestamp, h.size))
             offset = last + 1
-        now_ms = self._clock.time_ms()
-        segment = self._maybe_roll(len(buf), offset - 1, now_ms)
-        try:
-            segment.append(buf, entries, now_ms)
-        except SegmentWriteError as e:
-            if not e.rolled_back:
-                self._offline = True
-            log.error("%s append of %d bytes at offset %d failed: %s", self._ident, len(buf), first_offset, e)
-            raise _storage_error(f"{self._ident} append failed", e.cause) from e
-        self._next_offset = offset
-        self._size_bytes += len(buf)
-        self._unflushed_messages += offset - first_offset
-        self._flush_if_due()
+        self._write(buf, entries, [(leader_epoch, first_offset)], offset - first_offset)
         return AppendInfo(
             first_offset,
             offset - 1,
@@ -359,6 +439,134 @@ class Log:
             offset - first_offset,
             self._log_start_offset,
         )
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append batches fetched from the leader, keeping their offsets and leader epochs byte for byte.
+
+        Validated as :meth:`append` does. The first batch must start at the log end offset
+        (else UnexpectedAppendOffsetError, OFFSET_OUT_OF_RANGE) and each batch above the previous
+        one's last offset (else CORRUPT_MESSAGE; gaps between batches are allowed, as Kafka allows
+        them for compacted leaders). Each batch whose partition leader epoch is above the
+        cache's latest starts that epoch at its base offset. Nothing is written when it raises;
+        errors otherwise as :meth:`append`.
+        """
+        summaries = self._validate(records)
+        first = summaries[0].header
+        last_offset = summaries[-1].header.last_offset
+        if first.base_offset != self._next_offset:
+            raise UnexpectedAppendOffsetError(
+                f"{self._ident} follower append starts at offset {first.base_offset} (last offset "
+                f"{last_offset}), not at the log end offset {self._next_offset}",
+                first.base_offset,
+                last_offset,
+                self._next_offset,
+            )
+        if last_offset - first.base_offset > INT32_MAX:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"offsets {first.base_offset}..{last_offset} span too far")
+        expected = first.base_offset
+        max_timestamp = -1
+        offset_of_max_timestamp = -1
+        count = 0
+        entries: list[BatchEntry] = []
+        for position, h in summaries:
+            if h.base_offset < expected:
+                raise KafkaError(
+                    ErrorCode.CORRUPT_MESSAGE,
+                    f"out of order offsets in a follower append: batch at {h.base_offset} after offset {expected - 1}",
+                )
+            last = h.last_offset
+            if h.max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max_timestamp = h.max_timestamp, last
+            entries.append(BatchEntry(position, h.base_offset, last, h.max_timestamp, h.size))
+            count += h.records_count
+            expected = last + 1
+        epochs = [(h.partition_leader_epoch, h.base_offset) for _, h in summaries]
+        self._write(records, entries, epochs, count)
+        return AppendInfo(
+            first.base_offset,
+            last_offset,
+            max_timestamp,
+            offset_of_max_timestamp,
+            count,
+            self._log_start_offset,
+        )
+
+    def _validate(self, records: bytes | bytearray | memoryview) -> list[BatchSummary]:
+        if self._offline:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self._ident} is offline after an I/O error")
+        summaries = validate_batches(records, self._config.max_message_bytes)
+        if len(records) > self._config.segment_bytes:
+            raise KafkaError(
+                ErrorCode.RECORD_LIST_TOO_LARGE,
+                f"a record set of {len(records)} bytes exceeds segment.bytes {self._config.segment_bytes}",
+            )
+        return summaries
+
+    def _write(
+        self,
+        data: bytes | bytearray | memoryview,
+        entries: list[BatchEntry],
+        epochs: Iterable[tuple[int, int]],
+        records_count: int,
+    ) -> None:
+        """Write validated batches (offsets final) at the log end, new leader epochs first."""
+        first_offset = entries[0].base_offset
+        next_offset = entries[-1].last_offset + 1
+        now_ms = self._clock.time_ms()
+        segment = self._maybe_roll(len(data), next_offset - 1, now_ms)
+        assigned = self._assign_epochs(epochs)
+        try:
+            segment.append(data, entries, now_ms)
+        except SegmentWriteError as e:
+            if not e.rolled_back:
+                self._offline = True
+            log.error("%s append of %d bytes at offset %d failed: %s", self._ident, len(data), first_offset, e)
+            if assigned:
+                self._unassign_epochs_from(first_offset)
+            raise _storage_error(f"{self._ident} append failed", e.cause) from e
+        self._next_offset = next_offset
+        self._size_bytes += len(data)
+        self._unflushed_messages += records_count
+        self._flush_if_due()
+
+    # -- leader epochs -------------------------------------------------------------------------
+
+    def maybe_assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> bool:
+        """Record that ``leader_epoch`` starts at ``start_offset`` when it is a new epoch (Kafka's name).
+
+        A new leader calls it with the log end offset (KAFKA-7415), so that it can answer
+        OffsetsForLeaderEpoch for its own epoch before it appended anything. Raises
+        KafkaError(KAFKA_STORAGE_ERROR) when the checkpoint cannot be written (the log goes offline).
+        """
+        return self._assign_epochs([(leader_epoch, start_offset)])
+
+    def _assign_epochs(self, epochs: Iterable[tuple[int, int]]) -> bool:
+        try:
+            return self.leader_epoch_cache.assign_all(epochs)
+        except OSError as e:
+            self._offline = True
+            log.error("%s cannot write the leader epoch checkpoint: %s", self._ident, e)
+            raise _storage_error(f"{self._ident} cannot write the leader epoch checkpoint", e) from e
+
+    def _unassign_epochs_from(self, offset: int) -> None:
+        """Undo :meth:`_assign_epochs` after a failed write (best effort: a failure takes the log offline)."""
+        try:
+            self.leader_epoch_cache.truncate_from_end(offset)
+        except OSError as e:
+            self._offline = True
+            log.error("%s cannot write the leader epoch checkpoint: %s", self._ident, e)
+
+    def _update_epochs(self, change: Callable[[LeaderEpochCache], bool]) -> None:
+        try:
+            change(self.leader_epoch_cache)
+        except OSError as e:
+            self._offline = True
+            log.error("%s cannot write the leader epoch checkpoint: %s", self._ident, e)
+            raise _storage_error(f"{self._ident} cannot write the leader epoch checkpoint", e) from e
+
+    def _dir_changed(self) -> None:
+        """A file was created or renamed in the directory: the next flush fsyncs the directory."""
+        self._dir_unsynced = True
 
     def _maybe_roll(self, append_bytes: int, last_offset: int, now_ms: int) -> Segment:
         """The segment to append to, rolling a new one when the active one is full or old enough."""
@@ -543,7 +751,8 @@ class Log:
         A segment goes when its largest record timestamp (its last-modified time without any) is
         older than retention.ms, or while the log stays at or above retention.bytes without it.
         Oldest first, never the active segment, and (given ``high_watermark``) never one holding
-        offsets above it. The log start offset moves to the next segment's base offset.
+        offsets above it. The log start offset moves to the next segment's base offset, and the
+        leader epoch covering it now starts there (``truncate_from_start``).
         """
         if "delete" not in self._config.cleanup_policy:
             return 0
@@ -565,6 +774,9 @@ class Log:
                 return True
 
             deleted += self._delete_oldest(over_size, "retention.bytes", high_watermark)
+        if deleted:
+            start = self._log_start_offset
+            self._update_epochs(lambda c: c.truncate_from_start(start))
         return deleted
 
     def _delete_oldest(self, deletable: Callable[[Segment], bool], why: str, high_watermark: int | None) -> int:
@@ -601,6 +813,7 @@ class Log:
         """Remove every record at ``offset`` or above (whole batches). Returns whether anything went.
 
         A batch holding ``offset`` goes whole, so the log end offset may end up below ``offset``.
+        Leader epochs starting at or above the new log end offset go too.
         """
         if offset < 0:
             raise ValueError(f"cannot truncate to a negative offset {offset}")
@@ -627,14 +840,18 @@ class Log:
             active.next_offset,
             self._next_offset,
         )
-        self._next_offset = active.next_offset
+        self._next_offset = end = active.next_offset
         self._recovery_point = min(self._recovery_point, self._next_offset)
         self._log_start_offset = min(self._log_start_offset, self._next_offset)
         self._unflushed_messages = 0
+        self._update_epochs(lambda c: c.truncate_from_end(end))
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Delete every segment and start empty at ``offset`` (log start = log end = ``offset``)."""
+        """Delete every segment and start empty at ``offset`` (log start = log end = ``offset``).
+
+        The leader epoch cache is emptied: the next batch appended starts its epoch again.
+        """
         if offset < 0:
             raise ValueError(f"cannot start a log at a negative offset {offset}")
         try:
@@ -653,6 +870,7 @@ class Log:
         self._size_bytes = 0
         self._unflushed_messages = 0
         self._dir_unsynced = True
+        self._update_epochs(LeaderEpochCache.clear)
 
     # -- closing -------------------------------------------------------------------------------
 

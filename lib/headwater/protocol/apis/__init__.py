@@ -1,17 +1,24 @@
 """Every Kafka API we speak, declared once with per-field version ranges.
 
 The advertised snapshot is Kafka 2.3's (see docs/protocol.md for the reasoning); each module
-declares one API. ``API_BY_KEY`` is what the broker advertises in ApiVersions.
+declares one API. ``API_BY_KEY`` is what the broker advertises in ApiVersions. ``ALL_APIS`` is
+in key order; LeaderAndIsr, StopReplica, UpdateMetadata and ControlledShutdown are the
+inter-broker (controller) APIs of the ZooKeeper era.
 """
 
 from headwater.protocol.apis.api_versions import API_VERSIONS
+from headwater.protocol.apis.controlled_shutdown import CONTROLLED_SHUTDOWN
 from headwater.protocol.apis.create_topics import CREATE_TOPICS
 from headwater.protocol.apis.delete_topics import DELETE_TOPICS
 from headwater.protocol.apis.describe_configs import DESCRIBE_CONFIGS
 from headwater.protocol.apis.fetch import FETCH
+from headwater.protocol.apis.leader_and_isr import LEADER_AND_ISR
 from headwater.protocol.apis.list_offsets import LIST_OFFSETS
 from headwater.protocol.apis.metadata import METADATA
+from headwater.protocol.apis.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from headwater.protocol.apis.produce import PRODUCE
+from headwater.protocol.apis.stop_replica import STOP_REPLICA
+from headwater.protocol.apis.update_metadata import UPDATE_METADATA
 from headwater.protocol.schema import Api
 
 ALL_APIS: tuple[Api, ...] = (
@@ -19,9 +26,14 @@ ALL_APIS: tuple[Api, ...] = (
     FETCH,
     LIST_OFFSETS,
     METADATA,
+    LEADER_AND_ISR,
+    STOP_REPLICA,
+    UPDATE_METADATA,
+    CONTROLLED_SHUTDOWN,
     API_VERSIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
+    OFFSET_FOR_LEADER_EPOCH,
     DESCRIBE_CONFIGS,
 )
 
@@ -31,11 +43,16 @@ __all__ = [
     "ALL_APIS",
     "API_BY_KEY",
     "API_VERSIONS",
+    "CONTROLLED_SHUTDOWN",
     "CREATE_TOPICS",
     "DELETE_TOPICS",
     "DESCRIBE_CONFIGS",
     "FETCH",
+    "LEADER_AND_ISR",
     "LIST_OFFSETS",
     "METADATA",
+    "OFFSET_FOR_LEADER_EPOCH",
     "PRODUCE",
+    "STOP_REPLICA",
+    "UPDATE_METADATA",
 ]

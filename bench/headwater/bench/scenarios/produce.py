@@ -1,0 +1,180 @@
+"""Scenario 1 (produce throughput) and scenario 5 (broker RSS and CPU per MiB during it).
+
+Cases: the paper's (200-byte records, batches of 1 and of 50) and Kreps' (100-byte records, the
+client's default batching), on 1 and 6 partitions, acks=1 RF=1 here (acks=all RF=3 in
+:mod:`headwater.bench.scenarios.replicated`), with each producer generator. Every figure is
+compared with baseline W at the generator's average Produce request size.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from headwater.bench.context import MIB, Bench, GeneratorError, Target, busy_note
+from headwater.bench.generators import PRODUCERS, SHORT, Workload, estimate_request_size, produce_cmd, why_not
+from headwater.bench.report import Goal, Row, fmt_bytes
+from headwater.bench.stats import Figure
+
+
+@dataclass(frozen=True)
+class Case:
+    key: str
+    label: str
+    workload: Workload
+    counts: dict[str, int]  # records per run, full plan, per generator
+    reference: str
+    reference_all: str  # beside the acks=all RF=3 rows
+    scale_all: float = 1.0  # acks=all RF=3 runs send this share of ``counts``
+
+
+CASES = (
+    Case(
+        "paper-b1",
+        "paper: 200 B, batch 1",
+        Workload(200, batch=1),
+        {"rdkafka-c": 8_000, "confluent": 8_000, "headwater": 3_000},
+        "paper: 50,000 msg/s",
+        "paper: 50,000 msg/s (no replication)",
+        scale_all=0.1,
+    ),
+    Case(
+        "paper-b50",
+        "paper: 200 B, batch 50",
+        Workload(200, batch=50),
+        {"rdkafka-c": 300_000, "confluent": 200_000, "headwater": 40_000},
+        "paper: 400,000 msg/s",
+        "paper: 400,000 msg/s (no replication)",
+        scale_all=0.1,
+    ),
+    Case(
+        "kreps",
+        "Kreps: 100 B, default batching",
+        Workload(100),
+        {"rdkafka-c": 2_000_000, "confluent": 500_000, "headwater": 100_000},
+        "Kreps: 821,557 rec/s, 78.3 MB/s (no replication)",
+        "Kreps: 421,823 rec/s, 40.2 MB/s (3x sync replication)",
+        scale_all=0.25,
+    ),
+)
+
+
+def goal_for(case: Case, generator: str, target: Target) -> Goal | None:
+    if target.acks != "1":
+        return None
+    if case.key == "kreps" and generator == "rdkafka-c":
+        return Goal(">= 1,000,000 rec/s", 1_000_000)
+    if case.key == "paper-b50" and generator == "headwater":
+        return Goal(">= 400,000 rec/s", 400_000)
+    return None
+
+
+def measure(bench: Bench, target: Target, case: Case, partitions: int, generator: str, row: Row) -> Row:
+    """Fill ``row`` with the runs of one (case, partitions, generator) against ``target``."""
+    why = why_not(bench, generator)
+    if why:
+        row.unavailable = why
+        return row
+    topic = bench.topic(f"{case.key}-p{partitions}-{generator}")
+    count = bench.plan.count(int(case.counts[generator] * (case.scale_all if target.acks == "all" else 1)))
+    cpu = Figure("ms/MiB")
+    per_request = Figure("us/request")
+    sizes: list[float] = []
+    usages = []
+    known = True
+    try:
+        bench.create_topic(target, topic, partitions)
+        cmd = produce_cmd(bench, generator, target.bootstrap, topic, count, case.workload, target.acks)
+        for _ in range(bench.plan.runs):
+            run = bench.produce(target, cmd, case.workload.size, estimate_request_size(case.workload))
+            row.figure("records/s").add(run.records_per_s)
+            row.figure("MiB/s").add(run.mib_per_s)
+            cpu.add(run.broker_cpu * 1000 / (run.payload_bytes / MIB))
+            if run.requests > 0:
+                per_request.add(run.broker_cpu * 1e6 / run.requests)
+            sizes.append(run.request_size)
+            usages.append(run.usage)
+            known = known and run.request_size_known
+            row.extra["broker_peak_rss_bytes"] = max(row.extra.get("broker_peak_rss_bytes", 0), run.broker_peak_rss)
+            if run.errors:
+                row.note = f"{run.errors} records failed: {run.first_error}"
+    except GeneratorError as e:
+        row.unavailable = f"failed: {e}"
+        return row
+    request_size = statistics.median(sizes)
+    w_mib, w_cpu = bench.baseline_w(request_size)
+    row.baseline = f"W @ {fmt_bytes(request_size)}{'' if known else ' (est.)'}"
+    row.baseline_mib_s = w_mib.median
+    row.extra.update(
+        {
+            "records_per_run": count,
+            "request_size": request_size,
+            "request_size_measured": known,
+            "broker_cpu_ms_per_mib": cpu.to_json(),
+            "broker_cpu_us_per_request": per_request.to_json(),
+            "w_sink_cpu_ms_per_mib": w_cpu.median * 1000,
+        }
+    )
+    extra_note = f"{count:,} records/run, requests {'' if known else '~'}{fmt_bytes(request_size)}; "
+    extra_note += busy_note(usages, len(target.pids))
+    row.note = f"{extra_note}; {row.note}" if row.note else extra_note
+    return row
+
+
+def run(bench: Bench) -> list[Row]:
+    assert bench.main is not None
+    rows: list[Row] = []
+    for case in CASES:
+        for partitions in bench.plan.partitions:
+            for generator in PRODUCERS:
+                if generator == "confluent" and partitions > 1:
+                    continue  # the Python wrapper's limit shows on one partition already
+                row = Row(
+                    "1",
+                    f"{case.label}, {partitions} partition{'s' if partitions > 1 else ''}, {bench.main.name}",
+                    SHORT[generator],
+                    primary="records/s",
+                    reference=case.reference,
+                    goal=goal_for(case, generator, bench.main),
+                )
+                row.extra.update({"case": case.key, "partitions": partitions, "generator": generator})
+                rows.append(bench.add(measure(bench, bench.main, case, partitions, generator, row)))
+    return rows
+
+
+def resources(bench: Bench, produce_rows: list[Row]) -> None:
+    """Scenario 5 from the scenario 1 runs: peak RSS, and CPU per MiB beside the W sink's."""
+    peak = Row(
+        "5",
+        "broker peak RSS over all of scenario 1",
+        "all",
+        primary="MiB",
+        goal=Goal("<= 150 MiB", 150, kind="at most"),
+    )
+    if bench.peak_rss:
+        peak.figure("MiB").add(bench.peak_rss / MIB)
+    else:
+        peak.unavailable = "no scenario 1 run completed"
+    bench.add(peak)
+    for row in produce_rows:
+        if row.unavailable or row.extra.get("partitions") != 1 or row.extra.get("generator") == "confluent":
+            continue
+        cpu = row.extra["broker_cpu_ms_per_mib"]
+        sink = row.extra["w_sink_cpu_ms_per_mib"]
+        per_request = row.extra["broker_cpu_us_per_request"]["median"]
+        per_request_note = f"; {per_request:,.0f} us of broker CPU per request" if per_request else ""
+        r = Row(
+            "5",
+            f"broker CPU per MiB: {row.case}",
+            row.generator,
+            primary="ms/MiB",
+            baseline=f"W sink CPU @ {fmt_bytes(row.extra['request_size'])} = {sink:.2f} ms/MiB",
+            ratio_override=cpu["median"] / sink if sink else None,
+            ratio_style="times",
+            note="ratio = broker CPU / W sink CPU per MiB (lower is better); "
+            f"peak RSS {row.extra['broker_peak_rss_bytes'] / MIB:.0f} MiB{per_request_note}",
+        )
+        f = r.figure("ms/MiB")
+        for s in cpu["samples"]:
+            f.add(s)
+        bench.add(r)

@@ -1,0 +1,114 @@
+"""Broker-to-broker requests: the controller's channel and the replica fetchers use this.
+
+One connection to one broker: requests are pipelined with correlation ids and answered in
+order (Kafka's per-connection ordering), each at the version this codebase implements (all
+brokers of a cluster run the same code). The broker never imports the client library; this
+is the broker's own small client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import deque
+
+from headwater.protocol.frames import decode_response, encode_request
+from headwater.protocol.schema import Api, Message
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+
+
+class BrokerConnectionError(ConnectionError):
+    pass
+
+
+class BrokerConnection:
+    def __init__(self, host: str, port: int, client_id: str, connect_timeout_s: float = 5.0) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.connect_timeout_s = connect_timeout_s
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation = 0
+        self._pending: deque[tuple[int, Api, int, asyncio.Future[Message]]] = deque()
+        self._read_task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._writer.is_closing()
+
+    async def connect(self) -> None:
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), self.connect_timeout_s
+            )
+        except (TimeoutError, OSError) as e:
+            raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {e!r}") from None
+        self._read_task = asyncio.ensure_future(self._read_loop())
+
+    async def request(self, api: Api, body: Message, version: int | None = None, timeout_s: float = 30.0) -> Message:
+        async with self._lock:
+            if not self.connected:
+                await self.connect()
+            assert self._writer is not None
+            v = api.max_version if version is None else version
+            self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+            fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+            self._pending.append((self._correlation, api, v, fut))
+            self._writer.write(encode_request(api, v, self._correlation, self.client_id, body))
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except TimeoutError:
+            self.close(BrokerConnectionError(f"{api.name} to {self.host}:{self.port} timed out"))
+            raise BrokerConnectionError(f"{api.name} to {self.host}:{self.port} timed out after {timeout_s}s") from None
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        error: BaseException = BrokerConnectionError(f"connection to {self.host}:{self.port} closed")
+        try:
+            while True:
+                head = await self._reader.readexactly(4)
+                (size,) = _SIZE.unpack(head)
+                frame = await self._reader.readexactly(size)
+                if not self._pending:
+                    raise BrokerConnectionError("response without a request")
+                cid, api, version, fut = self._pending.popleft()
+                got_cid, body = decode_response(api, version, memoryview(frame))
+                if got_cid != cid:
+                    raise BrokerConnectionError(f"correlation id {got_cid} != {cid}")
+                if not fut.done():
+                    fut.set_result(body)
+        except asyncio.CancelledError:
+            raise
+        except (asyncio.IncompleteReadError, OSError, ValueError) as e:
+            error = BrokerConnectionError(f"connection to {self.host}:{self.port} lost: {e!r}")
+        finally:
+            self._fail_pending(error)
+            self._close_writer()
+
+    def _fail_pending(self, error: BaseException) -> None:
+        while self._pending:
+            _, _, _, fut = self._pending.popleft()
+            if not fut.done():
+                fut.set_exception(error)
+
+    def _close_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._writer = None
+
+    def close(self, error: BaseException | None = None) -> None:
+        if self._read_task is not None:
+            self._read_task.cancel()
+            self._read_task = None
+        self._fail_pending(error or BrokerConnectionError("closed"))
+        self._close_writer()
+
+
+def endpoint_of(endpoints: dict[str, tuple[str, int]], listener: str) -> tuple[str, int] | None:
+    return endpoints.get(listener)

@@ -1,0 +1,1 @@
+"""The controller: one broker, elected through ZooKeeper, that owns partition leadership."""

@@ -1,0 +1,81 @@
+"""The controller's channel to every live broker: one queue and one sender task per broker.
+
+Requests to one broker leave in the order they were queued (LeaderAndIsr before the
+UpdateMetadata that follows it). A request that fails because the connection broke is retried
+on a new connection while the broker is still registered; the channel to a broker that left is
+closed and its queue dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
+from headwater.protocol.schema import Api, Message
+
+log = logging.getLogger(__name__)
+
+
+class BrokerChannel:
+    def __init__(self, broker_id: int, host: str, port: int, client_id: str) -> None:
+        self.broker_id = broker_id
+        self.conn = BrokerConnection(host, port, client_id)
+        self.queue: asyncio.Queue[tuple[Api, Message, Callable[[Message], None] | None]] = asyncio.Queue()
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            api, body, on_response = await self.queue.get()
+            backoff = 0.1
+            while True:
+                try:
+                    response = await self.conn.request(api, body, timeout_s=30.0)
+                    break
+                except BrokerConnectionError as e:
+                    log.info("controller: %s to broker %d failed (%s); retrying", api.name, self.broker_id, e)
+                    self.conn.close()
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
+            if on_response is not None:
+                try:
+                    on_response(response)
+                except Exception:
+                    log.exception(
+                        "controller: handling the %s response from broker %d failed", api.name, self.broker_id
+                    )
+
+    def send(self, api: Api, body: Message, on_response: Callable[[Message], None] | None = None) -> None:
+        self.queue.put_nowait((api, body, on_response))
+
+    async def close(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        self.conn.close()
+
+
+class ControllerChannel:
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self.channels: dict[int, BrokerChannel] = {}
+
+    def add_broker(self, broker_id: int, host: str, port: int) -> None:
+        if broker_id not in self.channels:
+            self.channels[broker_id] = BrokerChannel(broker_id, host, port, self.client_id)
+
+    async def remove_broker(self, broker_id: int) -> None:
+        ch = self.channels.pop(broker_id, None)
+        if ch is not None:
+            await ch.close()
+
+    def send(
+        self, broker_id: int, api: Api, body: Message, on_response: Callable[[Message], None] | None = None
+    ) -> None:
+        ch = self.channels.get(broker_id)
+        if ch is not None:
+            ch.send(api, body, on_response)
+
+    async def close(self) -> None:
+        for bid in list(self.channels):
+            await self.remove_broker(bid)

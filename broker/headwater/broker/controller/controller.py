@@ -1,0 +1,655 @@
+"""The controller (Kafka's ZooKeeper-era KafkaController).
+
+Election: every broker watches ``/controller``; when it is absent each tries to create it
+(ephemeral, ``{"version":1,"brokerid":N,"timestamp":...}``). The winner increments
+``/controller_epoch`` with a conditional (versioned) write, so a new controller always has a
+higher epoch; brokers ignore requests carrying an older one. A controller whose ZooKeeper
+session is lost, or that sees another controller, resigns.
+
+The controller keeps a context (live brokers, replica assignments, partition states) read from
+ZooKeeper and reacts, one event at a time on one task, to:
+
+- brokers joining / leaving / bouncing (``/brokers/ids``): elect new leaders from the ISR for
+  partitions that lost theirs, remove dead replicas from ISRs, tell the replicas
+  (LeaderAndIsr) and every broker (UpdateMetadata);
+- new topics (``/brokers/topics``): create each partition's state (leader = first live replica,
+  ISR = live replicas, leader epoch 0);
+- deletions (``/admin/delete_topics``): StopReplica(delete) to the replicas, then remove znodes;
+- ISR changes made by leaders (``/isr_change_notification``): UpdateMetadata;
+- preferred leader election (periodically when ``auto.leader.rebalance.enable``, and on
+  ``/admin/preferred_replica_election``);
+- controlled shutdown requests: move leadership off the broker before it exits.
+
+Every partition state change is a conditional write on the state znode's version; a conflict
+(a leader changed the ISR meanwhile) re-reads the state and re-applies the change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from headwater.broker import zk as zkpaths
+from headwater.broker.controller import requests as build
+from headwater.broker.controller.channel import ControllerChannel
+from headwater.broker.controller.election import LeaderAndIsr, offline_leader, preferred_leader, shutdown_leader
+from headwater.broker.metadata_cache import BrokerInfo, parse_broker_registration
+from headwater.broker.zk import from_json, to_json
+from headwater.protocol.apis import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
+
+if TYPE_CHECKING:
+    from headwater.broker.server import KafkaBroker
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+ISR_CHANGE = "/isr_change_notification"
+PREFERRED_ELECTION = "/admin/preferred_replica_election"
+
+
+@dataclass
+class ControllerContext:
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    broker_epochs: dict[int, int] = field(default_factory=dict)
+    assignments: dict[str, dict[int, list[int]]] = field(default_factory=dict)
+    states: dict[TP, LeaderAndIsr] = field(default_factory=dict)
+    shutting_down: set[int] = field(default_factory=set)
+
+    @property
+    def live(self) -> set[int]:
+        return set(self.brokers) - self.shutting_down
+
+    def replicas(self, tp: TP) -> list[int]:
+        return self.assignments.get(tp[0], {}).get(tp[1], [])
+
+    def partitions(self) -> list[TP]:
+        return [(t, p) for t, parts in self.assignments.items() for p in parts]
+
+    def partitions_on(self, broker_id: int) -> list[TP]:
+        return [tp for tp in self.partitions() if broker_id in self.replicas(tp)]
+
+
+class Controller:
+    def __init__(self, broker: KafkaBroker) -> None:
+        self.broker = broker
+        self.zk = broker.zk
+        self.broker_id = broker.broker_id
+        self.epoch = 0
+        self.epoch_zk_version = -1
+        self.active = False
+        self.ctx = ControllerContext()
+        self.channel: ControllerChannel | None = None
+        self._events: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._periodic: asyncio.Task[None] | None = None
+        self._generation = 0  # bumps on every resignation; stale watch callbacks check it
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+        self.enqueue(self._elect)
+
+    async def stop(self) -> None:
+        await self._resign()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def enqueue(self, event: Callable[[], Awaitable[None]]) -> None:
+        self._events.put_nowait(event)
+
+    async def _run(self) -> None:
+        while True:
+            event = await self._events.get()
+            try:
+                await event()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("controller event %s failed", getattr(event, "__name__", event))
+
+    def on_controller_change(self, controller_id: int) -> None:
+        """From the /controller watch (every broker)."""
+        if controller_id == -1:
+            self.enqueue(self._elect)
+        elif controller_id != self.broker_id and self.active:
+            self.enqueue(self._resign)
+
+    def on_session_lost(self) -> None:
+        self.enqueue(self._resign)
+
+    def on_session_reconnected(self) -> None:
+        self.enqueue(self._elect)
+
+    # -- election ------------------------------------------------------------------------------
+
+    async def _elect(self) -> None:
+        if self.active or self.broker.stopping.is_set():
+            return
+        value = {"version": 1, "brokerid": self.broker_id, "timestamp": str(int(time.time() * 1000))}
+        try:
+            await self.zk.call(self.zk.client.create, zkpaths.CONTROLLER, to_json(value), ephemeral=True)
+        except NodeExistsError:
+            return
+        except Exception as e:
+            log.warning("controller election failed: %s", e)
+            return
+        try:
+            await self._increment_epoch()
+        except BadVersionError:
+            log.warning("controller epoch moved underneath us; resigning")
+            await self._delete_controller_znode()
+            return
+        self.active = True
+        self._generation += 1
+        log.info("[Controller id=%d] elected controller with epoch %d", self.broker_id, self.epoch)
+        self.broker.metrics.active_controller.set(1)
+        self.channel = ControllerChannel(f"controller-{self.broker_id}")
+        await self._on_became_controller()
+
+    async def _increment_epoch(self) -> None:
+        got = await self.zk.get_json(zkpaths.CONTROLLER_EPOCH)
+        if got is None:
+            try:
+                await self.zk.call(self.zk.client.create, zkpaths.CONTROLLER_EPOCH, b"1")
+                self.epoch, self.epoch_zk_version = 1, 0
+                return
+            except NodeExistsError:
+                got = await self.zk.get_json(zkpaths.CONTROLLER_EPOCH)
+                assert got is not None
+        value, stat = got
+        new_epoch = int(value) + 1
+        new_stat = await self.zk.call(
+            self.zk.client.set, zkpaths.CONTROLLER_EPOCH, str(new_epoch).encode(), version=stat.version
+        )
+        self.epoch, self.epoch_zk_version = new_epoch, new_stat.version
+
+    async def _delete_controller_znode(self) -> None:
+        try:
+            data, stat = await self.zk.call(self.zk.client.get, zkpaths.CONTROLLER)
+            v = from_json(data)
+            if isinstance(v, dict) and v.get("brokerid") == self.broker_id:
+                await self.zk.call(self.zk.client.delete, zkpaths.CONTROLLER, version=stat.version)
+        except Exception:
+            pass
+
+    async def _resign(self) -> None:
+        if not self.active:
+            return
+        log.info("[Controller id=%d] resigning (epoch %d)", self.broker_id, self.epoch)
+        self.active = False
+        self._generation += 1
+        self.broker.metrics.active_controller.set(0)
+        if self._periodic is not None:
+            self._periodic.cancel()
+            self._periodic = None
+        if self.channel is not None:
+            await self.channel.close()
+            self.channel = None
+        self.ctx = ControllerContext()
+
+    async def resign_and_release(self) -> None:
+        """On shutdown: stop being controller and free /controller for the next one."""
+        was_active = self.active
+        await self._resign()
+        if was_active:
+            await self._delete_controller_znode()
+
+    def _watch_children(self, path: str, event: Callable[[], Awaitable[None]]) -> None:
+        """Enqueue ``event`` whenever the children of ``path`` change, while this incarnation lasts."""
+        generation = self._generation
+        loop = self.zk.loop
+
+        def on_change(_children: list[str]) -> bool | None:  # kazoo thread
+            if generation != self._generation or loop.is_closed():
+                return False  # a stale controller incarnation: stop watching
+            loop.call_soon_threadsafe(self.enqueue, event)
+            return None
+
+        self.zk.start_watch(self.zk.client.ChildrenWatch, path, on_change)
+
+    def _watch_data(self, path: str, callback: Callable[[bytes | None, Any], None]) -> None:
+        generation = self._generation
+        loop = self.zk.loop
+
+        def on_change(data: bytes | None, stat: Any, *_: Any) -> bool | None:  # kazoo thread
+            if generation != self._generation or loop.is_closed():
+                return False
+            loop.call_soon_threadsafe(callback, data, stat)
+            return None
+
+        self.zk.start_watch(self.zk.client.DataWatch, path, on_change)
+
+    # -- becoming controller -------------------------------------------------------------------------
+
+    async def _on_became_controller(self) -> None:
+        for path in (ISR_CHANGE, zkpaths.DELETE_TOPICS):
+            await self.zk.call(self.zk.client.ensure_path, path)
+        await self._load_brokers()
+        for b in self.ctx.brokers.values():
+            self._connect(b)
+        await self._load_topics(list(await self.zk.children(zkpaths.BROKER_TOPICS)))
+        # partitions without a state (topics created while there was no controller)
+        await self._create_missing_states(self.ctx.partitions())
+        await self._elect_offline_partitions()
+        self._send_leader_and_isr(self.ctx.partitions(), set(self.ctx.brokers))
+        self._send_update_metadata(set(self.ctx.brokers), self.ctx.partitions())
+        self._watch_children(zkpaths.BROKER_IDS, self._on_broker_change)
+        self._watch_children(zkpaths.BROKER_TOPICS, self._on_topic_change)
+        self._watch_children(zkpaths.DELETE_TOPICS, self._on_delete_topics)
+        self._watch_children(ISR_CHANGE, self._on_isr_change)
+        self._watch_data(PREFERRED_ELECTION, self._on_preferred_node)
+        if self.broker.config.auto_leader_rebalance_enable:
+            self._periodic = asyncio.ensure_future(self._periodic_preferred_election())
+
+    async def _load_brokers(self) -> dict[int, int]:
+        """Read every registration; returns broker id -> czxid (the broker epoch)."""
+        brokers: dict[int, BrokerInfo] = {}
+        epochs: dict[int, int] = {}
+        for child in await self.zk.children(zkpaths.BROKER_IDS):
+            if not child.isdigit():
+                continue
+            got = await self.zk.get_json(zkpaths.broker_path(int(child)))
+            if got is None:
+                continue
+            info = parse_broker_registration(int(child), got[0])
+            if info is not None:
+                brokers[info.broker_id] = info
+                epochs[info.broker_id] = got[1].czxid
+        self.ctx.brokers = brokers
+        self.ctx.broker_epochs = epochs
+        return epochs
+
+    async def _load_topics(self, topics: list[str]) -> None:
+        for t in topics:
+            got = await self.zk.get_json(zkpaths.topic_path(t))
+            if got is None or not isinstance(got[0], dict) or not isinstance(got[0].get("partitions"), dict):
+                continue
+            self.ctx.assignments[t] = {int(p): [int(r) for r in rs] for p, rs in got[0]["partitions"].items()}
+            for p in self.ctx.assignments[t]:
+                state = await self._read_state((t, p))
+                if state is not None:
+                    self.ctx.states[(t, p)] = state
+
+    async def _read_state(self, tp: TP) -> LeaderAndIsr | None:
+        got = await self.zk.get_json(zkpaths.partition_state_path(*tp))
+        if got is None or not isinstance(got[0], dict):
+            return None
+        v, stat = got
+        return LeaderAndIsr(
+            int(v.get("leader", -1)),
+            int(v.get("leader_epoch", 0)),
+            tuple(int(r) for r in v.get("isr", [])),
+            int(v.get("controller_epoch", 0)),
+            stat.version,
+        )
+
+    def _connect(self, b: BrokerInfo) -> None:
+        assert self.channel is not None
+        endpoint = b.endpoints.get(self.broker.config.inter_broker_listener_name)
+        if endpoint is None:
+            log.warning("broker %d has no %s endpoint", b.broker_id, self.broker.config.inter_broker_listener_name)
+            return
+        self.channel.add_broker(b.broker_id, endpoint[0], endpoint[1])
+
+    # -- state changes ----------------------------------------------------------------------------------
+
+    async def _create_missing_states(self, partitions: list[TP]) -> list[TP]:
+        created = []
+        for tp in partitions:
+            if tp in self.ctx.states:
+                continue
+            live = [r for r in self.ctx.replicas(tp) if r in self.ctx.live]
+            if not live:
+                log.warning("partition %s-%d has no live replica; it stays offline", *tp)
+                continue
+            state = LeaderAndIsr(live[0], 0, tuple(live), self.epoch, 0)
+            try:
+                await self.zk.call(
+                    self.zk.client.create, zkpaths.partition_state_path(*tp), to_json(state.to_znode()), makepath=True
+                )
+            except NodeExistsError:
+                existing = await self._read_state(tp)
+                if existing is not None:
+                    self.ctx.states[tp] = existing
+                continue
+            self.ctx.states[tp] = state
+            created.append(tp)
+        return created
+
+    async def _change_states(self, changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]]) -> list[TP]:
+        """Apply each change to the partition's current state with a conditional write; returns the changed."""
+        changed: list[TP] = []
+        for tp, change in changes.items():
+            for _attempt in range(3):
+                current = self.ctx.states.get(tp)
+                if current is None:
+                    break
+                new = change(current)
+                if new is None:
+                    break
+                try:
+                    stat = await self.zk.call(
+                        self.zk.client.set,
+                        zkpaths.partition_state_path(*tp),
+                        to_json(new.to_znode()),
+                        version=current.zk_version,
+                    )
+                except BadVersionError:
+                    fresh = await self._read_state(tp)
+                    if fresh is None:
+                        break
+                    self.ctx.states[tp] = fresh
+                    continue
+                except NoNodeError:
+                    break
+                self.ctx.states[tp] = LeaderAndIsr(
+                    new.leader, new.leader_epoch, new.isr, new.controller_epoch, stat.version
+                )
+                changed.append(tp)
+                break
+        return changed
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        cfg = self.broker.cache.config_of(topic)
+        value = cfg.get("unclean.leader.election.enable")
+        if value is None:
+            return self.broker.config.unclean_leader_election_enable
+        return value.lower() == "true"
+
+    async def _elect_offline_partitions(self) -> list[TP]:
+        live = self.ctx.live
+        changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]] = {}
+        for tp, state in self.ctx.states.items():
+            if state.leader in live:
+                continue
+
+            def change(cur: LeaderAndIsr, tp: TP = tp) -> LeaderAndIsr | None:
+                if cur.leader in self.ctx.live:
+                    return None
+                chosen = offline_leader(self.ctx.replicas(tp), cur, self.ctx.live, self._unclean_allowed(tp[0]))
+                if chosen is None:
+                    return None
+                if chosen[0] not in cur.isr:
+                    log.warning("unclean leader election for %s-%d: broker %d (not in ISR %s)", *tp, chosen[0], cur.isr)
+                return cur.new_leader(chosen[0], chosen[1], self.epoch)
+
+            changes[tp] = change
+        changed = await self._change_states(changes)
+        for tp in changes:
+            if tp not in changed and self.ctx.states[tp].leader not in live:
+                log.warning("partition %s-%d is offline: no live replica in ISR %s", *tp, list(self.ctx.states[tp].isr))
+        return changed
+
+    # -- events -----------------------------------------------------------------------------------
+
+    async def _on_broker_change(self) -> None:
+        if not self.active:
+            return
+        before = dict(self.ctx.broker_epochs)
+        epochs = await self._load_brokers()
+        dead = {b for b in before if b not in epochs}
+        new = {b for b in epochs if b not in before}
+        bounced = {b for b in epochs if b in before and before[b] != epochs[b]}
+        if not (dead or new or bounced):
+            return
+        log.info(
+            "[Controller id=%d] brokers: new %s, dead %s, bounced %s",
+            self.broker_id,
+            sorted(new),
+            sorted(dead),
+            sorted(bounced),
+        )
+        assert self.channel is not None
+        for b in dead | bounced:
+            await self.channel.remove_broker(b)
+            self.ctx.shutting_down.discard(b)
+        for b in new | bounced:
+            self._connect(self.ctx.brokers[b])
+        if dead or bounced:
+            # a bounced broker lost its in-memory state: treat it as failed, then as new
+            live_brokers = self.ctx.brokers
+            self.ctx.brokers = {b: i for b, i in live_brokers.items() if b not in bounced}
+            await self._on_brokers_failed(dead | bounced)
+            self.ctx.brokers = live_brokers
+        await self._on_brokers_started(new | bounced)
+
+    async def _on_brokers_failed(self, dead: set[int]) -> None:
+        changed = await self._elect_offline_partitions()
+        changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]] = {}
+        for tp, state in self.ctx.states.items():
+            if state.leader in self.ctx.live and any(r in dead for r in state.isr):
+
+                def shrink(cur: LeaderAndIsr) -> LeaderAndIsr | None:
+                    isr = tuple(r for r in cur.isr if r not in dead)
+                    if cur.leader not in self.ctx.live or isr == cur.isr or not isr:
+                        return None
+                    return cur.new_leader(cur.leader, isr, self.epoch)
+
+                changes[tp] = shrink
+        changed += await self._change_states(changes)
+        self._send_leader_and_isr(changed, self.ctx.live)
+        self._send_update_metadata(set(self.ctx.brokers), changed)
+
+    async def _on_brokers_started(self, new: set[int]) -> None:
+        if not new:
+            return
+        # every broker learns the new broker list; new brokers get the full state
+        self._send_update_metadata(set(self.ctx.brokers) - new, [])
+        self._send_update_metadata(new, self.ctx.partitions())
+        hosted = [tp for tp in self.ctx.partitions() if any(b in self.ctx.replicas(tp) for b in new)]
+        self._send_leader_and_isr(hosted, new)
+        await self._create_missing_states([tp for tp in hosted if tp not in self.ctx.states])
+        changed = await self._elect_offline_partitions()
+        self._send_leader_and_isr(changed, self.ctx.live)
+        self._send_update_metadata(set(self.ctx.brokers), changed)
+
+    async def _on_topic_change(self) -> None:
+        if not self.active:
+            return
+        children = set(await self.zk.children(zkpaths.BROKER_TOPICS))
+        new = sorted(children - set(self.ctx.assignments))
+        if not new:
+            return
+        await self._load_topics(new)
+        partitions = [tp for tp in self.ctx.partitions() if tp[0] in new]
+        await self._create_missing_states(partitions)
+        ready = [tp for tp in partitions if tp in self.ctx.states]
+        log.info("[Controller id=%d] new topics %s (%d partitions)", self.broker_id, new, len(partitions))
+        self._send_leader_and_isr(ready, self.ctx.live, is_new=True)
+        self._send_update_metadata(set(self.ctx.brokers), ready)
+
+    async def _on_delete_topics(self) -> None:
+        if not self.active:
+            return
+        for topic in await self.zk.children(zkpaths.DELETE_TOPICS):
+            partitions = [tp for tp in self.ctx.partitions() if tp[0] == topic]
+            by_broker: dict[int, list[TP]] = {}
+            for tp in partitions:
+                for r in self.ctx.replicas(tp):
+                    by_broker.setdefault(r, []).append(tp)
+            assert self.channel is not None
+            for b, tps in by_broker.items():
+                self.channel.send(b, STOP_REPLICA, build.stop_replica(self, tps, delete=True))
+            deleted_states = {tp: LeaderAndIsr(-2, 0, (), self.epoch, 0) for tp in partitions}
+            for path in (
+                zkpaths.topic_path(topic),
+                zkpaths.topic_config_path(topic),
+                f"{zkpaths.DELETE_TOPICS}/{topic}",
+            ):
+                try:
+                    await self.zk.call(self.zk.client.delete, path, recursive=True)
+                except NoNodeError:
+                    pass
+            self.ctx.assignments.pop(topic, None)
+            replicas = {tp: [r for b, tps in by_broker.items() for r in [b] if tp in tps] for tp in partitions}
+            for tp in partitions:
+                self.ctx.states.pop(tp, None)
+            for b in self.ctx.brokers:
+                self.channel.send(b, UPDATE_METADATA, build.update_metadata(self, deleted_states, replicas))
+            log.info("[Controller id=%d] deleted topic %s", self.broker_id, topic)
+
+    async def _on_isr_change(self) -> None:
+        if not self.active:
+            return
+        children = await self.zk.children(ISR_CHANGE)
+        changed: set[TP] = set()
+        for child in children:
+            path = f"{ISR_CHANGE}/{child}"
+            got = await self.zk.get_json(path)
+            if got and isinstance(got[0], dict):
+                for p in got[0].get("partitions", []):
+                    changed.add((str(p["topic"]), int(p["partition"])))
+            try:
+                await self.zk.call(self.zk.client.delete, path)
+            except NoNodeError:
+                pass
+        refreshed = []
+        for tp in changed:
+            if tp[0] in self.ctx.assignments:
+                state = await self._read_state(tp)
+                if state is not None:
+                    self.ctx.states[tp] = state
+                    refreshed.append(tp)
+        if refreshed:
+            self._send_update_metadata(set(self.ctx.brokers), refreshed)
+
+    def _on_preferred_node(self, data: bytes | None, stat: Any) -> None:
+        if stat is None or not self.active:
+            return
+        value = from_json(data)
+        tps = None
+        if isinstance(value, dict) and isinstance(value.get("partitions"), list):
+            tps = [(str(p["topic"]), int(p["partition"])) for p in value["partitions"]]
+
+        async def run() -> None:
+            await self.elect_preferred(tps)
+            try:
+                await self.zk.call(self.zk.client.delete, PREFERRED_ELECTION)
+            except NoNodeError:
+                pass
+
+        self.enqueue(run)
+
+    async def _periodic_preferred_election(self) -> None:
+        interval = self.broker.config.leader_imbalance_check_interval_seconds
+        while True:
+            await asyncio.sleep(interval)
+            self.enqueue(self._elect_all_preferred)
+
+    async def _elect_all_preferred(self) -> None:
+        await self.elect_preferred(None)
+
+    async def elect_preferred(self, partitions: list[TP] | None) -> list[TP]:
+        if not self.active:
+            return []
+        live = self.ctx.live
+        changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]] = {}
+        for tp in partitions if partitions is not None else list(self.ctx.states):
+            if tp not in self.ctx.states:
+                continue
+
+            def change(cur: LeaderAndIsr, tp: TP = tp) -> LeaderAndIsr | None:
+                leader = preferred_leader(self.ctx.replicas(tp), cur, live)
+                return None if leader is None else cur.new_leader(leader, cur.isr, self.epoch)
+
+            changes[tp] = change
+        changed = await self._change_states(changes)
+        if changed:
+            log.info("[Controller id=%d] preferred leaders elected for %d partition(s)", self.broker_id, len(changed))
+            self._send_leader_and_isr(changed, live)
+            self._send_update_metadata(set(self.ctx.brokers), changed)
+        return changed
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[TP] | None:
+        """Move leadership off ``broker_id``; returns the partitions it still leads (None: not controller)."""
+        fut: asyncio.Future[list[TP] | None] = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            try:
+                fut.set_result(await self._controlled_shutdown(broker_id, broker_epoch))
+            except Exception as e:
+                fut.set_exception(e)
+
+        self.enqueue(run)
+        return await fut
+
+    async def _controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[TP] | None:
+        if not self.active:
+            return None
+        if broker_id not in self.ctx.brokers:
+            return []
+        known_epoch = self.ctx.broker_epochs.get(broker_id, -1)
+        if broker_epoch >= 0 and known_epoch >= 0 and broker_epoch < known_epoch:
+            raise StaleBrokerEpoch(f"broker {broker_id} epoch {broker_epoch} < {known_epoch}")
+        self.ctx.shutting_down.add(broker_id)
+        live = self.ctx.live
+        shutting = self.ctx.shutting_down
+        changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]] = {}
+        for tp in self.ctx.partitions_on(broker_id):
+            if len(self.ctx.replicas(tp)) <= 1:
+                continue
+
+            def change(cur: LeaderAndIsr, tp: TP = tp) -> LeaderAndIsr | None:
+                isr = tuple(r for r in cur.isr if r != broker_id)
+                if cur.leader == broker_id:
+                    leader = shutdown_leader(self.ctx.replicas(tp), cur, live, shutting)
+                    return None if leader is None else cur.new_leader(leader, isr, self.epoch)
+                if broker_id in cur.isr and isr:
+                    return cur.new_leader(cur.leader, isr, self.epoch)
+                return None
+
+            changes[tp] = change
+        changed = await self._change_states(changes)
+        self._send_leader_and_isr(changed, live)
+        self._send_update_metadata(set(self.ctx.brokers), changed)
+        remaining = [
+            tp
+            for tp in self.ctx.partitions_on(broker_id)
+            if self.ctx.states.get(tp) is not None
+            and self.ctx.states[tp].leader == broker_id
+            and len(self.ctx.replicas(tp)) > 1
+        ]
+        log.info(
+            "[Controller id=%d] controlled shutdown of broker %d: moved %d partition(s), %d remain led by it",
+            self.broker_id,
+            broker_id,
+            len(changed),
+            len(remaining),
+        )
+        return remaining
+
+    # -- requests --------------------------------------------------------------------------------------
+
+    def _send_leader_and_isr(self, partitions: list[TP], to: set[int], is_new: bool = False) -> None:
+        if self.channel is None or not partitions:
+            return
+        by_broker: dict[int, list[TP]] = {}
+        for tp in partitions:
+            if tp not in self.ctx.states:
+                continue
+            for r in self.ctx.replicas(tp):
+                if r in to and r in self.ctx.brokers:
+                    by_broker.setdefault(r, []).append(tp)
+        for b, tps in by_broker.items():
+            self.channel.send(b, LEADER_AND_ISR, build.leader_and_isr(self, b, tps, is_new))
+
+    def _send_update_metadata(self, to: set[int], partitions: list[TP]) -> None:
+        if self.channel is None:
+            return
+        states = {tp: self.ctx.states[tp] for tp in partitions if tp in self.ctx.states}
+        replicas = {tp: self.ctx.replicas(tp) for tp in states}
+        for b in to:
+            if b in self.ctx.brokers:
+                self.channel.send(b, UPDATE_METADATA, build.update_metadata(self, states, replicas))
+
+
+class StaleBrokerEpoch(Exception):
+    pass

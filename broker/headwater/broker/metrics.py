@@ -1,0 +1,71 @@
+"""Prometheus metrics with the names operators know from Kafka's JMX exporter.
+
+Each broker has its own registry (tests run several brokers in one process). The HTTP
+endpoint starts when ``prometheus.port`` is set (0 = an ephemeral port, unset = off).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class BrokerMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.bytes_in = Counter(
+            "kafka_server_brokertopicmetrics_bytesin", "Bytes appended by producers", ["topic"], registry=r
+        )
+        self.bytes_out = Counter(
+            "kafka_server_brokertopicmetrics_bytesout", "Bytes sent to consumers and followers", ["topic"], registry=r
+        )
+        self.messages_in = Counter(
+            "kafka_server_brokertopicmetrics_messagesin", "Records appended by producers", ["topic"], registry=r
+        )
+        self.failed_produce = Counter(
+            "kafka_server_brokertopicmetrics_failedproducerequests",
+            "Produce requests refused per partition",
+            ["topic"],
+            registry=r,
+        )
+        self.requests = Counter(
+            "kafka_network_requestmetrics_requests", "Requests handled", ["request", "version"], registry=r
+        )
+        self.request_latency = Histogram(
+            "kafka_network_requestmetrics_totaltime_seconds",
+            "Time from request received to response ready",
+            ["request"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+            registry=r,
+        )
+        self.under_replicated = Gauge(
+            "kafka_server_replicamanager_underreplicatedpartitions",
+            "Led partitions whose ISR is smaller than the replica set",
+            registry=r,
+        )
+        self.under_min_isr = Gauge(
+            "kafka_server_replicamanager_underminisrpartitioncount",
+            "Led partitions whose ISR is below min.insync.replicas",
+            registry=r,
+        )
+        self.leader_count = Gauge(
+            "kafka_server_replicamanager_leadercount", "Partitions led by this broker", registry=r
+        )
+        self.partition_count = Gauge(
+            "kafka_server_replicamanager_partitioncount", "Partitions on this broker", registry=r
+        )
+        self.isr_shrinks = Counter("kafka_server_replicamanager_isrshrinks", "ISR shrinks", registry=r)
+        self.isr_expands = Counter("kafka_server_replicamanager_isrexpands", "ISR expansions", registry=r)
+        self.active_controller = Gauge(
+            "kafka_controller_kafkacontroller_activecontrollercount", "1 on the active controller", registry=r
+        )
+        self.offline_partitions = Gauge(
+            "kafka_controller_kafkacontroller_offlinepartitionscount",
+            "Partitions without a live leader (controller only)",
+            registry=r,
+        )
+        self.port: int | None = None
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> int:
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        self.port = int(server.server_port)
+        return self.port

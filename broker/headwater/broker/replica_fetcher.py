@@ -1,0 +1,306 @@
+"""Followers replicate by fetching from their leader, as consumers do (with their broker id).
+
+One fetcher task per leader broker serves every partition this broker follows there:
+
+1. Truncation by leader epoch first (KIP-101/279): ask the leader, with OffsetsForLeaderEpoch,
+   where our latest epoch ends on its log, and truncate to that (or to our own end of the
+   largest epoch both have), so a returning replica never keeps a divergent tail. Never a
+   blind truncation to the high watermark.
+2. Then fetch from the log end offset: batches are appended with the leader's offsets and
+   leader epochs (``append_as_follower``); the follower's high watermark is the leader's,
+   capped at its own log end offset. A partial trailing batch is dropped and fetched again.
+3. OFFSET_OUT_OF_RANGE: below the leader's log start, start again there; past its log end
+   (only after an unclean election), truncate to it.
+
+Errors that mean "ask the controller" (NOT_LEADER_FOR_PARTITION, FENCED/UNKNOWN_LEADER_EPOCH)
+park the partition for ``replica.fetch.backoff.ms`` until the next LeaderAndIsr moves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
+from headwater.broker.partition import Partition
+from headwater.protocol.apis import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
+from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.records.header import LOG_OVERHEAD, peek_offset_and_length
+
+if TYPE_CHECKING:
+    from headwater.broker.replica_manager import ReplicaManager
+    from headwater.broker.server import KafkaBroker
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+def complete_batches(records: bytes | memoryview) -> memoryview:
+    """The longest prefix of whole batches (a fetch may end inside the last batch)."""
+    view = memoryview(records)
+    pos = 0
+    n = len(view)
+    while True:
+        head = peek_offset_and_length(view, pos)
+        if head is None or head[1] < 0 or pos + LOG_OVERHEAD + head[1] > n:
+            return view[:pos]
+        pos += LOG_OVERHEAD + head[1]
+
+
+@dataclass
+class FetchState:
+    partition: Partition
+    leader_epoch: int
+    truncated: bool = False
+    parked_until: float = 0.0
+
+
+class ReplicaFetcher:
+    def __init__(self, broker: KafkaBroker, leader_id: int, endpoint: tuple[str, int]) -> None:
+        self.broker = broker
+        self.leader_id = leader_id
+        self.endpoint = endpoint
+        self.partitions: dict[TP, FetchState] = {}
+        self.wake = asyncio.Event()
+        cfg = broker.config
+        self.conn = BrokerConnection(endpoint[0], endpoint[1], f"broker-{broker.broker_id}-fetcher-{leader_id}")
+        self.max_wait_ms = cfg.replica_fetch_wait_max_ms
+        self.backoff_s = cfg.replica_fetch_backoff_ms / 1000.0
+        self.task = asyncio.ensure_future(self._run())
+
+    def add(self, part: Partition) -> None:
+        self.partitions[part.key] = FetchState(part, part.leader_epoch)
+        self.wake.set()
+
+    def remove(self, tp: TP) -> None:
+        self.partitions.pop(tp, None)
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        self.conn.close()
+
+    async def _run(self) -> None:
+        while True:
+            now = time.monotonic()
+            active = {tp: s for tp, s in self.partitions.items() if s.parked_until <= now}
+            if not active:
+                self.wake.clear()
+                soonest = min((s.parked_until for s in self.partitions.values()), default=now + 1.0)
+                try:
+                    await asyncio.wait_for(self.wake.wait(), max(0.01, soonest - now))
+                except TimeoutError:
+                    pass
+                continue
+            try:
+                pending = {tp: s for tp, s in active.items() if not s.truncated}
+                if pending:
+                    await self._truncate(pending)
+                ready = {tp: s for tp, s in active.items() if s.truncated}
+                if ready:
+                    await self._fetch(ready)
+            except BrokerConnectionError as e:
+                log.info("fetcher for leader %d: %s; retrying", self.leader_id, e)
+                self.conn.close()
+                await asyncio.sleep(self.backoff_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("fetcher for leader %d failed", self.leader_id)
+                await asyncio.sleep(self.backoff_s)
+
+    def _current(self, tp: TP, s: FetchState) -> bool:
+        """Is this fetch state still the partition's role (no LeaderAndIsr came in meanwhile)?"""
+        return (
+            self.partitions.get(tp) is s and s.partition.leader_epoch == s.leader_epoch and s.partition.log is not None
+        )
+
+    def _park(self, tp: TP, s: FetchState, why: str) -> None:
+        log.info("%s-%d: fetch from leader %d parked: %s", *tp, self.leader_id, why)
+        s.parked_until = time.monotonic() + self.backoff_s
+
+    async def _truncate(self, pending: dict[TP, FetchState]) -> None:
+        topics: dict[str, list[dict[str, int]]] = {}
+        for (t, p), st in pending.items():
+            assert st.partition.log is not None
+            latest = st.partition.log.leader_epoch_cache.latest_epoch
+            if latest < 0:
+                st.truncated = True  # nothing with an epoch: nothing can diverge
+                continue
+            topics.setdefault(t, []).append(
+                {"partition": p, "current_leader_epoch": st.leader_epoch, "leader_epoch": latest}
+            )
+        if not topics:
+            return
+        resp = await self.conn.request(
+            OFFSET_FOR_LEADER_EPOCH,
+            {
+                "replica_id": self.broker.broker_id,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            },
+        )
+        for t in resp["topics"]:
+            for r in t["partitions"]:
+                tp = (t["topic"], r["partition"])
+                s = pending.get(tp)
+                if s is None or not self._current(tp, s):
+                    continue
+                if r["error_code"] != ErrorCode.NONE:
+                    self._park(tp, s, ErrorCode.of(r["error_code"]).name)
+                    continue
+                log_ = s.partition.log
+                assert log_ is not None
+                leader_epoch, end_offset = r["leader_epoch"], r["end_offset"]
+                leo = log_.log_end_offset
+                if end_offset < 0:
+                    target = min(s.partition.high_watermark, leo)
+                else:
+                    mine = log_.leader_epoch_cache.end_offset_for(leader_epoch, leo)[1] if leader_epoch >= 0 else leo
+                    target = min(end_offset, leo, mine if mine >= 0 else leo)
+                if target < leo:
+                    log.info(
+                        "%s-%d: truncating from %d to %d (leader %d has epoch %d ending at %d)",
+                        *tp,
+                        leo,
+                        target,
+                        self.leader_id,
+                        leader_epoch,
+                        end_offset,
+                    )
+                    log_.truncate_to(target)
+                    s.partition.high_watermark = min(s.partition.high_watermark, target)
+                s.truncated = True
+
+    async def _fetch(self, ready: dict[TP, FetchState]) -> None:
+        cfg = self.broker.config
+        topics: dict[str, list[dict[str, int]]] = {}
+        for (t, p), st in ready.items():
+            log_ = st.partition.log
+            assert log_ is not None
+            topics.setdefault(t, []).append(
+                {
+                    "partition": p,
+                    "current_leader_epoch": st.leader_epoch,
+                    "fetch_offset": log_.log_end_offset,
+                    "log_start_offset": log_.log_start_offset,
+                    "partition_max_bytes": cfg.replica_fetch_max_bytes,
+                }
+            )
+        body = {
+            "replica_id": self.broker.broker_id,
+            "max_wait_ms": self.max_wait_ms,
+            "min_bytes": 1,
+            "max_bytes": cfg.replica_fetch_response_max_bytes,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+        resp = await self.conn.request(FETCH, body, timeout_s=self.max_wait_ms / 1000.0 + 30.0)
+        for t in resp["responses"]:
+            for r in t["partitions"]:
+                tp = (t["topic"], r["partition_index"])
+                s = ready.get(tp)
+                if s is None or not self._current(tp, s):
+                    continue
+                code = r["error_code"]
+                if code == ErrorCode.NONE:
+                    self._append(tp, s, r)
+                elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    await self._out_of_range(tp, s)
+                else:
+                    self._park(tp, s, ErrorCode.of(code).name)
+
+    def _append(self, tp: TP, s: FetchState, r: dict[str, object]) -> None:
+        part = s.partition
+        log_ = part.log
+        assert log_ is not None
+        records = r["records"]
+        if records:
+            assert isinstance(records, (bytes, memoryview))
+            whole = complete_batches(records)
+            if len(whole):
+                try:
+                    log_.append_as_follower(whole)
+                except KafkaError as e:
+                    self._park(tp, s, f"append failed: {e}")
+                    return
+        hw = r["high_watermark"]
+        assert isinstance(hw, int)
+        part.update_follower_high_watermark(hw)
+
+    async def _out_of_range(self, tp: TP, s: FetchState) -> None:
+        log_ = s.partition.log
+        assert log_ is not None
+        offsets = {}
+        for ts in (-2, -1):
+            resp = await self.conn.request(
+                LIST_OFFSETS,
+                {
+                    "replica_id": self.broker.broker_id,
+                    "isolation_level": 0,
+                    "topics": [
+                        {
+                            "name": tp[0],
+                            "partitions": [
+                                {"partition_index": tp[1], "current_leader_epoch": s.leader_epoch, "timestamp": ts}
+                            ],
+                        }
+                    ],
+                },
+            )
+            p = resp["topics"][0]["partitions"][0]
+            if p["error_code"] != ErrorCode.NONE:
+                self._park(tp, s, f"ListOffsets: {ErrorCode.of(p['error_code']).name}")
+                return
+            offsets[ts] = p["offset"]
+        leader_start, leader_end = offsets[-2], offsets[-1]
+        if log_.log_end_offset > leader_end:
+            log.warning(
+                "%s-%d: truncating to the leader's log end offset %d (unclean leader election?)", *tp, leader_end
+            )
+            log_.truncate_to(leader_end)
+        else:
+            log.info("%s-%d: starting over at the leader's log start offset %d", *tp, leader_start)
+            log_.truncate_fully_and_start_at(leader_start)
+        s.partition.high_watermark = min(s.partition.high_watermark, log_.log_end_offset)
+
+
+class ReplicaFetcherManager:
+    def __init__(self, broker: KafkaBroker, replicas: ReplicaManager) -> None:
+        self.broker = broker
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.leader_of: dict[TP, int] = {}
+        self._stopping: set[asyncio.Future[None]] = set()
+
+    def add_partition(self, part: Partition, leader_id: int, endpoint: tuple[str, int]) -> None:
+        self.remove_partition(part.key)
+        f = self.fetchers.get(leader_id)
+        if f is None or f.endpoint != endpoint:
+            if f is not None:
+                self._stopping.add(asyncio.ensure_future(f.stop()))
+            f = self.fetchers[leader_id] = ReplicaFetcher(self.broker, leader_id, endpoint)
+        f.add(part)
+        self.leader_of[part.key] = leader_id
+
+    def remove_partition(self, tp: TP) -> None:
+        leader = self.leader_of.pop(tp, None)
+        if leader is not None and leader in self.fetchers:
+            self.fetchers[leader].remove(tp)
+
+    def remove_all(self) -> None:
+        for tp in list(self.leader_of):
+            self.remove_partition(tp)
+
+    async def stop(self) -> None:
+        await asyncio.gather(*self._stopping, return_exceptions=True)
+        for f in list(self.fetchers.values()):
+            await f.stop()
+        self.fetchers.clear()
+        self.leader_of.clear()

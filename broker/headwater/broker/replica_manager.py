@@ -1,0 +1,260 @@
+"""The replica manager: this broker's partitions and their roles, as the controller assigns them.
+
+- LeaderAndIsr makes each listed partition a leader or a follower (only when its leader epoch
+  is newer than the one we have), creating the log when needed; followers start fetching from
+  their leader (after truncating by leader epoch, see the fetcher).
+- StopReplica stops a replica (and deletes its log when asked).
+- As leader it shrinks the ISR of followers that have not caught up for
+  ``replica.lag.time.max.ms`` and expands it when they catch up, each time with a conditional
+  write of the partition state znode (and an ``/isr_change_notification`` for the controller).
+  A conflicting write means the controller changed the partition meanwhile: the change is
+  dropped and the controller's next LeaderAndIsr decides.
+- When the ZooKeeper session is lost, every partition stops acting as leader or follower until
+  the controller, seeing the broker re-register, tells it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from headwater.broker import zk as zkpaths
+from headwater.broker.config import topic_log_config
+from headwater.broker.partition import Partition
+from headwater.broker.replica_fetcher import ReplicaFetcherManager
+from headwater.broker.zk import to_json
+from headwater.protocol.errors import ErrorCode
+from headwater.protocol.schema import Message
+
+if TYPE_CHECKING:
+    from headwater.broker.server import KafkaBroker
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+ISR_CHANGE_PREFIX = "/isr_change_notification/isr_change_"
+
+
+class ReplicaManager:
+    def __init__(self, broker: KafkaBroker) -> None:
+        self.broker = broker
+        self.broker_id = broker.broker_id
+        self.partitions: dict[TP, Partition] = {}
+        self.controller_epoch = 0
+        self.fetchers = ReplicaFetcherManager(broker, self)
+        self._isr_task: asyncio.Task[None] | None = None
+        self._isr_updates: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        self._isr_task = asyncio.ensure_future(self._isr_maintenance())
+
+    async def stop(self) -> None:
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+            await asyncio.gather(self._isr_task, return_exceptions=True)
+        await self.fetchers.stop()
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
+
+    def now_ms(self) -> int:
+        return self.broker.clock.monotonic_ms()
+
+    # -- requests from the controller ---------------------------------------------------------------
+
+    def check_controller_epoch(self, epoch: int) -> bool:
+        if epoch < self.controller_epoch:
+            log.warning("ignoring a request from a controller with epoch %d < %d", epoch, self.controller_epoch)
+            return False
+        self.controller_epoch = epoch
+        return True
+
+    def become_leader_or_follower(
+        self, states: list[Message], live_leaders: dict[int, tuple[str, int]]
+    ) -> list[Message]:
+        errors: list[Message] = []
+        assert self.broker.log_manager is not None
+        for st in states:
+            topic, index = st["topic_name"], st["partition_index"]
+            code = ErrorCode.NONE
+            part = self.partitions.get((topic, index))
+            if part is not None and st["leader_epoch"] <= part.leader_epoch:
+                log.info(
+                    "%s-%d: ignoring LeaderAndIsr at leader epoch %d (have %d)",
+                    topic,
+                    index,
+                    st["leader_epoch"],
+                    part.leader_epoch,
+                )
+                code = ErrorCode.STALE_CONTROLLER_EPOCH
+            elif self.broker_id not in st["replicas"]:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                if part is None:
+                    part = self.partitions[(topic, index)] = Partition(topic, index, self.broker_id)
+                cfg = topic_log_config(self.broker.config.log_defaults, self.broker.cache.config_of(topic))
+                log_ = self.broker.log_manager.get_log(topic, index) or self.broker.log_manager.create_log(
+                    topic, index, cfg
+                )
+                if st["leader"] == self.broker_id:
+                    self.fetchers.remove_partition((topic, index))
+                    part.make_leader(
+                        log_,
+                        st["leader_epoch"],
+                        st["isr"],
+                        st["replicas"],
+                        st["partition_epoch"],
+                        st["controller_epoch"],
+                        self.now_ms(),
+                    )
+                else:
+                    part.make_follower(
+                        log_,
+                        st["leader"],
+                        st["leader_epoch"],
+                        st["isr"],
+                        st["replicas"],
+                        st["partition_epoch"],
+                        st["controller_epoch"],
+                    )
+                    endpoint = live_leaders.get(st["leader"])
+                    if endpoint is None:
+                        b = self.broker.cache.brokers.get(st["leader"])
+                        endpoint = b.endpoints.get(self.broker.config.inter_broker_listener_name) if b else None
+                    if endpoint is not None:
+                        self.fetchers.add_partition(part, st["leader"], endpoint)
+                    else:
+                        log.warning("%s-%d: leader %d has no known endpoint", topic, index, st["leader"])
+                self.broker.purgatory.notify((topic, index))
+            errors.append({"topic_name": topic, "partition_index": index, "error_code": code})
+        self.update_gauges()
+        return errors
+
+    def stop_replicas(self, tps: list[TP], delete: bool) -> list[Message]:
+        out = []
+        for tp in tps:
+            self.fetchers.remove_partition(tp)
+            part = self.partitions.pop(tp, None)
+            if part is not None:
+                part.make_offline()
+            if delete and self.broker.log_manager is not None:
+                self.broker.log_manager.delete_log(*tp)
+                log.info("deleted log %s-%d", *tp)
+            self.broker.purgatory.notify(tp)
+            out.append({"topic_name": tp[0], "partition_index": tp[1], "error_code": ErrorCode.NONE})
+        self.update_gauges()
+        return out
+
+    def on_session_lost(self) -> None:
+        for part in self.partitions.values():
+            part.make_offline()
+        self.fetchers.remove_all()
+        self.broker.purgatory.notify_all()
+        log.warning(
+            "ZooKeeper session lost: no longer acting as leader or follower for %d partition(s)", len(self.partitions)
+        )
+
+    # -- leader: followers' fetches and the ISR --------------------------------------------------------
+
+    def record_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
+        part.update_follower(replica_id, fetch_offset, self.now_ms())
+        moved = part.maybe_increment_high_watermark()
+        if part.follower_to_add(replica_id) and not part.isr_update_in_flight:
+            task = asyncio.ensure_future(self._update_isr(part, sorted({*part.isr, replica_id}), expand=True))
+            self._isr_updates.add(task)
+            task.add_done_callback(self._isr_updates.discard)
+        if moved:
+            self.broker.purgatory.notify(part.key)
+
+    async def _isr_maintenance(self) -> None:
+        lag = self.broker.config.replica_lag_time_max_ms
+        while True:
+            await asyncio.sleep(max(lag / 2, 50) / 1000.0)
+            now = self.now_ms()
+            for part in list(self.partitions.values()):
+                if not part.is_leader or part.isr_update_in_flight:
+                    continue
+                stale = part.out_of_sync(now, lag)
+                if stale:
+                    log.info(
+                        "%s-%d: shrinking ISR from %s: %s not caught up within replica.lag.time.max.ms=%d",
+                        part.topic,
+                        part.index,
+                        part.isr,
+                        stale,
+                        lag,
+                    )
+                    await self._update_isr(part, [r for r in part.isr if r not in stale], expand=False)
+            self.update_gauges()
+
+    async def _update_isr(self, part: Partition, new_isr: list[int], expand: bool) -> None:
+        if part.isr_update_in_flight or not part.is_leader:
+            return
+        part.isr_update_in_flight = True
+        zk = self.broker.zk
+        epoch = part.leader_epoch
+        state = {
+            "controller_epoch": part.controller_epoch,
+            "leader": self.broker_id,
+            "version": 1,
+            "leader_epoch": epoch,
+            "isr": new_isr,
+        }
+        try:
+            stat = await zk.call(
+                zk.client.set,
+                zkpaths.partition_state_path(part.topic, part.index),
+                to_json(state),
+                version=part.zk_version,
+            )
+        except (BadVersionError, NoNodeError):
+            log.info(
+                "%s-%d: ISR change to %s skipped: the partition state changed in ZooKeeper",
+                part.topic,
+                part.index,
+                new_isr,
+            )
+            return
+        except Exception as e:
+            log.warning("%s-%d: ISR change to %s failed: %s", part.topic, part.index, new_isr, e)
+            return
+        finally:
+            part.isr_update_in_flight = False
+        if part.leader_epoch != epoch or not part.is_leader:
+            return
+        part.zk_version = stat.version
+        old = part.isr
+        part.isr = new_isr
+        (self.broker.metrics.isr_expands if expand else self.broker.metrics.isr_shrinks).inc()
+        log.info("%s-%d: ISR %s -> %s (zk version %d)", part.topic, part.index, old, new_isr, stat.version)
+        try:
+            await zk.call(
+                zk.client.create,
+                ISR_CHANGE_PREFIX,
+                to_json({"version": 1, "partitions": [{"topic": part.topic, "partition": part.index}]}),
+                sequence=True,
+                makepath=True,
+            )
+        except Exception as e:
+            log.warning("could not notify the controller of an ISR change: %s", e)
+        if part.maybe_increment_high_watermark():
+            pass
+        self.broker.purgatory.notify(part.key)
+
+    def update_gauges(self) -> None:
+        m = self.broker.metrics
+        leaders = [p for p in self.partitions.values() if p.is_leader]
+        m.leader_count.set(len(leaders))
+        m.partition_count.set(len(self.partitions))
+        m.under_replicated.set(sum(1 for p in leaders if len(p.isr) < len(p.replicas)))
+        min_isr = self.broker.config.min_insync_replicas
+        m.under_min_isr.set(
+            sum(
+                1
+                for p in leaders
+                if len(p.isr) < int(self.broker.cache.config_of(p.topic).get("min.insync.replicas", min_isr))
+            )
+        )

@@ -1,0 +1,65 @@
+"""``headwater bench``: run the benchmark (``bench/headwater/bench``), write results.md and results.json."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="measure throughput, latency and resources against the paper, Kreps and the machine",
+        description="Start a local ZooKeeper and brokers, run the benchmark scenarios with baselines "
+        "measured in the same run, and write a markdown table and JSON.",
+    )
+    p.add_argument("--quick", action="store_true", help="a small run (under two minutes), for CI")
+    p.add_argument("--runs", type=int, default=None, help="runs per figure (default: 1 quick, 3 full)")
+    p.add_argument(
+        "--only",
+        default="1,2,3,4,5,6",
+        metavar="N,N",
+        help="scenarios to run (1 produce, 2 consume, 3 latency, 4 stored, 5 resources, 6 large records)",
+    )
+    p.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for results.md/.json")
+    p.add_argument("--workdir", type=Path, default=None, help="where brokers keep their logs (default: a temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary work directory")
+    p.add_argument("--stored-gib", type=float, default=None, help="data stored before scenario 4's second half")
+    p.add_argument("--profile", action="store_true", help="also profile the broker with py-spy")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        from headwater.bench.runner import ALL, Options, run
+    except ImportError as e:
+        print(
+            f"headwater bench: the benchmark is not installed ({e}); pip install -e . from a checkout", file=sys.stderr
+        )
+        return 2
+    only = tuple(s.strip() for s in args.only.split(",") if s.strip())
+    unknown = [s for s in only if s not in ALL]
+    if unknown:
+        print(
+            f"headwater bench: unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(ALL)}", file=sys.stderr
+        )
+        return 2
+    options = Options(
+        quick=args.quick,
+        runs=args.runs,
+        only=only,
+        out=args.out,
+        workdir=args.workdir,
+        keep=args.keep,
+        stored_gib=args.stored_gib,
+        profile=args.profile,
+        verbose=not args.quiet,
+        command=shlex.join(["headwater", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"] else "headwater bench",
+    )
+    report, md, js = run(options)
+    sys.stdout.write(report.markdown())
+    print(f"\nwrote {md} and {js}", file=sys.stderr)
+    return 0

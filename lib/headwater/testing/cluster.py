@@ -1,0 +1,170 @@
+"""N local broker processes on one real ZooKeeper, for benchmarks and ad-hoc experiments.
+
+``LocalCluster`` starts a ZooKeeper (:class:`ZooKeeperServer`) unless given a connect string,
+then ``size`` brokers (``python -m headwater.cli.main broker start -c <props>``), each on a free
+127.0.0.1 port with its own log directory under ``workdir``. Everything it started is stopped
+by pid, in reverse order, when the ``with`` block ends::
+
+    with LocalCluster(tmp, size=3) as cluster:
+        cluster.bootstrap   # "127.0.0.1:40001,127.0.0.1:40002,127.0.0.1:40003"
+        cluster.brokers[0].pid
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from headwater.testing.zookeeper import ZooKeeperServer, free_port
+
+
+class LocalBroker:
+    """One broker process; ``overrides`` are Kafka property names (``log.segment.bytes``)."""
+
+    def __init__(
+        self, workdir: Path, broker_id: int, zk_connect: str, overrides: Mapping[str, object] | None = None
+    ) -> None:
+        self.workdir = workdir
+        self.broker_id = broker_id
+        self.port = free_port()
+        self.log_dir = workdir / f"broker-{broker_id}-logs"
+        self.properties: dict[str, object] = {
+            "broker.id": broker_id,
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "log.dirs": str(self.log_dir),
+            "zookeeper.connect": zk_connect,
+            "zookeeper.session.timeout.ms": 6000,
+        }
+        self.properties.update(overrides or {})
+        self.output = workdir / f"broker-{broker_id}.out"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._out: IO[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError(f"broker {self.broker_id} is not running")
+        return self.proc.pid
+
+    def start(self, timeout: float = 30.0, command_prefix: list[str] | None = None) -> None:
+        """Start and wait until it registered and listens. ``command_prefix`` wraps the Python
+        command (e.g. a profiler: ``["py-spy", "record", ..., "--"]``)."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        props = self.workdir / f"broker-{self.broker_id}.properties"
+        props.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
+        cmd = [sys.executable, "-m", "headwater.cli.main", "broker", "start", "-c", str(props)]
+        out = self._out = open(self.output, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [*(command_prefix or []), *cmd], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker {self.broker_id} exited {self.proc.returncode}:\n{self.tail()}")
+            if "] started" in self.tail(100_000):
+                try:
+                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                        return
+                except OSError:
+                    pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"broker {self.broker_id} not ready in {timeout:g}s:\n{self.tail()}")
+
+    def tail(self, n: int = 4000) -> str:
+        try:
+            return self.output.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM (a clean shutdown), SIGKILL after ``timeout``; returns the exit code."""
+        proc, self.proc = self.proc, None
+        code: int | None = None
+        if proc is not None:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    proc.wait(10)
+            code = proc.returncode
+        out, self._out = self._out, None
+        if out is not None:
+            out.close()
+        return code
+
+
+class LocalCluster:
+    """``size`` brokers (ids 0..size-1) and, unless ``zk_connect`` is given, their own ZooKeeper."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        size: int = 1,
+        *,
+        zk_connect: str | None = None,
+        overrides: Mapping[str, object] | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.size = size
+        self.overrides = dict(overrides or {})
+        self.zookeeper: ZooKeeperServer | None = None
+        self._zk_connect = zk_connect
+        self.brokers: list[LocalBroker] = []
+
+    @property
+    def zk_connect(self) -> str:
+        if self._zk_connect is None:
+            raise RuntimeError("the cluster is not started")
+        return self._zk_connect
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    def start(self, command_prefix: list[str] | None = None) -> LocalCluster:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            if self._zk_connect is None:
+                self.zookeeper = ZooKeeperServer(self.workdir / "zookeeper")
+                self.zookeeper.start()
+                self._zk_connect = self.zookeeper.connect
+            for i in range(self.size):
+                broker = LocalBroker(self.workdir, i, self._zk_connect, self.overrides)
+                self.brokers.append(broker)
+                broker.start(command_prefix=command_prefix)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for broker in reversed(self.brokers):
+            broker.stop()
+        self.brokers = []
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+            self.zookeeper = None
+            self._zk_connect = None
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

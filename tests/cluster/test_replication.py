@@ -1,0 +1,117 @@
+"""Replication with ISR, acks=all, and failover that never loses an acknowledged write."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from headwater.protocol.apis import PRODUCE
+from headwater.protocol.errors import ErrorCode
+from headwater.protocol.records.record import RecordInput, encode_batch
+from tests.cluster.harness import Cluster
+from tests.cluster.util import create_topic, produce_acked, read_all, segment_bytes
+from tests.compat.wire import Wire
+
+
+def _leader(c: Cluster, topic: str) -> int:
+    return int(c.state(topic, 0)["leader"])
+
+
+def test_rf3_acks_all_replicates_identical_logs(cluster_factory: Callable[..., Cluster]) -> None:
+    c = cluster_factory(3)
+    create_topic(c, "rep")
+    acked = produce_acked(c, "rep", [f"r{i}".encode() for i in range(2000)])
+    assert sorted(acked) == list(range(2000))
+    assert read_all(c, "rep") == acked
+    c.wait_for(lambda: len({segment_bytes(c, b, "rep") for b in (1, 2, 3)}) == 1, 20, "identical replicas")
+    state = c.state("rep", 0)
+    assert sorted(state["isr"]) == [1, 2, 3] and state["leader"] in (1, 2, 3)
+
+
+def test_jepsen_2013_isr_of_leader_alone_refuses_acks_all(cluster_factory: Callable[..., Cluster]) -> None:
+    c = cluster_factory(3)
+    create_topic(c, "jepsen")
+    leader = _leader(c, "jepsen")
+    followers = [b for b in (1, 2, 3) if b != leader]
+    for f in followers:
+        c.pause(f)
+    try:
+        c.wait_for(lambda: c.state("jepsen", 0)["isr"] == [leader], 30, "the ISR to shrink to the leader alone")
+        w = Wire(c.brokers[leader].bootstrap)
+        batch = encode_batch([RecordInput(None, b"must-not-be-acked", int(time.time() * 1000))])
+        resp = w.request(
+            PRODUCE,
+            7,
+            {
+                "acks": -1,
+                "timeout_ms": 5000,
+                "topics": [{"name": "jepsen", "partitions": [{"partition_index": 0, "records": batch}]}],
+            },
+        )
+        assert resp["responses"][0]["partitions"][0]["error_code"] == ErrorCode.NOT_ENOUGH_REPLICAS
+        resp1 = w.request(
+            PRODUCE,
+            7,
+            {
+                "acks": 1,
+                "timeout_ms": 5000,
+                "topics": [{"name": "jepsen", "partitions": [{"partition_index": 0, "records": batch}]}],
+            },
+        )
+        assert resp1["responses"][0]["partitions"][0]["error_code"] == ErrorCode.NONE  # acks=1 still works
+    finally:
+        for f in followers:
+            c.resume(f)
+    c.wait_for(lambda: sorted(c.state("jepsen", 0)["isr"]) == [1, 2, 3], 30, "followers back in the ISR")
+    assert sorted(produce_acked(c, "jepsen", [b"after"]).keys()) == [1]
+
+
+def test_leader_kill9_fails_over_and_old_leader_rejoins(cluster_factory: Callable[..., Cluster]) -> None:
+    c = cluster_factory(3)
+    create_topic(c, "failover")
+    acked = produce_acked(c, "failover", [f"a{i}".encode() for i in range(500)])
+    old = _leader(c, "failover")
+    c.kill9(old)
+    c.wait_for(lambda: _leader(c, "failover") not in (old, -1), 30, "a new leader")
+    acked.update(produce_acked(c, "failover", [f"b{i}".encode() for i in range(500)]))
+    assert len(acked) == 1000
+    c.restart(old)
+    c.wait_for(lambda: old in c.state("failover", 0)["isr"], 60, "the old leader back in the ISR")
+    assert read_all(c, "failover") == acked
+    c.wait_for(lambda: len({segment_bytes(c, b, "failover") for b in (1, 2, 3)}) == 1, 30, "identical replicas")
+
+
+def test_controlled_shutdown_moves_leadership_before_exit(cluster_factory: Callable[..., Cluster]) -> None:
+    c = cluster_factory(3)
+    create_topic(c, "cs", partitions=3)
+    leader = _leader(c, "cs")
+    c.stop(leader)
+    log = c.brokers[leader].tail(200000)
+    assert "controlled shutdown succeeded" in log
+    for p in range(3):
+        assert c.state("cs", p)["leader"] != leader
+        assert leader not in c.state("cs", p)["isr"]
+
+
+def test_controller_failover_takes_a_higher_epoch(cluster_factory: Callable[..., Cluster]) -> None:
+    c = cluster_factory(3)
+    first = c.controller()
+    assert first is not None
+    epoch = int(c.zk.get("/controller_epoch")[0])
+    c.kill9(first)
+    c.wait_for(lambda: c.controller() not in (None, first), 30, "a new controller")
+    assert int(c.zk.get("/controller_epoch")[0]) > epoch
+    create_topic(c, "after-controller-change", rf=2, min_isr=1)
+
+
+def test_session_expiry_stops_the_leader_and_it_rejoins(cluster_factory: Callable[..., Cluster]) -> None:
+    c = cluster_factory(3, zookeeper_session_timeout_ms=4000)
+    create_topic(c, "expiry")
+    acked = produce_acked(c, "expiry", [f"e{i}".encode() for i in range(200)])
+    leader = _leader(c, "expiry")
+    c.expire_session(leader)
+    c.wait_for(lambda: _leader(c, "expiry") != leader, 30, "leadership to move off the expired broker")
+    c.wait_for(lambda: str(leader) in c.zk.get_children("/brokers/ids"), 30, "the broker to re-register")
+    acked.update(produce_acked(c, "expiry", [f"f{i}".encode() for i in range(200)]))
+    c.wait_for(lambda: leader in c.state("expiry", 0)["isr"], 60, "the expired broker back in the ISR")
+    assert read_all(c, "expiry") == acked
