@@ -82,7 +82,6 @@ def test_stock_client_produces_and_consumes_across_broker_containers(cluster_fac
     assert kcat.stdout.count(" at 127.0.0.1:") == 3, kcat.stdout
 
 
-@pytest.mark.xfail(strict=False, reason="needs replication (issue 3)")
 def test_cluster_fails_over_when_the_leader_container_is_killed(cluster_factory: object) -> None:
     assert callable(cluster_factory)
     cluster: ContainerCluster = cluster_factory("failover", **{"KAFKA_MIN_INSYNC_REPLICAS": "2"})
