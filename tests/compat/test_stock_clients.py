@@ -18,8 +18,8 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    fut = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)], operation_timeout=10)
-    fut[name].result(15)
+    fut = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)], operation_timeout=30)
+    fut[name].result(60)
 
 
 def produce_confluent(bootstrap: str, topic: str, records: list[dict], **conf: object) -> list[tuple[int, int]]:

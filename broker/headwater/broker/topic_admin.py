@@ -20,7 +20,7 @@ from kazoo.exceptions import NodeExistsError
 
 from headwater.broker import zk as zkpaths
 from headwater.broker.config import validate_topic_config
-from headwater.broker.metadata_cache import MetadataCache
+from headwater.broker.metadata_cache import MetadataCache, parse_broker_registration
 from headwater.broker.zk import ZooKeeper, to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
 
@@ -145,7 +145,8 @@ async def create_topic(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
             f"Topic '{name}' collides with existing topic: {collision} ('.' and '_' are equivalent in metric names)",
         )
-    live = cache.live_broker_ids()
+    racks = await registered_brokers(zk)
+    live = sorted(racks)
     if assignment:
         if num_partitions != -1 or replication_factor != -1:
             raise KafkaError(
@@ -174,7 +175,6 @@ async def create_topic(
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
         if not live:
             raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "No live brokers")
-        racks = {b: info.rack for b, info in cache.brokers.items()}
         assignment = assign_replicas(live, num_partitions, replication_factor, racks)
     problem = validate_topic_config(configs)
     if problem:
@@ -195,6 +195,21 @@ async def create_topic(
     if failures:
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"ZooKeeper refused the topic: {failures[0]!r}")
     return assignment
+
+
+async def registered_brokers(zk: ZooKeeper) -> dict[int, str | None]:
+    """Live broker id -> rack, read from ``/brokers/ids`` (as Kafka's admin code does, so a topic
+    can be created before this broker's metadata cache has heard from the controller)."""
+    out: dict[int, str | None] = {}
+    for child in await zk.children(zkpaths.BROKER_IDS):
+        if not child.isdigit():
+            continue
+        got = await zk.get_json(zkpaths.broker_path(int(child)))
+        if got is not None:
+            info = parse_broker_registration(int(child), got[0])
+            if info is not None:
+                out[info.broker_id] = info.rack
+    return out
 
 
 def _collides(name: str, cache: MetadataCache) -> str | None:

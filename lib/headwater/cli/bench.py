@@ -26,7 +26,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for results.md/.json")
     p.add_argument("--workdir", type=Path, default=None, help="where brokers keep their logs (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the temporary work directory")
-    p.add_argument("--stored-gib", type=float, default=None, help="data stored before scenario 4's second half")
+    p.add_argument(
+        "--stored-gib",
+        type=float,
+        default=None,
+        help="GiB held by scenario 4's full log (default 2; 0.25 with --quick)",
+    )
     p.add_argument("--profile", action="store_true", help="also profile the broker with py-spy")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_run)

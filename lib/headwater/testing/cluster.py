@@ -47,6 +47,7 @@ class LocalBroker:
         self.output = workdir / f"broker-{broker_id}.out"
         self.proc: subprocess.Popen[bytes] | None = None
         self._out: IO[bytes] | None = None
+        self._run_starts_at = 0
 
     @property
     def bootstrap(self) -> str:
@@ -58,22 +59,31 @@ class LocalBroker:
             raise RuntimeError(f"broker {self.broker_id} is not running")
         return self.proc.pid
 
-    def start(self, timeout: float = 30.0, command_prefix: list[str] | None = None) -> None:
-        """Start and wait until it registered and listens. ``command_prefix`` wraps the Python
-        command (e.g. a profiler: ``["py-spy", "record", ..., "--"]``)."""
+    def start(self, timeout: float = 30.0, command_prefix: list[str] | None = None, wait: bool = True) -> None:
+        """Start and (unless ``wait`` is False) wait until it registered and listens. ``command_prefix``
+        wraps the Python command (e.g. a profiler: ``["py-spy", "record", ..., "--"]``)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         props = self.workdir / f"broker-{self.broker_id}.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
         cmd = [sys.executable, "-m", "headwater.cli.main", "broker", "start", "-c", str(props)]
+        if self._out is not None:
+            self._out.close()
+        self._run_starts_at = self.output.stat().st_size if self.output.exists() else 0
         out = self._out = open(self.output, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [*(command_prefix or []), *cmd], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+        if wait:
+            self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Until this run of the broker logged "started" and accepts connections."""
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker {self.broker_id} exited {self.proc.returncode}:\n{self.tail()}")
-            if "] started" in self.tail(100_000):
+            if "] started" in self._this_run_output():
                 try:
                     with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                         return
@@ -82,6 +92,27 @@ class LocalBroker:
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"broker {self.broker_id} not ready in {timeout:g}s:\n{self.tail()}")
+
+    def _this_run_output(self) -> str:
+        try:
+            with open(self.output, "rb") as f:
+                f.seek(self._run_starts_at)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def kill9(self) -> None:
+        """A hard crash (SIGKILL); the log directory stays for a restart."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stays, silent (a long GC pause, a stalled VM)."""
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
 
     def tail(self, n: int = 4000) -> str:
         try:

@@ -7,6 +7,7 @@ Like kazoo's own harness: one server per test session, each test gets its own ch
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -17,9 +18,22 @@ ZK_SERVER = os.environ.get("ZOOKEEPER_SERVER_SH", "/usr/share/zookeeper/bin/zkSe
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port below Linux's ephemeral range (32768-60999).
+
+    Ports handed out by the kernel (bind to port 0) come from the ephemeral range, which every
+    outgoing connection also draws from: a broker restarted on "its" port after a kill could find
+    it taken by some client's connection. Ports below the range are only ever taken on purpose.
+    """
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port between 20000 and 32000")
 
 
 def _ruok(port: int) -> bool:

@@ -1,0 +1,319 @@
+"""Audit instrumentation for producers (ARCHITECTURE.md, "Audit"; the paper's auditing of counts).
+
+:class:`AuditingProducer` wraps a :class:`~headwater.client.Producer`. Each record it sends gets three
+headers — ``origin.host``, ``origin.dc`` and ``origin.created`` (creation time, ms since the epoch,
+as a decimal string) — and is counted per (topic, window), ``window = created // window_ms``, when the
+broker *acknowledges* it (a failed record is not counted). Once a window has ended and none of its
+records are still in flight, a count event is published (JSON, key = the topic) to the audit topic::
+
+    {"guid": "...", "tier": "producer", "datacenter": "dc1", "host": "web-7",
+     "application": "frontend", "topic": "page-views",
+     "window_start": 1700000000000, "window_end": 1700000060000, "count": 1234}
+
+:meth:`AuditingProducer.close` flushes the records, then publishes every remaining count. A record
+acknowledged after its window's event went out (long retries) is reported in a further event for the
+same window, so the events of a window always add up to exactly what was acknowledged; consumers
+de-duplicate events by ``guid``. Auditing is on by default; ``audit=False`` makes the wrapper a plain
+pass-through. Records already carrying ``origin.created`` keep their origin headers (a re-producer such
+as the mirror should pass ``audit=False``: it is not the producer tier).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from headwater.client.producer import Producer, RecordMetadata
+from headwater.client.sync import EventLoopThread, SyncProducer, _construct
+
+log = logging.getLogger("headwater.client.audit")
+
+__all__ = [
+    "AUDIT_TOPIC",
+    "HEADER_CREATED",
+    "HEADER_DC",
+    "HEADER_HOST",
+    "AuditingProducer",
+    "SyncAuditingProducer",
+    "count_event",
+]
+
+AUDIT_TOPIC = "__audit"
+HEADER_HOST = "origin.host"
+HEADER_DC = "origin.dc"
+HEADER_CREATED = "origin.created"
+DEFAULT_WINDOW_MS = 60_000
+
+WindowKey = tuple[str, int]  # (topic, window number)
+
+
+def count_event(
+    *,
+    topic: str,
+    window_start: int,
+    window_ms: int,
+    count: int,
+    datacenter: str,
+    host: str,
+    application: str,
+    tier: str = "producer",
+    guid: str | None = None,
+) -> dict[str, Any]:
+    """One count event as ARCHITECTURE.md ("Audit") defines it."""
+    return {
+        "guid": guid or uuid.uuid4().hex,
+        "tier": tier,
+        "datacenter": datacenter,
+        "host": host,
+        "application": application,
+        "topic": topic,
+        "window_start": window_start,
+        "window_end": window_start + window_ms,
+        "count": count,
+    }
+
+
+class AuditingProducer:
+    """A :class:`Producer` that stamps origin headers and reports acknowledged counts per window.
+
+    Either wraps ``producer`` (which it then closes too) or builds one from ``bootstrap`` and
+    ``producer_kwargs``. Same ``send`` / ``send_and_wait`` / ``flush`` / ``close`` as Producer.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | None = None,
+        *,
+        producer: Producer | None = None,
+        audit: bool = True,
+        audit_topic: str = AUDIT_TOPIC,
+        window_ms: int = DEFAULT_WINDOW_MS,
+        datacenter: str = "",
+        host: str | None = None,
+        application: str = "",
+        publish_interval_ms: int | None = None,
+        **producer_kwargs: Any,
+    ) -> None:
+        if producer is None:
+            if bootstrap is None:
+                raise ValueError("give bootstrap or producer")
+            producer = Producer(bootstrap, **producer_kwargs)
+        if window_ms <= 0:
+            raise ValueError("window_ms must be positive")
+        self.producer = producer
+        self.enabled = audit
+        self.audit_topic = audit_topic
+        self.window_ms = window_ms
+        self.datacenter = datacenter
+        self.host = host or socket.gethostname()
+        self.application = application
+        self.publish_interval = (publish_interval_ms or min(window_ms, 1000)) / 1000.0
+        self._counts: Counter[WindowKey] = Counter()  # acknowledged, not yet published
+        self._pending: Counter[WindowKey] = Counter()  # sent, not yet acknowledged or failed
+        self._published: Counter[WindowKey] = Counter()  # totals published so far
+        self._publisher: asyncio.Task[None] | None = None
+        self._publish_lock: asyncio.Lock | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> AuditingProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        await self.producer.start()
+        self._ensure_publisher()
+
+    def _ensure_publisher(self) -> None:
+        if self.enabled and self._publisher is None and not self._closed:
+            self._publish_lock = asyncio.Lock()
+            self._publisher = asyncio.create_task(self._publish_loop(), name="headwater-audit-publisher")
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        headers: Iterable[tuple[str, Any]] = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record (see :meth:`Producer.send`); counted when its future succeeds."""
+        if not self.enabled or topic == self.audit_topic:
+            return await self.producer.send(topic, value, key, headers, partition, timestamp_ms)
+        self._ensure_publisher()
+        hdrs = list(headers)
+        created = _created(hdrs)
+        if created is None:
+            created = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+            hdrs += [(HEADER_HOST, self.host), (HEADER_DC, self.datacenter), (HEADER_CREATED, str(created))]
+        if timestamp_ms is None:
+            timestamp_ms = created
+        window: WindowKey = (topic, created // self.window_ms)
+        self._pending[window] += 1
+        try:
+            fut = await self.producer.send(topic, value, key, hdrs, partition, timestamp_ms)
+        except BaseException:
+            self._settle(window, None)
+            raise
+        fut.add_done_callback(lambda f: self._settle(window, f))
+        return fut
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        headers: Iterable[tuple[str, Any]] = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
+        fut = await self.send(topic, value, key, headers, partition, timestamp_ms)
+        return await fut
+
+    def _settle(self, window: WindowKey, fut: asyncio.Future[RecordMetadata] | None) -> None:
+        self._pending[window] -= 1
+        if self._pending[window] <= 0:
+            del self._pending[window]
+        if fut is not None and not fut.cancelled() and fut.exception() is None:
+            self._counts[window] += 1
+
+    async def flush(self, timeout: float | None = None) -> None:
+        await self.producer.flush(timeout)
+
+    # -- counts and events -----------------------------------------------------------------------
+
+    def counts(self) -> dict[WindowKey, int]:
+        """Acknowledged records per (topic, window number), published or not."""
+        total = Counter(self._published)
+        total.update(self._counts)
+        return dict(total)
+
+    async def publish(self, *, all_windows: bool = False) -> int:
+        """Publish the count events of closed windows (all of them with ``all_windows``); events sent."""
+        if self._publish_lock is None:
+            self._publish_lock = asyncio.Lock()
+        async with self._publish_lock:
+            now_window = int(time.time() * 1000) // self.window_ms
+            ready = [
+                k
+                for k, n in self._counts.items()
+                if n > 0 and (all_windows or (k[1] < now_window and not self._pending[k]))
+            ]
+            if not ready:
+                return 0
+            sends: list[tuple[WindowKey, int, asyncio.Future[RecordMetadata] | BaseException]] = []
+            for k in ready:
+                n = self._counts.pop(k)
+                event = count_event(
+                    topic=k[0],
+                    window_start=k[1] * self.window_ms,
+                    window_ms=self.window_ms,
+                    count=n,
+                    datacenter=self.datacenter,
+                    host=self.host,
+                    application=self.application,
+                )
+                try:
+                    fut = await self.producer.send(self.audit_topic, json.dumps(event).encode(), key=k[0])
+                    sends.append((k, n, fut))
+                except Exception as e:
+                    sends.append((k, n, e))
+            sent = 0
+            for k, n, f in sends:
+                error: BaseException | None = f if isinstance(f, BaseException) else None
+                if error is None:
+                    assert not isinstance(f, BaseException)
+                    try:
+                        await f
+                    except Exception as e:
+                        error = e
+                if error is None:
+                    self._published[k] += n
+                    sent += 1
+                else:  # keep the count: the next round publishes it
+                    log.warning("audit event for %s window %d not published: %s", k[0], k[1], error)
+                    self._counts[k] += n
+            return sent
+
+    async def _publish_loop(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.publish_interval)
+            try:
+                await self.publish()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # pragma: no cover - publish() keeps its own errors
+                log.warning("audit publishing failed: %s", e)
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush the records, publish every remaining count, close the producer."""
+        if self._closed:
+            return
+        try:
+            with contextlib.suppress(Exception):
+                await self.producer.flush(timeout)
+            if self._publisher is not None:
+                self._publisher.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._publisher
+            self._closed = True
+            if self.enabled:
+                for _ in range(3):
+                    await self.publish(all_windows=True)
+                    if not self._counts:
+                        break
+                if self._counts:
+                    log.error("audit counts not published at close: %s", dict(self._counts))
+        finally:
+            self._closed = True
+            await self.producer.close(timeout)
+
+
+class SyncAuditingProducer(SyncProducer):
+    """Blocking facade of :class:`AuditingProducer` (same arguments; the API of SyncProducer)."""
+
+    def __init__(self, bootstrap: str | Sequence[str] | None = None, **kwargs: Any) -> None:
+        # SyncProducer.__init__ would build a plain Producer: set up the same state around ours
+        self._lt = EventLoopThread()
+        self._closed = False
+        self._queue = collections.deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self._drain_task = None
+        try:
+            self.auditing: AuditingProducer = self._run(_construct(AuditingProducer, bootstrap, **kwargs))
+        except BaseException:
+            self._lt.stop()
+            raise
+        self.producer = self.auditing  # type: ignore[assignment]  # same start/send/flush/close
+
+    def counts(self) -> dict[WindowKey, int]:
+        return self._run(_async(self.auditing.counts))
+
+
+async def _async(fn: Any) -> Any:
+    return fn()
+
+
+def _created(headers: list[tuple[str, Any]]) -> int | None:
+    for k, v in headers:
+        if k == HEADER_CREATED and v is not None:
+            raw = v.decode() if isinstance(v, bytes | bytearray) else str(v)
+            with contextlib.suppress(ValueError):
+                return int(raw)
+    return None
