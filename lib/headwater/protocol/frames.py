@@ -45,19 +45,23 @@ class FrameDecoder:
         buf = self._buf
         pos = 0
         n = len(buf)
-        while n - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0 or size > self.max_frame_bytes:
-                raise (
-                    FrameTooLarge(size, self.max_frame_bytes)
-                    if size > 0
-                    else DecodeError(f"negative frame size {size}")
-                )
-            if n - pos - 4 < size:
-                break
-            frames.append(memoryview(bytes(buf[pos + 4 : pos + 4 + size])))
-            pos += 4 + size
-        if pos:
+        with memoryview(buf) as view:
+            while n - pos >= 4:
+                (size,) = _SIZE.unpack_from(view, pos)
+                if size < 0 or size > self.max_frame_bytes:
+                    raise (
+                        FrameTooLarge(size, self.max_frame_bytes)
+                        if size > 0
+                        else DecodeError(f"negative frame size {size}")
+                    )
+                if n - pos - 4 < size:
+                    break
+                # one copy per frame: the frame must outlive the receive buffer
+                frames.append(memoryview(view[pos + 4 : pos + 4 + size].tobytes()))
+                pos += 4 + size
+        if pos == n:
+            self._buf = bytearray()
+        elif pos:
             del buf[:pos]
         return frames
 
