@@ -70,6 +70,7 @@ class ReplicaFetcher:
         self.conn = BrokerConnection(endpoint[0], endpoint[1], f"broker-{broker.broker_id}-fetcher-{leader_id}")
         self.max_wait_ms = cfg.replica_fetch_wait_max_ms
         self.backoff_s = cfg.replica_fetch_backoff_ms / 1000.0
+        self.closed = False
         self.task = asyncio.ensure_future(self._run())
 
     def add(self, part: Partition) -> None:
@@ -80,12 +81,13 @@ class ReplicaFetcher:
         self.partitions.pop(tp, None)
 
     async def stop(self) -> None:
+        self.closed = True  # checked too: Python 3.11's wait_for can swallow a cancel (gh-86296)
         self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
         self.conn.close()
+        await asyncio.wait([self.task], timeout=5)
 
     async def _run(self) -> None:
-        while True:
+        while not self.closed:
             now = time.monotonic()
             active = {tp: s for tp, s in self.partitions.items() if s.parked_until <= now}
             if not active:

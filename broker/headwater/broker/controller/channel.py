@@ -23,13 +23,16 @@ class BrokerChannel:
         self.broker_id = broker_id
         self.conn = BrokerConnection(host, port, client_id)
         self.queue: asyncio.Queue[tuple[Api, Message, Callable[[Message], None] | None]] = asyncio.Queue()
+        self.closed = False
         self.task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
-        while True:
+        # ``closed`` is checked as well as cancellation: on Python 3.11 ``wait_for`` can swallow a
+        # cancel that lands as its inner future completes (gh-86296), and this loop retries fast.
+        while not self.closed:
             api, body, on_response = await self.queue.get()
             backoff = 0.1
-            while True:
+            while not self.closed:
                 try:
                     response = await self.conn.request(api, body, timeout_s=30.0)
                     break
@@ -38,6 +41,8 @@ class BrokerChannel:
                     self.conn.close()
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 2.0)
+            else:
+                return
             if on_response is not None:
                 try:
                     on_response(response)
@@ -50,9 +55,10 @@ class BrokerChannel:
         self.queue.put_nowait((api, body, on_response))
 
     async def close(self) -> None:
+        self.closed = True
         self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
         self.conn.close()
+        await asyncio.wait([self.task], timeout=5)
 
 
 class ControllerChannel:
