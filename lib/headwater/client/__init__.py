@@ -2,11 +2,16 @@
 
 Async: :class:`Producer`, :class:`Consumer` (the simple consumer), :class:`Admin`, built on
 :class:`Cluster` (metadata, one :class:`BrokerConnection` per broker). Blocking:
-:class:`SyncProducer`, :class:`SyncConsumer`, :class:`SyncAdmin`. The client depends on
+:class:`SyncProducer`, :class:`SyncConsumer`, :class:`SyncAdmin`. The seeds' high-level
+consumer: :class:`ZookeeperConsumerConnector` (groups coordinated through ZooKeeper); audit
+counts: :class:`AuditingProducer`. The client depends on
 :mod:`headwater.protocol` only.
 """
 
 from headwater.client.admin import Admin, ConfigEntry, NewTopic, TopicDescription, validate_topic_name
+
+# These build on the above (keep them last).
+from headwater.client.audit import AuditingProducer, SyncAuditingProducer
 from headwater.client.cluster import BrokerMetadata, Cluster, PartitionMetadata, TopicMetadata
 from headwater.client.connection import BrokerConnection
 from headwater.client.consumer import (
@@ -29,22 +34,33 @@ from headwater.client.errors import (
 from headwater.client.partitioner import DefaultPartitioner, Partitioner, RoundRobinPartitioner, murmur2
 from headwater.client.producer import Producer, RecordMetadata
 from headwater.client.sync import SyncAdmin, SyncConsumer, SyncProducer, SyncSubscription
+from headwater.client.zk_consumer import (
+    Blacklist,
+    ConsumerTimeoutError,
+    KafkaStream,
+    Whitelist,
+    ZookeeperConsumerConnector,
+)
 
 __all__ = [
     "EARLIEST",
     "LATEST",
     "Admin",
+    "AuditingProducer",
+    "Blacklist",
     "BrokerConnection",
     "BrokerMetadata",
     "Cluster",
     "ConfigEntry",
     "Consumer",
     "ConsumerRecord",
+    "ConsumerTimeoutError",
     "DefaultPartitioner",
     "ErrorCode",
     "FetchResult",
     "KafkaConnectionError",
     "KafkaError",
+    "KafkaStream",
     "KafkaTimeoutError",
     "NewTopic",
     "OffsetAndTimestamp",
@@ -56,12 +72,15 @@ __all__ = [
     "RoundRobinPartitioner",
     "Subscription",
     "SyncAdmin",
+    "SyncAuditingProducer",
     "SyncConsumer",
     "SyncProducer",
     "SyncSubscription",
     "TopicDescription",
     "TopicMetadata",
     "UnknownTopicError",
+    "Whitelist",
+    "ZookeeperConsumerConnector",
     "murmur2",
     "validate_topic_name",
 ]
