@@ -21,12 +21,10 @@ as the mirror should pass ``audit=False``: it is not the producer tier).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import json
 import logging
 import socket
-import threading
 import time
 import uuid
 from collections import Counter
@@ -34,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from headwater.client.producer import Producer, RecordMetadata
-from headwater.client.sync import EventLoopThread, SyncProducer, _construct
+from headwater.client.sync import SyncProducer
 
 log = logging.getLogger("headwater.client.audit")
 
@@ -287,20 +285,11 @@ class AuditingProducer:
 class SyncAuditingProducer(SyncProducer):
     """Blocking facade of :class:`AuditingProducer` (same arguments; the API of SyncProducer)."""
 
+    producer_class = AuditingProducer
+
     def __init__(self, bootstrap: str | Sequence[str] | None = None, **kwargs: Any) -> None:
-        # SyncProducer.__init__ would build a plain Producer: set up the same state around ours
-        self._lt = EventLoopThread()
-        self._closed = False
-        self._queue = collections.deque()
-        self._lock = threading.Lock()
-        self._scheduled = False
-        self._drain_task = None
-        try:
-            self.auditing: AuditingProducer = self._run(_construct(AuditingProducer, bootstrap, **kwargs))
-        except BaseException:
-            self._lt.stop()
-            raise
-        self.producer = self.auditing  # type: ignore[assignment]  # same start/send/flush/close
+        super().__init__(bootstrap, **kwargs)
+        self.auditing: AuditingProducer = self.producer  # type: ignore[assignment]
 
     def counts(self) -> dict[WindowKey, int]:
         return self._run(_async(self.auditing.counts))

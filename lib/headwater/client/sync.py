@@ -110,7 +110,10 @@ class SyncProducer(_Facade):
     cross-thread wake-up per burst of sends rather than one per record.
     """
 
-    def __init__(self, bootstrap: str | Sequence[str], **kwargs: Any) -> None:
+    #: what the loop thread builds; a subclass may name a Producer with the same API
+    producer_class: Any = Producer
+
+    def __init__(self, bootstrap: str | Sequence[str] | None, **kwargs: Any) -> None:
         super().__init__()
         self._queue: collections.deque[tuple[tuple[Any, ...], concurrent.futures.Future[RecordMetadata]]] = (
             collections.deque()
@@ -119,7 +122,7 @@ class SyncProducer(_Facade):
         self._scheduled = False
         self._drain_task: asyncio.Task[None] | None = None
         try:
-            self.producer: Producer = self._run(_construct(Producer, bootstrap, **kwargs))
+            self.producer: Producer = self._run(_construct(self.producer_class, bootstrap, **kwargs))
         except BaseException:
             self._lt.stop()
             raise
