@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from headwater.client.connection import DEFAULT_CLIENT_ID, BrokerConnection, parse_address
+from headwater.client.discovery import brokers_from_zookeeper, is_zookeeper_bootstrap
 from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
 from headwater.protocol.apis import METADATA
 from headwater.protocol.errors import ErrorCode, KafkaError
@@ -89,7 +90,11 @@ class Cluster:
         unknown_topic_timeout: float = 5.0,
         allow_auto_create_topics: bool = True,
     ) -> None:
-        self.bootstrap = parse_bootstrap(bootstrap)
+        #: a ``zk://`` bootstrap: brokers are looked up in ZooKeeper (see headwater.client.discovery)
+        self.zookeeper_bootstrap = (
+            bootstrap if isinstance(bootstrap, str) and is_zookeeper_bootstrap(bootstrap) else None
+        )
+        self.bootstrap = [] if self.zookeeper_bootstrap else parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
@@ -159,6 +164,13 @@ class Cluster:
         if self._bootstrap_conn is not None and self._bootstrap_conn.connected:
             return self._bootstrap_conn
         errors: list[str] = []
+        if self.zookeeper_bootstrap is not None:
+            try:
+                self.bootstrap = await brokers_from_zookeeper(self.zookeeper_bootstrap, self.connect_timeout)
+            except Exception as e:
+                errors.append(f"ZooKeeper {self.zookeeper_bootstrap}: {e!r}")
+            if not self.bootstrap and not self.brokers:
+                errors.append(f"no brokers registered in ZooKeeper {self.zookeeper_bootstrap}")
         candidates = list(self.bootstrap) + [
             (b.host, b.port) for b in self.brokers.values() if (b.host, b.port) not in self.bootstrap
         ]

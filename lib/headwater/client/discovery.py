@@ -1,0 +1,61 @@
+"""Finding brokers through ZooKeeper, as the seeds' producer does (``zk.connect``).
+
+A bootstrap of the form ``zk://host:port[,host:port][/chroot]`` makes the client read the
+registrations under ``/brokers/ids`` whenever it needs a first broker to ask for metadata, so
+brokers that joined or left since are taken into account. After that, metadata requests (which
+list every live broker) keep the client current, as with a plain bootstrap list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+ZK_SCHEME = "zk://"
+
+
+def is_zookeeper_bootstrap(bootstrap: object) -> bool:
+    return isinstance(bootstrap, str) and bootstrap.startswith(ZK_SCHEME)
+
+
+def registered_brokers(zk: KazooClient) -> dict[int, tuple[str, int]]:
+    """``{broker id: (host, port)}`` of the first endpoint in each ``/brokers/ids`` registration."""
+    out: dict[int, tuple[str, int]] = {}
+    try:
+        ids = zk.get_children("/brokers/ids")
+    except NoNodeError:
+        return out
+    for bid in ids:
+        try:
+            raw = zk.get(f"/brokers/ids/{bid}")[0]
+            data = json.loads(raw) if raw else {}
+        except (NoNodeError, ValueError):
+            continue
+        for url in data.get("endpoints") or []:
+            _, _, hostport = str(url).partition("://")
+            host, _, port = hostport.rpartition(":")
+            if host and port.isdigit() and bid.isdigit():
+                out[int(bid)] = (host.strip("[]"), int(port))
+                break
+        else:
+            if data.get("host") and bid.isdigit():
+                out[int(bid)] = (str(data["host"]), int(data.get("port", 9092)))
+    return out
+
+
+def _read(connect: str, timeout: float) -> list[tuple[str, int]]:
+    zk = KazooClient(hosts=connect, timeout=timeout)
+    try:
+        zk.start(timeout=timeout)
+        return [addr for _, addr in sorted(registered_brokers(zk).items())]
+    finally:
+        zk.stop()
+        zk.close()
+
+
+async def brokers_from_zookeeper(bootstrap: str, timeout: float = 10.0) -> list[tuple[str, int]]:
+    """The live brokers' addresses for a ``zk://`` bootstrap (read on a worker thread)."""
+    return await asyncio.to_thread(_read, bootstrap[len(ZK_SCHEME) :], timeout)
