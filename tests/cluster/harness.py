@@ -20,6 +20,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from headwater.testing.cluster import metadata_broker_ids
 from headwater.testing.faults import FaultProxy
 from headwater.testing.zookeeper import free_port
 from tests.harness.broker import BrokerProcess
@@ -69,6 +70,12 @@ class Cluster:
             lambda: len(self.zk.get_children("/brokers/ids")) == len(self.brokers), 30, "all brokers registered"
         )
         self.wait_for(lambda: self.controller() is not None, 30, "a controller")
+        ids = set(self.brokers)
+        self.wait_for(
+            lambda: all(metadata_broker_ids("127.0.0.1", b.port) == ids for b in self.brokers.values()),
+            30,
+            "every broker's metadata to list every broker",
+        )
         return self
 
     def close(self) -> None:

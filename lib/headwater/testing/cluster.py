@@ -23,7 +23,30 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from headwater.protocol.apis import METADATA
+from headwater.protocol.frames import decode_response, encode_request
 from headwater.testing.zookeeper import ZooKeeperServer, free_port
+
+
+def metadata_broker_ids(host: str, port: int, timeout: float = 2.0) -> set[int]:
+    """The broker ids a broker lists in a Metadata v1 answer (no topics asked)."""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(encode_request(METADATA, 1, 1, "headwater-testing", {"topics": []}))
+        head = _recv_exactly(sock, 4)
+        frame = _recv_exactly(sock, int.from_bytes(head, "big"))
+    _, body = decode_response(METADATA, 1, memoryview(frame))
+    return {int(b["node_id"]) for b in body["brokers"]}
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise OSError("connection closed")
+        buf += chunk
+    return bytes(buf)
 
 
 class LocalBroker:
@@ -83,15 +106,18 @@ class LocalBroker:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker {self.broker_id} exited {self.proc.returncode}:\n{self.tail()}")
-            if "] started" in self._this_run_output():
-                try:
-                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                        return
-                except OSError:
-                    pass
+            if "] started" in self._this_run_output() and self.knows_itself():
+                return
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"broker {self.broker_id} not ready in {timeout:g}s:\n{self.tail()}")
+
+    def knows_itself(self) -> bool:
+        """Does the broker answer Metadata listing itself (the controller has told it the cluster)?"""
+        try:
+            return self.broker_id in metadata_broker_ids("127.0.0.1", self.port)
+        except (OSError, ValueError):
+            return False
 
     def _this_run_output(self) -> str:
         try:

@@ -17,6 +17,10 @@ from headwater.protocol.schema import Api, Message
 
 log = logging.getLogger(__name__)
 
+#: Controller requests are small and answered at once; one unanswered this long is retried on a
+#: new connection (Kafka's controller.socket.timeout.ms is 30 s; we retry sooner).
+REQUEST_TIMEOUT_S = 10.0
+
 
 class BrokerChannel:
     def __init__(self, broker_id: int, host: str, port: int, client_id: str) -> None:
@@ -34,7 +38,7 @@ class BrokerChannel:
             backoff = 0.1
             while not self.closed:
                 try:
-                    response = await self.conn.request(api, body, timeout_s=30.0)
+                    response = await self.conn.request(api, body, timeout_s=REQUEST_TIMEOUT_S)
                     break
                 except BrokerConnectionError as e:
                     log.info("controller: %s to broker %d failed (%s); retrying", api.name, self.broker_id, e)
