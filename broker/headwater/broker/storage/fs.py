@@ -157,6 +157,13 @@ def write_file_atomically(fs: FileSystem, path: str, data: bytes) -> None:
 
     Writes ``path.tmp``, fsyncs it, renames it over ``path`` and fsyncs the directory.
     """
+    replace_file(fs, path, data)
+    fs.fsync_dir(os.path.dirname(path) or ".")
+
+
+def replace_file(fs: FileSystem, path: str, data: bytes) -> None:
+    """Write ``path.tmp``, fsync it and rename it over ``path``; the directory fsync (which makes
+    the rename durable) is the caller's, for callers that defer it."""
     tmp = path + ".tmp"
     fd = fs.open(tmp, create=True)
     try:
@@ -166,7 +173,6 @@ def write_file_atomically(fs: FileSystem, path: str, data: bytes) -> None:
     finally:
         fs.close(fd)
     fs.rename(tmp, path)
-    fs.fsync_dir(os.path.dirname(path) or ".")
 
 
 def read_file(fs: FileSystem, path: str) -> bytes:

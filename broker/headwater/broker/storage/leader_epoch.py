@@ -60,7 +60,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from headwater.broker.storage.fs import FileSystem, read_file, write_all
+from headwater.broker.storage.fs import FileSystem, read_file, replace_file
 
 log = logging.getLogger(__name__)
 
@@ -269,20 +269,10 @@ class LeaderEpochCache:
         self._replace(self._entries)
 
     def _replace(self, entries: list[EpochEntry]) -> None:
-        tmp = self.path + ".tmp"
-        fs = self._fs
-        data = format_checkpoint(entries)
-        fd = fs.open(tmp, create=True)
-        try:
-            fs.ftruncate(fd, 0)
-            write_all(fs, fd, data, 0)
-            fs.fsync(fd)
-        finally:
-            fs.close(fd)
-        fs.rename(tmp, self.path)
+        replace_file(self._fs, self.path, format_checkpoint(entries))
         self._entries = entries  # the file holds them now, durable or not
         if self._sync_dir is None:
-            fs.fsync_dir(self._dir)
+            self._fs.fsync_dir(self._dir)
         else:
             self._sync_dir()
 
