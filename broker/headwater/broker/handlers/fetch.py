@@ -76,21 +76,12 @@ def _read(broker: KafkaBroker, request: Message) -> tuple[list[Message], int, bo
                 "records": b"",
             }
             parts.append(out)
-            part = broker.partition(name, p["partition"])
-            if part is None or not part.is_leader or part.log is None:
-                known = broker.cache.partition(name, p["partition"]) is not None
-                out["error_code"] = (
-                    ErrorCode.NOT_LEADER_FOR_PARTITION if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                )
-                errors = True
-                continue
             try:
-                part.check_leader_epoch(p["current_leader_epoch"])
+                part, log_ = broker.leader_partition(name, p["partition"], p["current_leader_epoch"])
             except KafkaError as e:
                 out["error_code"] = e.code
                 errors = True
                 continue
-            log_ = part.log
             if replica_id >= 0:
                 broker.replicas.record_follower_fetch(part, replica_id, p["fetch_offset"])
             hw = part.high_watermark

@@ -43,17 +43,11 @@ def _one(broker: KafkaBroker, version: int, topic: str, p: Message, replica_id: 
         "offset": -1,
         "leader_epoch": -1,
     }
-    part = broker.partition(topic, p["partition_index"])
-    if part is None or not part.is_leader or part.log is None:
-        known = broker.cache.partition(topic, p["partition_index"]) is not None
-        out["error_code"] = ErrorCode.NOT_LEADER_FOR_PARTITION if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return out
     try:
-        part.check_leader_epoch(p["current_leader_epoch"])
+        part, log_ = broker.leader_partition(topic, p["partition_index"], p["current_leader_epoch"])
     except KafkaError as e:
         out["error_code"] = e.code
         return out
-    log_ = part.log
     ts = p["timestamp"]
     try:
         if version == 0:

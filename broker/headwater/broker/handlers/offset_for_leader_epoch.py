@@ -33,15 +33,8 @@ async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> 
                 "end_offset": -1,
             }
             parts.append(out)
-            part = broker.replicas.partition(t["topic"], p["partition"])
             try:
-                if part is None:
-                    known = broker.cache.partition(t["topic"], p["partition"]) is not None
-                    raise KafkaError(
-                        ErrorCode.NOT_LEADER_FOR_PARTITION if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    )
-                log_ = part.require_leader()
-                part.check_leader_epoch(p["current_leader_epoch"])
+                _, log_ = broker.leader_partition(t["topic"], p["partition"], p["current_leader_epoch"])
             except KafkaError as e:
                 out["error_code"] = e.code
                 continue

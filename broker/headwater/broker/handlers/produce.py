@@ -128,14 +128,14 @@ def _append(
 
     if acks not in (0, 1, -1):
         return error(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
-    part = broker.partition(topic, index)
-    if part is None:
-        known = broker.cache.partition(topic, index) is not None
-        return error(ErrorCode.NOT_LEADER_FOR_PARTITION if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    try:
+        part, log_ = broker.leader_partition(topic, index)
+    except KafkaError as e:
+        return error(e.code)
     if records is None or len(records) == 0:
         return error(ErrorCode.CORRUPT_MESSAGE, "no records")
     magic = records[MAGIC_OFFSET] if len(records) > MAGIC_OFFSET else -1
-    max_bytes = part.log.config.max_message_bytes if part.log is not None else broker.config.message_max_bytes
+    max_bytes = log_.config.max_message_bytes
     try:
         if ctx.version < 3:
             if magic not in (0, 1):
