@@ -488,8 +488,8 @@ class Controller:
                     await self.zk.call(self.zk.client.delete, path, recursive=True)
                 except NoNodeError:
                     pass
+            replicas = {tp: self.ctx.replicas(tp) for tp in partitions}
             self.ctx.assignments.pop(topic, None)
-            replicas = {tp: [r for b, tps in by_broker.items() for r in [b] if tp in tps] for tp in partitions}
             for tp in partitions:
                 self.ctx.states.pop(tp, None)
             for b in self.ctx.brokers:

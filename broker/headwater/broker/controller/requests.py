@@ -24,6 +24,18 @@ def _group(tps: list[TP]) -> dict[str, list[int]]:
     return out
 
 
+def _partition_state(topic: str, partition: int, s: LeaderAndIsr) -> Message:
+    """The fields LeaderAndIsr and UpdateMetadata partition states share."""
+    return {
+        "topic_name": topic,
+        "partition_index": partition,
+        "controller_epoch": s.controller_epoch,
+        "leader": s.leader,
+        "leader_epoch": s.leader_epoch,
+        "isr": list(s.isr),
+    }
+
+
 def leader_and_isr(c: Controller, broker_id: int, tps: list[TP], is_new: bool) -> Message:
     topic_states = []
     leaders: set[int] = set()
@@ -34,12 +46,7 @@ def leader_and_isr(c: Controller, broker_id: int, tps: list[TP], is_new: bool) -
             leaders.add(s.leader)
             states.append(
                 {
-                    "topic_name": topic,
-                    "partition_index": p,
-                    "controller_epoch": s.controller_epoch,
-                    "leader": s.leader,
-                    "leader_epoch": s.leader_epoch,
-                    "isr": list(s.isr),
+                    **_partition_state(topic, p, s),
                     "partition_epoch": s.zk_version,
                     "replicas": c.ctx.replicas((topic, p)),
                     "is_new": is_new,
@@ -72,12 +79,7 @@ def update_metadata(c: Controller, states: dict[TP, LeaderAndIsr], replicas: dic
             reps = replicas.get((topic, p), [])
             ps.append(
                 {
-                    "topic_name": topic,
-                    "partition_index": p,
-                    "controller_epoch": s.controller_epoch,
-                    "leader": s.leader,
-                    "leader_epoch": s.leader_epoch,
-                    "isr": list(s.isr),
+                    **_partition_state(topic, p, s),
                     "zk_version": s.zk_version,
                     "replicas": reps,
                     "offline_replicas": [r for r in reps if r not in live],
