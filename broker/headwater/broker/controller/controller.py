@@ -135,18 +135,19 @@ class Controller:
             return
         value = {"version": 1, "brokerid": self.broker_id, "timestamp": str(int(time.time() * 1000))}
         try:
-            await self.zk.call(self.zk.client.create, zkpaths.CONTROLLER, to_json(value), ephemeral=True)
-        except NodeExistsError:
-            return
+            epoch, version = await self._read_epoch()
+            # One transaction: the epoch moves up exactly when /controller is ours, so nobody ever
+            # sees a new controller with the old epoch (as Kafka's registerControllerAndIncrementControllerEpoch).
+            tx = self.zk.client.transaction()
+            tx.set_data(zkpaths.CONTROLLER_EPOCH, str(epoch + 1).encode(), version=version)
+            tx.create(zkpaths.CONTROLLER, to_json(value), ephemeral=True)
+            results = await self.zk.call(tx.commit)
         except Exception as e:
             log.warning("controller election failed: %s", e)
             return
-        try:
-            await self._increment_epoch()
-        except BadVersionError:
-            log.warning("controller epoch moved underneath us; resigning")
-            await self._delete_controller_znode()
-            return
+        if any(isinstance(r, Exception) for r in results):
+            return  # another broker is controller (NodeExists) or won the race to the epoch (BadVersion)
+        self.epoch, self.epoch_zk_version = epoch + 1, results[0].version
         self.active = True
         self._generation += 1
         log.info("[Controller id=%d] elected controller with epoch %d", self.broker_id, self.epoch)
@@ -154,22 +155,18 @@ class Controller:
         self.channel = ControllerChannel(f"controller-{self.broker_id}")
         await self._on_became_controller()
 
-    async def _increment_epoch(self) -> None:
+    async def _read_epoch(self) -> tuple[int, int]:
+        """(controller epoch, its znode version); the znode is created at 0 the first time."""
         got = await self.zk.get_json(zkpaths.CONTROLLER_EPOCH)
         if got is None:
             try:
-                await self.zk.call(self.zk.client.create, zkpaths.CONTROLLER_EPOCH, b"1")
-                self.epoch, self.epoch_zk_version = 1, 0
-                return
+                await self.zk.call(self.zk.client.create, zkpaths.CONTROLLER_EPOCH, b"0")
             except NodeExistsError:
-                got = await self.zk.get_json(zkpaths.CONTROLLER_EPOCH)
-                assert got is not None
+                pass
+            got = await self.zk.get_json(zkpaths.CONTROLLER_EPOCH)
+            assert got is not None
         value, stat = got
-        new_epoch = int(value) + 1
-        new_stat = await self.zk.call(
-            self.zk.client.set, zkpaths.CONTROLLER_EPOCH, str(new_epoch).encode(), version=stat.version
-        )
-        self.epoch, self.epoch_zk_version = new_epoch, new_stat.version
+        return int(value), stat.version
 
     async def _delete_controller_znode(self) -> None:
         try:
