@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 
@@ -25,7 +27,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_client_commands(sub)
     bench.add_parser(sub)
+    _add_service_commands(sub)
     return parser
+
+
+# The pipeline services live in their own folders (mirror/, audit/, spark-loader/) and each
+# contributes its subcommands through a ``cli`` module with ``add_parser(sub)``. A service that
+# is not part of this installation (its folder absent from the wheel) simply has no subcommand.
+_SERVICE_CLIS = ("headwater.mirror.cli", "headwater.audit.cli", "headwater.loader.cli")
+
+
+def _add_service_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    for name in _SERVICE_CLIS:
+        try:
+            present = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # the service's package itself is absent
+            present = False
+        if present:
+            importlib.import_module(name).add_parser(sub)
 
 
 def _add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

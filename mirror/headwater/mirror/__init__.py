@@ -1,0 +1,1 @@
+"""MirrorMaker-style mirror: consumes every source cluster and produces into the aggregate cluster."""

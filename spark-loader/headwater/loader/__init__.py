@@ -1,0 +1,1 @@
+"""The nightly PySpark loader: the aggregate cluster into a Parquet warehouse, exactly once."""
