@@ -8,17 +8,24 @@ Fault hooks: ``kill9`` / ``restart`` (a hard crash), ``stop`` (SIGTERM: controll
 ``pause`` / ``resume`` (SIGSTOP / SIGCONT), ``isolate`` / ``heal`` (cut a broker off from the
 other brokers, keeping its clients and ZooKeeper), ``expire_session`` (cut its ZooKeeper route
 until the session expires, then restore it).
+
+Two views of the cluster: ZooKeeper's (``state``, ``controller``, ``live_ids``) and each broker's
+own (``metric``, ``leader_isr_size``: its Prometheus endpoint). ZooKeeper can run ahead of a broker
+(an ISR change is written there before the leader applies it), so a test that asserts on what a
+broker answers waits for that broker's own view.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from headwater.testing.cluster import metadata_broker_ids
 from headwater.testing.faults import FaultProxy
@@ -36,8 +43,10 @@ class Cluster:
         self.session_timeout_ms = int(overrides.pop("zookeeper_session_timeout_ms", 6000))  # type: ignore[call-overload]
         self.brokers: dict[int, BrokerProcess] = {}
         self.internal_route: dict[int, str] = {}
+        self.metrics_port: dict[int, int] = {}
         for b in range(1, size + 1):
             client_port, internal_port = free_port(), free_port()
+            self.metrics_port[b] = free_port()
             route = f"broker-{b}"
             proxied_internal = self.proxy.add_route(route, internal_port)
             zk_route = self.proxy.add_route(f"zk-{b}", zk_port, kafka=False)
@@ -51,6 +60,8 @@ class Cluster:
                 "zookeeper_session_timeout_ms": self.session_timeout_ms,
                 "controlled_shutdown_retry_backoff_ms": 500,
                 "replica_lag_time_max_ms": 3000,
+                "prometheus_port": self.metrics_port[b],
+                "prometheus_host": "127.0.0.1",
                 **overrides,
             }
             broker = BrokerProcess(workdir, b, "", **props)
@@ -107,6 +118,23 @@ class Cluster:
     def state(self, topic: str, partition: int) -> dict[str, Any]:
         data, _ = self.zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
         return dict(json.loads(data))
+
+    # -- a broker's own view (its Prometheus endpoint) --------------------------------------------
+
+    def metric(self, b: int, name: str, **labels: str) -> float | None:
+        """The value of one sample on broker ``b``'s /metrics, or None when it has no such sample."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port[b]}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return float(sample.value)
+        return None
+
+    def leader_isr_size(self, b: int, topic: str, partition: int) -> int | None:
+        """The ISR size broker ``b`` applies as leader of the partition (None: it does not lead it)."""
+        value = self.metric(b, "kafka_cluster_partition_insyncreplicascount", topic=topic, partition=str(partition))
+        return None if value is None else int(value)
 
     def live_ids(self) -> list[int]:
         return sorted(int(c) for c in self.zk.get_children("/brokers/ids"))

@@ -45,6 +45,7 @@ def test_failover_time_after_kill9_and_controlled_shutdown(cluster_factory: Call
     for kind in ("kill -9", "controlled shutdown"):
         c.wait_for(lambda: sorted(c.state("ft", 0)["isr"]) == [1, 2, 3], 60, "full ISR")
         leader = int(c.state("ft", 0)["leader"])
+        c.wait_for(lambda leader=leader: c.leader_isr_size(leader, "ft", 0) == 3, 60, "the leader's own ISR to be full")
         started = time.monotonic()
         if kind == "kill -9":
             c.kill9(leader)

@@ -128,12 +128,17 @@ def test_nemesis_acks_all_loses_nothing(cluster_factory: Callable[..., Cluster])
     writer.thread.start()
     report: list[str] = []
     try:
-        time.sleep(2)
+        c.wait_for(lambda: len(writer.acked) >= 100, 60, "the writer's first acknowledged records")
         for n, (target, fault) in enumerate(rounds, 1):
             before = len(writer.acked)
             what = fault()
             c.wait_for(lambda: sorted(c.state(TOPIC, 0)["isr"]) == [1, 2, 3], 90, f"full ISR after round {n}")
-            time.sleep(1)
+            # Writes resume after each fault: wait for acknowledgements beyond what the fault began with.
+            c.wait_for(
+                lambda before=before: len(writer.acked) >= before + 100,
+                90,
+                f"writes acknowledged again after round {n}",
+            )
             line = f"round {n} ({target}): {what}; acked {before} -> {len(writer.acked)}; state {c.state(TOPIC, 0)}"
             report.append(line)
             print(line)

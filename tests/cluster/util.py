@@ -24,6 +24,12 @@ def create_topic(c: Cluster, name: str, partitions: int = 1, rf: int = 3, min_is
     fut[name].result(30)
     for p in range(partitions):
         c.wait_for(lambda p=p: len(c.state(name, p)["isr"]) == rf, 30, f"{name}-{p} fully in sync")
+        # ...and the leader itself has applied that state (LeaderAndIsr reached it), not just ZooKeeper.
+        c.wait_for(
+            lambda p=p: c.leader_isr_size(int(c.state(name, p)["leader"]), name, p) == rf,
+            30,
+            f"the leader of {name}-{p} to lead it with the full ISR",
+        )
 
 
 def produce_acked(c: Cluster, topic: str, values: list[bytes], timeout: float = 60) -> dict[int, bytes]:

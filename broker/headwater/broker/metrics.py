@@ -63,7 +63,33 @@ class BrokerMetrics:
             "Partitions without a live leader (controller only)",
             registry=r,
         )
+        # Per led partition, as Kafka's kafka.cluster:type=Partition MBeans: the leader's own view of
+        # its ISR (ZooKeeper's copy can run ahead of it while an ISR change is being applied).
+        self.partition_isr_count = Gauge(
+            "kafka_cluster_partition_insyncreplicascount",
+            "Size of the ISR of a partition this broker leads, as the leader applies it",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.partition_under_min_isr = Gauge(
+            "kafka_cluster_partition_underminisr",
+            "1 when the ISR of a partition this broker leads is below min.insync.replicas",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self._partition_labels: set[tuple[str, str]] = set()
         self.port: int | None = None
+
+    def set_led_partitions(self, partitions: dict[tuple[str, int], tuple[int, bool]]) -> None:
+        """Per-partition gauges for exactly the partitions led now: (topic, index) -> (ISR size, under min ISR)."""
+        labels = {(topic, str(index)) for topic, index in partitions}
+        for gone in self._partition_labels - labels:
+            self.partition_isr_count.remove(*gone)
+            self.partition_under_min_isr.remove(*gone)
+        self._partition_labels = labels
+        for (topic, index), (isr_size, under_min_isr) in partitions.items():
+            self.partition_isr_count.labels(topic, str(index)).set(isr_size)
+            self.partition_under_min_isr.labels(topic, str(index)).set(int(under_min_isr))
 
     def serve(self, port: int, host: str = "0.0.0.0") -> int:
         server, _thread = start_http_server(port, addr=host, registry=self.registry)

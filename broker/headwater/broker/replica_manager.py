@@ -230,6 +230,7 @@ class ReplicaManager:
         part.isr = new_isr
         (self.broker.metrics.isr_expands if expand else self.broker.metrics.isr_shrinks).inc()
         log.info("%s-%d: ISR %s -> %s (zk version %d)", part.topic, part.index, old, new_isr, stat.version)
+        self.update_gauges()
         try:
             await zk.call(
                 zk.client.create,
@@ -251,10 +252,9 @@ class ReplicaManager:
         m.partition_count.set(len(self.partitions))
         m.under_replicated.set(sum(1 for p in leaders if len(p.isr) < len(p.replicas)))
         min_isr = self.broker.config.min_insync_replicas
-        m.under_min_isr.set(
-            sum(
-                1
-                for p in leaders
-                if len(p.isr) < int(self.broker.cache.config_of(p.topic).get("min.insync.replicas", min_isr))
-            )
-        )
+        under_min = {
+            p.key: len(p.isr) < int(self.broker.cache.config_of(p.topic).get("min.insync.replicas", min_isr))
+            for p in leaders
+        }
+        m.under_min_isr.set(sum(under_min.values()))
+        m.set_led_partitions({p.key: (len(p.isr), under_min[p.key]) for p in leaders})
