@@ -6,6 +6,8 @@ endpoint starts when ``prometheus.port`` is set (0 = an ephemeral port, unset = 
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 
@@ -78,7 +80,17 @@ class BrokerMetrics:
             registry=r,
         )
         self._partition_labels: set[tuple[str, str]] = set()
+        self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self.port: int | None = None
+
+    def request_children(self, api: str, version: int) -> tuple[Any, Any]:
+        """(requests counter, latency histogram) of one API and version, resolved once: ``labels()``
+        costs more than the ``inc()`` it precedes, and this runs for every request."""
+        children = self._request_children.get((api, version))
+        if children is None:
+            children = (self.requests.labels(api, str(version)), self.request_latency.labels(api))
+            self._request_children[(api, version)] = children
+        return children
 
     def set_led_partitions(self, partitions: dict[tuple[str, int], tuple[int, bool]]) -> None:
         """Per-partition gauges for exactly the partitions led now: (topic, index) -> (ISR size, under min ISR)."""

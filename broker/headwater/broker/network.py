@@ -28,14 +28,22 @@ Response = list[bytes | FileRegion] | None
 #: CloseConnection.
 RequestHandler = Callable[["Connection", memoryview], Awaitable[Response]]
 
-_RECV_SIZE = 256 * 1024
-
 
 class CloseConnection(Exception):
     """Raised by a request handler to close the connection (what Kafka does for bad requests)."""
 
 
 class Connection:
+    """One client connection: receives frames in place, answers them in order.
+
+    Writing: a response is written with a plain non-blocking ``send`` when the socket takes it
+    (no future, no task); only the part the kernel refuses is left to an asynchronous drain.
+    Responses produced in one turn of the event loop (pipelined requests answered without
+    waiting) are coalesced into one ``send``: they are queued and flushed when the connection
+    has no more buffered requests to answer, or as soon as the loop gets to run (a handler that
+    waits lets the queued responses go first).
+    """
+
     def __init__(
         self, sock: socket.socket, listener: Listener, handler: RequestHandler, max_request_bytes: int
     ) -> None:
@@ -49,16 +57,26 @@ class Connection:
         except OSError:
             self.peer = "?"
         self.closed = False
+        self._out: list[bytes] = []  # queued response bytes, in order
+        self._flush_scheduled = False
+        self._drain: asyncio.Task[None] | None = None  # sends what the socket did not take at once
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        sock = self.sock
+        decoder = self.decoder
         try:
             while True:
-                data = await loop.sock_recv(self.sock, _RECV_SIZE)
-                if not data:
+                room = decoder.buffer()
+                try:
+                    n = sock.recv_into(room)
+                except BlockingIOError:
+                    n = await loop.sock_recv_into(sock, room)
+                del room
+                if not n:
                     return
                 try:
-                    frames = self.decoder.feed(data)
+                    frames = decoder.received(n)
                 except FrameTooLarge as e:
                     log.warning(
                         "closing connection from %s on %s: %s (socket.request.max.bytes)",
@@ -78,26 +96,67 @@ class Connection:
                         return
                     if response is not None:
                         await self.send(response)
+                self._flush()  # the answers to one read's requests leave together
         except (ConnectionError, OSError) as e:
             log.debug("connection from %s ended: %s", self.peer, e)
         except asyncio.CancelledError:
             raise
         finally:
+            self._flush()  # what is queued goes if the socket takes it now; nothing waits here
             self.close()
 
     async def send(self, parts: list[bytes | FileRegion]) -> None:
-        loop = asyncio.get_running_loop()
-        pending = bytearray()
+        """Queue a response; record data (FileRegions) leaves with ``sendfile`` after what precedes it."""
         for part in parts:
             if isinstance(part, FileRegion):
-                if pending:
-                    await loop.sock_sendall(self.sock, pending)
-                    pending = bytearray()
+                await self.flush()
                 await self._sendfile(part)
             else:
-                pending += part
-        if pending:
-            await loop.sock_sendall(self.sock, pending)
+                self._out.append(part)
+        if self._out and not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write the queued bytes now, as far as the socket takes them; never waits."""
+        self._flush_scheduled = False
+        if self._drain is not None or not self._out or self.closed:
+            return
+        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+        self._out.clear()
+        try:
+            sent = self.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as e:
+            log.debug("connection from %s ended while writing: %s", self.peer, e)
+            self.close()
+            return
+        if sent < len(data):
+            self._drain = asyncio.ensure_future(self._drain_rest(memoryview(data)[sent:]))
+
+    async def _drain_rest(self, rest: memoryview) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.sock_sendall(self.sock, rest)
+            while self._out:
+                data = b"".join(self._out)
+                self._out.clear()
+                await loop.sock_sendall(self.sock, data)
+        except (ConnectionError, OSError) as e:
+            log.debug("connection from %s ended while writing: %s", self.peer, e)
+            self.close()
+        finally:
+            self._drain = None
+
+    async def flush(self) -> None:
+        """Until every queued byte is with the kernel."""
+        self._flush()
+        while self._drain is not None:
+            await asyncio.wait({self._drain})  # never raises: a failed drain closes the connection
+            self._flush()
+        if self.closed:
+            raise ConnectionError(f"connection from {self.peer} closed")
 
     async def _sendfile(self, region: FileRegion) -> None:
         loop = asyncio.get_running_loop()
@@ -120,6 +179,9 @@ class Connection:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            self._out.clear()
+            if self._drain is not None:
+                self._drain.cancel()
             try:
                 self.sock.close()
             except OSError:

@@ -333,8 +333,9 @@ class KafkaBroker:
         except Exception as e:
             log.exception("error handling %s v%d from %s", api.name, header.api_version, conn.peer)
             raise CloseConnection(f"internal error in {api.name}: {e!r}") from None
-        self.metrics.requests.labels(api.name, str(header.api_version)).inc()
-        self.metrics.request_latency.labels(api.name).observe(time.perf_counter() - started)
+        count, latency = self.metrics.request_children(api.name, header.api_version)
+        count.inc()
+        latency.observe(time.perf_counter() - started)
         if response is None:
             return None
         return encode_response(header.correlation_id, api, header.api_version, response)

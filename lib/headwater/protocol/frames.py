@@ -33,41 +33,99 @@ class FrameTooLarge(DecodeError):
 
 
 class FrameDecoder:
-    """Splits a byte stream into frames (without their 4-byte size prefix)."""
+    """Splits a byte stream into frames (without their 4-byte size prefix). No I/O.
 
-    def __init__(self, max_frame_bytes: int) -> None:
+    The caller receives straight into :meth:`buffer` (``sock.recv_into``) and reports the count
+    with :meth:`received`, which returns the frames completed. Small frames are assembled in one
+    reusable receive buffer and copied out once each (a frame outlives the buffer). A frame larger
+    than half the buffer gets a buffer of exactly its announced size — allocated only after the
+    size passed the limit — and :meth:`buffer` then points into that frame, so its bytes arrive
+    where they stay: no user-space copy beyond the few already received with its size prefix.
+    :meth:`feed` is the same for bytes already in hand.
+
+    Layout of the receive buffer: ``[consumed | unparsed: _start.._end | free]``; when the free
+    tail runs out the unparsed bytes (less than one small frame) move to the front.
+    """
+
+    def __init__(self, max_frame_bytes: int, buffer_bytes: int = 256 * 1024) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray()
+        self._buf = bytearray(buffer_bytes)
+        self._view = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
+        self._large: bytearray | None = None  # a large frame being received in place
+        self._filled = 0
+
+    def buffer(self) -> memoryview:
+        """Where the next received bytes go (never empty)."""
+        if self._large is not None:
+            return memoryview(self._large)[self._filled :]
+        if self._end == len(self._buf):
+            self._compact()
+        return self._view[self._end :]
+
+    def received(self, n: int) -> list[memoryview]:
+        """``n`` bytes were written at the start of :meth:`buffer`; the frames they complete."""
+        if self._large is not None:
+            self._filled += n
+            if self._filled < len(self._large):
+                return []
+            frame, self._large = self._large, None
+            return [memoryview(frame)]
+        self._end += n
+        return self._parse()
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
-        self._buf += data
+        """The frames completed by ``data`` (bytes already received elsewhere)."""
         frames: list[memoryview] = []
-        buf = self._buf
-        pos = 0
-        n = len(buf)
-        with memoryview(buf) as view:
-            while n - pos >= 4:
-                (size,) = _SIZE.unpack_from(view, pos)
-                if size < 0 or size > self.max_frame_bytes:
-                    raise (
-                        FrameTooLarge(size, self.max_frame_bytes)
-                        if size > 0
-                        else DecodeError(f"negative frame size {size}")
-                    )
-                if n - pos - 4 < size:
-                    break
-                # one copy per frame: the frame must outlive the receive buffer
-                frames.append(memoryview(view[pos + 4 : pos + 4 + size].tobytes()))
-                pos += 4 + size
-        if pos == n:
-            self._buf = bytearray()
-        elif pos:
-            del buf[:pos]
+        src = memoryview(data).cast("B")
+        while src:
+            dst = self.buffer()
+            k = min(len(dst), len(src))
+            dst[:k] = src[:k]
+            src = src[k:]
+            frames.extend(self.received(k))
         return frames
 
     def pending(self) -> int:
         """Bytes of an incomplete frame held so far."""
-        return len(self._buf)
+        return self._filled if self._large is not None else self._end - self._start
+
+    def _parse(self) -> list[memoryview]:
+        frames: list[memoryview] = []
+        view, pos, end = self._view, self._start, self._end
+        small = len(self._buf) // 2
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(view, pos)
+            if size < 0 or size > self.max_frame_bytes:
+                self._start = pos
+                raise (
+                    FrameTooLarge(size, self.max_frame_bytes)
+                    if size > 0
+                    else DecodeError(f"negative frame size {size}")
+                )
+            if end - pos - 4 >= size:
+                frames.append(memoryview(view[pos + 4 : pos + 4 + size].tobytes()))
+                pos += 4 + size
+            elif size > small:
+                # Receive the rest of this frame in place; what came with its size moves once.
+                have = end - pos - 4
+                self._large = bytearray(size)
+                self._large[:have] = view[pos + 4 : end]
+                self._filled = have
+                pos = end
+                break
+            else:
+                break
+        if pos == end:
+            pos = end = 0
+        self._start, self._end = pos, end
+        return frames
+
+    def _compact(self) -> None:
+        n = self._end - self._start
+        self._buf[:n] = self._view[self._start : self._end]
+        self._start, self._end = 0, n
 
 
 @dataclass(frozen=True, slots=True)

@@ -229,6 +229,32 @@ def test_frame_decoder_any_chunking(payloads: list[bytes], cuts: list[int]) -> N
     assert dec.pending() == 0
 
 
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    st.lists(st.binary(max_size=300), max_size=10),
+    st.lists(st.integers(1, 400), min_size=1, max_size=30),
+    st.integers(16, 128),
+)
+def test_frame_decoder_receive_in_place_any_chunking(payloads: list[bytes], cuts: list[int], buffer_bytes: int) -> None:
+    """The socket path (recv_into ``buffer()``, then ``received(n)``) with a small receive buffer, so
+    frames larger than half of it are received in place and the buffer compacts often."""
+    stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads)
+    dec = frames.FrameDecoder(1 << 20, buffer_bytes=buffer_bytes)
+    got: list[bytes] = []
+    pos = 0
+    i = 0
+    while pos < len(stream):
+        room = dec.buffer()
+        assert len(room) > 0
+        n = min(cuts[i % len(cuts)], len(room), len(stream) - pos)
+        room[:n] = stream[pos : pos + n]
+        got.extend(bytes(f) for f in dec.received(n))
+        pos += n
+        i += 1
+    assert got == payloads
+    assert dec.pending() == 0
+
+
 @pytest.mark.parametrize("api", ALL_APIS, ids=lambda a: a.name)
 def test_every_api_is_fuzzed(api: Api) -> None:
     keys = {int.from_bytes(f[:2], "big", signed=True) for f in VALID}
