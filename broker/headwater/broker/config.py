@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headwater.broker.storage.log import LogConfig
+from headwater.properties import parse_properties
 
 log = logging.getLogger(__name__)
 
@@ -26,28 +27,6 @@ MAX_LONG = 2**63 - 1
 
 class ConfigError(ValueError):
     """A property has a value we cannot use; the message names the property."""
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java ``.properties``: ``key=value`` or ``key: value``, ``#``/``!`` comments, ``\\`` continuations."""
-    props: dict[str, str] = {}
-    logical: list[str] = []
-    for raw in text.splitlines():
-        line = raw.strip() if not logical else raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            logical.append(line[:-1])
-            continue
-        logical.append(line)
-        entry = "".join(logical)
-        logical = []
-        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", entry)
-        if m:
-            props[m.group(1)] = m.group(2).strip()
-        else:
-            props[entry.strip()] = ""
-    return props
 
 
 def env_overrides(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:

@@ -1,0 +1,240 @@
+"""Record batches as bytes: fetch them raw, produce them raw, without decoding a record.
+
+For services that move or count batches rather than records (the mirror's fast path, the audit's
+counting, the loader): :func:`fetch_raw` returns each partition's record set exactly as the broker
+sent it, cut to its complete batches (:func:`complete_batches`); :func:`produce_raw` sends record
+sets to one partition and waits for the acknowledgement.
+
+A batch produced raw keeps everything inside its CRC (records, compression, timestamps, headers);
+the destination broker assigns the base offset and partition leader epoch, which lie before the
+CRC'd range (see :mod:`headwater.protocol.records.header`). :func:`as_plain_batch` resets the
+producer id / epoch / base sequence of an idempotent or transactional batch (the destination knows
+nothing of that producer) and recomputes the CRC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from headwater.client.cluster import STALE_METADATA_ERRORS, Cluster
+from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, OffsetOutOfRangeError
+from headwater.protocol.apis import FETCH, PRODUCE
+from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.records import header as batch_header
+from headwater.protocol.records.header import BatchHeader
+from headwater.protocol.schema import Message
+
+__all__ = [
+    "RawPartition",
+    "as_plain_batch",
+    "complete_batches",
+    "fetch_raw",
+    "produce_raw",
+]
+
+TopicPartition = tuple[str, int]
+
+# producer_id (int64) at byte 43, producer_epoch (int16) at 51, base_sequence (int32) at 53
+_PRODUCER_STATE = struct.Struct(">qhi")
+_PRODUCER_STATE_OFFSET = 43
+_ATTRIBUTES = struct.Struct(">h")
+_CRC = struct.Struct(">I")
+
+
+@dataclass(slots=True)
+class RawPartition:
+    """One partition of a raw fetch: its complete batches (bytes as sent) and the offsets around them."""
+
+    batches: list[tuple[BatchHeader, memoryview]]
+    high_watermark: int
+    log_start_offset: int
+
+
+def complete_batches(records: memoryview | bytes | None, from_offset: int = 0) -> list[tuple[BatchHeader, memoryview]]:
+    """The complete magic-2 batches of a fetched record set that end at or after ``from_offset``.
+
+    A truncated batch at the end (the broker cuts at max_bytes) is left out, as are batches wholly
+    before ``from_offset`` (a fetch starts at the batch holding the requested offset).
+    """
+    out: list[tuple[BatchHeader, memoryview]] = []
+    if not records:
+        return out
+    view = memoryview(records)
+    n = len(view)
+    pos = 0
+    while True:
+        peek = batch_header.peek_offset_and_length(view, pos)
+        if peek is None:
+            return out
+        end = pos + batch_header.LOG_OVERHEAD + peek[1]
+        if peek[1] < batch_header.HEADER_SIZE - batch_header.LOG_OVERHEAD:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch length {peek[1]} at byte {pos}")
+        if end > n:
+            return out
+        h = batch_header.read_header(view, pos)
+        if h.next_offset > from_offset:
+            out.append((h, view[pos:end]))
+        pos = end
+
+
+def as_plain_batch(h: BatchHeader, batch: memoryview) -> bytes | memoryview:
+    """The batch as a plain (non-idempotent, non-transactional) producer would have sent it.
+
+    Unchanged (no copy) when it already is one; otherwise producer id/epoch/sequence become -1,
+    the transactional bit is cleared, and the CRC is recomputed over the changed bytes.
+    """
+    transactional = bool(h.attributes & batch_header.TRANSACTIONAL_BIT)
+    if h.producer_id == batch_header.NO_PRODUCER_ID and not transactional:
+        return batch
+    out = bytearray(batch)
+    _ATTRIBUTES.pack_into(out, batch_header.ATTRIBUTES_OFFSET, h.attributes & ~batch_header.TRANSACTIONAL_BIT)
+    _PRODUCER_STATE.pack_into(out, _PRODUCER_STATE_OFFSET, -1, -1, -1)
+    _CRC.pack_into(out, batch_header.CRC_OFFSET, batch_header.compute_crc(out, 0, len(out)))
+    return bytes(out)
+
+
+async def fetch_raw(
+    cluster: Cluster,
+    requests: Iterable[tuple[str, int, int]],
+    *,
+    max_bytes: int = 1048576,
+    max_wait_ms: int = 500,
+    min_bytes: int = 1,
+    total_max_bytes: int = 52428800,
+    timeout: float = 30.0,
+) -> tuple[dict[TopicPartition, RawPartition], dict[TopicPartition, ErrorCode]]:
+    """Fetch several (topic, partition, offset): one request per leader, concurrently.
+
+    Returns the partitions answered and, separately, those that failed with a retriable or
+    stale-metadata error (the caller refreshes metadata and asks again). OFFSET_OUT_OF_RANGE raises
+    :class:`OffsetOutOfRangeError`; any other error raises :class:`KafkaError`.
+    """
+    by_node: dict[int, dict[TopicPartition, int]] = {}
+    failed: dict[TopicPartition, ErrorCode] = {}
+    for topic, partition, offset in requests:
+        leader = cluster.leader(topic, partition)
+        if leader < 0:
+            failed[(topic, partition)] = ErrorCode.LEADER_NOT_AVAILABLE
+            continue
+        by_node.setdefault(leader, {})[(topic, partition)] = offset
+    results = await asyncio.gather(
+        *(
+            _fetch_from(cluster, node, parts, max_bytes, max_wait_ms, min_bytes, total_max_bytes, timeout)
+            for node, parts in by_node.items()
+        ),
+        return_exceptions=True,
+    )
+    out: dict[TopicPartition, RawPartition] = {}
+    for parts, result in zip(by_node.values(), results, strict=True):
+        if isinstance(result, KafkaConnectionError | KafkaTimeoutError):
+            failed.update(dict.fromkeys(parts, ErrorCode.NETWORK_EXCEPTION))
+            continue
+        if isinstance(result, BaseException):
+            raise result
+        got, stale = result
+        out.update(got)
+        failed.update(stale)
+    return out, failed
+
+
+async def _fetch_from(
+    cluster: Cluster,
+    node: int,
+    parts: dict[TopicPartition, int],
+    max_bytes: int,
+    max_wait_ms: int,
+    min_bytes: int,
+    total_max_bytes: int,
+    timeout: float,
+) -> tuple[dict[TopicPartition, RawPartition], dict[TopicPartition, ErrorCode]]:
+    conn = await cluster.connection(node)
+    version = conn.version_for(FETCH, min_version=4)  # record batches
+    topics: dict[str, list[Message]] = {}
+    for (topic, partition), offset in parts.items():
+        topics.setdefault(topic, []).append(
+            {
+                "partition": partition,
+                "current_leader_epoch": -1,
+                "fetch_offset": offset,
+                "log_start_offset": -1,
+                "partition_max_bytes": max_bytes,
+            }
+        )
+    body: Message = {
+        "replica_id": -1,
+        "max_wait_ms": max_wait_ms,
+        "min_bytes": min_bytes,
+        "max_bytes": total_max_bytes,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+    response = await conn.request(FETCH, body, version, timeout=timeout + max_wait_ms / 1000.0)
+    top = ErrorCode.of(response.get("error_code", 0))
+    if top is not ErrorCode.NONE:
+        raise KafkaError(top, f"fetch from broker {node}: {top.name}")
+    out: dict[TopicPartition, RawPartition] = {}
+    stale: dict[TopicPartition, ErrorCode] = {}
+    for t in response["responses"]:
+        for p in t["partitions"]:
+            tp = (t["topic"], int(p["partition_index"]))
+            if tp not in parts:
+                continue
+            code = ErrorCode.of(p["error_code"])
+            if code is ErrorCode.OFFSET_OUT_OF_RANGE:
+                raise OffsetOutOfRangeError(tp[0], tp[1], parts[tp])
+            if code in STALE_METADATA_ERRORS or code.retriable:
+                stale[tp] = code
+                continue
+            if code is not ErrorCode.NONE:
+                raise KafkaError(code, f"fetching {tp[0]}-{tp[1]} at offset {parts[tp]}: {code.name}")
+            out[tp] = RawPartition(
+                complete_batches(p.get("records"), parts[tp]),
+                int(p["high_watermark"]),
+                int(p.get("log_start_offset", -1)),
+            )
+    for tp in parts:
+        if tp not in out and tp not in stale:
+            stale[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return out, stale
+
+
+async def produce_raw(
+    cluster: Cluster,
+    topic: str,
+    partition: int,
+    records: bytes | bytearray | memoryview,
+    *,
+    acks: int = -1,
+    timeout_ms: int = 30000,
+) -> int:
+    """Produce a record set (complete magic-2 batches) to one partition; returns the base offset
+    the leader assigned. Raises KafkaError (retriable ones included: the caller decides whether to
+    retry, knowing a retry after a lost answer can duplicate) or a connection/timeout error."""
+    leader = await cluster.leader_for(topic, partition)
+    conn = await cluster.connection(leader)
+    version = conn.version_for(PRODUCE, min_version=3)
+    body: Message = {
+        "transactional_id": None,
+        "acks": acks,
+        "timeout_ms": timeout_ms,
+        "topics": [{"name": topic, "partitions": [{"partition_index": partition, "records": records}]}],
+    }
+    response = await conn.request(PRODUCE, body, version, timeout=timeout_ms / 1000.0 + 5.0)
+    for t in response["responses"]:
+        for p in t["partitions"]:
+            if p["partition_index"] != partition:
+                continue
+            code = ErrorCode.of(p["error_code"])
+            if code is not ErrorCode.NONE:
+                if code in STALE_METADATA_ERRORS:
+                    cluster.topics.pop(topic, None)  # next leader_for() asks again
+                raise KafkaError(code, f"producing to {topic}-{partition}: {code.name}")
+            return int(p["base_offset"])
+    raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {topic}-{partition}")

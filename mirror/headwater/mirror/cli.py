@@ -1,0 +1,90 @@
+"""``headwater mirror -c mirror.properties [--override key=value]``: run the mirror in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+__all__ = ["add_parser"]
+
+log = logging.getLogger("headwater.mirror")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "mirror",
+        help="mirror source clusters into the aggregate cluster (MirrorMaker 2's property names)",
+        description="Copy every enabled flow (<src>-><dst>.enabled = true) into the target cluster: "
+        "partitions kept, record batches never decoded when partition counts match, acks=all, "
+        "source offsets committed to the source ZooKeeper only after the target acknowledged.",
+    )
+    p.add_argument("-c", "--config", required=True, help="mirror.properties")
+    p.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="override a property (repeatable)"
+    )
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from headwater.mirror.config import MirrorConfigError, load
+    from headwater.properties import parse_overrides
+
+    try:
+        config = load(args.config, parse_overrides(args.override))
+    except (MirrorConfigError, ValueError) as e:
+        print(f"headwater mirror: configuration error: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    for key in config.unknown:
+        log.warning("The configuration '%s' was supplied but isn't a known config.", key)
+    import uvloop
+
+    return uvloop.run(_main(config, args.config, args.override))
+
+
+async def _main(config: object, path: str, overrides: list[str]) -> int:
+    from headwater.mirror.config import MirrorConfig, MirrorConfigError, load
+    from headwater.mirror.metrics import serve_http
+    from headwater.mirror.mirror import Mirror
+    from headwater.properties import parse_overrides
+
+    assert isinstance(config, MirrorConfig)
+    mirror = Mirror(config)
+    stop = asyncio.Event()
+    reload = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+
+    def on_hup() -> None:
+        try:
+            fresh = load(path, parse_overrides(overrides))
+        except (MirrorConfigError, ValueError) as e:
+            log.error("SIGHUP: %s: keeping the running configuration", e)
+            return
+        mirror.reload_topics(fresh)
+        reload.set()
+
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
+    server = None
+    if config.metrics_port is not None:
+        server = await serve_http(config.metrics_host, config.metrics_port, mirror.metrics, mirror.health)
+    log.info(
+        "mirroring %s into %s",
+        ", ".join(f"{f.name} ({', '.join(p.pattern for p in f.topics)})" for f in config.flows),
+        config.flows[0].target,
+    )
+    try:
+        await mirror.run(stop, reload)
+    finally:
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+    log.info("mirror stopped; offsets committed")
+    return 0

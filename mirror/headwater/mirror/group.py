@@ -1,0 +1,193 @@
+"""The mirror's consumer group in a source cluster's ZooKeeper, in the seeds' layout.
+
+::
+
+    /consumers/<group>/ids/<consumer id>     ephemeral   {"version": 1, "subscription": {"<regex>": 1},
+                                                          "pattern": "white_list", "timestamp": "<ms>"}
+    /consumers/<group>/owners/<topic>/<p>    ephemeral   the owning consumer id
+    /consumers/<group>/offsets/<topic>/<p>   persistent  the next source offset to mirror (decimal)
+
+Assignment is rendezvous hashing (highest random weight) of each partition over the live
+members: every member computes the same owner for every partition from the member list alone,
+and a member joining or leaving moves only the partitions it gains or loses — the rest keep
+flowing (no stop-the-world rebalance, uReplicator's complaint about MirrorMaker 1). A partition
+moves hands through its owner node: the old owner commits its acknowledged offset, then deletes
+the node; the new owner claims it (retrying while the node still exists), then reads the offset.
+
+The methods here block (kazoo); the mirror calls them from a worker thread. Watches call
+``on_change`` on kazoo's thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterable
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.recipe.watchers import ChildrenWatch
+
+log = logging.getLogger("headwater.mirror.group")
+
+TopicPartition = tuple[str, int]
+
+
+def owner_of(tp: TopicPartition, members: Iterable[str]) -> str | None:
+    """The member that owns ``tp``: the highest hash of (member, topic, partition)."""
+    best: tuple[bytes, str] | None = None
+    for m in members:
+        h = hashlib.blake2b(f"{m}\0{tp[0]}\0{tp[1]}".encode(), digest_size=8).digest()
+        if best is None or (h, m) > best:
+            best = (h, m)
+    return None if best is None else best[1]
+
+
+def assign(partitions: Iterable[TopicPartition], members: Iterable[str], me: str) -> set[TopicPartition]:
+    """The partitions ``me`` owns among ``members``."""
+    ms = sorted(set(members))
+    return {tp for tp in partitions if owner_of(tp, ms) == me}
+
+
+def new_consumer_id(group: str) -> str:
+    return f"{group}_{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class ZkGroup:
+    def __init__(self, zk_connect: str, group: str, consumer_id: str, subscription: list[str]) -> None:
+        self.zk_connect = zk_connect
+        self.group = group
+        self.consumer_id = consumer_id
+        self.subscription = subscription
+        self.zk = KazooClient(hosts=zk_connect, timeout=10)
+        self._on_change: Callable[[], None] = lambda: None
+        self.session_lost = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self, on_change: Callable[[], None], timeout: float = 15.0) -> None:
+        self._on_change = on_change
+        self.zk.add_listener(self._state)
+        self.zk.start(timeout=timeout)
+        self.register()
+        ChildrenWatch(self.zk, f"/consumers/{self.group}/ids", self._children_changed)
+        self.zk.ensure_path("/brokers/topics")
+        ChildrenWatch(self.zk, "/brokers/topics", self._children_changed)
+
+    def register(self) -> None:
+        for sub in ("ids", "owners", "offsets"):
+            self.zk.ensure_path(f"/consumers/{self.group}/{sub}")
+        data = {
+            "version": 1,
+            "subscription": dict.fromkeys(self.subscription, 1),
+            "pattern": "white_list",
+            "timestamp": str(int(time.time() * 1000)),
+        }
+        path = f"/consumers/{self.group}/ids/{self.consumer_id}"
+        try:
+            self.zk.create(path, json.dumps(data).encode(), ephemeral=True)
+        except NodeExistsError:
+            pass
+        self.session_lost = False
+
+    def stop(self) -> None:
+        try:
+            self.zk.delete(f"/consumers/{self.group}/ids/{self.consumer_id}")
+        except Exception:
+            pass
+        try:
+            self.zk.stop()
+            self.zk.close()
+        except Exception:
+            pass
+
+    def _children_changed(self, _children: list[str]) -> None:
+        self._on_change()
+
+    def _state(self, state: str) -> None:  # kazoo's thread: no blocking calls
+        if state == KazooState.LOST:
+            self.session_lost = True
+        if state in (KazooState.LOST, KazooState.CONNECTED):
+            self._on_change()
+
+    # -- what ZooKeeper says ---------------------------------------------------------------------
+
+    def members(self) -> list[str]:
+        try:
+            return sorted(self.zk.get_children(f"/consumers/{self.group}/ids"))
+        except NoNodeError:
+            return []
+
+    def topics(self) -> list[str]:
+        try:
+            return sorted(self.zk.get_children("/brokers/topics"))
+        except NoNodeError:
+            return []
+
+    def partitions(self, topic: str) -> list[int]:
+        try:
+            data = json.loads(self.zk.get(f"/brokers/topics/{topic}")[0] or b"{}")
+        except (NoNodeError, ValueError):
+            return []
+        return sorted(int(p) for p in (data.get("partitions") or {}))
+
+    def deleting(self) -> set[str]:
+        try:
+            return set(self.zk.get_children("/admin/delete_topics"))
+        except NoNodeError:
+            return set()
+
+    # -- ownership and offsets -------------------------------------------------------------------
+
+    def _owner_path(self, tp: TopicPartition) -> str:
+        return f"/consumers/{self.group}/owners/{tp[0]}/{tp[1]}"
+
+    def _offset_path(self, tp: TopicPartition) -> str:
+        return f"/consumers/{self.group}/offsets/{tp[0]}/{tp[1]}"
+
+    def claim(self, tp: TopicPartition) -> bool:
+        """Take the owner node; False while another member still holds it."""
+        path = self._owner_path(tp)
+        try:
+            self.zk.create(path, self.consumer_id.encode(), ephemeral=True, makepath=True)
+            return True
+        except NodeExistsError:
+            try:
+                return bool(self.zk.get(path)[0].decode() == self.consumer_id)
+            except NoNodeError:
+                return False
+
+    def release(self, tp: TopicPartition) -> None:
+        path = self._owner_path(tp)
+        try:
+            if self.zk.get(path)[0].decode() == self.consumer_id:
+                self.zk.delete(path)
+        except NoNodeError:
+            pass
+
+    def read_offset(self, tp: TopicPartition) -> int | None:
+        try:
+            raw = self.zk.get(self._offset_path(tp))[0]
+        except NoNodeError:
+            return None
+        try:
+            return int(raw.decode().strip())
+        except ValueError:
+            log.warning("ignoring unreadable committed offset %r of %s-%d", raw, *tp)
+            return None
+
+    def commit_offset(self, tp: TopicPartition, offset: int) -> None:
+        path = self._offset_path(tp)
+        data = str(offset).encode()
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            try:
+                self.zk.create(path, data, makepath=True)
+            except NodeExistsError:
+                self.zk.set(path, data)

@@ -1,0 +1,95 @@
+"""The mirror's Prometheus metrics (in MirrorMaker 2's spirit) and its ``/metrics`` + ``/healthz`` endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+log = logging.getLogger("headwater.mirror.metrics")
+
+
+class MirrorMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.records = Counter(
+            "headwater_mirror_records", "Records mirrored (acknowledged by the target)", ["flow", "topic"], registry=r
+        )
+        self.bytes = Counter("headwater_mirror_bytes", "Record-batch bytes mirrored", ["flow", "topic"], registry=r)
+        self.produce_errors = Counter(
+            "headwater_mirror_produce_errors",
+            "Produce attempts the target refused or did not answer",
+            ["flow"],
+            registry=r,
+        )
+        self.dropped = Counter(
+            "headwater_mirror_test_dropped_records",
+            "Records dropped by headwater.test.drop.every (tests only)",
+            ["flow"],
+            registry=r,
+        )
+        self.duplicated = Counter(
+            "headwater_mirror_test_duplicated_records",
+            "Records produced twice by headwater.test.duplicate.every (tests only)",
+            ["flow"],
+            registry=r,
+        )
+        self.lag = Gauge(
+            "headwater_mirror_partition_lag",
+            "Source high watermark minus the next offset to mirror",
+            ["flow", "topic", "partition"],
+            registry=r,
+        )
+        self.committed = Gauge(
+            "headwater_mirror_committed_offset",
+            "Source offset committed to the group in the source ZooKeeper",
+            ["flow", "topic", "partition"],
+            registry=r,
+        )
+        self.owned = Gauge(
+            "headwater_mirror_owned_partitions", "Source partitions this process mirrors", ["flow"], registry=r
+        )
+        self.latency = Histogram(
+            "headwater_mirror_replication_latency_seconds",
+            "Now minus the record batch's max timestamp, when the target acknowledged it",
+            ["flow"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=r,
+        )
+
+
+async def serve_http(
+    host: str, port: int, metrics: MirrorMetrics, health: Callable[[], tuple[bool, str]]
+) -> asyncio.AbstractServer:
+    """A minimal HTTP/1.0 endpoint: ``GET /metrics`` (Prometheus text) and ``GET /healthz``
+    (200 when healthy, 503 otherwise, with a one-line reason)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readline(), 10)
+            while (await asyncio.wait_for(reader.readline(), 10)) not in (b"\r\n", b"\n", b""):
+                pass
+            parts = request.decode("latin-1").split()
+            path = parts[1] if len(parts) > 1 else "/"
+            if path.startswith("/metrics"):
+                status, ctype, body = "200 OK", "text/plain; version=0.0.4", generate_latest(metrics.registry)
+            elif path.startswith("/healthz"):
+                ok, why = health()
+                status = "200 OK" if ok else "503 Service Unavailable"
+                ctype, body = "text/plain", (why + "\n").encode()
+            else:
+                status, ctype, body = "404 Not Found", "text/plain", b"try /metrics or /healthz\n"
+            writer.write(
+                f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+            )
+            await writer.drain()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, host, port)
+    log.info("metrics and health on http://%s:%d/metrics, /healthz", host, port)
+    return server
