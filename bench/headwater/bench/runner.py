@@ -20,7 +20,6 @@ from headwater.bench.context import Bench, Plan, Target
 from headwater.bench.native import discover
 from headwater.bench.report import SCENARIOS, Report, machine
 from headwater.bench.scenarios import consume, large, latency, produce, replicated, stored
-
 from headwater.testing.cluster import LocalCluster
 
 ALL = tuple(SCENARIOS)

@@ -13,7 +13,6 @@ from headwater.bench.context import Bench, GeneratorError, Target
 from headwater.bench.generators import LATENCY, PRODUCERS, SHORT
 from headwater.bench.report import Goal, Row
 from headwater.bench.scenarios import latency, produce
-
 from headwater.testing.cluster import LocalCluster
 
 NAME = "acks=all RF=3"

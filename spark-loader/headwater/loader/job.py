@@ -1,0 +1,309 @@
+"""``headwater load``: the nightly load of the aggregate cluster into the Parquet warehouse.
+
+As the paper's offline load and Camus do it: the end offsets of every topic-partition are fixed at
+job start; each run reads from where the last published run ended; the data and the offsets it
+reached become visible together or not at all (see :mod:`headwater.loader.warehouse`), so a failed
+or repeated run neither loses nor duplicates. After publishing, the run's warehouse-tier count
+events go to ``__audit`` (guids derived from the run, so a re-sent event is de-duplicated).
+
+Configuration (``loader.properties``)::
+
+    bootstrap.servers = agg-broker1:9092      # or zookeeper.connect
+    topics = page-views, clicks.*             # regexes
+    warehouse.path = /data/warehouse          # a local path or any URI Spark writes to
+    spark.master = local[*]                   # or spark://host:7077, yarn, k8s://...
+    audit.bootstrap.servers = agg-broker1:9092
+    audit.window.ms = 60000                   # the producers' window
+    min.partitions = 0                        # split ranges for parallelism (Spark's minPartitions)
+
+Any ``spark.*`` property is passed to the Spark session.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import re
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from headwater.loader.offsets import OffsetRange, resolve, to_json
+from headwater.loader.warehouse import STAGING, Warehouse, run_name
+
+log = logging.getLogger("headwater.loader")
+
+
+class LoaderConfigError(ValueError):
+    """One line naming the property."""
+
+
+@dataclass
+class LoaderConfig:
+    bootstrap: str
+    topics: list[re.Pattern[str]]
+    warehouse: str
+    master: str = "local[*]"
+    audit_bootstrap: str | None = None
+    audit_window_ms: int = 60000
+    min_partitions: int = 0
+    spark: dict[str, str] = field(default_factory=dict)
+    read_delay_ms: int = 0  # headwater.test.read.delay.ms (tests only)
+
+
+def parse_config(props: dict[str, str]) -> LoaderConfig:
+    bootstrap = props.get("bootstrap.servers") or (
+        f"zk://{props['zookeeper.connect']}" if props.get("zookeeper.connect") else ""
+    )
+    if not bootstrap:
+        raise LoaderConfigError("bootstrap.servers: required (or zookeeper.connect)")
+    topics = []
+    for item in (t.strip() for t in props.get("topics", "").split(",")):
+        if item:
+            try:
+                topics.append(re.compile(item))
+            except re.error as e:
+                raise LoaderConfigError(f"topics: {item!r} is not a valid regex ({e})") from None
+    if not topics:
+        raise LoaderConfigError("topics: at least one regex is required")
+    warehouse = props.get("warehouse.path", "")
+    if not warehouse:
+        raise LoaderConfigError("warehouse.path: required")
+
+    def integer(key: str, default: int) -> int:
+        raw = props.get(key, "")
+        if not raw:
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise LoaderConfigError(f"{key}: {raw!r} is not an integer") from None
+
+    window = integer("audit.window.ms", 60000)
+    if window <= 0:
+        raise LoaderConfigError(f"audit.window.ms: {window} must be positive")
+    return LoaderConfig(
+        bootstrap=bootstrap,
+        topics=topics,
+        warehouse=warehouse if "://" in warehouse else os.path.abspath(warehouse),
+        master=props.get("spark.master", "local[*]"),
+        audit_bootstrap=props.get("audit.bootstrap.servers") or None,
+        audit_window_ms=window,
+        min_partitions=integer("min.partitions", 0),
+        spark={k: v for k, v in props.items() if k.startswith("spark.") and k != "spark.master"},
+        read_delay_ms=integer("headwater.test.read.delay.ms", 0),
+    )
+
+
+def spark_session(config: LoaderConfig) -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from headwater.loader.source import HeadwaterDataSource
+
+    builder = SparkSession.builder.appName("headwater-load").config("spark.sql.session.timeZone", "UTC")
+    if not os.environ.get("SPARK_SUBMITTED"):  # under spark-submit the master comes from the command line
+        builder = builder.master(config.master)
+    for k, v in config.spark.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.dataSource.register(HeadwaterDataSource)
+    return spark
+
+
+def run(config: LoaderConfig) -> dict[str, Any] | None:
+    """One load; returns the published manifest, or None when there was nothing new."""
+    spark = spark_session(config)
+    try:
+        return _load(spark, config)
+    finally:
+        spark.stop()
+
+
+def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
+    wh = Warehouse(spark, config.warehouse)
+    _recover(wh, config)
+    done = wh.manifests()
+    last = wh.read_manifest(done[-1]) if done else None
+    run = (done[-1] + 1) if done else 1
+    reached: dict[str, dict[int, int]] = {}
+    if last:
+        for topic, parts in last["ranges"].items():
+            reached[topic] = {int(p): int(r[1]) for p, r in parts.items()}
+    for t, parts in (last or {}).get("reached", {}).items():  # topics whose ranges were empty in that run
+        for p, o in parts.items():
+            reached.setdefault(t, {}).setdefault(int(p), int(o))
+
+    from headwater.client.admin import Admin
+
+    async def topics() -> list[str]:
+        async with Admin(config.bootstrap) as admin:
+            return await admin.list_topics(include_internal=False)
+
+    import asyncio
+
+    wanted = sorted(t for t in asyncio.run(topics()) if any(p.fullmatch(t) for p in config.topics))
+    if not wanted:
+        log.info("no topic matches %s: nothing to load", ", ".join(p.pattern for p in config.topics))
+        return None
+    ranges = resolve(config.bootstrap, subscribe=wanted, starting=reached or "earliest", ending="latest")
+    ranges = [r for r in ranges if r.size > 0]
+    if not ranges:
+        log.info("nothing new since run %s: nothing written", done[-1] if done else "(none)")
+        return None
+    log.info(
+        "run %d: loading %d record(s) from %d partition(s) of %d topic(s) into %s (end offsets fixed now)",
+        run,
+        sum(r.size for r in ranges),
+        len(ranges),
+        len({r.topic for r in ranges}),
+        config.warehouse,
+    )
+    staging = f"{STAGING}/{run_name(run)}"
+    wh.delete(staging)
+    from pyspark.sql import functions as F
+
+    files: list[list[str]] = []
+    records: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    for topic in sorted({r.topic for r in ranges}):
+        started = time.monotonic()
+        mine = [r for r in ranges if r.topic == topic]
+        df = (
+            spark.read.format("headwater")
+            .option("kafka.bootstrap.servers", config.bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", to_json(mine, "start"))
+            .option("endingOffsets", to_json(mine, "end"))
+            .option("minPartitions", config.min_partitions)
+            .option("headwater.test.read.delay.ms", config.read_delay_ms)
+            .load()
+            .withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
+        )
+        out = f"{staging}/{topic}"
+        df.write.partitionBy("date").parquet(wh.path(out))
+        staged = wh.files_under(out)
+        for rel in staged:
+            sub = rel[len(out) + 1 :]
+            directory, _, name = sub.rpartition("/")
+            files.append([rel, f"{topic}/{directory}/run-{run_name(run)}-{name}"])
+        written = spark.read.parquet(wh.path(out))
+        records[topic] = written.count()
+        sizes[topic] = sum(int(wh.fs.getFileStatus(wh._p(rel)).getLen()) for rel in staged)
+        log.info(
+            "run %d: %s: %d record(s), %d byte(s) of Parquet, offsets %s -> %s (%.1fs)",
+            run,
+            topic,
+            records[topic],
+            sizes[topic],
+            to_json(mine, "start"),
+            to_json(mine, "end"),
+            time.monotonic() - started,
+        )
+    audit = _audit_counts(spark, wh, staging, run, config)
+    manifest: dict[str, Any] = {
+        "run": run,
+        "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "ranges": _ranges_json(ranges),
+        "reached": {t: {str(p): o for p, o in parts.items()} for t, parts in reached.items()},
+        "files": files,
+        "records": records,
+        "bytes": sizes,
+        "audit": audit,
+        "audit_published": False,
+    }
+    wh.write_manifest(run, manifest, ".pending")
+    _publish(wh, run, manifest, config)
+    return manifest
+
+
+def _ranges_json(ranges: list[OffsetRange]) -> dict[str, dict[str, list[int]]]:
+    out: dict[str, dict[str, list[int]]] = {}
+    for r in ranges:
+        out.setdefault(r.topic, {})[str(r.partition)] = [r.start, r.end]
+    return out
+
+
+def _audit_counts(spark: Any, wh: Warehouse, staging: str, run: int, config: LoaderConfig) -> list[dict[str, Any]]:
+    """Warehouse-tier count events: records per topic, window of ``origin.created`` (the record
+    timestamp when absent) and ``origin.dc`` ("unknown" when absent), from the staged Parquet."""
+    from pyspark.sql import functions as F
+
+    from headwater.client.audit import count_event
+
+    df = None
+    for topic in wh.children(staging):
+        part = spark.read.parquet(wh.path(f"{staging}/{topic}")).select("topic", "timestamp", "headers")
+        df = part if df is None else df.unionByName(part)
+    if df is None:
+        return []
+    hdr = F.map_from_entries(F.col("headers"))
+    created = F.coalesce(
+        F.expr("try_cast(decode(map_from_entries(headers)['origin.created'], 'UTF-8') AS BIGINT)"),
+        (F.col("timestamp").cast("double") * 1000).cast("bigint"),
+    )
+    dc = F.coalesce(F.decode(hdr["origin.dc"], "UTF-8"), F.lit("unknown"))
+    window = (F.floor(created / config.audit_window_ms) * config.audit_window_ms).cast("bigint")
+    rows = df.groupBy("topic", dc.alias("dc"), window.alias("w")).count().collect()
+    events = []
+    for r in rows:
+        guid = uuid.uuid5(uuid.NAMESPACE_URL, f"headwater-load/{config.warehouse}/{run}/{r.topic}/{r.dc}/{r.w}").hex
+        events.append(
+            count_event(
+                topic=r.topic,
+                window_start=int(r.w),
+                window_ms=config.audit_window_ms,
+                count=int(r["count"]),
+                datacenter=r.dc,
+                host=os.uname().nodename,
+                application="headwater-load",
+                tier="warehouse",
+                guid=guid,
+            )
+        )
+    return sorted(events, key=lambda e: (e["topic"], e["window_start"], e["datacenter"]))
+
+
+def _publish(wh: Warehouse, run: int, manifest: dict[str, Any], config: LoaderConfig) -> None:
+    for src, dst in manifest["files"]:
+        wh.move(src, dst)
+    wh.commit(run)
+    wh.delete(f"{STAGING}/{run_name(run)}")
+    log.info("run %d published: %d file(s); next run starts at its end offsets", run, len(manifest["files"]))
+    _publish_audit(wh, run, manifest, config)
+
+
+def _publish_audit(wh: Warehouse, run: int, manifest: dict[str, Any], config: LoaderConfig) -> None:
+    if manifest.get("audit_published") or not config.audit_bootstrap:
+        return
+    from headwater.client.audit import AUDIT_TOPIC
+    from headwater.client.sync import SyncProducer
+
+    with SyncProducer(config.audit_bootstrap, acks="all") as producer:
+        futures = [
+            producer.send(AUDIT_TOPIC, json.dumps(e).encode(), key=e["topic"].encode()) for e in manifest["audit"]
+        ]
+        for f in futures:
+            f.result(60)
+    manifest["audit_published"] = True
+    wh.write_manifest(run, manifest, ".json")
+    log.info("run %d: %d warehouse-tier count event(s) published to %s", run, len(manifest["audit"]), AUDIT_TOPIC)
+
+
+def _recover(wh: Warehouse, config: LoaderConfig) -> None:
+    """Roll forward a publish a crash interrupted; drop the staging of runs that never published."""
+    for run in wh.manifests(".pending"):
+        log.warning("run %d was interrupted while publishing: finishing it", run)
+        _publish(wh, run, wh.read_manifest(run, ".pending"), config)
+    for run in wh.manifests():
+        manifest = wh.read_manifest(run)
+        if not manifest.get("audit_published") and config.audit_bootstrap:
+            _publish_audit(wh, run, manifest, config)
+    for name in wh.children(STAGING):
+        log.warning("dropping the staging of run %s, which never published (a failed or killed run)", name)
+        wh.delete(f"{STAGING}/{name}")

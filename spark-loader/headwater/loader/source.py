@@ -1,0 +1,146 @@
+"""The ``headwater`` Spark data source: a Kafka cluster read by fixed offset ranges.
+
+    spark.dataSource.register(HeadwaterDataSource)
+    df = (spark.read.format("headwater")
+          .option("kafka.bootstrap.servers", "agg-broker1:9092")
+          .option("subscribe", "page-views,clicks")          # or subscribePattern
+          .option("startingOffsets", "earliest")             # latest, or {"t": {"0": 23}}
+          .option("endingOffsets", "latest")
+          .option("minPartitions", 8)
+          .load())
+
+Columns as Spark's Kafka source: ``key`` and ``value`` (binary), ``topic``, ``partition``,
+``offset``, ``timestamp``, ``timestampType`` (0 CreateTime, 1 LogAppendTime) and ``headers``
+(array of key / value structs). Offsets are resolved once, when the DataFrame is planned; each input
+partition reads one topic-partition range (split further for ``minPartitions``) and hands Spark
+Arrow record batches built column by column, one per fetch.
+
+``headwater.test.read.delay.ms`` (tests only) sleeps that long after each fetch, so a test can
+kill a job while its tasks run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from headwater.loader.offsets import OffsetRange, parse_spec, resolve, split
+
+SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+    "timestampType int, headers array<struct<key: string, value: binary>>"
+)
+ARROW_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ]
+)
+
+
+class RangePartition(InputPartition):
+    def __init__(self, r: OffsetRange) -> None:
+        super().__init__(r)
+        self.range = r
+
+
+class HeadwaterDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "headwater"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return HeadwaterReader(dict(self.options))
+
+
+class HeadwaterReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        opts = {k.lower(): v for k, v in options.items()}
+        bootstrap = opts.get("kafka.bootstrap.servers")
+        if not bootstrap:
+            raise ValueError("option kafka.bootstrap.servers is required")
+        subscribe = opts.get("subscribe")
+        self.bootstrap = bootstrap
+        self.ranges = resolve(
+            bootstrap,
+            subscribe=[t.strip() for t in subscribe.split(",") if t.strip()] if subscribe else None,
+            pattern=opts.get("subscribepattern"),
+            starting=parse_spec("startingOffsets", opts.get("startingoffsets"), "earliest"),
+            ending=parse_spec("endingOffsets", opts.get("endingoffsets"), "latest"),
+        )
+        self.min_partitions = int(opts.get("minpartitions", "0") or 0)
+        self.max_bytes = int(opts.get("fetch.max.bytes", str(4 * 1024 * 1024)))
+        self.delay_ms = int(opts.get("headwater.test.read.delay.ms", "0"))
+
+    def partitions(self) -> list[InputPartition]:
+        return [RangePartition(r) for r in split(self.ranges, self.min_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        r = partition.range
+        yield from read_range(self.bootstrap, r, self.max_bytes, self.delay_ms)
+
+
+def read_range(bootstrap: str, r: OffsetRange, max_bytes: int = 4 << 20, delay_ms: int = 0) -> Iterator[pa.RecordBatch]:
+    """Arrow record batches of every record in ``r`` (one per fetch)."""
+    from headwater.client.cluster import Cluster
+    from headwater.client.raw import fetch_raw
+    from headwater.protocol.records.record import iter_batches
+
+    loop = asyncio.new_event_loop()
+    cluster = Cluster(bootstrap, client_id="headwater-loader", allow_auto_create_topics=False)
+    try:
+        offset = r.start
+        backoff = 0.1
+        while offset < r.end:
+            loop.run_until_complete(cluster.leader_for(r.topic, r.partition))
+            got, failed = loop.run_until_complete(
+                fetch_raw(cluster, [(r.topic, r.partition, offset)], max_bytes=max_bytes, max_wait_ms=0)
+            )
+            if (r.topic, r.partition) in failed:
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                loop.run_until_complete(cluster.refresh([r.topic]))
+                continue
+            part = got[(r.topic, r.partition)]
+            if not part.batches:
+                raise RuntimeError(f"{r.topic}-{r.partition}: no data at offset {offset} below the range end {r.end}")
+            cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
+            for _, b in part.batches:
+                for h, records in iter_batches(b):
+                    ts_type = 1 if h.attributes & 0x08 else 0
+                    for rec in records:
+                        if rec.offset < offset or rec.offset >= r.end:
+                            continue
+                        cols["key"].append(rec.key)
+                        cols["value"].append(rec.value)
+                        cols["offset"].append(rec.offset)
+                        cols["timestamp"].append(rec.timestamp * 1000)
+                        cols["timestampType"].append(ts_type)
+                        cols["headers"].append([{"key": k, "value": v} for k, v in rec.headers])
+            offset = max(offset, min(part.batches[-1][0].next_offset, r.end))
+            n = len(cols["offset"])
+            if n:
+                cols["topic"] = [r.topic] * n
+                cols["partition"] = [r.partition] * n
+                yield pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)
+            if delay_ms:
+                time.sleep(delay_ms / 1000.0)
+    finally:
+        loop.run_until_complete(cluster.close())
+        loop.close()

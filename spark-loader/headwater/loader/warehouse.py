@@ -1,0 +1,134 @@
+"""The warehouse layout and its run manifests, through Hadoop's FileSystem (any URI Spark writes to).
+
+Layout under ``warehouse.path``::
+
+    <topic>/date=YYYY-MM-DD/run-<run>-<part file>.parquet   published data (hive partitioning)
+    _headwater/staging/<run>/<topic>/date=.../part-*.parquet  a run's output before it is published
+    _headwater/manifests/<run>.pending                        a publish in progress
+    _headwater/manifests/<run>.json                           a published run
+
+``<run>`` is a 20-digit sequence number. A manifest (JSON) holds::
+
+    {"run": 7, "created": "2026-11-22T03:00:00Z",
+     "ranges": {"page-views": {"0": [1200, 3400], ...}},    # [start, end) per partition
+     "files": [["<staging path>", "<published path>"], ...],
+     "records": {"page-views": 2200}, "bytes": {"page-views": 123456},
+     "audit": [{...count event...}], "audit_published": false}
+
+Publishing a run: write ``<run>.pending`` (it lists every move), rename each staged file to its
+published name, rename ``<run>.pending`` to ``<run>.json``. The ``.json`` is the commit point: the
+next run starts from the newest one's range ends. A crash before the ``.pending`` exists leaves only
+staging (deleted at the next start: the run never happened); a crash after it is rolled forward at
+the next start (moves are idempotent: a file already moved is skipped). Leading ``_`` keeps Spark
+and pyarrow from reading ``_headwater`` as data.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MANIFESTS = "_headwater/manifests"
+STAGING = "_headwater/staging"
+
+
+def run_name(run: int) -> str:
+    return f"{run:020d}"
+
+
+class Warehouse:
+    def __init__(self, spark: Any, root: str) -> None:
+        self.root = root.rstrip("/")
+        jvm = spark._jvm
+        self._Path = jvm.org.apache.hadoop.fs.Path
+        self._io = jvm.org.apache.commons.io.IOUtils
+        self.fs = self._Path(self.root).getFileSystem(spark._jsc.hadoopConfiguration())
+
+    def path(self, rel: str) -> str:
+        return f"{self.root}/{rel}"
+
+    def _p(self, rel: str) -> Any:
+        return self._Path(self.path(rel))
+
+    # -- files ---------------------------------------------------------------------------------
+
+    def exists(self, rel: str) -> bool:
+        return bool(self.fs.exists(self._p(rel)))
+
+    def children(self, rel: str) -> list[str]:
+        if not self.exists(rel):
+            return []
+        return sorted(str(s.getPath().getName()) for s in self.fs.listStatus(self._p(rel)))
+
+    def files_under(self, rel: str) -> list[str]:
+        """Relative paths of the data files below ``rel`` (recursive; hidden and ``_`` files skipped)."""
+        out: list[str] = []
+        if not self.exists(rel):
+            return out
+        it = self.fs.listFiles(self._p(rel), True)
+        base = str(self._p(rel).toUri().getPath()).rstrip("/")
+        while it.hasNext():
+            status = it.next()
+            full = str(status.getPath().toUri().getPath())
+            sub = full[len(base) + 1 :]
+            if any(part.startswith(("_", ".")) for part in sub.split("/")):
+                continue
+            out.append(f"{rel}/{sub}")
+        return sorted(out)
+
+    def read_text(self, rel: str) -> str:
+        stream = self.fs.open(self._p(rel))
+        try:
+            return bytes(self._io.toByteArray(stream)).decode()
+        finally:
+            stream.close()
+
+    def write_text(self, rel: str, text: str) -> None:
+        """Write whole, then rename into place (a reader sees the old file or the new one)."""
+        tmp = self._p(rel + ".tmp")
+        out = self.fs.create(tmp, True)
+        try:
+            out.write(bytearray(text.encode()))
+        finally:
+            out.close()
+        if self.fs.exists(self._p(rel)):
+            self.fs.delete(self._p(rel), False)
+        if not self.fs.rename(tmp, self._p(rel)):
+            raise OSError(f"could not rename {rel}.tmp into place")
+
+    def move(self, src: str, dst: str) -> None:
+        """Idempotent: a file already at ``dst`` (and gone from ``src``) counts as moved."""
+        if not self.exists(src):
+            if self.exists(dst):
+                return
+            raise FileNotFoundError(f"neither {src} nor {dst} exists in the warehouse")
+        parent = self._p(dst).getParent()
+        self.fs.mkdirs(parent)
+        if not self.fs.rename(self._p(src), self._p(dst)):
+            raise OSError(f"could not move {src} to {dst}")
+
+    def delete(self, rel: str) -> None:
+        if self.exists(rel):
+            self.fs.delete(self._p(rel), True)
+
+    # -- manifests -----------------------------------------------------------------------------
+
+    def manifests(self, suffix: str = ".json") -> list[int]:
+        return sorted(
+            int(n[: -len(suffix)])
+            for n in self.children(MANIFESTS)
+            if n.endswith(suffix) and n[: -len(suffix)].isdigit()
+        )
+
+    def read_manifest(self, run: int, suffix: str = ".json") -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.read_text(f"{MANIFESTS}/{run_name(run)}{suffix}"))
+        return data
+
+    def write_manifest(self, run: int, manifest: dict[str, Any], suffix: str) -> None:
+        self.write_text(f"{MANIFESTS}/{run_name(run)}{suffix}", json.dumps(manifest, indent=1, sort_keys=True))
+
+    def commit(self, run: int) -> None:
+        """``<run>.pending`` becomes ``<run>.json``: the run is published."""
+        src, dst = self._p(f"{MANIFESTS}/{run_name(run)}.pending"), self._p(f"{MANIFESTS}/{run_name(run)}.json")
+        if not self.fs.rename(src, dst):
+            raise OSError(f"could not commit the manifest of run {run}")

@@ -1,0 +1,151 @@
+"""``headwater load`` end to end: kill -9 of the driver mid-run, rerun, exactly once, audit counts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow.dataset as ds
+from confluent_kafka import Producer
+
+from headwater.client.consumer import ConsumerRecord
+from headwater.client.sync import SyncConsumer
+from tests.harness.broker import BrokerProcess
+
+WINDOW_MS = 60_000
+BASE_TS = 1_700_000_000_000
+
+
+def _produce(
+    bootstrap: str, topic: str, n: int, start: int = 0
+) -> dict[bytes, tuple[bytes, list[tuple[str, bytes]], int]]:
+    sent = {}
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.codec": "lz4", "acks": "all"})
+    for i in range(start, start + n):
+        ts = BASE_TS + i * 500  # 120 records per one-minute window
+        dc = b"dc1" if i % 3 else b"dc2"
+        key, value = f"member-{i % 17}".encode(), f"{topic}-{i}".encode()
+        headers = [("origin.host", b"web-1"), ("origin.dc", dc), ("origin.created", str(ts).encode())]
+        p.produce(topic, key=key, value=value, headers=headers, timestamp=ts)
+        sent[value] = (key, headers, ts)
+    assert p.flush(60) == 0
+    return sent
+
+
+def _load(config: Path, *extra: str, **popen: object) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "headwater.cli.main", "load", "-c", str(config), *extra],
+        env=env,
+        start_new_session=True,  # the driver, its JVM and Python workers: one process group to kill
+        **popen,  # type: ignore[call-overload]
+    )
+
+
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _warehouse_rows(root: Path, topic: str) -> list[dict[str, object]]:
+    return ds.dataset(root / topic, format="parquet", partitioning="hive").to_table().to_pylist()
+
+
+def test_killed_run_then_rerun_loads_every_record_exactly_once(
+    broker_factory: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    b = broker_factory(0, num_partitions=3, auto_create_topics_enable="true")
+    sent = _produce(b.bootstrap, "page-views", 1500)
+    sent.update(_produce(b.bootstrap, "clicks", 300))
+    warehouse = tmp_path / "warehouse"
+    config = tmp_path / "loader.properties"
+    config.write_text(
+        f"bootstrap.servers = {b.bootstrap}\ntopics = page-views, click.*\nwarehouse.path = {warehouse}\n"
+        f"spark.master = local[2]\naudit.bootstrap.servers = {b.bootstrap}\naudit.window.ms = {WINDOW_MS}\n"
+        "spark.ui.enabled = false\nmin.partitions = 6\n"
+    )
+
+    # 1. A run killed (SIGKILL, driver and JVM) while its tasks read: it published nothing.
+    log1 = open(tmp_path / "run1.log", "wb")  # noqa: SIM115
+    killed = _load(config, "--override", "headwater.test.read.delay.ms=300", stdout=log1, stderr=subprocess.STDOUT)
+    staging = warehouse / "_headwater" / "staging"
+    _wait(lambda: any(p.name == "_temporary" for p in staging.rglob("_temporary")), 180, "tasks writing to staging")
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait(30)
+    _wait(lambda: _group_gone(killed.pid), 60, "the killed driver's process group to end")
+    log1.close()
+    assert not (warehouse / "page-views").exists()
+    assert not list((warehouse / "_headwater" / "manifests").glob("*.json"))
+
+    # 2. The rerun loads everything, once.
+    second = _load(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out2 = second.communicate(timeout=600)[0].decode(errors="replace")
+    assert second.returncode == 0, out2[-4000:]
+    assert "never published" in out2  # the killed run's staging was dropped
+    assert "page-views: 1500 record(s)" in out2
+    for topic, n in (("page-views", 1500), ("clicks", 300)):
+        rows = _warehouse_rows(warehouse, topic)
+        assert len(rows) == n
+        assert len({(r["partition"], r["offset"]) for r in rows}) == n  # each offset exactly once
+        for r in rows:
+            key, headers, ts = sent[r["value"]]
+            assert r["key"] == key and r["topic"] == topic
+            assert [(h["key"], h["value"]) for h in r["headers"]] == headers
+            assert int(r["timestamp"].timestamp() * 1000) == ts
+            assert r["date"] == time.strftime("%Y-%m-%d", time.gmtime(ts / 1000))
+
+    # 3. Nothing new: nothing written.
+    files_before = sorted(p for p in warehouse.rglob("*") if p.is_file())
+    third = _load(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out3 = third.communicate(timeout=600)[0].decode(errors="replace")
+    assert third.returncode == 0, out3[-4000:]
+    assert "nothing new since run 1" in out3
+    assert sorted(p for p in warehouse.rglob("*") if p.is_file()) == files_before
+
+    # 4. New records: the next run takes only those.
+    sent.update(_produce(b.bootstrap, "page-views", 200, start=1500))
+    fourth = _load(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out4 = fourth.communicate(timeout=600)[0].decode(errors="replace")
+    assert fourth.returncode == 0, out4[-4000:]
+    rows = _warehouse_rows(warehouse, "page-views")
+    assert len(rows) == 1700 and len({(r["partition"], r["offset"]) for r in rows}) == 1700
+
+    # 5. Warehouse-tier count events in __audit add up, per topic, window and origin DC.
+    events = []
+    with SyncConsumer(b.bootstrap) as c:
+        for p in c.partitions_for("__audit"):
+            offset = 0
+            while True:
+                records: list[ConsumerRecord] = c.fetch("__audit", p, offset, max_wait_ms=100).records
+                if not records:
+                    break
+                events.extend(json.loads(r.value or b"{}") for r in records)
+                offset = records[-1].offset + 1
+    counted: dict[tuple[str, int, str], int] = {}
+    for e in events:
+        assert e["tier"] == "warehouse" and e["window_end"] - e["window_start"] == WINDOW_MS
+        k = (e["topic"], e["window_start"], e["datacenter"])
+        counted[k] = counted.get(k, 0) + e["count"]
+    expected: dict[tuple[str, int, str], int] = {}
+    for value, (_, headers, ts) in sent.items():
+        k = (value.decode().rsplit("-", 1)[0], ts // WINDOW_MS * WINDOW_MS, dict(headers)["origin.dc"].decode())
+        expected[k] = expected.get(k, 0) + 1
+    assert counted == expected
