@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# System packages the test suite needs: ZooKeeper (Debian's package, needs a JRE) and kcat.
+# System packages the test suite needs: ZooKeeper (Debian's package, needs a JRE; Spark uses it too),
+# kcat and Chromium.
 # Installs only what is missing; needs root (or passwordless sudo) when something is missing.
 set -euo pipefail
 need=()
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
+# Debian's Chromium drives the audit dashboard's browser test (Playwright; no browser download here).
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -29,9 +29,11 @@ def zk_connect(c: Cluster) -> str:
 
 
 class MirrorProcess:
-    """``headwater mirror`` as a child process; its output goes to a log file."""
+    """``headwater mirror`` (or another service: ``command``) as a child process; its output goes to
+    a log file."""
 
-    def __init__(self, workdir: Path, name: str, props: dict[str, Any]) -> None:
+    def __init__(self, workdir: Path, name: str, props: dict[str, Any], command: tuple[str, ...] = ("mirror",)) -> None:
+        self.command = command
         self.workdir = workdir
         self.name = name
         self.config = workdir / f"{name}.properties"
@@ -42,7 +44,7 @@ class MirrorProcess:
     def start(self) -> MirrorProcess:
         out = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "headwater.cli.main", "mirror", "-c", str(self.config)],
+            [sys.executable, "-m", "headwater.cli.main", *self.command, "-c", str(self.config)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -293,6 +293,32 @@ def iter_batches(
         pos = end
 
 
+def first_record(batch: Buffer, *, max_output: int = DEFAULT_MAX_OUTPUT) -> Record | None:
+    """The first record of one complete batch (at byte 0), parsing no other record.
+
+    For readers that account for a whole batch from its header and its first record (the audit
+    counts a batch whose records share one window and one origin this way). A compressed batch is
+    still inflated as a whole (one call into the codec); None for a control or empty batch.
+    """
+    h = _h.read_header(batch, 0)
+    if h.records_count <= 0 or h.is_control:
+        return None
+    if h.size > len(batch):
+        raise _corrupt(f"record batch of {h.size} bytes is truncated at byte {len(batch)}")
+    if h.codec == Codec.NONE:
+        data = bytes(memoryview(batch)[_h.HEADER_SIZE : h.size])
+    else:
+        data = decompress(h.codec, memoryview(batch)[_h.HEADER_SIZE : h.size], max_output=max_output)
+    try:
+        zigzag, p = _read_uvarint(data, 0)
+        length = (zigzag >> 1) ^ -(zigzag & 1)
+        if length < 0 or p + length > len(data):
+            raise _corrupt(f"record batch at offset {h.base_offset} has a malformed first record")
+        return _parse_records(data[: p + length], 1, h.base_offset, h.base_timestamp, h.max_timestamp, h.attributes)[0]
+    except (IndexError, UnicodeDecodeError) as e:
+        raise _corrupt(f"record batch at offset {h.base_offset} has a malformed first record: {e}") from None
+
+
 def _decode_records(h: BatchHeader, buf: Buffer, start: int, end: int, max_output: int) -> list[Record]:
     count = h.records_count
     if count < 0:

@@ -1,0 +1,59 @@
+"""``headwater audit serve -c audit.properties [--override key=value]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("audit", help="the audit service: counts every tier, reconciles, serves the dashboard")
+    actions = p.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
+    serve = actions.add_parser("serve", help="count, reconcile and serve the dashboard in the foreground")
+    serve.add_argument("-c", "--config", required=True, help="audit.properties")
+    serve.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="override a property (repeatable)"
+    )
+    serve.add_argument("--log-level", default="INFO")
+    serve.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from headwater.properties import parse_overrides
+
+    try:
+        from headwater.audit.config import AuditConfigError, load
+    except ImportError as e:  # pragma: no cover - the audit extra is missing
+        print(f"headwater audit: needs the audit extra (pip install 'headwater[audit]'): {e}", file=sys.stderr)
+        return 2
+    try:
+        config = load(args.config, parse_overrides(args.override))
+    except (AuditConfigError, ValueError) as e:
+        print(f"headwater audit: configuration error: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    import uvloop
+
+    from headwater.audit.service import AuditService
+
+    async def main() -> int:
+        try:
+            service = AuditService(config)
+        except Exception as e:
+            print(f"headwater audit: cannot open the store {config.store}: {e}", file=sys.stderr)
+            return 2
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        await service.run(stop)
+        return 0
+
+    return uvloop.run(main())

@@ -1,0 +1,112 @@
+"""The audit service's configuration (``audit.properties``).
+
+::
+
+    clusters = dc1, dc2, agg                 # each one is a tier named by its alias
+    dc1.bootstrap.servers = dc1-broker1:9092
+    dc2.bootstrap.servers = dc2-broker1:9092
+    agg.bootstrap.servers = agg-broker1:9092
+    audit.topics = page-views, clicks.*      # regexes of the audited topics
+    window.ms = 60000                        # must match the producers' window
+    grace.ms = 120000                        # a window closes this long after its end
+    store = sqlite:////var/lib/headwater/audit.db   # or postgresql://user:pass@host/db
+    http.port = 8080
+    alert.webhook.url = http://alerts:9000/hook     # optional
+
+A cluster whose alias is also a datacenter name (``origin.dc`` of the producers) is that
+datacenter's local tier: only its own datacenter's records are expected there. Any other cluster is
+an aggregate tier, expected to hold every datacenter's records.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from headwater.properties import parse_properties
+
+
+class AuditConfigError(ValueError):
+    """One line naming the property."""
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    clusters: dict[str, str]  # alias -> bootstrap
+    topics: tuple[re.Pattern[str], ...]
+    window_ms: int = 60000
+    grace_ms: int = 120000
+    store: str = "sqlite:///audit.db"
+    http_host: str = "0.0.0.0"
+    http_port: int = 8080
+    webhook_url: str | None = None
+    fetch_max_wait_ms: int = 500
+
+    def audited(self, topic: str) -> bool:
+        return any(p.fullmatch(topic) for p in self.topics)
+
+
+def parse(raw: dict[str, str]) -> AuditConfig:
+    props = {k.strip(): re.split(r"\s+#", v, maxsplit=1)[0].strip() for k, v in raw.items()}
+    aliases = [a.strip() for a in props.get("clusters", "").split(",") if a.strip()]
+    if not aliases:
+        raise AuditConfigError("clusters: no cluster aliases (e.g. clusters = dc1, dc2, agg)")
+    reserved = {"producer", "warehouse"}
+    clusters: dict[str, str] = {}
+    for a in aliases:
+        if a in reserved:
+            raise AuditConfigError(f"clusters: {a!r} is a tier name of its own; choose another alias")
+        bootstrap = props.get(f"{a}.bootstrap.servers") or (
+            f"zk://{props[f'{a}.zookeeper.connect']}" if props.get(f"{a}.zookeeper.connect") else ""
+        )
+        if not bootstrap:
+            raise AuditConfigError(f"{a}.bootstrap.servers: required for cluster {a}")
+        clusters[a] = bootstrap
+    for key in props:
+        alias, _, setting = key.partition(".")
+        if setting in ("bootstrap.servers", "zookeeper.connect") and alias not in clusters:
+            raise AuditConfigError(f"{key}: cluster {alias!r} is not in clusters ({', '.join(aliases)})")
+    topics = []
+    for item in (t.strip() for t in props.get("audit.topics", ".*").split(",")):
+        if item:
+            try:
+                topics.append(re.compile(item))
+            except re.error as e:
+                raise AuditConfigError(f"audit.topics: {item!r} is not a valid regex ({e})") from None
+
+    def integer(key: str, default: int, minimum: int) -> int:
+        raw_value = props.get(key, "")
+        if not raw_value:
+            return default
+        try:
+            value = int(raw_value)
+        except ValueError:
+            raise AuditConfigError(f"{key}: {raw_value!r} is not an integer") from None
+        if value < minimum:
+            raise AuditConfigError(f"{key}: {value} is below the minimum of {minimum}")
+        return value
+
+    store = props.get("store", "sqlite:///audit.db")
+    if not store.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        raise AuditConfigError(f"store: {store!r} is not sqlite:///<path> or postgresql://...")
+    return AuditConfig(
+        clusters=clusters,
+        topics=tuple(topics),
+        window_ms=integer("window.ms", 60000, 1),
+        grace_ms=integer("grace.ms", 120000, 0),
+        store=store,
+        http_host=props.get("http.host", "0.0.0.0"),
+        http_port=integer("http.port", 8080, 0),
+        webhook_url=props.get("alert.webhook.url") or None,
+        fetch_max_wait_ms=integer("fetch.max.wait.ms", 500, 0),
+    )
+
+
+def load(path: str, overrides: dict[str, str]) -> AuditConfig:
+    try:
+        with open(path, encoding="utf-8") as f:
+            props = parse_properties(f.read())
+    except OSError as e:
+        raise AuditConfigError(f"cannot read {path}: {e.strerror}") from None
+    props.update(overrides)
+    return parse(props)

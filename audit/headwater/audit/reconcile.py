@@ -1,0 +1,102 @@
+"""Reconciliation: what each tier counted against what the producers said they sent ("balancing
+the books", the paper's section 4). Pure: rows in, statuses out.
+
+Per (topic, window, datacenter, tier): ``expected`` is the producer tier's count (de-duplicated count
+events), ``completeness`` = count / expected, and the status:
+
+- ``open``        the window has not closed yet (now < window end + grace)
+- ``loss``        closed, fewer records than the producers sent (``missing`` says how many)
+- ``duplicates``  closed, more records than the producers sent
+- ``late``        closed and balanced, but some counts arrived after it closed
+- ``complete``    closed and balanced
+- ``unaudited``   records without origin headers (datacenter ``-``): nothing to compare with
+
+Which tiers a datacenter's records must reach: the producer tier; the cluster named like the
+datacenter (its local tier); every cluster that is not named like a datacenter (an aggregate); and
+the warehouse, once the warehouse has counted this window or a later one of the topic.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from headwater.audit.store import UNAUDITED_DC, CountRow
+
+PRODUCER = "producer"
+WAREHOUSE = "warehouse"
+
+
+@dataclass(frozen=True)
+class Completeness:
+    topic: str
+    window_start: int
+    window_end: int
+    datacenter: str
+    tier: str
+    count: int
+    expected: int | None
+    completeness: float | None
+    status: str
+    late: int = 0
+
+    @property
+    def missing(self) -> int:
+        return max((self.expected or 0) - self.count, 0) if self.expected is not None else 0
+
+    def as_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["missing"] = self.missing
+        return d
+
+
+def tiers_for(datacenter: str, clusters: Iterable[str], datacenters: set[str]) -> list[str]:
+    return [c for c in clusters if c == datacenter or c not in datacenters]
+
+
+def reconcile(
+    rows: Iterable[CountRow],
+    clusters: list[str],
+    datacenters: set[str],
+    window_ms: int,
+    grace_ms: int,
+    now_ms: int,
+) -> list[Completeness]:
+    by_window: dict[tuple[str, int, str], dict[str, CountRow]] = defaultdict(dict)
+    warehouse_reach: dict[str, int] = {}
+    for r in rows:
+        by_window[(r.topic, r.window_start, r.datacenter)][r.tier] = r
+        if r.tier == WAREHOUSE:
+            warehouse_reach[r.topic] = max(warehouse_reach.get(r.topic, r.window_start), r.window_start)
+    out: list[Completeness] = []
+    for (topic, start, dc), tiers in sorted(by_window.items()):
+        end = start + window_ms
+        closed = now_ms >= end + grace_ms
+        if dc == UNAUDITED_DC:
+            for tier, r in sorted(tiers.items()):
+                out.append(Completeness(topic, start, end, dc, tier, r.count, None, None, "unaudited", r.late))
+            continue
+        producer = tiers.get(PRODUCER)
+        expected = producer.count if producer is not None else 0
+        names = [PRODUCER, *tiers_for(dc, clusters, datacenters)]
+        if topic in warehouse_reach and warehouse_reach[topic] >= start:
+            names.append(WAREHOUSE)
+        for tier in names:
+            row = tiers.get(tier)
+            count = row.count if row is not None else 0
+            late = row.late if row is not None else 0
+            if not closed:
+                status = "open"
+            elif count < expected:
+                status = "loss"
+            elif count > expected:
+                status = "duplicates"
+            elif late:
+                status = "late"
+            else:
+                status = "complete"
+            ratio = count / expected if expected else (1.0 if count == 0 else None)
+            out.append(Completeness(topic, start, end, dc, tier, count, expected, ratio, status, late))
+    return out

@@ -1,0 +1,196 @@
+"""The audit service's HTTP side (aiohttp): the dashboard, the JSON API, /metrics and /healthz.
+
+- ``GET /`` — for one topic (``?topic=``), a grid of windows by (datacenter, tier): green complete,
+  red loss with the missing count, amber duplicates, blue late, grey open; each cell links to the
+  window's drill-down; a chart of records per window per tier (inline SVG); refreshes every 10 s.
+- ``GET /window?topic=&window_start=&datacenter=`` — every tier of one window and the producer
+  tier's per-host counts.
+- ``GET /api/v1/completeness?topic=T[&from=ms&to=ms]`` — ``{"rows": [...]}``; ``GET /api/v1/topics``.
+- ``GET /metrics`` (Prometheus), ``GET /healthz``.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from headwater.audit.reconcile import PRODUCER, Completeness
+
+_COLORS = {
+    "complete": "#2e7d32",
+    "loss": "#c62828",
+    "duplicates": "#ef8f00",
+    "late": "#1565c0",
+    "open": "#9e9e9e",
+    "unaudited": "#6d4c41",
+}
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.5em; }
+table.grid { border-collapse: collapse; font-size: 0.85em; }
+.grid th, .grid td { border: 1px solid #ddd; padding: 3px 6px; text-align: center; white-space: nowrap; }
+.grid td.cell a { color: white; text-decoration: none; display: block; }
+.legend span { display: inline-block; padding: 2px 8px; margin-right: 4px; color: white; border-radius: 3px; }
+nav a { margin-right: 1em; } .muted { color: #777; }
+"""
+
+
+def _fmt_time(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) + "Z"
+
+
+def _page(title: str, body: str, refresh: bool = True) -> web.Response:
+    meta = '<meta http-equiv="refresh" content="10">' if refresh else ""
+    return web.Response(
+        text=f"<!doctype html><html><head><meta charset='utf-8'>{meta}<title>{html.escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body>{body}</body></html>",
+        content_type="text/html",
+    )
+
+
+def _cell_text(r: Completeness) -> str:
+    if r.status == "loss":
+        return f"-{r.missing}"
+    if r.status == "duplicates":
+        return f"+{r.count - (r.expected or 0)}"
+    if r.completeness is None:
+        return str(r.count)
+    return f"{r.completeness * 100:.0f}%"
+
+
+def _chart(rows: list[Completeness]) -> str:
+    """Records per window per tier (summed over datacenters), as an inline SVG line chart."""
+    series: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for r in rows:
+        series[r.tier][r.window_start] += r.count
+    windows = sorted({r.window_start for r in rows})
+    if len(windows) < 2:
+        return ""
+    width, height, pad = 720, 200, 30
+    top = max((v for s in series.values() for v in s.values()), default=1) or 1
+    x = {w: pad + i * (width - 2 * pad) / (len(windows) - 1) for i, w in enumerate(windows)}
+    palette = ["#37474f", "#2e7d32", "#1565c0", "#6a1b9a", "#ef8f00", "#c62828", "#00838f"]
+    lines, legend = [], []
+    for i, (tier, points) in enumerate(sorted(series.items())):
+        color = palette[i % len(palette)]
+        pts = " ".join(f"{x[w]:.1f},{height - pad - points.get(w, 0) * (height - 2 * pad) / top:.1f}" for w in windows)
+        lines.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{pts}"/>')
+        legend.append(f'<text x="{pad + i * 110}" y="14" fill="{color}" font-size="12">{html.escape(tier)}</text>')
+    axis = (
+        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#999"/>'
+        f'<text x="2" y="{pad}" font-size="11" fill="#666">{top}</text>'
+    )
+    return f'<svg width="{width}" height="{height}" role="img" aria-label="records per window">{axis}{"".join(lines)}{"".join(legend)}</svg>'
+
+
+def make_app(
+    rows_for: Callable[[str | None, int | None, int | None], list[Completeness]],
+    topics: Callable[[], list[str]],
+    hosts_for: Callable[[str, int, str], list[tuple[str, str, int, int]]],
+    registry: Any,
+    health: Callable[[], tuple[bool, str]],
+) -> web.Application:
+    app = web.Application()
+
+    async def dashboard(request: web.Request) -> web.Response:
+        names = topics()
+        topic = request.query.get("topic") or (names[0] if names else None)
+        nav = " ".join(
+            f'<a href="/?topic={html.escape(t)}">{"<b>" if t == topic else ""}{html.escape(t)}{"</b>" if t == topic else ""}</a>'
+            for t in names
+        )
+        legend = "".join(f'<span style="background:{c}">{s}</span>' for s, c in _COLORS.items())
+        if topic is None:
+            return _page("Headwater audit", "<h1>Headwater audit</h1><p>No audited records counted yet.</p>")
+        rows = rows_for(topic, None, None)
+        windows = sorted({r.window_start for r in rows}, reverse=True)[:40]
+        columns = sorted({(r.datacenter, r.tier) for r in rows}, key=lambda c: (c[0], c[1] != PRODUCER, c[1]))
+        by = {(r.window_start, r.datacenter, r.tier): r for r in rows}
+        head = "".join(f"<th>{html.escape(dc)}<br>{html.escape(t)}</th>" for dc, t in columns)
+        body = []
+        for w in windows:
+            cells = []
+            for dc, t in columns:
+                r = by.get((w, dc, t))
+                if r is None:
+                    cells.append("<td></td>")
+                    continue
+                link = f"/window?topic={html.escape(topic)}&window_start={w}&datacenter={html.escape(dc)}"
+                cells.append(
+                    f'<td class="cell {r.status}" style="background:{_COLORS[r.status]}" '
+                    f'title="{r.status}: {r.count} of {r.expected}"><a href="{link}">{_cell_text(r)}</a></td>'
+                )
+            body.append(f"<tr><th>{_fmt_time(w)}</th>{''.join(cells)}</tr>")
+        return _page(
+            f"Headwater audit: {topic}",
+            f"<h1>Headwater audit — {html.escape(topic)}</h1><nav>{nav}</nav>"
+            f'<p class="legend">{legend}</p>{_chart([r for r in rows if r.window_start in set(windows)])}'
+            f'<table class="grid"><tr><th>window (UTC)</th>{head}</tr>{"".join(body)}</table>'
+            "<p class=\"muted\">Counts per window of the records' creation time; expected = the producers' count events.</p>",
+        )
+
+    async def window(request: web.Request) -> web.Response:
+        try:
+            topic = request.query["topic"]
+            start = int(request.query["window_start"])
+            dc = request.query["datacenter"]
+        except (KeyError, ValueError):
+            raise web.HTTPBadRequest(text="topic, window_start (ms) and datacenter are required") from None
+        rows = [r for r in rows_for(topic, start, start + 1) if r.datacenter == dc]
+        tiers = "".join(
+            f"<tr><td>{html.escape(r.tier)}</td><td>{r.count}</td><td>{r.expected}</td>"
+            f'<td style="background:{_COLORS[r.status]};color:white" class="status">{r.status}</td>'
+            f'<td class="missing">{r.missing}</td><td>{r.late}</td></tr>'
+            for r in rows
+        )
+        hosts = "".join(
+            f"<tr><td>{html.escape(h)}</td><td>{html.escape(a)}</td><td>{n}</td><td>{e}</td></tr>"
+            for h, a, n, e in hosts_for(topic, start, dc)
+        )
+        return _page(
+            f"{topic} {dc} {_fmt_time(start)}",
+            f'<p><a href="/?topic={html.escape(topic)}">← {html.escape(topic)}</a></p>'
+            f"<h1>{html.escape(topic)} · {html.escape(dc)} · window {_fmt_time(start)}</h1>"
+            '<table class="grid" id="tiers"><tr><th>tier</th><th>count</th><th>expected</th><th>status</th>'
+            f"<th>missing</th><th>late</th></tr>{tiers}</table>"
+            '<h2>Producers</h2><table class="grid" id="hosts"><tr><th>host</th><th>application</th><th>records</th>'
+            f"<th>count events</th></tr>{hosts}</table>",
+            refresh=False,
+        )
+
+    async def completeness(request: web.Request) -> web.Response:
+        topic = request.query.get("topic")
+        try:
+            since = int(request.query["from"]) if "from" in request.query else None
+            until = int(request.query["to"]) if "to" in request.query else None
+        except ValueError:
+            raise web.HTTPBadRequest(text="from and to are milliseconds since the epoch") from None
+        return web.json_response({"rows": [r.as_json() for r in rows_for(topic, since, until)]})
+
+    async def topics_api(_request: web.Request) -> web.Response:
+        return web.json_response({"topics": topics()})
+
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_request: web.Request) -> web.Response:
+        ok, why = health()
+        return web.Response(text=why + "\n", status=200 if ok else 503)
+
+    app.add_routes(
+        [
+            web.get("/", dashboard),
+            web.get("/window", window),
+            web.get("/api/v1/completeness", completeness),
+            web.get("/api/v1/topics", topics_api),
+            web.get("/metrics", metrics),
+            web.get("/healthz", healthz),
+        ]
+    )
+    return app
