@@ -20,7 +20,7 @@ from tests.cluster.util import create_topic
 from tests.mirror.util import MirrorProcess, wait_for, zk_connect
 
 WINDOW_MS = 2000
-GRACE_MS = 3000
+GRACE_MS = 10000  # generous: the mirror and the audit run on a loaded two-core machine
 
 
 def _get(url: str) -> Any:
@@ -124,8 +124,14 @@ def test_every_tier_complete_loss_and_duplicates_exact_and_restart_safe(pipeline
         for dc in ("dc1", "dc2"):
             _produce(p[dc].bootstrap, dc, ["views", "views-drop", "views-dup"], 600)
 
-        wait_for(lambda: _settled(port, "views"), 120, "every window of views to close", audit)
-        rows = _settled(port, "views")
+        # 100 % at every tier, once every window closed (a count that arrived after its window closed
+        # is still counted: the status is then "late", the completeness still 1.0).
+        def clean() -> list[dict[str, Any]]:
+            rows = _settled(port, "views")
+            return rows if rows and all(r["completeness"] == 1.0 for r in rows) else []
+
+        wait_for(clean, 180, "every window of views to close at 100 %", audit)
+        rows = clean()
         assert {(r["datacenter"], r["tier"]) for r in rows} == {
             ("dc1", "producer"),
             ("dc1", "dc1"),
@@ -134,26 +140,31 @@ def test_every_tier_complete_loss_and_duplicates_exact_and_restart_safe(pipeline
             ("dc2", "dc2"),
             ("dc2", "agg"),
         }
-        assert all(r["status"] == "complete" and r["completeness"] == 1.0 for r in rows), [
-            r for r in rows if r["status"] != "complete"
-        ]
+        assert {r["status"] for r in rows} <= {"complete", "late"}
         assert sum(r["count"] for r in rows if r["tier"] == "producer") == 1200  # (1200 + 600) x 2 DCs / 3 topics
 
-        wait_for(lambda: _settled(port, "views-drop"), 120, "every window of views-drop to close", audit)
-        rows = _settled(port, "views-drop")
-        dropped = _metric(drop_port, "headwater_mirror_test_dropped_records_total")
-        assert dropped > 0
-        assert sum(r["missing"] for r in rows if r["tier"] == "agg") == dropped  # exactly what the mirror dropped
-        assert all(r["status"] == "complete" for r in rows if r["tier"] != "agg")  # only the aggregate tier
-        assert {r["status"] for r in rows if r["tier"] == "agg"} <= {"loss", "complete"}
+        # Exactly what the mirror dropped is missing, at the aggregate tier only.
+        def dropped_rows() -> list[dict[str, Any]]:
+            rows = _settled(port, "views-drop")
+            dropped = _metric(drop_port, "headwater_mirror_test_dropped_records_total")
+            missing = sum(r["missing"] for r in rows if r["tier"] == "agg")
+            return rows if rows and dropped > 0 and missing == dropped else []
 
-        wait_for(lambda: _settled(port, "views-dup"), 120, "every window of views-dup to close", audit)
-        rows = _settled(port, "views-dup")
-        doubled = _metric(dup_port, "headwater_mirror_test_duplicated_records_total")
-        assert doubled > 0
-        assert sum(r["count"] - r["expected"] for r in rows if r["tier"] == "agg") == doubled
-        assert "duplicates" in {r["status"] for r in rows if r["tier"] == "agg"}
-        assert "AUDIT LOSS: topic views-drop" in audit.log()
+        wait_for(dropped_rows, 180, "views-drop to report exactly the dropped records", audit)
+        rows = dropped_rows()
+        assert all(r["completeness"] == 1.0 for r in rows if r["tier"] != "agg")
+        assert "loss" in {r["status"] for r in rows if r["tier"] == "agg"}
+
+        # Exactly what the mirror doubled is reported as duplicates.
+        def doubled_rows() -> list[dict[str, Any]]:
+            rows = _settled(port, "views-dup")
+            doubled = _metric(dup_port, "headwater_mirror_test_duplicated_records_total")
+            extra = sum(r["count"] - r["expected"] for r in rows if r["tier"] == "agg")
+            return rows if rows and doubled > 0 and extra == doubled else []
+
+        wait_for(doubled_rows, 180, "views-dup to report exactly the doubled records", audit)
+        assert "duplicates" in {r["status"] for r in doubled_rows() if r["tier"] == "agg"}
+        wait_for(lambda: "AUDIT LOSS: topic views-drop" in audit.log(), 60, "the loss alert line", audit)
 
         _browser_drills_into_a_red_window(port, p["tmp"] / "dashboard.png")
     finally:
