@@ -86,6 +86,7 @@ class FaultyFileSystem(OsFileSystem):
         self.fail_truncate = False
         self.fail_fsync = False
         self.short_writes: int | None = None
+        self.fail_open: str | None = None  # opening a path with this suffix fails (EMFILE)
 
     def fail_nth_write(self, n: int = 1, *, partial: int = 0, suffix: str = ".log") -> None:
         """The ``n``-th write from now to a file ending in ``suffix`` writes ``partial`` bytes, then raises EIO."""
@@ -94,6 +95,8 @@ class FaultyFileSystem(OsFileSystem):
         self._write_suffix = suffix
 
     def open(self, path: str, *, create: bool = False) -> int:
+        if self.fail_open and path.endswith(self.fail_open):
+            raise OSError(errno.EMFILE, "injected open failure: too many open files")
         fd = super().open(path, create=create)
         self.paths[fd] = path
         return fd

@@ -235,3 +235,43 @@ def test_an_overlapping_segment_is_dropped(tmp_path: Path) -> None:
     assert [s.base_offset for s in again.segments] == [0, second]
     assert again.log_end_offset == third
     assert [r.offset for r in read_all(again)] == list(range(third))
+
+
+def test_a_failed_roll_leaves_no_segment_that_deletes_later_data_at_the_next_start(tmp_path: Path) -> None:
+    """Issue 9, defect 1: an index that cannot be created while rolling (EMFILE) must not leave an
+    empty .log behind; at the next start it would overlap the previous segment, and open() would
+    delete it and every later segment: flushed, acknowledged data."""
+    fs = FaultyFileSystem()
+    log = open_log(tmp_path, LogConfig(segment_bytes=1000), fs=fs)
+    log.append(batch(2, value_size=300), 0)  # ~700 bytes: the next big batch needs a new segment
+    failed_at = log.log_end_offset
+    fs.fail_open = ".index"
+    with pytest.raises(KafkaError):
+        log.append(batch(2, value_size=300), 0)  # the roll fails
+    fs.fail_open = None
+    assert segment_files(log.dir) == [f"{0:020d}.log"]  # no empty segment left behind
+    log.append(batch(1, value_size=50), 0)  # fits the old segment: offsets past the failed roll's base
+    while len(log.segments) < 3:
+        log.append(batch(2, value_size=300), 0)  # later rolls succeed
+    end = log.log_end_offset
+    log.flush()
+    log.close()
+    again = open_log(tmp_path, LogConfig(segment_bytes=1000), needs_recovery=True)
+    assert again.log_end_offset == end
+    assert [r.offset for r in read_all(again)] == list(range(end))
+    assert failed_at in [r.offset for r in read_all(again)]
+
+
+def test_an_empty_overlapping_segment_is_dropped_alone(tmp_path: Path) -> None:
+    """A stray empty .log (left by an older version's failed roll) overlapping its predecessor is
+    deleted by itself; the segments after it are kept."""
+    log = filled_log(tmp_path)
+    files = segment_files(log.dir)
+    second, third = int(files[1][:20]), int(files[2][:20])
+    end = log.log_end_offset
+    open(os.path.join(log.dir, f"{second + 1:020d}.log"), "wb").close()
+    again = open_log(tmp_path, SMALL)
+    assert again.log_end_offset == end
+    assert [r.offset for r in read_all(again)] == list(range(end))
+    assert third in [s.base_offset for s in again.segments]
+    assert not os.path.exists(os.path.join(log.dir, f"{second + 1:020d}.log"))

@@ -247,6 +247,16 @@ class Log:
                 fs.unlink(os.path.join(directory, name))
 
         segments = [Segment.open(fs, directory, b, config.index_interval_bytes) for b in bases]
+        # An empty segment before the last one holds nothing (rolls happen only from a non-empty
+        # segment; it is what a roll that failed half-way left in older versions): drop it alone,
+        # rather than let it look like an overlap that would drop every later segment.
+        empty_overlapping = [seg for seg in segments[:-1] if seg.size == 0]
+        for seg in empty_overlapping:
+            log.warning("%s deleting empty segment %s left by a failed roll", ident, seg.log_path)
+            seg.delete()
+        if empty_overlapping:
+            segments = [s for s in segments if s not in empty_overlapping]
+            bases = [s.base_offset for s in segments]
         if needs_recovery and segments:
             first_to_recover = max(bisect_right(bases, recovery_point) - 1, 0)
         else:

@@ -163,11 +163,28 @@ class Segment:
         seg = cls(fs, directory, base_offset, index_interval_bytes)
         fd = fs.open(seg.log_path, create=True)
         seg._file = SegmentFile(fs, fd)
-        if fs.fsize(fd):
-            log.warning("%s already exists with %d bytes; emptying it", seg.log_path, fs.fsize(fd))
-            fs.ftruncate(fd, 0)
-        seg._index.rewrite()
-        seg._time_index.rewrite()
+        try:
+            if fs.fsize(fd):
+                log.warning("%s already exists with %d bytes; emptying it", seg.log_path, fs.fsize(fd))
+                fs.ftruncate(fd, 0)
+            seg._index.rewrite()
+            seg._time_index.rewrite()
+        except OSError:
+            # No half-made segment may stay: an empty .log left here would overlap the previous
+            # segment once that one grows past this base offset, and the next start would drop it
+            # together with every later segment.
+            seg._file = None  # the descriptor closes with its last reference
+            for index in (seg._index, seg._time_index):
+                try:
+                    index.close()
+                except OSError:
+                    pass
+            for path in (seg.log_path, seg._index.path, seg._time_index.path):
+                try:
+                    fs.unlink(path)
+                except OSError:
+                    pass
+            raise
         seg.last_modified_ms = now_ms
         return seg
 
