@@ -57,6 +57,12 @@ class ReplicaManager:
             await asyncio.gather(self._isr_task, return_exceptions=True)
         await self.fetchers.stop()
 
+    def high_watermark_of(self, tp: TP) -> int | None:
+        """This replica's high watermark of ``tp`` (None while it has no replica state for it): the
+        limit of retention. Called from the log manager's thread; one dict read, one int read."""
+        part = self.partitions.get(tp)
+        return None if part is None else part.high_watermark
+
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 

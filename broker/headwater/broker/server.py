@@ -93,6 +93,7 @@ class KafkaBroker:
                 flush_offset_checkpoint_interval_ms=cfg.log_flush_offset_checkpoint_interval_ms,
             )
         )
+        self.log_manager.high_watermark_of = self.replicas.high_watermark_of  # retention stops at the HW
         await self.server.start()
         if cfg.prometheus_port is not None:
             port = self.metrics.serve(cfg.prometheus_port, cfg.prometheus_host)

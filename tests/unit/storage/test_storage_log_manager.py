@@ -196,3 +196,43 @@ def test_topic_configs_apply_to_loaded_and_created_logs(tmp_path: Path) -> None:
     again = LogManager([d], LogConfig(), clock=ManualClock(), topic_configs={"small": small})
     assert again.get_log("small", 0).config is small  # type: ignore[union-attr]
     again.shutdown()
+
+
+def test_retention_never_passes_the_high_watermark(tmp_path: Path) -> None:
+    """Issue 9, defect 5: retention stops at the segment holding the high watermark, so the log start
+    offset never passes records that are not yet replicated (readable) everywhere."""
+    clock = ManualClock()
+    cfg = LogConfig(segment_bytes=600, retention_ms=1000)
+    mgr = LogManager([str(tmp_path / "d")], cfg, clock=clock)
+    lg = mgr.create_log("t", 0)
+    for i in range(8):
+        lg.append(batch(2, value_size=100, ts=clock.time_ms(), tag=i), 0)
+    assert len(lg.segments) > 3
+    clock.advance(10_000)
+    hw = lg.segments[2].base_offset  # the leader's high watermark sits in the third segment
+    mgr.high_watermark_of = lambda tp: hw if tp == ("t", 0) else None
+    mgr.cleanup_logs()
+    assert lg.log_start_offset == lg.segments[0].base_offset <= hw
+    assert lg.segments[0].base_offset == hw  # the segments wholly below the HW went, not the rest
+    mgr.high_watermark_of = lambda tp: None  # unknown HW (no replica state yet): delete nothing
+    before = lg.log_start_offset
+    mgr.cleanup_logs()
+    assert lg.log_start_offset == before
+    mgr.shutdown()
+
+
+def test_an_idle_partition_rolls_on_segment_ms_and_expires(tmp_path: Path) -> None:
+    """Issue 9, defect 5: without appends the active segment must still roll on segment.ms, so an
+    idle partition's data goes when retention.ms says."""
+    clock = ManualClock()
+    cfg = LogConfig(segment_ms=5_000, retention_ms=60_000)
+    mgr = LogManager([str(tmp_path / "d")], cfg, clock=clock)
+    lg = mgr.create_log("t", 0)
+    lg.append(batch(3, ts=clock.time_ms()), 0)
+    end = lg.log_end_offset
+    mgr.high_watermark_of = lambda tp: end
+    clock.advance(120_000)  # no append since
+    mgr.cleanup_logs()
+    assert lg.log_start_offset == end == lg.log_end_offset  # rolled, then the old segment expired
+    assert lg.active_segment.size == 0
+    mgr.shutdown()

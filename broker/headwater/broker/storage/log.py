@@ -594,6 +594,18 @@ class Log:
             return seg
         return self.roll(reason)
 
+    def roll_if_idle(self) -> bool:
+        """Roll the active segment when segment.ms has passed since its first append even though
+        nothing was appended since (an idle partition's data must still expire by retention.ms)."""
+        seg = self._segments[-1]
+        if self._offline or not seg.size or seg.rolling_base_ms is None:
+            return False
+        now = self._clock.time_ms()
+        if now - seg.rolling_base_ms <= self._config.segment_ms:
+            return False
+        self.roll(f"segment.ms {self._config.segment_ms} passed without appends")
+        return True
+
     def roll(self, reason: str = "requested") -> Segment:
         """Start a new active segment at the log end offset (unless the active one is empty)."""
         old = self._segments[-1]

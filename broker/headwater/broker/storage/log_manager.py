@@ -114,6 +114,10 @@ class LogManager:
         self.flush_scheduler_interval_ms = flush_scheduler_interval_ms
         self.flush_offset_checkpoint_interval_ms = flush_offset_checkpoint_interval_ms
         self._topic_configs = dict(topic_configs or {})
+        #: The replica layer's high watermark of a partition, so retention never moves the log start past
+        #: it (None from the callable: not known yet, nothing is deleted). Unset: no replication above
+        #: this log manager, the log end offset is the limit.
+        self.high_watermark_of: Callable[[TopicPartition], int | None] | None = None
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, str] = {}
         self._locks: dict[str, int] = {}
@@ -276,7 +280,13 @@ class LogManager:
         total = 0
         for (topic, partition), lg in list(self._logs.items()):
             try:
-                total += lg.delete_retention_segments()
+                lg.roll_if_idle()  # segment.ms also applies to a partition nobody writes to
+                hw = None
+                if self.high_watermark_of is not None:
+                    hw = self.high_watermark_of((topic, partition))
+                    if hw is None:
+                        continue
+                total += lg.delete_retention_segments(high_watermark=hw)
             except (KafkaError, OSError) as e:
                 log.error("retention of %s-%d failed: %s", topic, partition, e)
         return total
