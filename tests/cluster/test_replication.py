@@ -119,3 +119,31 @@ def test_session_expiry_stops_the_leader_and_it_rejoins(cluster_factory: Callabl
     acked.update(produce_acked(c, "expiry", [f"f{i}".encode() for i in range(200)]))
     c.wait_for(lambda: leader in c.state("expiry", 0)["isr"], 60, "the expired broker back in the ISR")
     assert read_all(c, "expiry") == acked
+
+
+def test_acks_all_survives_a_leader_epoch_bump_on_an_unchanged_leader(cluster_factory: Callable[..., Cluster]) -> None:
+    """Issue 9, defect 4: when a follower dies, the controller removes it from the ISR with a new
+    leader epoch while the leader stays the same; an acks=all request waiting for that follower must
+    then succeed (the rest of the ISR has the records), not fail with NOT_LEADER_FOR_PARTITION."""
+    # The leader's own lag check must not shrink the ISR first (it does so without a new epoch).
+    c = cluster_factory(3, zookeeper_session_timeout_ms=4000, replica_lag_time_max_ms=120000)
+    create_topic(c, "epoch-bump")
+    leader = _leader(c, "epoch-bump")
+    epoch = int(c.state("epoch-bump", 0)["leader_epoch"])
+    follower = next(b for b in (1, 2, 3) if b != leader)
+    c.kill9(follower)
+    w = Wire(c.brokers[leader].bootstrap, timeout=90)
+    batch = encode_batch([RecordInput(None, b"waits-for-the-isr", int(time.time() * 1000))])
+    resp = w.request(
+        PRODUCE,
+        7,
+        {
+            "acks": -1,
+            "timeout_ms": 60000,
+            "topics": [{"name": "epoch-bump", "partitions": [{"partition_index": 0, "records": batch}]}],
+        },
+    )
+    state = c.state("epoch-bump", 0)
+    assert state["leader"] == leader and state["leader_epoch"] > epoch and follower not in state["isr"]
+    assert resp["responses"][0]["partitions"][0]["error_code"] == ErrorCode.NONE
+    c.restart(follower)

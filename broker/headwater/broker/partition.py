@@ -49,6 +49,10 @@ class Partition:
     followers: dict[int, FollowerState] = field(default_factory=dict)
     #: set while an ISR change is being written, so two writes never race
     isr_update_in_flight: bool = False
+    #: bumped each time this broker becomes leader after not leading: a waiting acks=all request
+    #: is answered only by the leadership it was appended under (a new leader epoch with the same
+    #: leader, as an ISR change by the controller makes, keeps it)
+    leadership: int = 0
 
     @property
     def key(self) -> tuple[str, int]:
@@ -68,6 +72,8 @@ class Partition:
         controller_epoch: int,
         now_ms: int,
     ) -> None:
+        if not self.is_leader:
+            self.leadership += 1
         self.log = log_
         self.leader_id = self.broker_id
         self.leader_epoch = leader_epoch

@@ -44,7 +44,7 @@ ZSTD = 4
 class _Waiting:
     result: Message
     partition: Partition
-    leader_epoch: int
+    leadership: int
     required_offset: int
     min_isr: int
 
@@ -81,7 +81,9 @@ async def _wait_for_replication(broker: KafkaBroker, waiting: list[_Waiting], ti
         still = []
         for w in pending:
             part = w.partition
-            if not part.is_leader or part.leader_epoch != w.leader_epoch:
+            if not part.is_leader or part.leadership != w.leadership:
+                # This broker stopped leading (perhaps only for a while: the records may be gone).
+                # A new leader epoch alone (the controller shrank the ISR) is no reason to fail.
                 _fail(w.result, ErrorCode.NOT_LEADER_FOR_PARTITION)
             elif part.high_watermark >= w.required_offset:
                 if len(part.isr) < w.min_isr:
@@ -167,4 +169,4 @@ def _append(
     }
     if acks != -1 or part.high_watermark > appended.last_offset:
         return result, None
-    return result, _Waiting(result, part, part.leader_epoch, appended.last_offset + 1, min_isr)
+    return result, _Waiting(result, part, part.leadership, appended.last_offset + 1, min_isr)
