@@ -147,3 +147,64 @@ def test_acks_all_survives_a_leader_epoch_bump_on_an_unchanged_leader(cluster_fa
     assert state["leader"] == leader and state["leader_epoch"] > epoch and follower not in state["isr"]
     assert resp["responses"][0]["partitions"][0]["error_code"] == ErrorCode.NONE
     c.restart(follower)
+
+
+def test_controlled_shutdown_demotes_the_old_leader_at_once(cluster_factory: Callable[..., Cluster]) -> None:
+    """Issue 9, defect 3: once the controller moved a partition's leadership off a broker in
+    controlled shutdown, that broker must stop leading it at once, even while its shutdown still
+    waits for other partitions: it refuses writes (NOT_LEADER_FOR_PARTITION) instead of taking
+    acks=1 writes at the old epoch that the new leader's log would later truncate."""
+    import asyncio
+    import threading
+
+    from headwater.client.admin import Admin, NewTopic
+
+    # Controlled shutdown keeps retrying (for "stuck") for up to 5 x 3 s while we look at "moved".
+    c = cluster_factory(3, controlled_shutdown_max_retries=5, controlled_shutdown_retry_backoff_ms=3000)
+
+    # L shuts down; F takes "moved" over; P (never the controller: it gets paused) holds "stuck".
+    controller = c.controller()
+    assert controller is not None
+    P = next(b for b in (1, 2, 3) if b != controller)
+    L, F = (b for b in (1, 2, 3) if b != P)
+
+    async def create() -> None:
+        async with Admin(c.bootstrap) as admin:
+            result = await admin.create_topics(
+                [
+                    NewTopic("moved", assignments={0: [L, F]}, configs={"min.insync.replicas": "1"}),
+                    NewTopic("stuck", assignments={0: [L, P]}, configs={"min.insync.replicas": "1"}),
+                ]
+            )
+            assert all(e is None for e in result.values()), result
+
+    asyncio.run(create())
+    c.wait_for(lambda: c.leader_isr_size(L, "moved", 0) == 2 and c.leader_isr_size(L, "stuck", 0) == 2, 30, "ISRs")
+    c.pause(P)  # "stuck" can then not move: L's controlled shutdown keeps retrying
+    c.wait_for(lambda: c.leader_isr_size(L, "stuck", 0) == 1, 30, "P out of stuck's ISR")
+    stopping = threading.Thread(target=c.stop, args=(L,))
+    stopping.start()
+    try:
+        c.wait_for(lambda: int(c.state("moved", 0)["leader"]) == F, 30, "the controller to move moved to F")
+        # L's own view: it no longer leads "moved" while it is still up, retrying for "stuck".
+        c.wait_for(lambda: c.leader_isr_size(L, "moved", 0) is None, 10, "L to stop leading moved")
+        assert c.leader_isr_size(L, "stuck", 0) == 1  # still up, still shutting down
+        w = Wire(c.brokers[L].bootstrap)
+        resp = w.request(
+            PRODUCE,
+            7,
+            {
+                "acks": 1,
+                "timeout_ms": 5000,
+                "topics": [
+                    {
+                        "name": "moved",
+                        "partitions": [{"partition_index": 0, "records": encode_batch([RecordInput(None, b"x", 0)])}],
+                    }
+                ],
+            },
+        )
+        assert resp["responses"][0]["partitions"][0]["error_code"] == ErrorCode.NOT_LEADER_FOR_PARTITION
+    finally:
+        c.resume(P)
+        stopping.join(120)

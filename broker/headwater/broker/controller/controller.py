@@ -605,7 +605,9 @@ class Controller:
 
             changes[tp] = change
         changed = await self._change_states(changes)
-        self._send_leader_and_isr(changed, live)
+        # The broker shutting down gets the new states too: it must stop leading the moved partitions
+        # now (become a follower), not keep taking writes at the old epoch until it exits.
+        self._send_leader_and_isr(changed, live | {broker_id})
         self._send_update_metadata(set(self.ctx.brokers), changed)
         remaining = [
             tp
