@@ -23,6 +23,12 @@ addresses() {
     printf '%-4s bootstrap.servers=%s   (ZooKeeper %s)\n' "$cluster" "$list" \
       "$(compose port "$cluster-zookeeper" 2181 2>/dev/null || echo '?')"
   done
+  addr="$(compose port mirror 9404 2>/dev/null || true)"
+  if [ -n "$addr" ]; then
+    printf 'mirror dc1,dc2 -> agg   metrics http://%s/metrics   health http://%s/healthz\n' "$addr" "$addr"
+  else
+    echo "mirror: not running"
+  fi
 }
 
 cmd="${1:-up}"

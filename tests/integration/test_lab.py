@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ import docker
 import pytest
 
 from tests.integration.containers import free_ports
-from tests.integration.kafka_io import consume, create_topic, metadata, produce
+from tests.integration.kafka_io import consume, create_topic, metadata, produce, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -53,11 +54,12 @@ class Lab:
 def lab(docker_client: docker.DockerClient, images: dict[str, str]) -> Iterator[Lab]:
     project = f"hw-it-lab-{uuid.uuid4().hex[:8]}"
     env = dict(os.environ)
-    ports = iter(free_ports(12))
+    ports = iter(free_ports(13))
     for cluster in CLUSTERS:
         env[f"{cluster.upper()}_ZOOKEEPER_PORT"] = str(next(ports))
         for i in (1, 2, 3):
             env[f"{cluster.upper()}_BROKER{i}_PORT"] = str(next(ports))
+    env["MIRROR_METRICS_PORT"] = str(next(ports))
     env["HEADWATER_IMAGE"] = images["headwater"]
     env["HEADWATER_ZOOKEEPER_IMAGE"] = images["zookeeper"]
     lab = Lab(project, env)
@@ -80,10 +82,10 @@ def lab(docker_client: docker.DockerClient, images: dict[str, str]) -> Iterator[
         assert not left, f"compose down -v left {left}"
 
 
-def test_compose_lab_serves_every_cluster_on_its_published_ports(lab: Lab) -> None:
+def test_compose_lab_serves_every_cluster_and_mirrors_the_dcs_into_the_aggregate(lab: Lab) -> None:
     ps = [json.loads(line) for line in lab.compose("ps", "--format", "json").stdout.splitlines() if line.strip()]
     health = {p["Service"]: p.get("Health") for p in ps}
-    assert len(health) == 12, health
+    assert len(health) == 13, health  # 3 x (ZooKeeper + 3 brokers) + the mirror
     assert set(health.values()) == {"healthy"}, health
 
     for cluster, (first_id, rack) in CLUSTERS.items():
@@ -107,6 +109,19 @@ def test_compose_lab_serves_every_cluster_on_its_published_ports(lab: Lab) -> No
         got = consume(bootstrap, topic, [0, 1, 2], len(sent))
         assert sorted(r.value for r in got) == sorted(v for _, v in sent)
 
-    for cluster in CLUSTERS:
+    # The mirror copies each DC's topic into the aggregate cluster: same partitions, every record.
+    agg = lab.bootstrap("agg")
+    for cluster in ("dc1", "dc2"):
+        topic = f"lab-{cluster}"
+        source = {(r.partition, r.value) for r in consume(lab.bootstrap(cluster), topic, [0, 1, 2], 90)}
+        wait_for(lambda topic=topic: topic in metadata(agg).topics, 120, f"the mirror to create {topic} in agg")
+        mirrored = {(r.partition, r.value) for r in consume(agg, topic, [0, 1, 2], 90, timeout=120)}
+        assert mirrored == source, topic
+    # Nothing flows the other way, nor between the DCs.
+    for cluster, expected in (("dc1", {"lab-dc1"}), ("dc2", {"lab-dc2"}), ("agg", {"lab-dc1", "lab-dc2", "lab-agg"})):
         topics = set(metadata(lab.bootstrap(cluster)).topics)
-        assert {t for t in topics if t.startswith("lab-")} == {f"lab-{cluster}"}, (cluster, topics)
+        assert {t for t in topics if t.startswith("lab-")} == expected, (cluster, topics)
+    # The mirror's own view: it serves its metrics on the published port.
+    port = lab.env["MIRROR_METRICS_PORT"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        assert b"headwater_mirror_records_total" in r.read()
