@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Build Headwater's images from a wheelhouse made on the host (pip cannot reach an index inside a
-# build): headwater/headwater:$TAG (the Python services) and headwater/zookeeper:$TAG.
+# build): headwater/headwater:$TAG (the Python services: broker, mirror, audit),
+# headwater/zookeeper:$TAG and headwater/postgres:$TAG (the audit service's database in the lab).
 #
-#   deploy/scripts/build-images.sh            # both images
-#   deploy/scripts/build-images.sh headwater  # only one of them (headwater | zookeeper)
+#   deploy/scripts/build-images.sh            # all three images
+#   deploy/scripts/build-images.sh headwater  # only some of them (headwater | zookeeper | postgres)
 #
 # The dependencies' wheels are rebuilt only when pyproject.toml (or the Python version) changes,
 # and headwater's own wheel is reproducible, so the image layers stay cached until the code
 # changes; a Python-only change rebuilds the last layer in seconds.
 # Environment: HEADWATER_IMAGE_TAG (dev), BASE_IMAGE (debian:bookworm-slim), PYTHON (the
-# project's .venv python when there is one), HEADWATER_EXTRAS (extras baked into the image),
+# project's .venv python when there is one), HEADWATER_EXTRAS (extras baked into the image; default audit),
 # HEADWATER_SRC (the source tree to package; default this checkout).
 set -euo pipefail
 
@@ -17,14 +18,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SRC="$(cd "${HEADWATER_SRC:-$ROOT}" && pwd)"
 TAG="${HEADWATER_IMAGE_TAG:-dev}"
 BASE_IMAGE="${BASE_IMAGE:-debian:bookworm-slim}"
-EXTRAS="${HEADWATER_EXTRAS:-}"
+EXTRAS="${HEADWATER_EXTRAS-audit}"  # the audit service runs from the same image
 if [ -z "${PYTHON:-}" ]; then
   if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
 fi
 OUT="$ROOT/build/docker"
 CTX="$OUT/headwater"
 WHAT=("$@")
-[ ${#WHAT[@]} -gt 0 ] || WHAT=(headwater zookeeper)
+[ ${#WHAT[@]} -gt 0 ] || WHAT=(headwater zookeeper postgres)
 
 say() { echo "build-images: $*" >&2; }
 pip_q() { "$PYTHON" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
@@ -117,8 +118,11 @@ for what in "${WHAT[@]}"; do
     zookeeper)
       build zookeeper "$ROOT/deploy/docker/zookeeper.Dockerfile" "$ROOT/deploy/docker"
       ;;
+    postgres)
+      build postgres "$ROOT/deploy/docker/postgres.Dockerfile" "$ROOT/deploy/docker"
+      ;;
     *)
-      say "unknown image $what (headwater | zookeeper)"
+      say "unknown image $what (headwater | zookeeper | postgres)"
       exit 2
       ;;
   esac

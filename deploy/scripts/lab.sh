@@ -29,6 +29,12 @@ addresses() {
   else
     echo "mirror: not running"
   fi
+  addr="$(compose port audit 8080 2>/dev/null || true)"
+  if [ -n "$addr" ]; then
+    printf 'audit  dashboard http://%s/   API http://%s/api/v1/completeness?topic=page-views\n' "$addr" "$addr"
+  else
+    echo "audit: not running"
+  fi
 }
 
 cmd="${1:-up}"

@@ -109,3 +109,15 @@ def test_bad_configuration_is_one_line() -> None:
         parse({"clusters": "dc1", "dc1.bootstrap.servers": "h:1", "audit.topics": "a("})
     with pytest.raises(AuditConfigError, match="store: 'mysql://x' is not"):
         parse({"clusters": "dc1", "dc1.bootstrap.servers": "h:1", "store": "mysql://x"})
+
+
+def test_aggregate_clusters_name_the_aggregate_tiers() -> None:
+    from headwater.audit.store import CountRow
+
+    rows = [CountRow("t", 0, "dc1", "producer", 5, 0, 0), CountRow("t", 0, "dc1", "dc1", 5, 0, 0)]
+    # Before dc2's producers have reported, "dc2" looks like an aggregate by name alone...
+    guessed = reconcile(rows, ["dc1", "dc2", "agg"], {"dc1"}, W, 0, now_ms=W)
+    assert {r.tier for r in guessed} == {"producer", "dc1", "dc2", "agg"}
+    # ...aggregate.clusters says which clusters hold every DC's records.
+    named = reconcile(rows, ["dc1", "dc2", "agg"], {"dc1"}, W, 0, now_ms=W, aggregates=frozenset({"agg"}))
+    assert {r.tier for r in named} == {"producer", "dc1", "agg"}

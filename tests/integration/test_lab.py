@@ -14,6 +14,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from headwater.client.audit import SyncAuditingProducer
 from tests.integration.containers import free_ports
 from tests.integration.kafka_io import consume, create_topic, metadata, produce, wait_for
 
@@ -54,12 +55,15 @@ class Lab:
 def lab(docker_client: docker.DockerClient, images: dict[str, str]) -> Iterator[Lab]:
     project = f"hw-it-lab-{uuid.uuid4().hex[:8]}"
     env = dict(os.environ)
-    ports = iter(free_ports(13))
+    ports = iter(free_ports(14))
     for cluster in CLUSTERS:
         env[f"{cluster.upper()}_ZOOKEEPER_PORT"] = str(next(ports))
         for i in (1, 2, 3):
             env[f"{cluster.upper()}_BROKER{i}_PORT"] = str(next(ports))
     env["MIRROR_METRICS_PORT"] = str(next(ports))
+    env["AUDIT_HTTP_PORT"] = str(next(ports))
+    env["AUDIT_WINDOW_MS"] = "2000"  # short audit windows, so the test sees them close
+    env["AUDIT_GRACE_MS"] = "5000"
     env["HEADWATER_IMAGE"] = images["headwater"]
     env["HEADWATER_ZOOKEEPER_IMAGE"] = images["zookeeper"]
     lab = Lab(project, env)
@@ -85,7 +89,7 @@ def lab(docker_client: docker.DockerClient, images: dict[str, str]) -> Iterator[
 def test_compose_lab_serves_every_cluster_and_mirrors_the_dcs_into_the_aggregate(lab: Lab) -> None:
     ps = [json.loads(line) for line in lab.compose("ps", "--format", "json").stdout.splitlines() if line.strip()]
     health = {p["Service"]: p.get("Health") for p in ps}
-    assert len(health) == 13, health  # 3 x (ZooKeeper + 3 brokers) + the mirror
+    assert len(health) == 15, health  # 3 x (ZooKeeper + 3 brokers), the mirror, the audit and its PostgreSQL
     assert set(health.values()) == {"healthy"}, health
 
     for cluster, (first_id, rack) in CLUSTERS.items():
@@ -125,3 +129,24 @@ def test_compose_lab_serves_every_cluster_and_mirrors_the_dcs_into_the_aggregate
     port = lab.env["MIRROR_METRICS_PORT"]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         assert b"headwater_mirror_records_total" in r.read()
+
+    # The whole pipeline: Headwater's auditing producer in dc1, the mirror, and the audit service
+    # (state in PostgreSQL) reporting 100 % at the producer, dc1 and agg tiers once windows close.
+    with SyncAuditingProducer(
+        lab.bootstrap("dc1"), datacenter="dc1", host="lab-test", application="it", window_ms=2000, acks="all"
+    ) as p:
+        for f in [p.send("page-views", f"v{i}".encode(), key=f"m{i % 7}".encode()) for i in range(300)]:
+            f.result(60)
+    api = f"http://127.0.0.1:{lab.env['AUDIT_HTTP_PORT']}/api/v1/completeness?topic=page-views"
+
+    def balanced() -> list[dict[str, object]]:
+        with urllib.request.urlopen(api, timeout=10) as r:
+            rows: list[dict[str, object]] = json.loads(r.read())["rows"]
+        if not rows or any(r["status"] == "open" or r["completeness"] != 1.0 for r in rows):
+            return []
+        return rows
+
+    rows = wait_for(balanced, 180, "the audit to balance page-views at every tier")
+    assert isinstance(rows, list)
+    assert {r["tier"] for r in rows} == {"producer", "dc1", "agg"}
+    assert sum(int(str(r["count"])) for r in rows if r["tier"] == "producer") == 300

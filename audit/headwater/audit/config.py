@@ -15,7 +15,9 @@
 
 A cluster whose alias is also a datacenter name (``origin.dc`` of the producers) is that
 datacenter's local tier: only its own datacenter's records are expected there. Any other cluster is
-an aggregate tier, expected to hold every datacenter's records.
+an aggregate tier, expected to hold every datacenter's records — or, with
+``aggregate.clusters = agg``, exactly the clusters listed (then a DC cluster is never mistaken
+for an aggregate before its own producers have reported).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class AuditConfig:
     http_port: int = 8080
     webhook_url: str | None = None
     fetch_max_wait_ms: int = 500
+    aggregates: frozenset[str] | None = None  # aggregate.clusters; None: the clusters not named like a DC
 
     def audited(self, topic: str) -> bool:
         return any(p.fullmatch(topic) for p in self.topics)
@@ -86,6 +89,12 @@ def parse(raw: dict[str, str]) -> AuditConfig:
             raise AuditConfigError(f"{key}: {value} is below the minimum of {minimum}")
         return value
 
+    aggregates = None
+    if props.get("aggregate.clusters"):
+        aggregates = frozenset(a.strip() for a in props["aggregate.clusters"].split(",") if a.strip())
+        for a in aggregates:
+            if a not in clusters:
+                raise AuditConfigError(f"aggregate.clusters: {a!r} is not in clusters ({', '.join(aliases)})")
     store = props.get("store", "sqlite:///audit.db")
     if not store.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise AuditConfigError(f"store: {store!r} is not sqlite:///<path> or postgresql://...")
@@ -99,6 +108,7 @@ def parse(raw: dict[str, str]) -> AuditConfig:
         http_port=integer("http.port", 8080, 0),
         webhook_url=props.get("alert.webhook.url") or None,
         fetch_max_wait_ms=integer("fetch.max.wait.ms", 500, 0),
+        aggregates=aggregates,
     )
 
 

@@ -177,7 +177,7 @@ class TierCounter:
                                 r.offset,
                                 (r.value or b"")[:200],
                             )
-                        else:
+                        elif self.config.audited(event["topic"]):
                             events.append(event)
                 else:
                     count_batch(self.alias, tp[0], w, h, b, counts)

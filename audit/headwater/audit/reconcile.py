@@ -52,7 +52,11 @@ class Completeness:
         return d
 
 
-def tiers_for(datacenter: str, clusters: Iterable[str], datacenters: set[str]) -> list[str]:
+def tiers_for(
+    datacenter: str, clusters: Iterable[str], datacenters: set[str], aggregates: frozenset[str] | None = None
+) -> list[str]:
+    if aggregates is not None:
+        return [c for c in clusters if c == datacenter or c in aggregates]
     return [c for c in clusters if c == datacenter or c not in datacenters]
 
 
@@ -63,6 +67,7 @@ def reconcile(
     window_ms: int,
     grace_ms: int,
     now_ms: int,
+    aggregates: frozenset[str] | None = None,
 ) -> list[Completeness]:
     by_window: dict[tuple[str, int, str], dict[str, CountRow]] = defaultdict(dict)
     warehouse_reach: dict[str, int] = {}
@@ -80,7 +85,7 @@ def reconcile(
             continue
         producer = tiers.get(PRODUCER)
         expected = producer.count if producer is not None else 0
-        names = [PRODUCER, *tiers_for(dc, clusters, datacenters)]
+        names = [PRODUCER, *tiers_for(dc, clusters, datacenters, aggregates)]
         if topic in warehouse_reach and warehouse_reach[topic] >= start:
             names.append(WAREHOUSE)
         for tier in names:

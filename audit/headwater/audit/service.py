@@ -63,6 +63,7 @@ class AuditService:
             self.config.window_ms,
             self.config.grace_ms,
             int(time.time() * 1000),
+            self.config.aggregates,
         )
 
     def health(self) -> tuple[bool, str]:

@@ -219,7 +219,7 @@ class Store:
             "AND window_start = ? AND datacenter = ? GROUP BY host, application ORDER BY host",
             (topic, window_start, datacenter),
         )
-        return [(str(h), str(a), int(n), int(e)) for h, a, n, e in rows]
+        return [(str(h or ""), str(a or ""), int(n), int(e)) for h, a, n, e in rows]
 
     def stat(self, name: str) -> int:
         rows = self._query("SELECT value FROM audit_stats WHERE name = ?", (name,))
