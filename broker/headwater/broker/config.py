@@ -319,8 +319,12 @@ OTHER_TOPIC_CONFIGS = {
 }
 
 
-def validate_topic_config(configs: dict[str, str]) -> str | None:
-    """An error message for the first invalid topic config, or None."""
+def validate_topic_config(configs: dict[str, str], defaults: LogConfig | None = None) -> str | None:
+    """An error message for the first invalid topic config, or None.
+
+    Values are checked by building the real :class:`LogConfig` the partitions would get, so what is
+    accepted here can never fail later inside LeaderAndIsr, Produce or the ISR maintenance.
+    """
     for k, v in configs.items():
         if k in TOPIC_CONFIGS:
             try:
@@ -329,13 +333,35 @@ def validate_topic_config(configs: dict[str, str]) -> str | None:
                 return f"Invalid value {v} for configuration {k}: not a number"
         elif k not in OTHER_TOPIC_CONFIGS:
             return f"Unknown topic config name: {k}"
-        elif k == "cleanup.policy" and not set(v.split(",")) <= {"delete", "compact"}:
+        elif k == "cleanup.policy" and (not v or not set(v.split(",")) <= {"delete", "compact"}):
             return f"Invalid value {v} for configuration cleanup.policy"
         elif k == "message.timestamp.type" and v != "CreateTime":
             return "message.timestamp.type: only CreateTime is supported"
+        elif k == "min.insync.replicas" and not (v.isdigit() and int(v) >= 1):
+            return f"Invalid value {v} for configuration min.insync.replicas: Value must be at least 1"
+        elif k == "unclean.leader.election.enable" and v.lower() not in ("true", "false"):
+            return f"Invalid value {v} for configuration unclean.leader.election.enable: Expected value to be true or false"
+        elif k in ("delete.retention.ms", "file.delete.delay.ms", "message.timestamp.difference.max.ms"):
+            if not v.isdigit():
+                return f"Invalid value {v} for configuration {k}: Value must be at least 0"
+        elif k == "min.cleanable.dirty.ratio":
+            try:
+                ratio = float(v)
+            except ValueError:
+                ratio = -1.0
+            if not 0.0 <= ratio <= 1.0:
+                return f"Invalid value {v} for configuration {k}: Value must be between 0 and 1"
+    try:
+        topic_log_config(defaults or LogConfig(), configs)
+    except ValueError as e:
+        return f"Invalid topic configuration {configs}: {e}"
     return None
 
 
 def topic_log_config(defaults: LogConfig, overrides: dict[str, str]) -> LogConfig:
+    """The broker defaults with a topic's overrides; raises ValueError for a value LogConfig refuses."""
     changes: dict[str, Any] = {TOPIC_CONFIGS[k]: int(v) for k, v in overrides.items() if k in TOPIC_CONFIGS}
+    if overrides.get("cleanup.policy"):
+        # Until compaction exists, "compact" only keeps retention from deleting the topic's data.
+        changes["cleanup_policy"] = overrides["cleanup.policy"]
     return dataclasses.replace(defaults, **changes)
