@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
 import sys
+
+from headwater.cli.service import add_service_arguments, overrides_of, setup_logging
 
 __all__ = ["add_parser"]
 
@@ -15,30 +16,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("audit", help="the audit service: counts every tier, reconciles, serves the dashboard")
     actions = p.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
     serve = actions.add_parser("serve", help="count, reconcile and serve the dashboard in the foreground")
-    serve.add_argument("-c", "--config", required=True, help="audit.properties")
-    serve.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE", help="override a property (repeatable)"
-    )
-    serve.add_argument("--log-level", default="INFO")
+    add_service_arguments(serve, "audit.properties")
     serve.set_defaults(func=_serve)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from headwater.properties import parse_overrides
-
     try:
         from headwater.audit.config import AuditConfigError, load
     except ImportError as e:  # pragma: no cover - the audit extra is missing
         print(f"headwater audit: needs the audit extra (pip install 'headwater[audit]'): {e}", file=sys.stderr)
         return 2
     try:
-        config = load(args.config, parse_overrides(args.override))
+        config = load(args.config, overrides_of(args))
     except (AuditConfigError, ValueError) as e:
         print(f"headwater audit: configuration error: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    setup_logging(args.log_level)
     import uvloop
 
     from headwater.audit.service import AuditService

@@ -8,6 +8,8 @@ import logging
 import signal
 import sys
 
+from headwater.cli.service import add_service_arguments, overrides_of, setup_logging
+
 __all__ = ["add_parser"]
 
 log = logging.getLogger("headwater.mirror")
@@ -21,26 +23,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "partitions kept, record batches never decoded when partition counts match, acks=all, "
         "source offsets committed to the source ZooKeeper only after the target acknowledged.",
     )
-    p.add_argument("-c", "--config", required=True, help="mirror.properties")
-    p.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE", help="override a property (repeatable)"
-    )
-    p.add_argument("--log-level", default="INFO")
+    add_service_arguments(p, "mirror.properties")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from headwater.mirror.config import MirrorConfigError, load
-    from headwater.properties import parse_overrides
 
     try:
-        config = load(args.config, parse_overrides(args.override))
+        config = load(args.config, overrides_of(args))
     except (MirrorConfigError, ValueError) as e:
         print(f"headwater mirror: configuration error: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    setup_logging(args.log_level)
     for key in config.unknown:
         log.warning("The configuration '%s' was supplied but isn't a known config.", key)
     import uvloop

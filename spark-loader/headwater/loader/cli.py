@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
+
+from headwater.cli.service import add_service_arguments, overrides_of, setup_logging
 
 __all__ = ["add_parser", "main"]
 
@@ -17,21 +18,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "the log end offsets fixed at start, write Parquet under <warehouse>/<topic>/date=YYYY-MM-DD/, "
         "publish data and offsets together, then the warehouse-tier audit counts.",
     )
-    p.add_argument("-c", "--config", required=True, help="loader.properties")
-    p.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE", help="override a property (repeatable)"
-    )
-    p.add_argument("--log-level", default="INFO")
+    add_service_arguments(p, "loader.properties")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from headwater.properties import parse_overrides, parse_properties
+    from headwater.properties import parse_properties
 
     try:
         with open(args.config, encoding="utf-8") as f:
             props = parse_properties(f.read())
-        props.update(parse_overrides(args.override))
+        props.update(overrides_of(args))
     except OSError as e:
         print(f"headwater load: cannot read {args.config}: {e.strerror}", file=sys.stderr)
         return 2
@@ -48,9 +45,7 @@ def _run(args: argparse.Namespace) -> int:
     except LoaderConfigError as e:
         print(f"headwater load: configuration error: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    setup_logging(args.log_level)
     run(config)
     return 0
 
