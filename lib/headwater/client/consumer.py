@@ -22,6 +22,7 @@ from headwater.client.errors import (
     OffsetOutOfRangeError,
     UnknownTopicError,
 )
+from headwater.client.raw import fetch_body
 from headwater.protocol.apis import FETCH, LIST_OFFSETS
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.record import iter_batches
@@ -231,29 +232,7 @@ class Consumer:
     ) -> tuple[dict[TopicPartition, _PartitionData], dict[TopicPartition, ErrorCode]]:
         conn = await self.cluster.connection(node)
         version = conn.version_for(FETCH)
-        topics: dict[str, list[Message]] = {}
-        for (topic, partition), offset in parts.items():
-            topics.setdefault(topic, []).append(
-                {
-                    "partition": partition,
-                    "current_leader_epoch": -1,
-                    "fetch_offset": offset,
-                    "log_start_offset": -1,
-                    "partition_max_bytes": partition_max_bytes,
-                }
-            )
-        body: Message = {
-            "replica_id": -1,
-            "max_wait_ms": max_wait_ms,
-            "min_bytes": min_bytes,
-            "max_bytes": total_max_bytes,
-            "isolation_level": self.isolation_level,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        }
+        body = fetch_body(parts, partition_max_bytes, max_wait_ms, min_bytes, total_max_bytes, self.isolation_level)
         response = await conn.request(FETCH, body, version, timeout=self.request_timeout + max_wait_ms / 1000.0)
         top = ErrorCode.of(response.get("error_code", 0))
         if top is not ErrorCode.NONE:

@@ -31,6 +31,7 @@ __all__ = [
     "RawPartition",
     "as_plain_batch",
     "complete_batches",
+    "fetch_body",
     "fetch_raw",
     "produce_raw",
 ]
@@ -140,6 +141,40 @@ async def fetch_raw(
     return out, failed
 
 
+def fetch_body(
+    parts: dict[TopicPartition, int],
+    partition_max_bytes: int,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    isolation_level: int = 0,
+) -> Message:
+    """A consumer's sessionless Fetch request body for (topic, partition) -> offset."""
+    topics: dict[str, list[Message]] = {}
+    for (topic, partition), offset in parts.items():
+        topics.setdefault(topic, []).append(
+            {
+                "partition": partition,
+                "current_leader_epoch": -1,
+                "fetch_offset": offset,
+                "log_start_offset": -1,
+                "partition_max_bytes": partition_max_bytes,
+            }
+        )
+    return {
+        "replica_id": -1,
+        "max_wait_ms": max_wait_ms,
+        "min_bytes": min_bytes,
+        "max_bytes": max_bytes,
+        "isolation_level": isolation_level,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+
+
 async def _fetch_from(
     cluster: Cluster,
     node: int,
@@ -152,29 +187,7 @@ async def _fetch_from(
 ) -> tuple[dict[TopicPartition, RawPartition], dict[TopicPartition, ErrorCode]]:
     conn = await cluster.connection(node)
     version = conn.version_for(FETCH, min_version=4)  # record batches
-    topics: dict[str, list[Message]] = {}
-    for (topic, partition), offset in parts.items():
-        topics.setdefault(topic, []).append(
-            {
-                "partition": partition,
-                "current_leader_epoch": -1,
-                "fetch_offset": offset,
-                "log_start_offset": -1,
-                "partition_max_bytes": max_bytes,
-            }
-        )
-    body: Message = {
-        "replica_id": -1,
-        "max_wait_ms": max_wait_ms,
-        "min_bytes": min_bytes,
-        "max_bytes": total_max_bytes,
-        "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
+    body = fetch_body(parts, max_bytes, max_wait_ms, min_bytes, total_max_bytes)
     response = await conn.request(FETCH, body, version, timeout=timeout + max_wait_ms / 1000.0)
     top = ErrorCode.of(response.get("error_code", 0))
     if top is not ErrorCode.NONE:
