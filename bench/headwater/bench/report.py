@@ -26,6 +26,7 @@ SCENARIOS = {
     "4": "Throughput with data already stored",
     "5": "Broker memory and CPU during scenario 1",
     "6": "Large records (10 KB, ~1 MB per request)",
+    "7": "Mirror throughput (one source broker -> mirror -> one destination broker)",
 }
 
 

@@ -19,7 +19,7 @@ from headwater.bench import generators, profile
 from headwater.bench.context import Bench, Plan, Target
 from headwater.bench.native import discover
 from headwater.bench.report import SCENARIOS, Report, machine
-from headwater.bench.scenarios import consume, large, latency, produce, replicated, stored
+from headwater.bench.scenarios import consume, large, latency, mirror, produce, replicated, stored
 from headwater.testing.cluster import LocalCluster
 
 ALL = tuple(SCENARIOS)
@@ -84,6 +84,8 @@ def run(options: Options) -> tuple[Report, Path, Path]:
                 stored.run(bench)
             if only & {"1", "3"}:
                 replicated.run(bench, produce_rows)
+            if "7" in only:
+                mirror.run(bench)
             if options.profile:
                 profile.run(bench)
     finally:

@@ -19,9 +19,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--runs", type=int, default=None, help="runs per figure (default: 1 quick, 3 full)")
     p.add_argument(
         "--only",
-        default="1,2,3,4,5,6",
+        default="1,2,3,4,5,6,7",
         metavar="N,N",
-        help="scenarios to run (1 produce, 2 consume, 3 latency, 4 stored, 5 resources, 6 large records)",
+        help="scenarios to run (1 produce, 2 consume, 3 latency, 4 stored, 5 resources, 6 large records, 7 mirror)",
     )
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for results.md/.json")
     p.add_argument("--workdir", type=Path, default=None, help="where brokers keep their logs (default: a temp dir)")
