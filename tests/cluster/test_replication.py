@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
+
 from headwater.protocol.apis import PRODUCE
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.records.record import RecordInput, encode_batch
@@ -121,20 +123,39 @@ def test_session_expiry_stops_the_leader_and_it_rejoins(cluster_factory: Callabl
     assert read_all(c, "expiry") == acked
 
 
-def test_acks_all_survives_a_leader_epoch_bump_on_an_unchanged_leader(cluster_factory: Callable[..., Cluster]) -> None:
+@pytest.mark.parametrize("which", ["a follower", "the controller, a follower"])
+def test_acks_all_survives_a_leader_epoch_bump_on_an_unchanged_leader(
+    cluster_factory: Callable[..., Cluster], which: str
+) -> None:
     """Issue 9, defect 4: when a follower dies, the controller removes it from the ISR with a new
     leader epoch while the leader stays the same; an acks=all request waiting for that follower must
-    then succeed (the rest of the ISR has the records), not fail with NOT_LEADER_FOR_PARTITION."""
+    then succeed (the rest of the ISR has the records), not fail with NOT_LEADER_FOR_PARTITION.
+    When the follower that dies is the controller, its successor must take it out of the ISR."""
+    import asyncio
+
+    from headwater.client.admin import Admin, NewTopic
+
     # The leader's own lag check must not shrink the ISR first (it does so without a new epoch).
     c = cluster_factory(3, zookeeper_session_timeout_ms=4000, replica_lag_time_max_ms=120000)
-    create_topic(c, "epoch-bump")
-    leader = _leader(c, "epoch-bump")
-    epoch = int(c.state("epoch-bump", 0)["leader_epoch"])
-    # Not the controller: this test is about the controller shrinking the ISR when a follower dies.
-    # (A controller that dies itself leaves that to its successor, which does not shrink ISRs for
-    # brokers already dead when it takes over: the leader's own lag check does, later.)
     controller = c.controller()
-    follower = next(b for b in (1, 2, 3) if b not in (leader, controller))
+    assert controller is not None
+    leader, other = (b for b in (1, 2, 3) if b != controller)
+    follower = other if which == "a follower" else controller
+
+    async def create() -> None:
+        async with Admin(c.bootstrap) as admin:
+            result = await admin.create_topics(
+                [
+                    NewTopic(
+                        "epoch-bump", assignments={0: [leader, controller, other]}, configs={"min.insync.replicas": "2"}
+                    )
+                ]
+            )
+            assert result["epoch-bump"] is None, result
+
+    asyncio.run(create())
+    c.wait_for(lambda: c.leader_isr_size(leader, "epoch-bump", 0) == 3, 30, "the leader with its full ISR")
+    epoch = int(c.state("epoch-bump", 0)["leader_epoch"])
     c.kill9(follower)
     w = Wire(c.brokers[leader].bootstrap, timeout=90)
     batch = encode_batch([RecordInput(None, b"waits-for-the-isr", int(time.time() * 1000))])

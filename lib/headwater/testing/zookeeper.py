@@ -17,6 +17,12 @@ from pathlib import Path
 ZK_SERVER = os.environ.get("ZOOKEEPER_SERVER_SH", "/usr/share/zookeeper/bin/zkServer.sh")
 
 
+#: Every port this process handed out. A port is free when checked but only taken once its new owner
+#: binds it; without this, two callers in a row (a cluster's brokers, listeners, metrics and proxy
+#: routes) could get the same one and the second broker fail with "Address already in use".
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
     """A free loopback port below Linux's ephemeral range (32768-60999).
 
@@ -26,12 +32,15 @@ def free_port() -> int:
     """
     for _ in range(200):
         port = random.randrange(20000, 32000)
+        if port in _handed_out:  # not bound yet by whoever got it: do not give it twice
+            continue
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _handed_out.add(port)
             return port
     raise RuntimeError("no free port between 20000 and 32000")
 

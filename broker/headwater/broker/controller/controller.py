@@ -236,6 +236,11 @@ class Controller:
         # partitions without a state (topics created while there was no controller)
         await self._create_missing_states(self.ctx.partitions())
         await self._elect_offline_partitions()
+        # Brokers that died before this controller took over (the previous controller among them)
+        # leave the ISRs now, as they would have had a controller seen them go.
+        gone = {r for state in self.ctx.states.values() for r in state.isr if r not in self.ctx.brokers}
+        if gone:
+            await self._remove_from_isrs(gone)
         self._send_leader_and_isr(self.ctx.partitions(), set(self.ctx.brokers))
         self._send_update_metadata(set(self.ctx.brokers), self.ctx.partitions())
         self._watch_children(zkpaths.BROKER_IDS, self._on_broker_change)
@@ -420,6 +425,12 @@ class Controller:
 
     async def _on_brokers_failed(self, dead: set[int]) -> None:
         changed = await self._elect_offline_partitions()
+        changed += await self._remove_from_isrs(dead)
+        self._send_leader_and_isr(changed, self.ctx.live)
+        self._send_update_metadata(set(self.ctx.brokers), changed)
+
+    async def _remove_from_isrs(self, dead: set[int]) -> list[TP]:
+        """Take dead brokers out of the ISR of partitions whose leader lives (a new leader epoch)."""
         changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]] = {}
         for tp, state in self.ctx.states.items():
             if state.leader in self.ctx.live and any(r in dead for r in state.isr):
@@ -431,9 +442,7 @@ class Controller:
                     return cur.new_leader(cur.leader, isr, self.epoch)
 
                 changes[tp] = shrink
-        changed += await self._change_states(changes)
-        self._send_leader_and_isr(changed, self.ctx.live)
-        self._send_update_metadata(set(self.ctx.brokers), changed)
+        return await self._change_states(changes)
 
     async def _on_brokers_started(self, new: set[int]) -> None:
         if not new:
