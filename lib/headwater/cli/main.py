@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 # The pipeline services live in their own folders (mirror/, audit/, spark-loader/) and each
 # contributes its subcommands through a ``cli`` module with ``add_parser(sub)``. A service that
 # is not part of this installation (its folder absent from the wheel) simply has no subcommand.
-_SERVICE_CLIS = ("headwater.mirror.cli", "headwater.audit.cli", "headwater.loader.cli")
+_SERVICE_CLIS = ("headwater.mirror.cli", "headwater.audit.cli", "headwater.loader.cli", "headwater.lab.cli")
 
 
 def _add_service_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

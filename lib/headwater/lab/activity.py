@@ -1,0 +1,207 @@
+"""Demo activity for the lab: a datacenter's front end writing page views and clicks.
+
+The paper's running example is LinkedIn's activity data, so the lab's traffic looks like it: each
+record is keyed by a member id (a skewed draw: a few members are very active, most are not, as on a
+real site) and its value is a JSON event of a realistic size — a page view carries the page, the
+referrer, the session and the user agent (about 300-450 bytes), a click the element clicked (about
+180-250 bytes). Every event is stamped with its send time (``sent_ms``, also the record's CreateTime)
+so any consumer can tell how long it took to arrive.
+
+Records go through Headwater's auditing producer (acks=all), so the audit service sees the producer
+tier of every window. The rate is records per second for the whole process, page views four to one
+over clicks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import random
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from headwater.client.audit import AuditingProducer
+from headwater.client.producer import RecordMetadata
+
+__all__ = ["ActivityStats", "click", "member_id", "page_view", "run_activity"]
+
+log = logging.getLogger("headwater.lab.activity")
+
+PAGE_VIEWS = "page-views"
+CLICKS = "clicks"
+
+_PAGES = (
+    "/feed",
+    "/in/profile",
+    "/jobs/search",
+    "/jobs/view",
+    "/messaging/thread",
+    "/company/overview",
+    "/groups/discussion",
+    "/notifications",
+    "/learning/course",
+    "/search/results/people",
+)
+_REFERRERS = ("https://www.google.com/", "https://www.bing.com/", "direct", "email-digest", "/feed", "/notifications")
+_AGENTS = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36",
+    "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_6) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.1 Safari/605.1",
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Mobile/15E148",
+    "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0",
+    "LinkedInApp/9.30 (Android 15; Pixel 9)",
+)
+_ELEMENTS = ("like", "comment", "share", "connect", "apply", "follow", "message", "see-more", "ad", "job-card")
+
+
+def member_id(rng: random.Random, members: int) -> int:
+    """A member id in [1, members], skewed like real activity: low ids are drawn far more often."""
+    return max(1, min(members, int(members ** rng.random())))
+
+
+def page_view(rng: random.Random, member: int, datacenter: str, seq: int, sent_ms: int) -> bytes:
+    event = {
+        "event": "PageViewEvent",
+        "member_id": member,
+        "page_key": rng.choice(_PAGES),
+        "referrer": rng.choice(_REFERRERS),
+        "session_id": uuid.UUID(int=rng.getrandbits(128)).hex,
+        "user_agent": rng.choice(_AGENTS),
+        "ip": f"10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}",
+        "duration_ms": rng.randrange(50, 4000),
+        "datacenter": datacenter,
+        "seq": seq,
+        "sent_ms": sent_ms,
+    }
+    return json.dumps(event, separators=(",", ":")).encode()
+
+
+def click(rng: random.Random, member: int, datacenter: str, seq: int, sent_ms: int) -> bytes:
+    event = {
+        "event": "ClickEvent",
+        "member_id": member,
+        "page_key": rng.choice(_PAGES),
+        "element": rng.choice(_ELEMENTS),
+        "position": rng.randrange(1, 50),
+        "session_id": uuid.UUID(int=rng.getrandbits(128)).hex,
+        "datacenter": datacenter,
+        "seq": seq,
+        "sent_ms": sent_ms,
+    }
+    return json.dumps(event, separators=(",", ":")).encode()
+
+
+@dataclass
+class ActivityStats:
+    """What the process sent and what the cluster acknowledged, per topic."""
+
+    sent: dict[str, int] = field(default_factory=lambda: {PAGE_VIEWS: 0, CLICKS: 0})
+    acked: dict[str, int] = field(default_factory=lambda: {PAGE_VIEWS: 0, CLICKS: 0})
+    failed: int = 0
+    last_error: str = ""
+    last_ack: float = 0.0
+
+
+async def run_activity(
+    bootstrap: str,
+    datacenter: str,
+    rate: float,
+    stop: asyncio.Event,
+    *,
+    window_ms: int = 60_000,
+    members: int = 100_000,
+    report_every: float = 30.0,
+    health_file: Path | None = None,
+    seed: int | None = None,
+) -> ActivityStats:
+    """Write page views and clicks at ``rate`` records/s until ``stop`` is set; then flush and
+    publish the last audit counts. Logs one progress line every ``report_every`` seconds, and
+    touches ``health_file`` (when given) whenever records were acknowledged since the last touch."""
+    if rate <= 0:
+        raise ValueError("rate must be positive")
+    rng = random.Random(seed)
+    stats = ActivityStats()
+    host = socket.gethostname()
+
+    def settled(topic: str, fut: asyncio.Future[RecordMetadata]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            stats.failed += 1
+            stats.last_error = "cancelled" if fut.cancelled() else str(fut.exception())
+        else:
+            stats.acked[topic] += 1
+            stats.last_ack = time.monotonic()
+
+    producer = AuditingProducer(
+        bootstrap,
+        datacenter=datacenter,
+        host=host,
+        application="lab-activity",
+        window_ms=window_ms,
+        acks="all",
+        linger_ms=5,
+        compression="lz4",
+        client_id=f"lab-activity-{datacenter}",
+    )
+    await producer.start()
+    log.info("writing %s and %s into %s (%s) at %g records/s", PAGE_VIEWS, CLICKS, datacenter, bootstrap, rate)
+    tick = min(0.1, 1.0 / rate)
+    started = last_report = time.monotonic()
+    last_acked = 0
+    last_touch = 0.0
+    budget, budget_at = 0.0, started
+    seq = 0
+    try:
+        while not stop.is_set():
+            now = time.monotonic()
+            # Records due since the last tick, at most one second's worth: after a stall (a cluster
+            # that was away and a full buffer) the rate resumes instead of bursting to catch up.
+            budget = min(budget + rate * (now - budget_at), max(rate, 1.0))
+            budget_at = now
+            for _ in range(int(budget)):
+                budget -= 1
+                sent_ms = int(time.time() * 1000)
+                member = member_id(rng, members)
+                if rng.random() < 0.8:
+                    topic, value = PAGE_VIEWS, page_view(rng, member, datacenter, seq, sent_ms)
+                else:
+                    topic, value = CLICKS, click(rng, member, datacenter, seq, sent_ms)
+                fut = await producer.send(topic, value, key=str(member).encode(), timestamp_ms=sent_ms)
+                fut.add_done_callback(functools.partial(settled, topic))
+                stats.sent[topic] += 1
+                seq += 1
+            if health_file is not None and stats.last_ack > last_touch:
+                health_file.touch()
+                last_touch = time.monotonic()
+            if now - last_report >= report_every:
+                acked = sum(stats.acked.values())
+                log.info(
+                    "%s: %d page views and %d clicks acknowledged; %.1f records/s over the last %.0f s; "
+                    "%d in flight; %d failed%s",
+                    datacenter,
+                    stats.acked[PAGE_VIEWS],
+                    stats.acked[CLICKS],
+                    (acked - last_acked) / (now - last_report),
+                    now - last_report,
+                    seq - acked - stats.failed,
+                    stats.failed,
+                    f" (last: {stats.last_error})" if stats.failed else "",
+                )
+                last_report, last_acked = now, acked
+            try:
+                await asyncio.wait_for(stop.wait(), tick)
+            except TimeoutError:
+                pass
+    finally:
+        await producer.close()
+    log.info(
+        "%s: stopped after %d page views and %d clicks acknowledged, %d failed",
+        datacenter,
+        stats.acked[PAGE_VIEWS],
+        stats.acked[CLICKS],
+        stats.failed,
+    )
+    return stats

@@ -1,0 +1,266 @@
+"""``headwater lab check``: is the pipeline whole, and how fast is it?
+
+For each source datacenter the check writes tagged records (acks=all) into the topic ``lab-check``
+and follows the same topic in the aggregate cluster from the offsets it had before the first send.
+A record's latency is the time from just before its send to the moment a fetch from the aggregate
+cluster returns it — what a consumer of the aggregate cluster would see — measured by one clock,
+this process's. The report gives, per datacenter, how many records arrived (and duplicates), the
+latency's p50, p99 and max, and the audit service's status of the last closed windows.
+
+``lab-check`` is created in each source (3 partitions) when missing, and the check waits for the
+mirror to create it in the aggregate cluster before it starts the clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from headwater.client.admin import Admin
+from headwater.client.consumer import Consumer, Subscription
+from headwater.client.errors import KafkaTimeoutError
+from headwater.client.producer import Producer
+from headwater.protocol.errors import ErrorCode, KafkaError
+
+__all__ = ["CHECK_TOPIC", "DatacenterResult", "PipelineReport", "percentile", "run_check"]
+
+log = logging.getLogger("headwater.lab.check")
+
+CHECK_TOPIC = "lab-check"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q``-th percentile (0 < q <= 100) of ``values`` (nan when empty)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil(n * q / 100), at least the first
+    return ordered[int(rank) - 1]
+
+
+@dataclass
+class DatacenterResult:
+    datacenter: str
+    sent: int = 0
+    acked: int = 0
+    arrived: int = 0
+    duplicates: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.acked == self.sent and self.arrived == self.acked
+
+    def summary(self) -> dict[str, Any]:
+        lat = self.latencies_ms
+        return {
+            "datacenter": self.datacenter,
+            "sent": self.sent,
+            "acknowledged": self.acked,
+            "arrived": self.arrived,
+            "duplicates": self.duplicates,
+            "latency_ms": {
+                "p50": round(percentile(lat, 50), 1),
+                "p99": round(percentile(lat, 99), 1),
+                "max": round(max(lat), 1) if lat else None,
+            },
+        }
+
+
+@dataclass
+class PipelineReport:
+    run: str
+    datacenters: list[DatacenterResult]
+    audit: list[dict[str, Any]]
+    audit_error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        audit_ok = not self.audit_error and all(w["status"] in ("complete", "late") for w in self.audit)
+        return all(d.complete for d in self.datacenters) and audit_ok
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "ok": self.ok,
+            "datacenters": [d.summary() for d in self.datacenters],
+            "audit": self.audit,
+            "audit_error": self.audit_error or None,
+        }
+
+    def text(self) -> str:
+        lines = [f"pipeline check {self.run}: {'OK' if self.ok else 'FAILED'}"]
+        for d in self.datacenters:
+            s = d.summary()
+            lat = s["latency_ms"]
+            lines.append(
+                f"  {d.datacenter} -> aggregate: {d.arrived}/{d.acked} acknowledged records arrived"
+                f" ({d.sent} sent, {d.duplicates} duplicates); latency p50 {lat['p50']} ms,"
+                f" p99 {lat['p99']} ms, max {lat['max']} ms"
+            )
+        if self.audit_error:
+            lines.append(f"  audit: {self.audit_error}")
+        elif not self.audit:
+            lines.append("  audit: no closed windows yet")
+        for w in self.audit:
+            tiers = ", ".join(f"{t} {c}" for t, c in sorted(w["tiers"].items()))
+            lines.append(
+                f"  audit {w['topic']} window {_clock(w['window_start'])}-{_clock(w['window_end'])} UTC:"
+                f" {w['status']} ({tiers})"
+            )
+        return "\n".join(lines)
+
+
+def _clock(ms: int) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(ms / 1000))
+
+
+async def _ensure_topic(bootstrap: str, topic: str, partitions: int, timeout: float) -> None:
+    async with Admin(bootstrap) as admin:
+        await admin.cluster.refresh([])
+        rf = min(3, max(1, len(admin.cluster.brokers)))
+        try:
+            await admin.create_topic(topic, partitions, rf)
+        except KafkaError as e:
+            if e.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise
+        await admin.wait_for_topic(topic, timeout=timeout)
+
+
+async def _produce(
+    bootstrap: str, result: DatacenterResult, run: str, records: int, rate: float, sent_at: dict[str, float]
+) -> None:
+    async with Producer(bootstrap, acks="all", linger_ms=0, client_id=f"lab-check-{result.datacenter}") as p:
+        futures = []
+        started = time.monotonic()
+        for seq in range(records):
+            await asyncio.sleep(max(0.0, started + seq / rate - time.monotonic()))
+            tag = f"{run}/{result.datacenter}/{seq}"
+            value = json.dumps({"check": run, "datacenter": result.datacenter, "seq": seq}).encode()
+            sent_at[tag] = time.time()
+            futures.append(await p.send(CHECK_TOPIC, value, key=tag.encode()))
+            result.sent += 1
+        for fut in futures:
+            try:
+                await fut
+                result.acked += 1
+            except Exception as e:
+                log.warning("%s: a check record was not acknowledged: %s", result.datacenter, e)
+
+
+async def _follow(sub: Subscription, run: str, sent_at: dict[str, float], results: dict[str, DatacenterResult]) -> None:
+    seen: set[str] = set()
+    prefix = f"{run}/".encode()
+    while True:
+        for r in await sub.poll(max_wait_ms=200):
+            now = time.time()
+            if r.key is None or not r.key.startswith(prefix):
+                continue
+            tag = r.key.decode()
+            dc = results[tag.split("/")[1]]
+            if tag in seen:
+                dc.duplicates += 1
+                continue
+            seen.add(tag)
+            dc.arrived += 1
+            if tag in sent_at:
+                dc.latencies_ms.append((now - sent_at[tag]) * 1000)
+
+
+def audit_status(
+    url: str, topics: Sequence[str], windows: int = 2, opener: Callable[..., Any] | None = None
+) -> list[dict[str, Any]]:
+    """The last ``windows`` closed windows of each topic from the audit service's API: status
+    (the worst of its rows) and, per tier, the completeness."""
+    out: list[dict[str, Any]] = []
+    open_url = opener or urllib.request.urlopen
+    for topic in topics:
+        query = urllib.parse.urlencode({"topic": topic})
+        with open_url(f"{url.rstrip('/')}/api/v1/completeness?{query}", timeout=10) as r:
+            rows = json.loads(r.read())["rows"]
+        by_window: dict[int, list[dict[str, Any]]] = {}
+        for row in rows:
+            by_window.setdefault(int(row["window_start"]), []).append(row)
+        closed = [ws for ws, rs in sorted(by_window.items()) if all(x["status"] != "open" for x in rs)]
+        for ws in closed[-windows:]:
+            rs = by_window[ws]
+            tiers: dict[str, str] = {}
+            for tier in sorted({x["tier"] for x in rs}):
+                counted = sum(int(x["count"]) for x in rs if x["tier"] == tier)
+                expected = sum(int(x["expected"] or 0) for x in rs if x["tier"] == tier)
+                tiers[tier] = f"{counted}" if tier == "producer" else f"{100.0 * counted / max(1, expected):.1f}%"
+            statuses = {x["status"] for x in rs}
+            worst = next((s for s in ("loss", "duplicates", "unaudited", "late") if s in statuses), "complete")
+            out.append(
+                {
+                    "topic": topic,
+                    "window_start": ws,
+                    "window_end": int(rs[0]["window_end"]),
+                    "status": worst,
+                    "tiers": tiers,
+                }
+            )
+    return out
+
+
+async def run_check(
+    sources: dict[str, str],
+    aggregate: str,
+    *,
+    records: int = 200,
+    rate: float = 50.0,
+    timeout: float = 120.0,
+    audit_url: str | None = None,
+    audit_topics: Sequence[str] = ("page-views", "clicks"),
+    progress: Callable[[str], None] = lambda _: None,
+) -> PipelineReport:
+    """Write ``records`` tagged records into each source at ``rate`` records/s and wait up to
+    ``timeout`` seconds for all of them in the aggregate cluster."""
+    run = uuid.uuid4().hex[:12]
+    progress(f"check {run}: making sure {CHECK_TOPIC} exists in {', '.join(sources)}")
+    for bootstrap in sources.values():
+        await _ensure_topic(bootstrap, CHECK_TOPIC, 3, timeout)
+    progress(f"check {run}: waiting for the mirror to create {CHECK_TOPIC} in the aggregate cluster")
+    async with Admin(aggregate) as admin:
+        try:
+            await admin.wait_for_topic(CHECK_TOPIC, timeout=timeout)
+        except KafkaTimeoutError as e:
+            raise KafkaTimeoutError(f"{e}: is the mirror running?") from e
+    results = {dc: DatacenterResult(dc) for dc in sources}
+    sent_at: dict[str, float] = {}
+    async with Consumer(aggregate, client_id="lab-check") as consumer:
+        sub = consumer.follow(CHECK_TOPIC, start="latest", max_wait_ms=200)
+        await sub.poll(max_wait_ms=0)  # positions fixed before the first send
+        follower = asyncio.create_task(_follow(sub, run, sent_at, results))
+        try:
+            progress(f"check {run}: writing {records} records into each of {', '.join(sources)} at {rate:g}/s")
+            await asyncio.gather(*(_produce(b, results[dc], run, records, rate, sent_at) for dc, b in sources.items()))
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and any(r.arrived < r.acked for r in results.values()):
+                if follower.done():
+                    follower.result()  # raises what stopped it
+                await asyncio.sleep(0.1)
+            # a moment more for duplicates that trail the last record
+            await asyncio.sleep(0.5)
+        finally:
+            follower.cancel()
+            try:
+                await follower
+            except asyncio.CancelledError:
+                pass
+    audit: list[dict[str, Any]] = []
+    audit_error = ""
+    if audit_url:
+        try:
+            audit = await asyncio.to_thread(audit_status, audit_url, audit_topics)
+        except Exception as e:
+            audit_error = f"audit service at {audit_url} did not answer: {e}"
+    return PipelineReport(run, list(results.values()), audit, audit_error)

@@ -1,0 +1,148 @@
+"""``headwater lab activity`` (the lab's demo producers) and ``headwater lab check`` (the pipeline
+check). Defaults are the lab's addresses as published on the host by ``make lab``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from headwater.cli.service import setup_logging
+
+__all__ = ["add_parser"]
+
+log = logging.getLogger("headwater.lab")
+
+_LAB_SOURCES = [
+    "dc1=127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094",
+    "dc2=127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094",
+]
+_LAB_AGGREGATE = "127.0.0.1:39092,127.0.0.1:39093,127.0.0.1:39094"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    lab = sub.add_parser("lab", help="the multi-DC lab's demo traffic and pipeline check")
+    lab_sub = lab.add_subparsers(dest="lab_command", required=True, metavar="ACTION")
+
+    a = lab_sub.add_parser(
+        "activity",
+        help="write demo page views and clicks into a datacenter (auditing producer, acks=all)",
+        description="Write page views and clicks keyed by member id, each stamped with its send time, "
+        "through Headwater's auditing producer, until SIGTERM or SIGINT.",
+    )
+    a.add_argument("--datacenter", required=True, help="origin datacenter of the records (e.g. dc1)")
+    a.add_argument("--bootstrap-server", required=True, help="the datacenter's brokers, host:port[,...]")
+    a.add_argument(
+        "--rate",
+        type=float,
+        default=float(os.environ.get("LAB_ACTIVITY_RATE", "20")),
+        help="records per second (default $LAB_ACTIVITY_RATE or 20)",
+    )
+    a.add_argument("--window-ms", type=int, default=60_000, help="audit window; must match the audit service's")
+    a.add_argument("--members", type=int, default=100_000, help="number of distinct member ids")
+    a.add_argument("--report-every", type=float, default=30.0, help="seconds between progress lines")
+    a.add_argument("--health-file", type=Path, help="touched while records are being acknowledged")
+    a.add_argument("--log-level", default="INFO")
+    a.set_defaults(func=_activity)
+
+    c = lab_sub.add_parser(
+        "check",
+        help="measure the pipeline: records from each DC until readable in the aggregate cluster",
+        description="Write tagged records into each source datacenter and report, for each, the time "
+        "until they are readable in the aggregate cluster (p50, p99, max), whether every one arrived, "
+        "and the audit status of the last closed windows. Exit code 0 when all is well, 1 otherwise.",
+    )
+    c.add_argument(
+        "--source",
+        action="append",
+        metavar="DC=BOOTSTRAP",
+        help="a source datacenter (repeatable; default: the lab's dc1 and dc2 on this host)",
+    )
+    c.add_argument("--aggregate", default=_LAB_AGGREGATE, help="the aggregate cluster's brokers")
+    c.add_argument("--audit-url", default="http://127.0.0.1:8080", help="the audit service ('' to skip)")
+    c.add_argument("--records", type=int, default=200, help="records per datacenter (default 200)")
+    c.add_argument("--rate", type=float, default=50.0, help="records per second per datacenter (default 50)")
+    c.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the records")
+    c.add_argument("--json", action="store_true", help="print the report as JSON")
+    c.add_argument("--log-level", default="WARNING")
+    c.set_defaults(func=_check)
+
+
+def _activity(args: argparse.Namespace) -> int:
+    if args.rate <= 0 or args.window_ms <= 0 or args.members <= 0:
+        print("headwater lab activity: --rate, --window-ms and --members must be positive", file=sys.stderr)
+        return 2
+    setup_logging(args.log_level)
+    from headwater.lab.activity import run_activity
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        await run_activity(
+            args.bootstrap_server,
+            args.datacenter,
+            args.rate,
+            stop,
+            window_ms=args.window_ms,
+            members=args.members,
+            report_every=args.report_every,
+            health_file=args.health_file,
+        )
+        return 0
+
+    import uvloop
+
+    return uvloop.run(main())
+
+
+def _parse_sources(values: list[str] | None) -> dict[str, str]:
+    sources: dict[str, str] = {}
+    for v in values or _LAB_SOURCES:
+        dc, sep, bootstrap = v.partition("=")
+        if not sep or not dc.strip() or not bootstrap.strip():
+            raise ValueError(f"--source {v!r}: expected DC=host:port[,host:port...]")
+        sources[dc.strip()] = bootstrap.strip()
+    return sources
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        sources = _parse_sources(args.source)
+    except ValueError as e:
+        print(f"headwater lab check: {e}", file=sys.stderr)
+        return 2
+    if args.records <= 0 or args.rate <= 0 or args.timeout <= 0:
+        print("headwater lab check: --records, --rate and --timeout must be positive", file=sys.stderr)
+        return 2
+    setup_logging(args.log_level)
+    from headwater.lab.check import run_check
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    import uvloop
+
+    try:
+        report = uvloop.run(
+            run_check(
+                sources,
+                args.aggregate,
+                records=args.records,
+                rate=args.rate,
+                timeout=args.timeout,
+                audit_url=args.audit_url or None,
+                progress=progress,
+            )
+        )
+    except (OSError, TimeoutError) as e:
+        print(f"headwater lab check: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
+    return 0 if report.ok else 1

@@ -1,0 +1,213 @@
+"""The lab's demo producers (``headwater lab activity``) and pipeline check (``headwater lab check``)
+over a real pipeline: two source clusters, a mirror process, the aggregate cluster, the audit service."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from headwater.lab.activity import click, member_id, page_view
+from headwater.lab.check import percentile
+from headwater.testing.zookeeper import free_port
+from tests.cluster.harness import Cluster
+from tests.mirror.util import MirrorProcess, wait_for, zk_connect
+
+WINDOW_MS = 2000
+
+
+def test_demo_events_look_like_activity_data() -> None:
+    rng = random.Random(7)
+    members = [member_id(rng, 100_000) for _ in range(20_000)]
+    assert min(members) >= 1 and max(members) <= 100_000
+    # skewed: the 1 % most active ids get far more than 1 % of the events
+    assert sum(1 for m in members if m <= 1000) > 0.5 * len(members)
+    views = [page_view(rng, m, "dc1", i, 1_700_000_000_000) for i, m in enumerate(members[:500])]
+    clicks = [click(rng, m, "dc1", i, 1_700_000_000_000) for i, m in enumerate(members[:500])]
+    assert min(map(len, views)) >= 250 and max(map(len, views)) <= 500, (min(map(len, views)), max(map(len, views)))
+    assert min(map(len, clicks)) >= 150 and max(map(len, clicks)) <= 300
+    event = json.loads(views[0])
+    assert event["sent_ms"] == 1_700_000_000_000 and event["datacenter"] == "dc1" and event["member_id"] == members[0]
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 99) == 99.0
+    assert percentile(values, 100) == 100.0
+    assert percentile([3.0], 99) == 3.0
+
+
+def test_bad_arguments_get_one_line_and_exit_code_2() -> None:
+    for argv in (
+        ["check", "--source", "dc1"],
+        ["check", "--records", "0"],
+        ["activity", "--datacenter", "dc1", "--bootstrap-server", "x:1", "--rate", "-1"],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "headwater.cli.main", "lab", *argv], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert proc.stderr.startswith("headwater lab "), proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_activity_and_check_over_two_dcs_a_mirror_and_the_audit(
+    cluster_factory: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    dc1, dc2, agg = cluster_factory(1), cluster_factory(1), cluster_factory(1)
+    audit_port = free_port()
+    mirror = MirrorProcess(
+        tmp_path,
+        "mirror",
+        {
+            "clusters": "dc1, dc2, agg",
+            "dc1.zookeeper.connect": zk_connect(dc1),
+            "dc2.zookeeper.connect": zk_connect(dc2),
+            "agg.bootstrap.servers": agg.bootstrap,
+            "dc1->agg.enabled": "true",
+            "dc2->agg.enabled": "true",
+            "fetch.max.wait.ms": 100,
+            "offset.commit.interval.ms": 500,
+        },
+    ).start()
+    audit = MirrorProcess(
+        tmp_path,
+        "audit",
+        {
+            "clusters": "dc1, dc2, agg",
+            "dc1.bootstrap.servers": dc1.bootstrap,
+            "dc2.bootstrap.servers": dc2.bootstrap,
+            "agg.bootstrap.servers": agg.bootstrap,
+            "audit.topics": "page-views, clicks",
+            "window.ms": WINDOW_MS,
+            "grace.ms": 8000,
+            "store": f"sqlite:///{tmp_path / 'audit.db'}",
+            "http.host": "127.0.0.1",
+            "http.port": audit_port,
+            "fetch.max.wait.ms": 100,
+        },
+        command=("audit", "serve"),
+    ).start()
+    activity = {
+        dc: subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "headwater.cli.main",
+                "lab",
+                "activity",
+                "--datacenter",
+                dc,
+                "--bootstrap-server",
+                c.bootstrap,
+                "--rate",
+                "40",
+                "--window-ms",
+                str(WINDOW_MS),
+                "--report-every",
+                "2",
+                "--health-file",
+                str(tmp_path / f"{dc}.ok"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for dc, c in (("dc1", dc1), ("dc2", dc2))
+    }
+    try:
+        for dc in activity:
+            wait_for(lambda dc=dc: (tmp_path / f"{dc}.ok").exists(), 90, f"{dc}'s activity to be acknowledged")
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "headwater.cli.main",
+                "lab",
+                "check",
+                "--json",
+                "--source",
+                f"dc1={dc1.bootstrap}",
+                "--source",
+                f"dc2={dc2.bootstrap}",
+                "--aggregate",
+                agg.bootstrap,
+                "--audit-url",
+                "",
+                "--records",
+                "100",
+                "--rate",
+                "50",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr + mirror.log()[-3000:]
+        report = json.loads(proc.stdout)
+        assert report["ok"]
+        for d in report["datacenters"]:
+            assert (d["sent"], d["acknowledged"], d["arrived"], d["duplicates"]) == (100, 100, 100, 0), d
+            lat = d["latency_ms"]
+            assert 0 < lat["p50"] <= lat["p99"] <= lat["max"], lat
+        assert "making sure lab-check exists" in proc.stderr  # progress goes to stderr
+
+        # The audit service balances the demo traffic: every closed window 100 % at every tier.
+        def balanced() -> bool:
+            rows = [
+                r
+                for t in ("page-views", "clicks")
+                for r in _get(f"http://127.0.0.1:{audit_port}/api/v1/completeness?topic={t}")["rows"]
+            ]
+            closed = [r for r in rows if r["status"] != "open"]
+            tiers = {(r["topic"], r["tier"]) for r in closed}
+            return {("page-views", t) for t in ("producer", "dc1", "dc2", "agg")} <= tiers and all(
+                r["status"] in ("complete", "late") for r in closed
+            )
+
+        wait_for(balanced, 120, "closed windows of the demo traffic, balanced", audit)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "headwater.cli.main",
+                "lab",
+                "check",
+                "--source",
+                f"dc1={dc1.bootstrap}",
+                "--source",
+                f"dc2={dc2.bootstrap}",
+                "--aggregate",
+                agg.bootstrap,
+                "--audit-url",
+                f"http://127.0.0.1:{audit_port}",
+                "--records",
+                "20",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "dc1 -> aggregate: 20/20" in proc.stdout and "dc2 -> aggregate: 20/20" in proc.stdout, proc.stdout
+        assert "audit page-views window" in proc.stdout and "complete" in proc.stdout, proc.stdout
+    finally:
+        for p in activity.values():
+            p.terminate()
+        outputs = {dc: p.communicate(timeout=60)[0] for dc, p in activity.items()}
+        mirror.stop()
+        audit.stop()
+    for dc, p in activity.items():
+        assert p.returncode == 0, outputs[dc]
+        assert "acknowledged" in outputs[dc] and f"{dc}: stopped after" in outputs[dc], outputs[dc]
