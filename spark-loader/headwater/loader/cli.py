@@ -19,6 +19,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "publish data and offsets together, then the warehouse-tier audit counts.",
     )
     add_service_arguments(p, "loader.properties")
+    p.add_argument(
+        "--schedule",
+        metavar="HH:MM",
+        help="stay up and run the load every day at this UTC time (each run a child process)",
+    )
     p.set_defaults(func=_run)
 
 
@@ -46,7 +51,22 @@ def _run(args: argparse.Namespace) -> int:
         print(f"headwater load: configuration error: {e}", file=sys.stderr)
         return 2
     setup_logging(args.log_level)
-    run(config)
+    if args.schedule:
+        from headwater.loader.schedule import parse_time, run_schedule
+
+        try:
+            at = parse_time(args.schedule)
+        except ValueError as e:
+            print(f"headwater load: {e}", file=sys.stderr)
+            return 2
+        argv = ["-c", args.config, "--log-level", args.log_level]
+        for o in args.override:
+            argv += ["--override", o]
+        return run_schedule(at, argv)
+    from headwater.loader.schedule import warehouse_lock
+
+    with warehouse_lock(config.warehouse):
+        run(config)
     return 0
 
 
