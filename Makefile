@@ -40,7 +40,7 @@ clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
 
 # ---- containers: images, the multi-DC lab (deploy/compose/), what tests/integration needs
-.PHONY: images lab lab-down integration-deps docker-engine
+.PHONY: images lab lab-down lab-load lab-check integration-deps docker-engine
 
 # Docker engine (installed and started when absent and we are root) and the compose v2 plugin.
 docker-engine: $(VENV)/.installed
@@ -53,6 +53,14 @@ images: deps docker-engine
 # The three clusters (dc1, dc2, agg), healthy; prints their bootstrap addresses.
 lab: images
 	@bash deploy/scripts/lab.sh up
+
+# The nightly load, now: the aggregate cluster into the warehouse on the lab's Spark master.
+lab-load:
+	@bash deploy/scripts/lab.sh load
+
+# The pipeline check: each DC to the aggregate cluster (p50/p99/max latency), every record, the audit.
+lab-check:
+	@bash deploy/scripts/lab.sh check
 
 # Stops the lab and keeps its data volumes (drop them: deploy/scripts/lab.sh down -v).
 lab-down:

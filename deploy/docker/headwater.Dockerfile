@@ -1,4 +1,4 @@
-# Headwater's Python services (the broker now; mirror and audit later), from a wheelhouse built
+# Headwater's Python services (broker, mirror, audit, loader; Spark in the `spark` stage), from a wheelhouse built
 # on the host by deploy/scripts/build-images.sh: no package index is reached during the build.
 #
 # Build context (made by build-images.sh):
@@ -40,6 +40,33 @@ LABEL org.headwater.image=headwater-build
 COPY wheels/app/ /wheels/app/
 RUN /opt/headwater/bin/python /opt/pip.whl/pip install --no-cache-dir --no-index --disable-pip-version-check \
         --no-deps --target /opt/headwater/app /wheels/app/*.whl
+
+# ---- spark (headwater/spark): Spark standalone (master, worker) and the nightly loader's driver.
+# PyPI's pyspark (the `loader` extra, in the deps stage) ships Spark's launch scripts and jars, so
+# Spark needs only a JRE (Debian's OpenJDK 17) and `ps`. Built with --target spark; the JRE layer
+# stays cached across Python changes, like the deps layer.
+FROM runtime AS spark
+RUN set -eux; \
+    apt-get update; \
+    mkdir -p /usr/share/man/man1; \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jre-headless procps; \
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log; \
+    mkdir -p /var/lib/headwater/warehouse /var/lib/headwater/spark-work; \
+    chown -R headwater:headwater /var/lib/headwater
+COPY --from=deps /opt/headwater /opt/headwater
+RUN ln -s "$(/opt/headwater/bin/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" /opt/spark
+ENV SPARK_HOME=/opt/spark \
+    PYSPARK_PYTHON=/opt/headwater/bin/python \
+    PYSPARK_DRIVER_PYTHON=/opt/headwater/bin/python \
+    SPARK_NO_DAEMONIZE=1 \
+    PATH=/opt/headwater/app/bin:/opt/headwater/bin:/opt/spark/bin:/opt/spark/sbin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+USER headwater
+WORKDIR /var/lib/headwater
+ENTRYPOINT ["headwater"]
+CMD ["--help"]
+COPY --from=app /opt/headwater/app /opt/headwater/app
 
 # ---- the image (headwater's own files last: the only layer a Python change touches)
 FROM runtime

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Build Headwater's images from a wheelhouse made on the host (pip cannot reach an index inside a
-# build): headwater/headwater:$TAG (the Python services: broker, mirror, audit),
-# headwater/zookeeper:$TAG and headwater/postgres:$TAG (the audit service's database in the lab).
+# build): headwater/headwater:$TAG (the Python services: broker, mirror, audit, loader),
+# headwater/zookeeper:$TAG, headwater/postgres:$TAG (the audit service's database in the lab),
+# headwater/spark:$TAG (Spark standalone and the loader's driver: the same Python and a JRE) and
+# headwater/prometheus:$TAG (Debian's prometheus, scraping the lab).
 #
-#   deploy/scripts/build-images.sh            # all three images
-#   deploy/scripts/build-images.sh headwater  # only some of them (headwater | zookeeper | postgres)
+#   deploy/scripts/build-images.sh            # all five images
+#   deploy/scripts/build-images.sh headwater  # only some (headwater | zookeeper | postgres | spark | prometheus)
 #
 # The dependencies' wheels are rebuilt only when pyproject.toml (or the Python version) changes,
 # and headwater's own wheel is reproducible, so the image layers stay cached until the code
 # changes; a Python-only change rebuilds the last layer in seconds.
 # Environment: HEADWATER_IMAGE_TAG (dev), BASE_IMAGE (debian:bookworm-slim), PYTHON (the
-# project's .venv python when there is one), HEADWATER_EXTRAS (extras baked into the image; default audit),
+# project's .venv python when there is one), HEADWATER_EXTRAS (extras baked into the image; default audit,loader),
 # HEADWATER_SRC (the source tree to package; default this checkout).
 set -euo pipefail
 
@@ -18,14 +20,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SRC="$(cd "${HEADWATER_SRC:-$ROOT}" && pwd)"
 TAG="${HEADWATER_IMAGE_TAG:-dev}"
 BASE_IMAGE="${BASE_IMAGE:-debian:bookworm-slim}"
-EXTRAS="${HEADWATER_EXTRAS-audit}"  # the audit service runs from the same image
+EXTRAS="${HEADWATER_EXTRAS-audit,loader}"  # the audit service and the loader run from the same image
 if [ -z "${PYTHON:-}" ]; then
   if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
 fi
 OUT="$ROOT/build/docker"
 CTX="$OUT/headwater"
 WHAT=("$@")
-[ ${#WHAT[@]} -gt 0 ] || WHAT=(headwater zookeeper postgres)
+[ ${#WHAT[@]} -gt 0 ] || WHAT=(headwater zookeeper postgres spark prometheus)
 
 say() { echo "build-images: $*" >&2; }
 pip_q() { "$PYTHON" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
@@ -96,7 +98,7 @@ build() {
   local name="$1" dockerfile="$2" context="$3" start ms
   start=$(date +%s%N)
   say "docker build $name:$TAG"
-  docker_build "$OUT/$name-build.log" -f "$dockerfile" -t "headwater/$name:$TAG" "$context"
+  docker_build "$OUT/$name-build.log" -f "$dockerfile" -t "headwater/$name:$TAG" "${@:4}" "$context"
   if [ "$name" = headwater ]; then
     # Tag the `app` stage too (all cached by now): the next build finds it, and the prune below
     # leaves it alone.
@@ -121,8 +123,15 @@ for what in "${WHAT[@]}"; do
     postgres)
       build postgres "$ROOT/deploy/docker/postgres.Dockerfile" "$ROOT/deploy/docker"
       ;;
+    spark) # the `spark` stage of headwater.Dockerfile (its context is made by the headwater step)
+      [ -f "$CTX/headwater.Dockerfile" ] || { say "build the headwater image first"; exit 2; }
+      build spark "$CTX/headwater.Dockerfile" "$CTX" --target spark
+      ;;
+    prometheus)
+      build prometheus "$ROOT/deploy/docker/prometheus.Dockerfile" "$ROOT/deploy/docker"
+      ;;
     *)
-      say "unknown image $what (headwater | zookeeper | postgres)"
+      say "unknown image $what (headwater | zookeeper | postgres | spark | prometheus)"
       exit 2
       ;;
   esac

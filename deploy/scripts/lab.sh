@@ -3,6 +3,8 @@
 #   lab.sh up         docker compose up -d --wait, then print the bootstrap addresses
 #   lab.sh down       docker compose down (volumes are kept; `lab.sh down -v` drops them)
 #   lab.sh addresses  print the bootstrap addresses of the three clusters
+#   lab.sh load       run the nightly load now (in the loader container, on the lab's Spark master)
+#   lab.sh check      the pipeline check: latency from each DC to the aggregate cluster, audit status
 #   lab.sh ps | logs [service] | <any docker compose command>
 # Images must exist (make images); `make lab` builds them first.
 set -euo pipefail
@@ -35,7 +37,24 @@ addresses() {
   else
     echo "audit: not running"
   fi
+  addr="$(compose port prometheus 9090 2>/dev/null || true)"
+  if [ -n "$addr" ]; then
+    printf 'prometheus http://%s/   (every broker, the mirror, the audit service)\n' "$addr"
+  else
+    echo "prometheus: not running"
+  fi
+  addr="$(compose port spark-master 8081 2>/dev/null || true)"
+  if [ -n "$addr" ]; then
+    printf 'spark  master spark://spark-master:7077 (in the agg network)   UI http://%s/\n' "$addr"
+    echo "       nightly load at ${LOADER_SCHEDULE:-02:00} UTC into the warehouse volume; now: make lab-load"
+  else
+    echo "spark: not running"
+  fi
 }
+
+sources="--source dc1=dc1-broker1:9092,dc1-broker2:9092,dc1-broker3:9092"
+sources="$sources --source dc2=dc2-broker1:9092,dc2-broker2:9092,dc2-broker3:9092"
+aggregate="agg-broker1:9092,agg-broker2:9092,agg-broker3:9092"
 
 cmd="${1:-up}"
 [ $# -eq 0 ] || shift
@@ -43,10 +62,12 @@ case "$cmd" in
   up)
     compose up -d --wait --wait-timeout "${LAB_WAIT_TIMEOUT:-300}" "$@"
     echo
-    echo "Headwater lab is up: 3 clusters, each ZooKeeper + 3 brokers (all healthy)."
+    echo "Headwater lab is up (all healthy): 3 clusters (ZooKeeper + 3 brokers each), demo activity in dc1 and"
+    echo "dc2 (\$LAB_ACTIVITY_RATE=${LAB_ACTIVITY_RATE:-20} records/s each), the mirror, the audit service, Spark and Prometheus."
     addresses
     echo
     echo "Try: kcat -b $(compose port dc1-broker1 9094) -L"
+    echo "Check the pipeline: make lab-check    Load the warehouse now: make lab-load"
     echo "Stop: make lab-down (keeps the data volumes; remove them with: $0 down -v)"
     ;;
   down)
@@ -57,5 +78,13 @@ case "$cmd" in
     esac
     ;;
   addresses) addresses ;;
+  load)
+    # shellcheck disable=SC2016 # expanded inside the container, from its environment
+    compose exec -T loader sh -c 'exec headwater load -c /etc/headwater/loader.properties --override audit.window.ms="$AUDIT_WINDOW_MS" "$@"' load "$@"
+    ;;
+  check)
+    # shellcheck disable=SC2086 # word splitting of the source list is intended
+    compose exec -T audit headwater lab check $sources --aggregate "$aggregate" --audit-url http://127.0.0.1:8080 "$@"
+    ;;
   *) compose "$cmd" "$@" ;;
 esac

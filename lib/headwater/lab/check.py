@@ -156,8 +156,9 @@ async def _produce(
                 log.warning("%s: a check record was not acknowledged: %s", result.datacenter, e)
 
 
-async def _follow(sub: Subscription, run: str, sent_at: dict[str, float], results: dict[str, DatacenterResult]) -> None:
-    seen: set[str] = set()
+async def _follow(
+    sub: Subscription, run: str, sent_at: dict[str, float], results: dict[str, DatacenterResult], seen: set[str]
+) -> None:
     prefix = f"{run}/".encode()
     while True:
         for r in await sub.poll(max_wait_ms=200):
@@ -237,25 +238,31 @@ async def run_check(
     results = {dc: DatacenterResult(dc) for dc in sources}
     sent_at: dict[str, float] = {}
     async with Consumer(aggregate, client_id="lab-check") as consumer:
-        sub = consumer.follow(CHECK_TOPIC, start="latest", max_wait_ms=200)
-        await sub.poll(max_wait_ms=0)  # positions fixed before the first send
-        follower = asyncio.create_task(_follow(sub, run, sent_at, results))
+        # One follower per partition: a fetch returns as soon as its own partition has data, never
+        # held up by another leader's long poll (which would add up to the wait to the latency).
+        subs = [
+            consumer.follow(CHECK_TOPIC, p, start="latest", max_wait_ms=200)
+            for p in await consumer.partitions_for(CHECK_TOPIC)
+        ]
+        for sub in subs:
+            await sub.poll(max_wait_ms=0)  # positions fixed before the first send
+        seen: set[str] = set()
+        followers = [asyncio.create_task(_follow(sub, run, sent_at, results, seen)) for sub in subs]
         try:
             progress(f"check {run}: writing {records} records into each of {', '.join(sources)} at {rate:g}/s")
             await asyncio.gather(*(_produce(b, results[dc], run, records, rate, sent_at) for dc, b in sources.items()))
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and any(r.arrived < r.acked for r in results.values()):
-                if follower.done():
-                    follower.result()  # raises what stopped it
+                for follower in followers:
+                    if follower.done():
+                        follower.result()  # raises what stopped it
                 await asyncio.sleep(0.1)
             # a moment more for duplicates that trail the last record
             await asyncio.sleep(0.5)
         finally:
-            follower.cancel()
-            try:
-                await follower
-            except asyncio.CancelledError:
-                pass
+            for follower in followers:
+                follower.cancel()
+            await asyncio.gather(*followers, return_exceptions=True)
     audit: list[dict[str, Any]] = []
     audit_error = ""
     if audit_url:
