@@ -135,7 +135,10 @@ def test_kill9_of_source_leader_target_leader_and_a_mirror_loses_nothing(
             f"{duplicates} duplicate(s) from the mirror crash, {sum(1 for n in copies.values() if n > 1)} value(s) seen twice"
         )
         print("\n".join(report))
-        assert duplicates >= 0
+        # The new owner of the killed mirror's partitions skips what it had copied past its last
+        # commit, and a produce whose answer died with the target leader is looked for before it is
+        # sent again: no duplicates, crashes or not.
+        assert duplicates == 0, report
     finally:
         for m in mirrors:
             m.stop()

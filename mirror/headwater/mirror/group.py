@@ -6,6 +6,12 @@
                                                           "pattern": "white_list", "timestamp": "<ms>"}
     /consumers/<group>/owners/<topic>/<p>    ephemeral   the owning consumer id
     /consumers/<group>/offsets/<topic>/<p>   persistent  the next source offset to mirror (decimal)
+    /consumers/<group>/mirror-target/<topic>/<p>
+                                             persistent  the target partition's offset right after the
+                                                         mirror's last acknowledged append of the records
+                                                         before that source offset (decimal); written
+                                                         with it in one transaction (see Mirror: where a
+                                                         new owner looks for copies the old one made)
 
 Assignment is rendezvous hashing (highest random weight) of each partition over the live
 members: every member computes the same owner for every partition from the member list alone,
@@ -181,13 +187,31 @@ class ZkGroup:
             log.warning("ignoring unreadable committed offset %r of %s-%d", raw, *tp)
             return None
 
-    def commit_offset(self, tp: TopicPartition, offset: int) -> None:
-        path = self._offset_path(tp)
-        data = str(offset).encode()
+    def _target_path(self, tp: TopicPartition) -> str:
+        return f"/consumers/{self.group}/mirror-target/{tp[0]}/{tp[1]}"
+
+    def read_target_offset(self, tp: TopicPartition) -> int | None:
+        """The target offset committed with the source offset (None: not known)."""
         try:
-            self.zk.set(path, data)
-        except NoNodeError:
-            try:
-                self.zk.create(path, data, makepath=True)
-            except NodeExistsError:
-                self.zk.set(path, data)
+            return int(self.zk.get(self._target_path(tp))[0].decode().strip())
+        except (NoNodeError, ValueError):
+            return None
+
+    def commit_offset(self, tp: TopicPartition, offset: int, target_offset: int | None = None) -> None:
+        """Commit the next source offset and, when known, the target offset that goes with it
+        (both in one ZooKeeper transaction: a reader never sees one without the other)."""
+        writes = [(self._offset_path(tp), str(offset).encode())]
+        if target_offset is not None:
+            writes.append((self._target_path(tp), str(target_offset).encode()))
+        for path, _ in writes:
+            if self.zk.exists(path) is None:
+                try:
+                    self.zk.create(path, b"-1", makepath=True)
+                except NodeExistsError:
+                    pass
+        t = self.zk.transaction()
+        for path, data in writes:
+            t.set_data(path, data)
+        for result in t.commit():
+            if isinstance(result, Exception):
+                raise result

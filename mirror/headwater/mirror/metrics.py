@@ -24,6 +24,13 @@ class MirrorMetrics:
             ["flow"],
             registry=r,
         )
+        self.skipped = Counter(
+            "headwater_mirror_skipped_records",
+            "Records not produced again: found in the target (copied before a change of owner, or by a produce "
+            "whose answer was lost)",
+            ["flow", "topic"],
+            registry=r,
+        )
         self.dropped = Counter(
             "headwater_mirror_test_dropped_records",
             "Records dropped by headwater.test.drop.every (tests only)",

@@ -40,10 +40,11 @@ from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, Off
 from headwater.client.partitioner import murmur2, to_positive
 from headwater.client.raw import as_plain_batch, fetch_raw, produce_raw
 from headwater.mirror.config import Flow, MirrorConfig
+from headwater.mirror.copies import TargetCopies, scan_target, skip_copied
 from headwater.mirror.group import ZkGroup, assign, new_consumer_id
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.protocol.errors import ErrorCode, KafkaError
-from headwater.protocol.records.header import BatchHeader
+from headwater.protocol.records.header import ATTRIBUTES_OFFSET, BatchHeader
 from headwater.protocol.records.record import RecordInput, decode_batch, encode_batch
 
 log = logging.getLogger("headwater.mirror")
@@ -82,6 +83,11 @@ class _Copier:
     next_offset: int  # the source offset after everything the target acknowledged
     committed: int  # what the group in ZooKeeper holds (-1: nothing yet)
     task: asyncio.Task[None] | None = None
+    #: fast path: the target offset right after this copier's last acknowledged append (-1: unknown)
+    target_end: int = -1
+    #: fast path, after a change of owner: copies the previous owner made past the committed offset
+    copies: TargetCopies | None = None
+    resume_scan: bool = False  # scan the target from target_end before the first fetch
 
 
 @dataclass
@@ -96,6 +102,14 @@ class _FlowState:
     pending: set[TopicPartition] = field(default_factory=set)  # ours, still held by another member
     records_seen: int = 0  # for the test faults
     healthy_reason: str = "starting"
+
+
+def _span(batch: bytes | memoryview) -> int:
+    """How many offsets a batch takes in the log (last offset delta + 1)."""
+    return int.from_bytes(batch[_LAST_OFFSET_DELTA : _LAST_OFFSET_DELTA + 4], "big", signed=True) + 1
+
+
+_LAST_OFFSET_DELTA = ATTRIBUTES_OFFSET + 2
 
 
 class Mirror:
@@ -315,6 +329,10 @@ class Mirror:
         stop = asyncio.Event()
         offset = committed if committed is not None else await self._reset_offset(f, tp)
         copier = _Copier(stop, offset, offset if committed is not None else -1)
+        if committed is not None and self._fast_path(f, tp[0]):
+            target = await asyncio.to_thread(f.group.read_target_offset, tp)
+            if target is not None:
+                copier.target_end, copier.resume_scan = target, True
         copier.task = asyncio.ensure_future(self._copy(f, tp, copier))
         f.copiers[tp] = copier
 
@@ -345,12 +363,24 @@ class Mirror:
         when = EARLIEST if self.config.auto_offset_reset == "earliest" else LATEST
         return (await consumer.offsets_before(tp[0], tp[1], when, 1))[0]
 
+    def _fast_path(self, f: _FlowState, topic: str) -> bool:
+        plan = f.plans[topic]
+        faults = self.config.drop_every or self.config.duplicate_every
+        return plan.identity and not self.config.always_repartition and not faults
+
     async def _copy(self, f: _FlowState, tp: TopicPartition, c: _Copier) -> None:
         topic, partition = tp
         backoff = 0.1
         name = f.flow.name
         while not c.stop.is_set():
             try:
+                if c.resume_scan:
+                    # What did the previous owner copy past the committed offset before it stopped?
+                    c.copies, _ = await scan_target(self.target, f.plans[topic].target_topic, partition, c.target_end)
+                    c.resume_scan = False
+                    if c.copies is None:
+                        log.warning("%s: %s-%d: too much to scan in the target; resuming at-least-once", name, *tp)
+                    c.copies = c.copies or None
                 got, failed = await fetch_raw(
                     f.source,
                     [(topic, partition, c.next_offset)],
@@ -366,8 +396,10 @@ class Mirror:
                     backoff = 0.1
                     continue
                 data = [(h, b) for h, b in part.batches if not h.is_control]
+                if data and c.copies is not None:
+                    data = self._skip_previous_copies(f, tp, c, data)
                 if data:
-                    await self._deliver(f, tp, data)
+                    await self._deliver(f, tp, c, data)
                 c.next_offset = max(c.next_offset, part.batches[-1][0].next_offset)
                 backoff = 0.1
             except OffsetOutOfRangeError:
@@ -384,14 +416,38 @@ class Mirror:
                     pass
                 backoff = min(backoff * 2, _BACKOFF_MAX)
 
-    async def _deliver(self, f: _FlowState, tp: TopicPartition, batches: list[tuple[BatchHeader, memoryview]]) -> None:
+    def _skip_previous_copies(
+        self, f: _FlowState, tp: TopicPartition, c: _Copier, data: list[tuple[BatchHeader, memoryview]]
+    ) -> list[tuple[BatchHeader, memoryview]]:
+        """Drop the leading batches the previous owner already copied into the target."""
+        assert c.copies is not None
+        n, end = skip_copied([as_plain_batch(h, b) for h, b in data], c.copies)
+        if n:
+            c.target_end = max(c.target_end, end)
+            records = sum(h.records_count for h, _ in data[:n])
+            self.metrics.skipped.labels(f.flow.name, tp[0]).inc(records)
+            log.info(
+                "%s: %s-%d: %d batch(es), %d record(s) from offset %d were already copied by the previous owner: skipped",
+                f.flow.name,
+                *tp,
+                n,
+                records,
+                data[0][0].base_offset,
+            )
+        if n < len(data):
+            c.copies = None  # the rest was never copied: a prefix only, so matching is over
+        return data[n:]
+
+    async def _deliver(
+        self, f: _FlowState, tp: TopicPartition, c: _Copier, batches: list[tuple[BatchHeader, memoryview]]
+    ) -> None:
         """Produce the batches into the target until it acknowledged all of them (acks=all)."""
         plan = f.plans[tp[0]]
         name = f.flow.name
-        faults = self.config.drop_every or self.config.duplicate_every
-        if plan.identity and not self.config.always_repartition and not faults:
-            payload = b"".join(as_plain_batch(h, b) for h, b in batches)
-            await self._produce(f, plan.target_topic, tp[1], payload)
+        if self._fast_path(f, tp[0]):
+            await self._produce_same_partition(
+                f, c, plan.target_topic, tp[1], [as_plain_batch(h, b) for h, b in batches]
+            )
         else:
             for partition, payload in self._repartition(f, plan, tp[1], batches).items():
                 await self._produce(f, plan.target_topic, partition, payload)
@@ -430,6 +486,64 @@ class Mirror:
                 )
         return {p: b"".join(parts) for p, parts in per_partition.items()}
 
+    async def _produce_same_partition(
+        self, f: _FlowState, c: _Copier, topic: str, partition: int, batches: list[bytes | memoryview]
+    ) -> None:
+        """The fast path's produce: acks=all, retried until acknowledged; before a retry, the batches
+        an unanswered attempt did append (found in the target past ``c.target_end``) are dropped,
+        so a lost answer does not turn into a duplicate."""
+        backoff = 0.1
+        while batches:
+            try:
+                base = await produce_raw(self.target, topic, partition, b"".join(batches), acks=-1)
+                c.target_end = base + sum(_span(b) for b in batches)
+                return
+            except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
+                self.metrics.produce_errors.labels(f.flow.name).inc()
+                level = logging.INFO if isinstance(e, KafkaError) and e.retriable else logging.WARNING
+                log.log(
+                    level, "%s: producing to %s-%d: %s; retrying in %.1fs", f.flow.name, topic, partition, e, backoff
+                )
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX)
+            try:
+                await self.target.refresh([topic])
+                if c.target_end >= 0:
+                    n, end = await self._find_appended(topic, partition, c.target_end, batches)
+                    if n:
+                        log.info(
+                            "%s: %s-%d: %d of %d batch(es) of the unanswered produce are in the target: not sent again",
+                            f.flow.name,
+                            topic,
+                            partition,
+                            n,
+                            len(batches),
+                        )
+                        c.target_end = max(c.target_end, end)
+                        batches = batches[n:]
+            except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
+                pass
+
+    async def _find_appended(
+        self, topic: str, partition: int, start: int, batches: list[bytes | memoryview]
+    ) -> tuple[int, int]:
+        """How many leading ``batches`` an unanswered produce appended (see :func:`skip_copied`):
+        scans until all are found or the high watermark stood still for three seconds (a new
+        leader's high watermark catches up with what it holds within a follower fetch or two)."""
+        last_hw, still = -2, 0
+        found = (0, -1)
+        for _ in range(60):
+            copies, hw = await scan_target(self.target, topic, partition, start)
+            found = skip_copied(batches, copies or {})
+            if found[0] == len(batches) or copies is None:
+                return found
+            still = still + 1 if hw == last_hw else 0
+            if still >= 3:
+                return found
+            last_hw = hw
+            await asyncio.sleep(1.0)
+        return found
+
     async def _produce(self, f: _FlowState, topic: str, partition: int, payload: bytes) -> None:
         backoff = 0.1
         while True:
@@ -454,7 +568,9 @@ class Mirror:
     async def _commit(self, f: _FlowState, tp: TopicPartition, c: _Copier) -> None:
         if c.next_offset != c.committed:
             offset = c.next_offset
-            await asyncio.to_thread(f.group.commit_offset, tp, offset)
+            # read together (no await between): the target offset that goes with this source offset
+            target = c.target_end if c.target_end >= 0 and c.copies is None and not c.resume_scan else None
+            await asyncio.to_thread(f.group.commit_offset, tp, offset, target)
             c.committed = offset
             self.metrics.committed.labels(f.flow.name, tp[0], str(tp[1])).set(offset)
 
