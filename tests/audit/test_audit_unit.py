@@ -11,7 +11,7 @@ import pytest
 from headwater.audit.config import AuditConfigError, parse
 from headwater.audit.counter import count_batch, parse_event
 from headwater.audit.reconcile import reconcile
-from headwater.audit.store import Store
+from headwater.audit.store import CountRow, Store
 from headwater.protocol.records.compression import Codec
 from headwater.protocol.records.header import read_header
 from headwater.protocol.records.record import RecordInput, encode_batch
@@ -121,3 +121,30 @@ def test_aggregate_clusters_name_the_aggregate_tiers() -> None:
     # ...aggregate.clusters says which clusters hold every DC's records.
     named = reconcile(rows, ["dc1", "dc2", "agg"], {"dc1"}, W, 0, now_ms=W, aggregates=frozenset({"agg"}))
     assert {r.tier for r in named} == {"producer", "dc1", "agg"}
+
+
+def test_warehouse_tier_is_due_once_a_later_window_was_loaded() -> None:
+    """A load runs while its newest window is still being written: that window is not judged at the
+    warehouse tier (no nightly false alarm) until a later load reaches past it."""
+    W = 60_000
+    rows = [
+        CountRow("t", 0, "dc1", "producer", 100, 0, 0),
+        CountRow("t", 0, "dc1", "dc1", 100, 0, 0),
+        CountRow("t", 0, "dc1", "warehouse", 100, 0, 0),
+        CountRow("t", W, "dc1", "producer", 100, 0, 0),
+        CountRow("t", W, "dc1", "dc1", 100, 0, 0),
+        CountRow("t", W, "dc1", "warehouse", 40, 0, 0),  # loaded while the window was being written
+    ]
+    tiers = {(r.window_start, r.tier): r.status for r in reconcile(rows, ["dc1"], {"dc1"}, W, 1000, now_ms=10 * W)}
+    assert tiers[(0, "warehouse")] == "complete"
+    assert (W, "warehouse") not in tiers
+    # the next load counts the rest of that window and reaches a later one: now it is judged
+    rows += [
+        CountRow("t", W, "dc1", "warehouse", 100, 0, 0),  # the store sums a window's events: 40 + 60
+        CountRow("t", 2 * W, "dc1", "producer", 10, 0, 0),
+        CountRow("t", 2 * W, "dc1", "warehouse", 3, 0, 0),
+    ]
+    rows = [r for r in rows if not (r.window_start == W and r.tier == "warehouse" and r.count == 40)]
+    tiers = {(r.window_start, r.tier): r.status for r in reconcile(rows, ["dc1"], {"dc1"}, W, 1000, now_ms=10 * W)}
+    assert tiers[(W, "warehouse")] == "complete"
+    assert (2 * W, "warehouse") not in tiers
