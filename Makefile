@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test deps system-deps lint typecheck unit compat dev clean
+.PHONY: test deps system-deps lint typecheck unit compat dev clean wheel
 
 test: deps lint typecheck integration-deps
 	$(BIN)/pytest -q -p no:cacheprovider
@@ -35,6 +35,11 @@ compat: deps
 # Start a local ZooKeeper and one broker in the foreground; prints how to reach them.
 dev: deps
 	$(BIN)/python scripts/dev_cluster.py
+
+# build/wheelhouse: headwater's wheel and its dependencies' (with manifest.json), what the
+# ansible roles (deploy/ansible) copy to each host so hosts need no package index.
+wheel: $(VENV)/.installed
+	$(BIN)/python deploy/ansible/wheelhouse.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,359 @@
+"""deploy/ansible applied to containers as hosts (systemd + sshd), checked through the clusters it makes.
+
+Three hosts: dc1-a (ZooKeeper, broker 1 of dc1), dc1-b (broker 2 of dc1), agg-a (ZooKeeper,
+broker 1 of agg, the mirror, the audit service, the loader's timer). The tests run in order on one
+deployment: site.yml makes working clusters; a second run changes nothing; a record written in dc1
+reaches agg through the mirror and the audit service answers; a changed broker setting restarts
+dc1's brokers one at a time, the second only after the first is back in every ISR, while a
+producer with acks=all keeps writing and loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tests.integration.ansible_hosts import ANSIBLE_DIR, Fleet, PlaybookRun, build_wheelhouse, host_image, run_playbook
+from tests.integration.kafka_io import QUIET, consume, create_topic, metadata, produce, wait_for
+
+# The first test to use the deployment also builds the host image (a minute or two on a fresh machine)
+# and runs site.yml the first time.
+pytestmark = pytest.mark.timeout(1800)
+
+BROKER_PORT = 9092
+ROLLING_TOPIC = "rolling"
+
+
+@dataclass
+class Deployment:
+    fleet: Fleet
+    workdir: Path
+    runs: list[PlaybookRun] = field(default_factory=list)
+
+    def bootstrap(self, *hosts: str) -> str:
+        return ",".join(f"{self.fleet.hosts[h].address}:{BROKER_PORT}" for h in hosts)
+
+    @property
+    def dc1(self) -> str:
+        return self.bootstrap("dc1-a", "dc1-b")
+
+    @property
+    def agg(self) -> str:
+        return self.bootstrap("agg-a")
+
+    def inventory(self, dc1_broker_properties: dict[str, str] | None = None) -> Path:
+        """The test's inventory (YAML; written as JSON, which YAML reads): the example's layout."""
+        h = self.fleet.hosts
+
+        def host(name: str, **hostvars: object) -> dict[str, object]:
+            return {"ansible_host": h[name].address, **hostvars}
+
+        inventory = {
+            "all": {
+                "vars": {
+                    "ansible_user": "root",
+                    "ansible_ssh_private_key_file": str(self.fleet.key),
+                    "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+                    "headwater_datacenters": ["dc1", "agg"],
+                    "headwater_aggregate_datacenters": ["agg"],
+                    "headwater_apt_update_cache": False,  # the hosts reach no package mirror
+                    "headwater_wheelhouse": str(Path(__file__).resolve().parents[2] / "build" / "wheelhouse"),
+                    "broker_properties": {"min.insync.replicas": "1", "default.replication.factor": "1"},
+                    "mirror_properties": {"offset.commit.interval.ms": "1000"},
+                    "audit_topics": ["mirrored"],
+                    "audit_window_ms": 10000,
+                    "audit_grace_ms": 10000,
+                    "loader_topics": ["mirrored"],
+                },
+                "children": {
+                    "dc1": {
+                        "vars": {
+                            "headwater_datacenter": "dc1",
+                            "broker_rack": "dc1",
+                            "broker_properties_datacenter": dc1_broker_properties or {},
+                        },
+                        "hosts": {
+                            "dc1-a": host("dc1-a", broker_id=1, zookeeper_myid=1),
+                            "dc1-b": host("dc1-b", broker_id=2),
+                        },
+                    },
+                    "agg": {
+                        "vars": {"headwater_datacenter": "agg", "broker_rack": "agg"},
+                        "hosts": {"agg-a": host("agg-a", broker_id=1, zookeeper_myid=1)},
+                    },
+                    "zookeeper": {"hosts": {"dc1-a": None, "agg-a": None}},
+                    "brokers": {"hosts": {"dc1-a": None, "dc1-b": None, "agg-a": None}},
+                    "mirror": {"hosts": {"agg-a": None}},
+                    "audit": {"hosts": {"agg-a": None}},
+                    "loader": {"hosts": {"agg-a": None}},
+                },
+            }
+        }
+        path = self.workdir / f"inventory-{len(self.runs) + 1}.yml"
+        path.write_text(json.dumps(inventory, indent=2))
+        return path
+
+    def apply(self, inventory: Path) -> PlaybookRun:
+        n = len(self.runs) + 1
+        run = run_playbook(self.fleet, inventory, self.workdir / f"site-{n}.log")
+        self.runs.append(run)
+        print(f"site.yml run {n}: {run.seconds:.0f} s, recap {run.recap()}")
+        assert run.returncode == 0, f"ansible-playbook failed (run {n}):\n{run.output[-6000:]}"
+        assert all(r.get("failed", 0) == 0 and r.get("unreachable", 0) == 0 for r in run.recap().values())
+        return run
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    docker_client: docker.DockerClient, run_id: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    image = host_image(docker_client)
+    build_wheelhouse()
+    workdir = tmp_path_factory.mktemp("ansible")
+    fleet = Fleet(docker_client, run_id, image, workdir)
+    try:
+        fleet.start(["dc1-a", "dc1-b", "agg-a"])
+        d = Deployment(fleet, workdir)
+        d.apply(d.inventory())
+        yield d
+    finally:
+        for host in list(fleet.hosts.values()):
+            try:
+                host.container.remove(force=True, v=True)
+            except docker.errors.APIError:
+                pass
+        if fleet.network is not None:
+            fleet.network.remove()
+        leftovers = fleet.stop()
+    assert not leftovers, f"the ansible test left {leftovers}"
+
+
+def test_ansible_lint_and_example_inventory() -> None:
+    """ansible-lint (production profile) is clean, and site.yml parses against the example inventory."""
+    bin_dir = Path(sys.executable).parent
+    lint = subprocess.run(
+        [str(bin_dir / "ansible-lint"), "--profile", "production", "--nocolor"],
+        cwd=ANSIBLE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert lint.returncode == 0, f"ansible-lint:\n{lint.stdout[-4000:]}\n{lint.stderr[-4000:]}"
+    check = subprocess.run(
+        [str(bin_dir / "ansible-playbook"), "-i", "inventories/example", "site.yml", "--syntax-check"],
+        cwd=ANSIBLE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    inventory = subprocess.run(
+        [str(bin_dir / "ansible-inventory"), "-i", "inventories/example", "--list"],
+        cwd=ANSIBLE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    hostvars = json.loads(inventory.stdout)["_meta"]["hostvars"]
+    for dc in ("dc1", "dc2", "agg"):
+        ids = sorted(
+            v["broker_id"] for k, v in hostvars.items() if k.startswith("kafka") and k.endswith(f".{dc}.example.com")
+        )
+        myids = sorted(
+            v["zookeeper_myid"] for k, v in hostvars.items() if k.startswith("zk") and k.endswith(f".{dc}.example.com")
+        )
+        assert ids == [1, 2, 3] and myids == [1, 2, 3], (dc, ids, myids)
+
+
+def test_site_makes_a_cluster_per_datacenter(deployment: Deployment) -> None:
+    hosts = deployment.fleet.hosts
+    for name in ("dc1-a", "agg-a"):
+        assert hosts[name].unit("zookeeper.service", "ActiveState")["ActiveState"] == "active"
+    for name in ("dc1-a", "dc1-b", "agg-a"):
+        assert hosts[name].unit("headwater-broker.service", "ActiveState")["ActiveState"] == "active"
+    # Each datacenter's brokers registered in their own ZooKeeper: one cluster per datacenter.
+    wait_for(lambda: set(metadata(deployment.dc1).brokers) == {1, 2}, 60, "dc1's brokers 1 and 2")
+    wait_for(lambda: set(metadata(deployment.agg).brokers) == {1}, 60, "agg's broker 1")
+    props = hosts["dc1-b"].run("cat", "/etc/headwater/server.properties")
+    for line in ("broker.id=2", "broker.rack=dc1", f"zookeeper.connect={hosts['dc1-a'].address}:2181"):
+        assert line in props.splitlines(), props
+    # Replicated across both brokers of dc1: written through one, read back in full.
+    create_topic(deployment.dc1, ROLLING_TOPIC, 2, replication_factor=2, config={"min.insync.replicas": "1"})
+    records = [(b"k%d" % i, b"%d" % i) for i in range(200)]
+    produce(deployment.dc1, ROLLING_TOPIC, records)
+    got = consume(deployment.dc1, ROLLING_TOPIC, [0, 1], len(records))
+    assert sorted(r.value or b"" for r in got) == sorted(v for _, v in records)
+    md = metadata(deployment.dc1, ROLLING_TOPIC).topics[ROLLING_TOPIC]
+    assert {p.id: sorted(p.replicas) for p in md.partitions.values()} == {0: [1, 2], 1: [1, 2]}
+
+
+def test_second_run_changes_nothing(deployment: Deployment) -> None:
+    run = deployment.apply(deployment.inventory())
+    changed = {host: r.get("changed", 0) for host, r in run.recap().items()}
+    assert set(changed) == {"dc1-a", "dc1-b", "agg-a"}
+    assert all(n == 0 for n in changed.values()), f"changed on the second run: {run.changed_tasks()}"
+
+
+def test_mirror_audit_and_loader(deployment: Deployment) -> None:
+    agg = deployment.fleet.hosts["agg-a"]
+    marker = uuid.uuid4().hex.encode()
+    create_topic(deployment.dc1, "mirrored", 2, replication_factor=2)
+    produce(deployment.dc1, "mirrored", [(b"k%d" % i, marker + b"-%d" % i) for i in range(20)])
+
+    def arrived() -> bool:
+        md = metadata(deployment.agg, "mirrored").topics.get("mirrored")
+        if md is None or md.error is not None:
+            return False
+        got = consume(deployment.agg, "mirrored", sorted(md.partitions), 20, timeout=5)
+        return sorted(r.value or b"" for r in got) == sorted(marker + b"-%d" % i for i in range(20))
+
+    wait_for(arrived, 180, "dc1's records in agg through the mirror", interval=2)
+    # The audit service answers over HTTP and knows the audited topic's tiers.
+    base = f"http://{agg.address}:8080"
+    with urllib.request.urlopen(f"{base}/healthz", timeout=10) as resp:
+        assert resp.status == 200
+
+    def audited() -> Any:
+        with urllib.request.urlopen(f"{base}/api/v1/completeness?topic=mirrored", timeout=10) as resp:
+            rows = json.load(resp)["rows"]
+        return {row["tier"] for row in rows} >= {"dc1", "agg"} and rows
+
+    wait_for(audited, 120, "the audit service's counts of 'mirrored' in dc1 and agg", interval=2)
+    # The nightly load is a timer with a next run.
+    timer = agg.unit("headwater-loader.timer", "ActiveState", "UnitFileState", "NextElapseUSecRealtime")
+    assert timer["ActiveState"] == "active" and timer["UnitFileState"] == "enabled", timer
+    assert timer["NextElapseUSecRealtime"], timer
+
+
+class Writer(threading.Thread):
+    """A librdkafka producer with acks=all writing numbered records until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic = bootstrap, topic
+        self.acked: list[tuple[float, bytes]] = []
+        self.errors: list[str] = []
+        self.sent = 0
+        self.stop = threading.Event()
+        self.unflushed = -1
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+        else:
+            self.acked.append((time.monotonic(), msg.value()))
+
+    def run(self) -> None:
+        # retries are librdkafka's (until message.timeout.ms): a leader moving is not a failure.
+        p = Producer(
+            {"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5, "message.timeout.ms": 300000, **QUIET}
+        )
+        while not self.stop.is_set():
+            for _ in range(20):
+                p.produce(self.topic, key=b"%d" % self.sent, value=b"w-%d" % self.sent, on_delivery=self._delivered)
+                self.sent += 1
+            p.poll(0.1)  # about 200 records/s, and the delivery reports
+        self.unflushed = p.flush(300)
+
+
+class IsrMonitor(threading.Thread):
+    """Polls dc1's metadata: (monotonic time, broker ids missing from the topic's ISRs or None on error)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+        self.topic = topic
+        self.samples: list[tuple[float, frozenset[int] | None]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                t = self.admin.list_topics(topic=self.topic, timeout=5).topics[self.topic]
+                missing = frozenset(b for p in t.partitions.values() for b in p.replicas if b not in p.isrs)
+                self.samples.append((time.monotonic(), missing))
+            except Exception:
+                self.samples.append((time.monotonic(), None))
+            self.stop.wait(0.2)
+
+
+def monotonic_us(value: str) -> float:
+    return int(value) / 1e6
+
+
+def test_rolling_restart_loses_nothing(deployment: Deployment) -> None:
+    hosts = deployment.fleet.hosts
+    writer = Writer(deployment.dc1, ROLLING_TOPIC)
+    monitor = IsrMonitor(deployment.dc1, ROLLING_TOPIC)
+    monitor.start()
+    writer.start()
+    try:
+        wait_for(lambda: len(writer.acked) > 100, 60, "the writer's first acknowledgements")
+        started = time.monotonic()
+        run = deployment.apply(deployment.inventory(dc1_broker_properties={"num.partitions": "2"}))
+        finished = time.monotonic()
+        wait_for(lambda: any(t > finished for t, _ in writer.acked[-50:]), 60, "acknowledgements after the run")
+    finally:
+        writer.stop.set()
+        monitor.stop.set()
+        writer.join(330)
+        monitor.join(30)
+    # Only dc1's brokers changed (their server.properties), each restarted once.
+    recap = run.recap()
+    assert recap["agg-a"]["changed"] == 0, run.changed_tasks()
+    restarts = [t for t in run.changed_tasks() if t.startswith("RUNNING HANDLER [broker : Restart broker]")]
+    assert sorted(restarts) == sorted(f"RUNNING HANDLER [broker : Restart broker] {h}" for h in ("dc1-a", "dc1-b")), (
+        restarts
+    )
+    # One at a time: the second broker went down only after the first was up and back in every ISR.
+    units = {
+        h: hosts[h].unit("headwater-broker.service", "ActiveEnterTimestampMonotonic", "ActiveExitTimestampMonotonic")
+        for h in ("dc1-a", "dc1-b")
+    }
+    times = {
+        h: (monotonic_us(u["ActiveExitTimestampMonotonic"]), monotonic_us(u["ActiveEnterTimestampMonotonic"]))
+        for h, u in units.items()
+    }
+    for h, (down, up) in times.items():
+        assert started < down < up < finished, (
+            f"{h} was not restarted during the run: {times}, run {started}..{finished}"
+        )
+    (first, (_, first_up)), (second, (second_down, _)) = sorted(times.items(), key=lambda kv: kv[1][0])
+    assert second_down > first_up, f"{second} went down before {first} was back: {times}"
+    between = [missing for t, missing in monitor.samples if first_up < t < second_down]
+    assert frozenset() in between, (
+        f"no metadata between {first} coming back and {second} going down showed every replica in the ISR: {between}"
+    )
+    assert any(t > started and missing for t, missing in monitor.samples), (
+        "the monitor never saw a broker out of the ISR"
+    )
+    # acks=all kept being answered during the restarts, and every acknowledged record is there.
+    assert writer.unflushed == 0 and not writer.errors, (writer.unflushed, writer.errors[:5])
+    during = [v for t, v in writer.acked if times[first][0] < t < times[second][1]]
+    assert during, "no record was acknowledged while the brokers restarted"
+    consumer = Consumer({"bootstrap.servers": deployment.dc1, "group.id": "ansible-test-check", **QUIET})
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(ROLLING_TOPIC, p), timeout=10)[1] for p in (0, 1)}
+    finally:
+        consumer.close()
+    stored = consume(deployment.dc1, ROLLING_TOPIC, [0, 1], sum(ends.values()), timeout=120)
+    values = {r.value for r in stored}
+    lost = [v for _, v in writer.acked if v not in values]
+    print(f"rolling restart: {len(writer.acked)} records acknowledged ({len(during)} while the brokers restarted), "
+          f"{len(stored)} stored, run {finished - started:.0f} s")  # fmt: skip
+    assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:5]}"
