@@ -4,8 +4,9 @@ One fetcher task per leader broker serves every partition this broker follows th
 
 1. Truncation by leader epoch first (KIP-101/279): ask the leader, with OffsetsForLeaderEpoch,
    where our latest epoch ends on its log, and truncate to that (or to our own end of the
-   largest epoch both have), so a returning replica never keeps a divergent tail. Never a
-   blind truncation to the high watermark.
+   largest epoch both have); when the leader lacked the epoch, ask again about an older one
+   until both agree (``headwater.broker.truncation``), so a returning replica never keeps a
+   divergent tail. Never a blind truncation to the high watermark.
 2. Then fetch from the log end offset: batches are appended with the leader's offsets and
    leader epochs (``append_as_follower``); the follower's high watermark is the leader's,
    capped at its own log end offset. A partial trailing batch is dropped and fetched again.
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
 from headwater.broker.partition import Partition
+from headwater.broker.truncation import truncation_step
 from headwater.protocol.apis import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.header import LOG_OVERHEAD, peek_offset_and_length
@@ -57,6 +59,7 @@ class FetchState:
     leader_epoch: int
     truncated: bool = False
     parked_until: float = 0.0
+    ask_epoch: int | None = None  # the next truncation round's epoch (None: our latest)
 
 
 class ReplicaFetcher:
@@ -129,9 +132,11 @@ class ReplicaFetcher:
         topics: dict[str, list[dict[str, int]]] = {}
         for (t, p), st in pending.items():
             assert st.partition.log is not None
-            latest = st.partition.log.leader_epoch_cache.latest_epoch
+            latest = st.partition.log.leader_epoch_cache.latest_epoch if st.ask_epoch is None else st.ask_epoch
+            st.ask_epoch = latest
             if latest < 0:
                 st.truncated = True  # nothing with an epoch: nothing can diverge
+                st.ask_epoch = None
                 continue
             topics.setdefault(t, []).append(
                 {"partition": p, "current_leader_epoch": st.leader_epoch, "leader_epoch": latest}
@@ -158,24 +163,26 @@ class ReplicaFetcher:
                 assert log_ is not None
                 leader_epoch, end_offset = r["leader_epoch"], r["end_offset"]
                 leo = log_.log_end_offset
-                if end_offset < 0:
-                    target = min(s.partition.high_watermark, leo)
-                else:
-                    mine = log_.leader_epoch_cache.end_offset_for(leader_epoch, leo)[1] if leader_epoch >= 0 else leo
-                    target = min(end_offset, leo, mine if mine >= 0 else leo)
+                requested = s.ask_epoch if s.ask_epoch is not None else -1
+                target, again = truncation_step(
+                    log_.leader_epoch_cache, leo, s.partition.high_watermark, requested, leader_epoch, end_offset
+                )
                 if target < leo:
                     log.info(
-                        "%s-%d: truncating from %d to %d (leader %d has epoch %d ending at %d)",
+                        "%s-%d: truncating from %d to %d (asked about epoch %d: leader %d has epoch %d ending at %d)",
                         *tp,
                         leo,
                         target,
+                        requested,
                         self.leader_id,
                         leader_epoch,
                         end_offset,
                     )
                     log_.truncate_to(target)
                     s.partition.high_watermark = min(s.partition.high_watermark, target)
-                s.truncated = True
+                # KIP-279: the leader lacked the epoch we asked about; ask again about an older one
+                s.ask_epoch = again
+                s.truncated = again is None
 
     async def _fetch(self, ready: dict[TP, FetchState]) -> None:
         cfg = self.broker.config
