@@ -146,6 +146,16 @@ class Fleet:
             wait_ssh(host, 120)
         return self
 
+    def close_ssh(self) -> None:
+        """End the SSH master connections Ansible keeps open (ControlPersist) through their sockets."""
+        for sock in (self.workdir / "cp").glob("*"):
+            subprocess.run(
+                ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "headwater-test"],
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
+
     def stop(self) -> list[str]:
         """Remove the containers and the network; returns what was left (for the caller to assert)."""
         left = remove_labelled(self.client, f"{RUN_LABEL}={self.run_id}", f"{FLEET_LABEL}=1")

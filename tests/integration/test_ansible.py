@@ -131,6 +131,7 @@ def deployment(
         d.apply(d.inventory())
         yield d
     finally:
+        fleet.close_ssh()
         for host in list(fleet.hosts.values()):
             try:
                 host.container.remove(force=True, v=True)
@@ -234,10 +235,18 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
         return {row["tier"] for row in rows} >= {"dc1", "agg"} and rows
 
     wait_for(audited, 120, "the audit service's counts of 'mirrored' in dc1 and agg", interval=2)
-    # The nightly load is a timer with a next run.
+    # The nightly load is a timer with a next run; started now, it loads the mirrored topic.
     timer = agg.unit("headwater-loader.timer", "ActiveState", "UnitFileState", "NextElapseUSecRealtime")
     assert timer["ActiveState"] == "active" and timer["UnitFileState"] == "enabled", timer
     assert timer["NextElapseUSecRealtime"], timer
+    started = time.monotonic()
+    code, out = agg.container.exec_run(["systemctl", "start", "headwater-loader.service"])  # a oneshot: waits
+    journal = agg.run("journalctl", "-u", "headwater-loader.service", "--no-pager", "-n", "40", check=False)
+    assert code == 0, f"the load failed: {out.decode(errors='replace')}\n{journal}"
+    listing = agg.run("sh", "-c", "ls /var/lib/headwater/warehouse/_headwater/manifests/*.json")
+    manifest = json.loads(agg.run("cat", listing.split()[0]))
+    print(f"load: {time.monotonic() - started:.0f} s, {manifest['records']}")
+    assert manifest["records"] == {"mirrored": 20}, manifest
 
 
 class Writer(threading.Thread):
@@ -264,10 +273,11 @@ class Writer(threading.Thread):
             {"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5, "message.timeout.ms": 300000, **QUIET}
         )
         while not self.stop.is_set():
-            for _ in range(20):
+            for _ in range(50):
                 p.produce(self.topic, key=b"%d" % self.sent, value=b"w-%d" % self.sent, on_delivery=self._delivered)
                 self.sent += 1
-            p.poll(0.1)  # about 200 records/s, and the delivery reports
+            p.poll(0)
+            self.stop.wait(0.05)  # pacing: at most 1,000 records/s
         self.unflushed = p.flush(300)
 
 
@@ -357,3 +367,31 @@ def test_rolling_restart_loses_nothing(deployment: Deployment) -> None:
     print(f"rolling restart: {len(writer.acked)} records acknowledged ({len(during)} while the brokers restarted), "
           f"{len(stored)} stored, run {finished - started:.0f} s")  # fmt: skip
     assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:5]}"
+
+
+def test_ready_gate_waits_for_a_missing_replica(deployment: Deployment) -> None:
+    """The rolling restart's gate (roles/broker/files/broker_ready.py) against the real dc1 cluster:
+    with broker 2 stopped, broker 1 is not ready (under-replicated partitions); started, it is."""
+    gate = ANSIBLE_DIR / "roles" / "broker" / "files" / "broker_ready.py"
+    a, b = deployment.bootstrap("dc1-a"), deployment.bootstrap("dc1-b")
+    dc1_b = deployment.fleet.hosts["dc1-b"]
+    dc1_b.run("systemctl", "stop", "headwater-broker.service")
+    try:
+        waited = subprocess.run(
+            [sys.executable, str(gate), "--broker-id", "1", "--self", a, "--bootstrap", b, "--timeout", "5"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert waited.returncode == 1, waited.stdout + waited.stderr
+        assert "under-replicated" in waited.stdout + waited.stderr, waited.stdout + waited.stderr
+    finally:
+        dc1_b.run("systemctl", "start", "headwater-broker.service")
+    ready = subprocess.run(
+        [sys.executable, str(gate), "--broker-id", "2", "--self", b, "--bootstrap", a, "--timeout", "300"],
+        capture_output=True,
+        text=True,
+        timeout=330,
+    )
+    assert ready.returncode == 0, ready.stdout + ready.stderr
+    assert "none under-replicated" in ready.stdout
