@@ -27,6 +27,7 @@ SCENARIOS = {
     "5": "Broker memory and CPU during scenario 1",
     "6": "Large records (10 KB, ~1 MB per request)",
     "7": "Mirror throughput (one source broker -> mirror -> one destination broker)",
+    "8": "Spark loader (warm aggregate topic -> headwater load, local[*] -> Parquet)",
 }
 
 

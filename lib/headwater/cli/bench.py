@@ -19,9 +19,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--runs", type=int, default=None, help="runs per figure (default: 1 quick, 3 full)")
     p.add_argument(
         "--only",
-        default="1,2,3,4,5,6,7",
+        default=None,
         metavar="N,N",
-        help="scenarios to run (1 produce, 2 consume, 3 latency, 4 stored, 5 resources, 6 large records, 7 mirror)",
+        help="scenarios to run (1 produce, 2 consume, 3 latency, 4 stored, 5 resources, 6 large records, 7 mirror, "
+        "8 Spark loader; default: all, all but 8 with --quick)",
     )
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for results.md/.json")
     p.add_argument("--workdir", type=Path, default=None, help="where brokers keep their logs (default: a temp dir)")
@@ -39,13 +40,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        from headwater.bench.runner import ALL, Options, run
+        from headwater.bench.runner import ALL, QUICK, Options, run
     except ImportError as e:
         print(
             f"headwater bench: the benchmark is not installed ({e}); pip install -e . from a checkout", file=sys.stderr
         )
         return 2
-    only = tuple(s.strip() for s in args.only.split(",") if s.strip())
+    if args.only is None:
+        only = QUICK if args.quick else ALL
+    else:
+        only = tuple(s.strip() for s in args.only.split(",") if s.strip())
     unknown = [s for s in only if s not in ALL]
     if unknown:
         print(

@@ -1,0 +1,265 @@
+"""Scenario 8: the Spark loader (issue 12). ``headwater load`` with ``spark.master = local[*]``
+reads a warm topic of the run's main broker into a Parquet warehouse under the work directory.
+
+The source topic (several partitions, so Spark has parallel tasks) is filled with 1 KB records by
+librdkafka; kcat consumes the same topic in the same run (the consume baseline, as in scenario 7).
+Then one ``headwater load`` process loads it, timed two ways:
+
+- from process start to exit: what a person running the nightly load waits for, JVM and Spark
+  session start-up, the loader's read-back count and audit aggregation, and shutdown included;
+- from its log line ``run 1: loading N record(s)`` (the Spark session is up and the end offsets are
+  fixed) to ``run 1 published``: the load itself. Lines are timestamped as they arrive on the pipe.
+
+The warehouse is then read with pyarrow (hive partitioning): it must hold every record written, each
+(partition, offset) once. The issue's goal, 10 GB of 1 KB records in at most 10 minutes on two
+cores, is 10 GiB / 600 s = 17.1 MiB/s of record values; both rows report their ratio to it, and the
+start-up-included row also projects the time for 10 GiB (start-up once, plus the load's rate).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from headwater.bench.context import MIB, Bench, GeneratorError, Target
+from headwater.bench.generators import Workload, why_not
+from headwater.bench.procmon import cpu_seconds
+from headwater.bench.report import Goal, Row
+from headwater.bench.scenarios.consume import fill
+
+SIZE = 1024
+FILL = 1_000_000  # records, full plan: ~1 GB of record values
+QUICK_FILL = 20_000  # --quick: ~20 MB, enough to show the job runs and loads everything
+PARTITIONS = 4
+GOAL_BYTES = 10 * 2**30  # the issue: 10 GB of 1 KB records ...
+GOAL_SECONDS = 600.0  # ... in at most 10 minutes on two cores
+GOAL_MIB_S = GOAL_BYTES / MIB / GOAL_SECONDS
+GOAL_TEXT = f">= 10 GiB in 10 min ({GOAL_MIB_S:.1f} MiB/s)"
+
+LOADING = re.compile(r"run (\d+): loading (\d+) record\(s\)")
+PUBLISHED = re.compile(r"run (\d+) published")
+
+
+@dataclass
+class LoadRun:
+    """One ``headwater load`` process: wall time from start to exit, and the arrival times (on
+    the same clock, relative to start) of its ``loading`` and ``published`` lines."""
+
+    wall: float = 0.0
+    loading_at: float | None = None
+    published_at: float | None = None
+    announced: int = 0  # N of "loading N record(s)"
+    cpu: float = 0.0  # CPU seconds of the process tree (driver, JVM, Python workers), sampled
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def interval(self) -> float:
+        if self.loading_at is None or self.published_at is None:
+            return 0.0
+        return self.published_at - self.loading_at
+
+
+def _follow(stream: IO[bytes], log: Path, run: LoadRun, started: float) -> None:
+    """Copy the child's output to ``log``, timestamping the two lines that bound the load."""
+    with open(log, "ab") as out:
+        for raw in iter(stream.readline, b""):
+            now = time.perf_counter() - started
+            out.write(raw)
+            line = raw.decode(errors="replace").rstrip()
+            run.lines.append(line)
+            del run.lines[:-20]  # keep the tail for error messages
+            if run.loading_at is None and (m := LOADING.search(line)):
+                run.loading_at, run.announced = now, int(m.group(2))
+            elif run.published_at is None and PUBLISHED.search(line):
+                run.published_at = now
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and its descendants, from /proc. The JVM is the driver's child; Spark's Python
+    worker daemons are the JVM's children but each in its own process group (PySpark's daemon
+    calls setpgid), so neither getrusage(RUSAGE_CHILDREN) nor the process group finds them all."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def _tree_cpu(root: int, last: dict[int, float], stop: threading.Event) -> None:
+    """Sample the CPU seconds of ``root``'s tree every half second; a process that exits keeps
+    its last sample, so up to half a second of each is missed (Spark reuses its Python workers)."""
+    while True:
+        for pid in _tree(root):
+            try:
+                last[pid] = cpu_seconds(pid)
+            except OSError:
+                continue
+        if stop.wait(0.5):
+            return
+
+
+def _load_once(bench: Bench, source: Target, topic: str, warehouse: Path, timeout: float) -> LoadRun:
+    config = bench.workdir / "load.properties"
+    props = {
+        "bootstrap.servers": source.bootstrap,
+        "topics": re.escape(topic),
+        "warehouse.path": str(warehouse),
+        "spark.master": "local[*]",
+        "spark.ui.enabled": "false",  # no port 4040 taken on a shared machine
+    }
+    config.write_text("".join(f"{k} = {v}\n" for k, v in props.items()))
+    log = bench.workdir / "load.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    run = LoadRun()
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headwater.cli.main", "load", "-c", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,  # a Ctrl-C of the bench reaches the bench, which ends the tree below
+    )
+    assert proc.stdout is not None
+    reader = threading.Thread(target=_follow, args=(proc.stdout, log, run, started), daemon=True)
+    reader.start()
+    cpu: dict[int, float] = {}
+    stop = threading.Event()
+    sampler = threading.Thread(target=_tree_cpu, args=(proc.pid, cpu, stop), daemon=True)
+    sampler.start()
+    try:
+        code = proc.wait(timeout)
+        run.wall = time.perf_counter() - started
+    except subprocess.TimeoutExpired:
+        raise GeneratorError(f"headwater load did not finish in {timeout:.0f} s (log: {log})") from None
+    finally:
+        if proc.poll() is None:
+            for pid in _tree(proc.pid):  # the driver, its JVM and the JVM's Python workers
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            proc.wait(30)
+        stop.set()
+        sampler.join(30)
+        reader.join(30)
+        run.cpu = sum(cpu.values())
+    if code != 0:
+        tail = [ln for ln in run.lines if ln.strip()][-1:] or ["no output"]
+        raise GeneratorError(f"headwater load exited {code}: {tail[0][:300]}")
+    if run.interval <= 0:
+        raise GeneratorError(f"headwater load logged no 'loading' / 'published' lines (log: {log})")
+    return run
+
+
+def _verify(warehouse: Path, topic: str, count: int) -> None:
+    """The warehouse holds ``count`` rows of ``topic``, each (partition, offset) once."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    data = ds.dataset(str(warehouse / topic), format="parquet", partitioning="hive")
+    table = data.to_table(columns=["partition", "offset"])
+    if table.num_rows != count:
+        raise GeneratorError(f"the warehouse holds {table.num_rows:,} rows of {topic}, {count:,} were written")
+    keys = pc.add(pc.multiply(table["partition"].cast("int64"), 1 << 40), table["offset"].cast("int64"))
+    distinct = pc.count_distinct(keys).as_py()
+    if distinct != count:
+        raise GeneratorError(f"the warehouse holds {count - distinct:,} duplicate (partition, offset) pairs of {topic}")
+
+
+def run(bench: Bench) -> list[Row]:
+    assert bench.main is not None
+    source = bench.main
+    count = QUICK_FILL if bench.plan.quick else bench.plan.count(FILL)
+    mib = count * SIZE / MIB
+    kcat_row = Row(
+        "8",
+        f"1 KB, {count:,} records ({mib:,.0f} MiB), {PARTITIONS} partitions",
+        "kcat (consume baseline)",
+        primary="MiB/s",
+    )
+    whole = Row(
+        "8",
+        "headwater load, local[*] -> Parquet: process start to exit (JVM, Spark start-up included)",
+        "headwater load (PySpark)",
+        primary="MiB/s",
+        reference="issue 12: 10 GB of 1 KB records in <= 10 min on two cores",
+        goal=Goal(GOAL_TEXT, GOAL_MIB_S),
+    )
+    inner = Row(
+        "8",
+        "headwater load, local[*] -> Parquet: from 'loading' to 'published' (the load itself)",
+        "headwater load (PySpark)",
+        primary="MiB/s",
+        goal=Goal(GOAL_TEXT, GOAL_MIB_S),
+    )
+    rows = [kcat_row, whole, inner]
+    why = why_not(bench, "rdkafka-c") and why_not(bench, "confluent")
+    try:
+        import pyarrow.dataset  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as e:
+        why = why or f"needs the loader extra (pyspark, pyarrow): {e}"
+    if why:
+        for r in rows:
+            r.unavailable = why
+            bench.add(r)
+        return rows
+    try:
+        topic = bench.topic("load")
+        bench.create_topic(source, topic, PARTITIONS)
+        bench.log(f"filling {topic}: {count:,} records of {SIZE} B in {PARTITIONS} partitions")
+        fill(bench, source, topic, count, Workload(SIZE))
+        kcat = bench.consume_kcat(source, topic, count, SIZE, 1 << 20)
+        kcat_row.figure("MiB/s").add(kcat.mib_per_s)
+        kcat_row.figure("records/s").add(kcat.records_per_s)
+        bench.add(kcat_row)
+        warehouse = bench.workdir / "warehouse"
+        bench.log(f"headwater load (local[*]) of {count:,} records into {warehouse}")
+        timeout = max(600.0, count * SIZE / MIB / 2 + 300)  # down to 2 MiB/s on a busy machine
+        with bench.watch(source) as usage:
+            got = _load_once(bench, source, topic, warehouse, timeout)
+        if got.announced != count:
+            raise GeneratorError(f"headwater load announced {got.announced:,} records, {count:,} were written")
+        _verify(warehouse, topic, count)
+        client = got.cpu / got.wall if got.wall > 0 else 0.0
+        broker = usage.broker_cpu / got.wall if got.wall > 0 else 0.0
+        startup = got.wall - got.interval
+        inner_rate = mib / got.interval
+        projected = startup + GOAL_BYTES / MIB / inner_rate
+        for row, seconds in ((whole, got.wall), (inner, got.interval)):
+            row.figure("MiB/s").add(mib / seconds)
+            row.figure("records/s").add(count / seconds)
+            row.ratio_override = (mib / seconds) / kcat.mib_per_s
+            row.baseline = "kcat consuming the source"
+        whole.note = (
+            f"{got.wall:.1f} s, of which {startup:.1f} s outside the load; busy: broker {broker:.0%}, "
+            f"load (driver, JVM, workers) {client:.0%} of a core; projected for 10 GiB: {projected / 60:.1f} min"
+        )
+        inner.note = f"{got.interval:.1f} s; warehouse verified with pyarrow: {count:,} rows, each offset once"
+        bench.add(whole)
+        bench.add(inner)
+    except (GeneratorError, RuntimeError, OSError) as e:
+        for r in rows:
+            if not r.figures:
+                r.unavailable = f"failed: {e}"
+                bench.add(r)
+    return rows

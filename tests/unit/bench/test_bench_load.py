@@ -1,0 +1,62 @@
+"""``headwater bench --quick --only 8``: the Spark loader scenario end to end (a real ZooKeeper,
+broker, kcat and a ``headwater load`` process on ``local[*]``).
+
+Scenario 8 is left out of the ``--quick`` default (its JVM and Spark start-up alone take ~30 s),
+so this is what keeps it working: it depends on the loader's log lines ("run N: loading ..." and
+"run N published") and on its warehouse layout. Asserted: it ran, every row has numbers, and the
+warehouse was verified (the scenario fails its rows when pyarrow finds a record missing or twice).
+Timings are not test material on a shared machine; the figures are in docs/loader.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from headwater.testing.zookeeper import ZK_SERVER
+
+
+def test_bench_load_scenario_loads_every_record_and_reports_both_rates(tmp_path: Path) -> None:
+    if not Path(ZK_SERVER).exists() or shutil.which("java") is None:
+        pytest.fail("ZooKeeper is not installed: run `make system-deps` (Debian's zookeeper package)")
+    pytest.importorskip("pyspark", reason="the loader extra (pyspark) is not installed")
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "headwater.cli.main",
+            "bench",
+            "--quick",
+            "--only",
+            "8",
+            "--out",
+            str(out),
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "results.json").read_text())
+    rows = [r for r in report["rows"] if r["scenario"] == "8"]
+    assert len(rows) == 3, rows
+    for row in rows:
+        assert not row["unavailable"], row
+        mib = row["figures"]["MiB/s"]["median"]
+        assert isinstance(mib, int | float) and math.isfinite(mib) and mib > 0, row
+    whole, inner = rows[1], rows[2]
+    assert "process start to exit" in whole["case"] and "'loading' to 'published'" in inner["case"]
+    # the load itself is part of the whole process, so it cannot be slower
+    assert inner["figures"]["MiB/s"]["median"] >= whole["figures"]["MiB/s"]["median"]
+    assert "warehouse verified with pyarrow" in inner["note"]
+    assert whole["goal_status"] and ("met" in whole["goal_status"] or "missed" in whole["goal_status"])
+    assert not [r for r in report["rows"] if r["scenario"] != "8"]  # --only 8 ran nothing else
