@@ -99,45 +99,61 @@ class ReplicaManager:
             elif self.broker_id not in st["replicas"]:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
-                if part is None:
-                    part = self.partitions[(topic, index)] = Partition(topic, index, self.broker_id)
-                cfg = topic_log_config(self.broker.config.log_defaults, self.broker.cache.config_of(topic))
-                log_ = self.broker.log_manager.get_log(topic, index) or self.broker.log_manager.create_log(
-                    topic, index, cfg
-                )
-                if st["leader"] == self.broker_id:
-                    self.fetchers.remove_partition((topic, index))
-                    part.make_leader(
-                        log_,
-                        st["leader_epoch"],
-                        st["isr"],
-                        st["replicas"],
-                        st["partition_epoch"],
-                        st["controller_epoch"],
-                        self.now_ms(),
+                try:
+                    self._apply_state(st, part, live_leaders)
+                except Exception as e:
+                    # One partition this broker cannot host (a log it cannot open or create, a
+                    # config its log refuses) is an error for that partition alone: the others in
+                    # the request are applied, and the controller gets an answer, not a closed
+                    # connection it would retry forever (issue 9, defect 2).
+                    log.exception(
+                        "%s-%d: cannot apply LeaderAndIsr at leader epoch %d", topic, index, st["leader_epoch"]
                     )
-                else:
-                    part.make_follower(
-                        log_,
-                        st["leader"],
-                        st["leader_epoch"],
-                        st["isr"],
-                        st["replicas"],
-                        st["partition_epoch"],
-                        st["controller_epoch"],
-                    )
-                    endpoint = live_leaders.get(st["leader"])
-                    if endpoint is None:
-                        b = self.broker.cache.brokers.get(st["leader"])
-                        endpoint = b.endpoints.get(self.broker.config.inter_broker_listener_name) if b else None
-                    if endpoint is not None:
-                        self.fetchers.add_partition(part, st["leader"], endpoint)
-                    else:
-                        log.warning("%s-%d: leader %d has no known endpoint", topic, index, st["leader"])
-                self.broker.purgatory.notify((topic, index))
+                    code = ErrorCode.KAFKA_STORAGE_ERROR if isinstance(e, OSError) else ErrorCode.UNKNOWN_SERVER_ERROR
+                    if part is None:
+                        self.partitions.pop((topic, index), None)
             errors.append({"topic_name": topic, "partition_index": index, "error_code": code})
         self.update_gauges()
         return errors
+
+    def _apply_state(self, st: Message, part: Partition | None, live_leaders: dict[int, tuple[str, int]]) -> None:
+        """Make this broker leader or follower of one partition, as LeaderAndIsr says."""
+        assert self.broker.log_manager is not None
+        topic, index = st["topic_name"], st["partition_index"]
+        cfg = topic_log_config(self.broker.config.log_defaults, self.broker.cache.config_of(topic))
+        log_ = self.broker.log_manager.get_log(topic, index) or self.broker.log_manager.create_log(topic, index, cfg)
+        if part is None:
+            part = self.partitions[(topic, index)] = Partition(topic, index, self.broker_id)
+        if st["leader"] == self.broker_id:
+            self.fetchers.remove_partition((topic, index))
+            part.make_leader(
+                log_,
+                st["leader_epoch"],
+                st["isr"],
+                st["replicas"],
+                st["partition_epoch"],
+                st["controller_epoch"],
+                self.now_ms(),
+            )
+        else:
+            part.make_follower(
+                log_,
+                st["leader"],
+                st["leader_epoch"],
+                st["isr"],
+                st["replicas"],
+                st["partition_epoch"],
+                st["controller_epoch"],
+            )
+            endpoint = live_leaders.get(st["leader"])
+            if endpoint is None:
+                b = self.broker.cache.brokers.get(st["leader"])
+                endpoint = b.endpoints.get(self.broker.config.inter_broker_listener_name) if b else None
+            if endpoint is not None:
+                self.fetchers.add_partition(part, st["leader"], endpoint)
+            else:
+                log.warning("%s-%d: leader %d has no known endpoint", topic, index, st["leader"])
+        self.broker.purgatory.notify((topic, index))
 
     def stop_replicas(self, tps: list[TP], delete: bool) -> list[Message]:
         out = []
@@ -181,20 +197,30 @@ class ReplicaManager:
             await asyncio.sleep(max(lag / 2, 50) / 1000.0)
             now = self.now_ms()
             for part in list(self.partitions.values()):
-                if not part.is_leader or part.isr_update_in_flight:
-                    continue
-                stale = part.out_of_sync(now, lag)
-                if stale:
-                    log.info(
-                        "%s-%d: shrinking ISR from %s: %s not caught up within replica.lag.time.max.ms=%d",
-                        part.topic,
-                        part.index,
-                        part.isr,
-                        stale,
-                        lag,
-                    )
-                    await self._update_isr(part, [r for r in part.isr if r not in stale], expand=False)
+                try:
+                    await self._maintain_isr(part, now, lag)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    # one bad pass over one partition must not end the task for every partition
+                    log.exception("%s-%d: ISR maintenance failed; retrying on the next pass", part.topic, part.index)
             self.update_gauges()
+
+    async def _maintain_isr(self, part: Partition, now: int, lag: int) -> None:
+        """Shrink the ISR of a partition this broker leads by the followers that fell behind."""
+        if not part.is_leader or part.isr_update_in_flight:
+            return
+        stale = part.out_of_sync(now, lag)
+        if stale:
+            log.info(
+                "%s-%d: shrinking ISR from %s: %s not caught up within replica.lag.time.max.ms=%d",
+                part.topic,
+                part.index,
+                part.isr,
+                stale,
+                lag,
+            )
+            await self._update_isr(part, [r for r in part.isr if r not in stale], expand=False)
 
     async def _update_isr(self, part: Partition, new_isr: list[int], expand: bool) -> None:
         if part.isr_update_in_flight or not part.is_leader:
