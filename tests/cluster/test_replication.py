@@ -10,9 +10,9 @@ import pytest
 from headwater.protocol.apis import PRODUCE
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.records.record import RecordInput, encode_batch
+from tests.broker.wire import Wire
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic, produce_acked, read_all, segment_bytes
-from tests.compat.wire import Wire
 
 
 def _leader(c: Cluster, topic: str) -> int:

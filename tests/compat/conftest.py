@@ -1,4 +1,5 @@
-"""Compatibility tests: stock Kafka clients against a real broker process."""
+"""Compatibility tests: stock Kafka clients (confluent-kafka/librdkafka, kafka-python, aiokafka, kcat)
+against a real broker process. Marked ``compat`` (``make compat``)."""
 
 from __future__ import annotations
 

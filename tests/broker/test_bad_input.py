@@ -10,7 +10,7 @@ from headwater.protocol.apis import API_VERSIONS, CREATE_TOPICS, FETCH, LIST_OFF
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.primitives import Reader
 from headwater.protocol.records.record import RecordInput, encode_batch
-from tests.compat.wire import Wire
+from tests.broker.wire import Wire
 from tests.harness.broker import BrokerProcess
 
 
