@@ -26,11 +26,12 @@ from headwater.broker.config import topic_log_config
 from headwater.broker.partition import Partition
 from headwater.broker.replica_fetcher import ReplicaFetcherManager
 from headwater.broker.zk import to_json
-from headwater.protocol.errors import ErrorCode
+from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
     from headwater.broker.server import KafkaBroker
+    from headwater.broker.storage.log import Log
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,23 @@ class ReplicaManager:
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
+
+    def leader_partition(self, topic: str, index: int, leader_epoch: int = -1) -> tuple[Partition, Log]:
+        """The partition if this broker leads it at the request's leader epoch (-1: any).
+
+        Raises KafkaError: UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster does not have,
+        NOT_LEADER_FOR_PARTITION for one led elsewhere, FENCED/UNKNOWN_LEADER_EPOCH (KIP-320).
+        """
+        part = self.partitions.get((topic, index))
+        if part is None or not part.is_leader:
+            known = self.broker.cache.partition(topic, index) is not None
+            raise KafkaError(
+                ErrorCode.NOT_LEADER_FOR_PARTITION if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"{topic}-{index} is not led by broker {self.broker_id}",
+            )
+        log_ = part.require_leader()
+        part.check_leader_epoch(leader_epoch)
+        return part, log_
 
     def now_ms(self) -> int:
         return self.broker.clock.monotonic_ms()

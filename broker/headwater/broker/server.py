@@ -34,16 +34,14 @@ from headwater.broker.handlers import HANDLERS, RequestContext, api_versions_fal
 from headwater.broker.metadata_cache import MetadataCache
 from headwater.broker.metrics import BrokerMetrics
 from headwater.broker.network import CloseConnection, Connection, Response, SocketServer
-from headwater.broker.partition import Partition
 from headwater.broker.purgatory import Purgatory
 from headwater.broker.replica_manager import ReplicaManager
 from headwater.broker.storage.clock import Clock, SystemClock
 from headwater.broker.storage.fs import FileSystem, OsFileSystem
-from headwater.broker.storage.log import Log
 from headwater.broker.storage.log_manager import LogManager
 from headwater.broker.zk import ZooKeeper
 from headwater.protocol.apis import CONTROLLED_SHUTDOWN
-from headwater.protocol.errors import DecodeError, ErrorCode, KafkaError
+from headwater.protocol.errors import DecodeError, ErrorCode
 from headwater.protocol.frames import UnsupportedRequest, decode_request, encode_response
 
 log = logging.getLogger(__name__)
@@ -272,26 +270,6 @@ class KafkaBroker:
             self.log_manager.update_topic_config(
                 topic, topic_log_config(self.config.log_defaults, self.cache.config_of(topic))
             )
-
-    def partition(self, topic: str, index: int) -> Partition | None:
-        return self.replicas.partition(topic, index)
-
-    def leader_partition(self, topic: str, index: int, leader_epoch: int = -1) -> tuple[Partition, Log]:
-        """The partition if this broker leads it at the request's leader epoch (-1: any).
-
-        Raises KafkaError: UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster does not have,
-        NOT_LEADER_FOR_PARTITION for one led elsewhere, FENCED/UNKNOWN_LEADER_EPOCH (KIP-320).
-        """
-        part = self.replicas.partition(topic, index)
-        if part is None or not part.is_leader:
-            known = self.cache.partition(topic, index) is not None
-            raise KafkaError(
-                ErrorCode.NOT_LEADER_FOR_PARTITION if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                f"{topic}-{index} is not led by broker {self.broker_id}",
-            )
-        log_ = part.require_leader()
-        part.check_leader_epoch(leader_epoch)
-        return part, log_
 
     def metadata_changed(self) -> None:
         for fut in list(self._metadata_waiters):

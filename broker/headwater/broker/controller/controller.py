@@ -44,7 +44,7 @@ from headwater.broker.zk import from_json, to_json
 from headwater.protocol.apis import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
 
 if TYPE_CHECKING:
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.services import ControllerHost
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class ControllerContext:
 
 
 class Controller:
-    def __init__(self, broker: KafkaBroker) -> None:
+    def __init__(self, broker: ControllerHost) -> None:
         self.broker = broker
         self.zk = broker.zk
         self.broker_id = broker.broker_id

@@ -47,7 +47,7 @@ from headwater.protocol.frames import RequestHeader
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.services import HandlerServices
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ class RequestContext:
         return self.header.client_id
 
 
-Handler = Callable[["KafkaBroker", RequestContext, Message], Awaitable[Any]]
+Handler = Callable[["HandlerServices", RequestContext, Message], Awaitable[Any]]
 
 HANDLERS: dict[int, Handler] = {
     PRODUCE.key: produce.handle,

@@ -18,7 +18,7 @@ from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
     from headwater.broker.handlers import RequestContext
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.services import HandlerServices
 
 
 def _api_keys() -> list[Message]:
@@ -28,7 +28,7 @@ def _api_keys() -> list[Message]:
     ]
 
 
-async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message:
+async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
     return {"error_code": ErrorCode.NONE, "api_keys": _api_keys(), "throttle_time_ms": 0}
 
 

@@ -24,12 +24,12 @@ from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
     from headwater.broker.handlers import RequestContext
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.services import HandlerServices
 
 log = logging.getLogger(__name__)
 
 
-async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message:
+async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
     counts = Counter(t["name"] for t in request["topics"])
     results: list[Message] = []
     created: list[str] = []
@@ -78,7 +78,7 @@ def _result(name: str, code: ErrorCode, message: str | None) -> Message:
     return {"name": name, "error_code": code, "error_message": message}
 
 
-async def _wait_for_leaders(broker: KafkaBroker, names: list[str], timeout_s: float) -> set[str]:
+async def _wait_for_leaders(broker: HandlerServices, names: list[str], timeout_s: float) -> set[str]:
     deadline = time.monotonic() + timeout_s
 
     def ready() -> set[str]:

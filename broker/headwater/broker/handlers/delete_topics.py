@@ -19,12 +19,12 @@ from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
     from headwater.broker.handlers import RequestContext
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.services import HandlerServices
 
 log = logging.getLogger(__name__)
 
 
-async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message:
+async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
     results: list[Message] = []
     deleted: list[str] = []
     for name in dict.fromkeys(request["topic_names"]):

@@ -19,7 +19,7 @@ from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
     from headwater.broker.handlers import RequestContext
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.services import HandlerServices
 
 TOPIC = 2
 BROKER = 4
@@ -45,7 +45,7 @@ _BROKER_SYNONYM = {
 }
 
 
-def _topic_defaults(broker: KafkaBroker) -> dict[str, str]:
+def _topic_defaults(broker: HandlerServices) -> dict[str, str]:
     d = broker.config.log_defaults
     c = broker.config
     return {
@@ -69,7 +69,7 @@ def _topic_defaults(broker: KafkaBroker) -> dict[str, str]:
     }
 
 
-async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message:
+async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
     results = []
     for res in request["resources"]:
         rtype, rname, keys = res["resource_type"], res["resource_name"], res["configuration_keys"]

@@ -31,10 +31,10 @@ from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
     from headwater.broker.handlers import RequestContext
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.services import HandlerServices
 
 
-async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message:
+async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
     if request["session_id"] != 0:
         return {
             "throttle_time_ms": 0,
@@ -55,7 +55,7 @@ async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> 
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
 
 
-def _read(broker: KafkaBroker, request: Message) -> tuple[list[Message], int, bool]:
+def _read(broker: HandlerServices, request: Message) -> tuple[list[Message], int, bool]:
     replica_id = request["replica_id"]
     budget = request["max_bytes"]
     total = 0
@@ -77,7 +77,7 @@ def _read(broker: KafkaBroker, request: Message) -> tuple[list[Message], int, bo
             }
             parts.append(out)
             try:
-                part, log_ = broker.leader_partition(name, p["partition"], p["current_leader_epoch"])
+                part, log_ = broker.replicas.leader_partition(name, p["partition"], p["current_leader_epoch"])
             except KafkaError as e:
                 out["error_code"] = e.code
                 errors = True

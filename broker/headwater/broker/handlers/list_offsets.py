@@ -20,13 +20,13 @@ from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
     from headwater.broker.handlers import RequestContext
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.services import HandlerServices
 
 LATEST = -1
 EARLIEST = -2
 
 
-async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message:
+async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
     topics = []
     for t in request["topics"]:
         parts = [_one(broker, ctx.version, t["name"], p, request["replica_id"]) for p in t["partitions"]]
@@ -34,7 +34,7 @@ async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> 
     return {"throttle_time_ms": 0, "topics": topics}
 
 
-def _one(broker: KafkaBroker, version: int, topic: str, p: Message, replica_id: int) -> Message:
+def _one(broker: HandlerServices, version: int, topic: str, p: Message, replica_id: int) -> Message:
     out: Message = {
         "partition_index": p["partition_index"],
         "error_code": ErrorCode.NONE,
@@ -44,7 +44,7 @@ def _one(broker: KafkaBroker, version: int, topic: str, p: Message, replica_id: 
         "leader_epoch": -1,
     }
     try:
-        part, log_ = broker.leader_partition(topic, p["partition_index"], p["current_leader_epoch"])
+        part, log_ = broker.replicas.leader_partition(topic, p["partition_index"], p["current_leader_epoch"])
     except KafkaError as e:
         out["error_code"] = e.code
         return out

@@ -22,14 +22,14 @@ from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
     from headwater.broker.handlers import RequestContext
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.services import HandlerServices
 
 log = logging.getLogger(__name__)
 
 NOT_REQUESTED = -(2**31)
 
 
-async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message:
+async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
     cache = broker.cache
     requested = request["topics"]
     if requested is None or (ctx.version == 0 and not requested):
@@ -88,7 +88,7 @@ async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> 
     }
 
 
-async def _missing_topic(broker: KafkaBroker, name: str, create: bool) -> Message:
+async def _missing_topic(broker: HandlerServices, name: str, create: bool) -> Message:
     def answer(code: ErrorCode) -> Message:
         return {"error_code": code, "name": name, "is_internal": False, "partitions": []}
 

@@ -18,10 +18,10 @@ from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
     from headwater.broker.handlers import RequestContext
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.services import HandlerServices
 
 
-async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message:
+async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
     topics = []
     for t in request["topics"]:
         parts = []
@@ -34,7 +34,7 @@ async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> 
             }
             parts.append(out)
             try:
-                _, log_ = broker.leader_partition(t["topic"], p["partition"], p["current_leader_epoch"])
+                _, log_ = broker.replicas.leader_partition(t["topic"], p["partition"], p["current_leader_epoch"])
             except KafkaError as e:
                 out["error_code"] = e.code
                 continue

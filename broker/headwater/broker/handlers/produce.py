@@ -33,7 +33,7 @@ from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
     from headwater.broker.handlers import RequestContext
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.services import HandlerServices
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class _Waiting:
     min_isr: int
 
 
-async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message | None:
+async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message | None:
     acks = request["acks"]
     responses: list[Message] = []
     waiting: list[_Waiting] = []
@@ -73,7 +73,7 @@ async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> 
     return {"responses": responses, "throttle_time_ms": 0}
 
 
-async def _wait_for_replication(broker: KafkaBroker, waiting: list[_Waiting], timeout_ms: int) -> None:
+async def _wait_for_replication(broker: HandlerServices, waiting: list[_Waiting], timeout_ms: int) -> None:
     """The delayed produce: complete each partition once the ISR has the records, or time out."""
     deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
     pending = list(waiting)
@@ -106,7 +106,7 @@ def _fail(result: Message, code: ErrorCode) -> None:
 
 
 def _append(
-    broker: KafkaBroker, ctx: RequestContext, topic: str, index: int, records: memoryview | None, acks: int
+    broker: HandlerServices, ctx: RequestContext, topic: str, index: int, records: memoryview | None, acks: int
 ) -> tuple[Message, _Waiting | None]:
     def error(code: ErrorCode, why: str = "") -> tuple[Message, None]:
         if why:
@@ -131,7 +131,7 @@ def _append(
     if acks not in (0, 1, -1):
         return error(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
     try:
-        part, log_ = broker.leader_partition(topic, index)
+        part, log_ = broker.replicas.leader_partition(topic, index)
     except KafkaError as e:
         return error(e.code)
     if records is None or len(records) == 0:

@@ -13,10 +13,10 @@ from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
     from headwater.broker.handlers import RequestContext
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.services import HandlerServices
 
 
-async def handle(broker: KafkaBroker, ctx: RequestContext, request: Message) -> Message:
+async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
     if request["broker_epoch"] >= 0 and request["broker_epoch"] < broker.broker_epoch:
         return {"error_code": ErrorCode.STALE_BROKER_EPOCH, "partition_errors": []}
     if not broker.replicas.check_controller_epoch(request["controller_epoch"]):

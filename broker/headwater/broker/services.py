@@ -1,0 +1,63 @@
+"""What request handlers and the controller may use of a broker: two narrow interfaces.
+
+``KafkaBroker`` (server.py) is the one place that builds and starts things — ZooKeeper session,
+log manager, replica manager, purgatory, metrics, controller, listeners. Request handlers
+(``handlers/*.py``, one module per Kafka API) and the controller never import it; they are typed
+against these protocols, which KafkaBroker satisfies, so either can be driven by any object that
+offers the same services::
+
+    handlers   -> HandlerServices: broker_id, broker_epoch, cluster_id, config, cache (metadata),
+                  replicas (partitions, leader_partition, ISR), purgatory, metrics, zk (topic admin),
+                  controller (controlled shutdown), wait_for_metadata / metadata_changed
+    controller -> ControllerHost:  broker_id, config, cache, metrics, zk, stopping
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from headwater.broker.config import BrokerConfig
+    from headwater.broker.controller.controller import Controller
+    from headwater.broker.metadata_cache import MetadataCache
+    from headwater.broker.metrics import BrokerMetrics
+    from headwater.broker.purgatory import Purgatory
+    from headwater.broker.replica_manager import ReplicaManager
+    from headwater.broker.zk import ZooKeeper
+
+__all__ = ["ControllerHost", "HandlerServices"]
+
+
+class HandlerServices(Protocol):
+    """What a request handler reaches: this broker's identity, its config and metadata cache, the
+    replica manager (the partitions it hosts), the purgatory of waiting requests, metrics, the
+    ZooKeeper client (topic administration writes), and the controller (controlled shutdown)."""
+
+    broker_id: int
+    broker_epoch: int
+    cluster_id: str
+    config: BrokerConfig
+    cache: MetadataCache
+    replicas: ReplicaManager
+    purgatory: Purgatory
+    metrics: BrokerMetrics
+    zk: ZooKeeper
+    controller: Controller
+
+    def metadata_changed(self) -> None:
+        """An UpdateMetadata was applied: wake whoever waits for it."""
+
+    async def wait_for_metadata(self, timeout_s: float) -> None:
+        """Until the next UpdateMetadata is applied (or the timeout)."""
+
+
+class ControllerHost(Protocol):
+    """What the controller reaches of the broker it runs in."""
+
+    broker_id: int
+    config: BrokerConfig
+    cache: MetadataCache
+    metrics: BrokerMetrics
+    zk: ZooKeeper
+    stopping: asyncio.Event
