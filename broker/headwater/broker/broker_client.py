@@ -25,10 +25,6 @@ class BrokerConnectionError(ConnectionError):
     pass
 
 
-class BrokerUnreachable(BrokerConnectionError):
-    """No connection could be made at all (the broker is down or not listening yet)."""
-
-
 class BrokerConnection:
     def __init__(self, host: str, port: int, client_id: str, connect_timeout_s: float = 5.0) -> None:
         self.host = host
@@ -52,7 +48,7 @@ class BrokerConnection:
                 asyncio.open_connection(self.host, self.port), self.connect_timeout_s
             )
         except (TimeoutError, OSError) as e:
-            raise BrokerUnreachable(f"cannot connect to {self.host}:{self.port}: {e!r}") from None
+            raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {e!r}") from None
         self._read_task = asyncio.ensure_future(self._read_loop())
 
     async def request(self, api: Api, body: Message, version: int | None = None, timeout_s: float = 30.0) -> Message:

@@ -23,7 +23,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
 from headwater.broker.partition import Partition
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from headwater.broker.replica_manager import ReplicaManager
     from headwater.broker.server import KafkaBroker
 
+_T = TypeVar("_T")
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
@@ -51,6 +52,19 @@ def complete_batches(records: bytes | memoryview) -> memoryview:
         if head is None or head[1] < 0 or pos + LOG_OVERHEAD + head[1] > n:
             return view[:pos]
         pos += LOG_OVERHEAD + head[1]
+
+
+def rotated(items: list[_T], start: int) -> list[_T]:
+    """``items`` starting at ``start`` (modulo their number), wrapping around.
+
+    The leader fills a fetch response in request order up to ``replica.fetch.response.max.bytes``:
+    with a fixed order and a large backlog, the partitions listed last would get nothing until the
+    first ones caught up. Each request starts one further along, so none starves (as Kafka rotates
+    its fetch sessions' partitions)."""
+    if not items:
+        return items
+    k = start % len(items)
+    return items[k:] + items[:k]
 
 
 @dataclass
@@ -74,6 +88,7 @@ class ReplicaFetcher:
         self.max_wait_ms = cfg.replica_fetch_wait_max_ms
         self.backoff_s = cfg.replica_fetch_backoff_ms / 1000.0
         self.closed = False
+        self._rounds = 0  # fetch requests sent: where the next one starts its partition list
         self.task = asyncio.ensure_future(self._run())
 
     def add(self, part: Partition) -> None:
@@ -187,7 +202,8 @@ class ReplicaFetcher:
     async def _fetch(self, ready: dict[TP, FetchState]) -> None:
         cfg = self.broker.config
         topics: dict[str, list[dict[str, int]]] = {}
-        for (t, p), st in ready.items():
+        self._rounds += 1
+        for (t, p), st in rotated(list(ready.items()), self._rounds):
             log_ = st.partition.log
             assert log_ is not None
             topics.setdefault(t, []).append(

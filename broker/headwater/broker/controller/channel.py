@@ -3,10 +3,10 @@
 Requests to one broker leave in the order they were queued (LeaderAndIsr before the
 UpdateMetadata that follows it). A request that fails because the connection broke is retried
 on a new connection while the broker is still registered; the channel to a broker that left is
-closed and its queue dropped. While the broker cannot be reached at all, retries go on; but a
-request the broker received and answered by closing the connection (it failed handling it)
-MAX_ANSWERLESS times in a row is dropped, logged as an error: retried forever it would hold every
-later request to that broker behind it (issue 9, defect 2).
+closed and its queue dropped. Retried however it failed, as Kafka's controller does: a broker cut
+off by a network fault also just closes connections, and a dropped LeaderAndIsr would leave it with
+stale roles (tried, and the nemesis test's partition round caught it). So handlers must answer, not
+fail: LeaderAndIsr reports a partition it cannot apply as that partition's error (issue 9, defect 2).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError, BrokerUnreachable
+from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
 from headwater.protocol.schema import Api, Message
 
 log = logging.getLogger(__name__)
@@ -23,8 +23,6 @@ log = logging.getLogger(__name__)
 #: Controller requests are small and answered at once; one unanswered this long is retried on a
 #: new connection (Kafka's controller.socket.timeout.ms is 30 s; we retry sooner).
 REQUEST_TIMEOUT_S = 10.0
-#: a request the broker took and answered by closing the connection this many times is dropped
-MAX_ANSWERLESS = 5
 
 
 class BrokerChannel:
@@ -41,33 +39,17 @@ class BrokerChannel:
         while not self.closed:
             api, body, on_response = await self.queue.get()
             backoff = 0.1
-            answerless = 0
-            response: Message | None = None
             while not self.closed:
                 try:
                     response = await self.conn.request(api, body, timeout_s=REQUEST_TIMEOUT_S)
                     break
-                except BrokerUnreachable as e:
-                    log.info("controller: %s to broker %d failed (%s); retrying", api.name, self.broker_id, e)
                 except BrokerConnectionError as e:
-                    answerless += 1
-                    if answerless >= MAX_ANSWERLESS:
-                        log.error(
-                            "controller: broker %d closed the connection %d times in answer to %s: dropping the "
-                            "request (its log says why); later requests to it go on",
-                            self.broker_id,
-                            answerless,
-                            api.name,
-                        )
-                        break
                     log.info("controller: %s to broker %d failed (%s); retrying", api.name, self.broker_id, e)
-                self.conn.close()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                    self.conn.close()
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
             else:
                 return
-            if response is None:
-                continue
             if on_response is not None:
                 try:
                     on_response(response)
