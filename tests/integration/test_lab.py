@@ -229,22 +229,33 @@ def test_pipeline_check_then_faults_lose_nothing_at_any_tier(lab: Lab) -> None:
     ended_ms = (int(time.time() * 1000) // WINDOW_MS) * WINDOW_MS  # last whole window of the faults
     assert ended_ms - started_ms >= 5 * WINDOW_MS
 
-    # Every window of the faults closes (grace.ms after its end), counted at every tier.
-    def settled() -> dict[tuple[str, int, str], dict[str, dict[str, Any]]]:
+    # Every window of the faults closes (grace.ms after its end) and balances: a record held up by a
+    # fault may reach a tier after its window closed (the audit then says "late"), so wait for the
+    # counts themselves, not only for the windows to close.
+    def snapshot() -> dict[tuple[str, int, str], dict[str, dict[str, Any]]]:
         got = _windows(lab, started_ms, ended_ms)
-        expected = {
-            (t, w, dc) for t in AUDITED for w in range(started_ms, ended_ms, WINDOW_MS) for dc in ("dc1", "dc2")
-        }
-        if set(got) != expected:
+        # every window has page views from both DCs (clicks are a fifth of the traffic: one may lack them)
+        views = {("page-views", w, dc) for w in range(started_ms, ended_ms, WINDOW_MS) for dc in ("dc1", "dc2")}
+        if not views <= set(got):
             return {}
-        done = all(
+        closed = all(
             {"producer", dc, "agg"} <= set(tiers) and all(r["status"] != "open" for r in tiers.values())
             for (_, _, dc), tiers in got.items()
         )
-        return got if done else {}
+        return got if closed else {}
 
-    windows = wait_for(settled, 240, "every window of the faults to close at every tier")
-    assert isinstance(windows, dict)
+    def balanced(got: dict[tuple[str, int, str], dict[str, dict[str, Any]]]) -> bool:
+        return bool(got) and all(
+            int(t[dc]["count"]) == int(t["producer"]["count"]) == int(t["agg"]["count"])
+            for (_, _, dc), t in got.items()
+        )
+
+    deadline = time.monotonic() + 300
+    windows = snapshot()
+    while not balanced(windows) and time.monotonic() < deadline:
+        time.sleep(2)
+        windows = snapshot() or windows
+    assert windows, "the windows of the faults never closed at every tier"
     for (topic, w, dc), tiers in sorted(windows.items()):
         sent = int(tiers["producer"]["count"])
         assert sent > 0, (topic, w, dc, tiers)
@@ -253,7 +264,8 @@ def test_pipeline_check_then_faults_lose_nothing_at_any_tier(lab: Lab) -> None:
         # whose answer died with the aggregate leader had appended).
         assert int(tiers[dc]["count"]) == sent, (topic, w, dc, tiers[dc])
         assert int(tiers["agg"]["count"]) == sent, (topic, w, dc, tiers["agg"])
-    print(f"{len(windows)} windows of the faults balanced at the producer, dc and agg tiers")
+    late = sum(1 for t in windows.values() for r in t.values() if r["status"] == "late")
+    print(f"{len(windows)} windows of the faults balanced at the producer, dc and agg tiers ({late} tier(s) late)")
 
     # The nightly load, now, on the lab's Spark master: 100 % at the warehouse tier too.
     load = lab.compose(
