@@ -13,7 +13,7 @@ deps: system-deps $(VENV)/.installed
 system-deps:
 	@bash scripts/install-system-deps.sh
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml hatch_build.py lib/headwater/protocol/records/_crecords.pyx
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'

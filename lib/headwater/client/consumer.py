@@ -25,7 +25,7 @@ from headwater.client.errors import (
 from headwater.client.raw import fetch_body
 from headwater.protocol.apis import FETCH, LIST_OFFSETS
 from headwater.protocol.errors import ErrorCode, KafkaError
-from headwater.protocol.records.record import iter_batches
+from headwater.protocol.records.record import read_record_set
 from headwater.protocol.schema import Message
 
 log = logging.getLogger("headwater.client.consumer")
@@ -39,8 +39,9 @@ EARLIEST = -2
 TopicPartition = tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
+class ConsumerRecord(NamedTuple):
+    """One record as a consumer reads it. A tuple: the record codec builds it in one step."""
+
     topic: str
     partition: int
     offset: int
@@ -439,14 +440,8 @@ def _decode(topic: str, partition: int, offset: int, p: Message) -> _PartitionDa
     next_offset = offset
     data = p.get("records")
     if data:
-        complete = 0
-        for header, batch in iter_batches(data):
-            complete += 1
-            if header.next_offset > next_offset:
-                next_offset = header.next_offset
-            for r in batch:
-                if r.offset >= offset:
-                    records.append(ConsumerRecord(topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers))
+        records, last, complete = read_record_set(data, ConsumerRecord, (topic, partition), offset)
+        next_offset = max(next_offset, last)
         if not complete:  # only the start of a batch: no progress is possible with this max_bytes
             raise KafkaError(
                 ErrorCode.MESSAGE_TOO_LARGE,

@@ -31,17 +31,27 @@ Codec failures raise as :mod:`~headwater.protocol.records.compression` documents
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple
+from types import ModuleType
+from typing import Any, NamedTuple, TypeVar
 
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records import header as _h
 from headwater.protocol.records.compression import DEFAULT_MAX_OUTPUT, Codec, compress, decompress
 from headwater.protocol.records.header import BatchHeader
 
-__all__ = ["Record", "RecordInput", "RecordLike", "decode_batch", "encode_batch", "iter_batches"]
+__all__ = [
+    "EXTENSION",
+    "Record",
+    "RecordInput",
+    "RecordLike",
+    "decode_batch",
+    "encode_batch",
+    "iter_batches",
+    "read_record_set",
+]
 
 Buffer = bytes | bytearray | memoryview
 Headers = tuple[tuple[str, bytes | None], ...]
@@ -51,8 +61,7 @@ RecordLike = tuple[Buffer | None, Buffer | None, int, Sequence[tuple[str, Buffer
 _EMPTY_HEADERS: Headers = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     """One decoded record, with its absolute offset and timestamp (ms)."""
 
     offset: int
@@ -69,6 +78,27 @@ class RecordInput(NamedTuple):
     value: Buffer | None
     timestamp: int  # ms since the epoch (or -1, Kafka's NO_TIMESTAMP)
     headers: Sequence[tuple[str, Buffer | None]] = ()
+
+
+#: A NamedTuple whose last five fields are Record's (the consumer's record adds topic and partition
+#: in front of them, passed as ``prefix``).
+R = TypeVar("R", bound=tuple[Any, ...])
+
+
+def _load_extension() -> ModuleType | None:
+    """The compiled codec (_crecords.pyx), unless HEADWATER_NO_EXTENSIONS is set or it is not built."""
+    if os.environ.get("HEADWATER_NO_EXTENSIONS", "") not in ("", "0"):
+        return None
+    try:
+        from headwater.protocol.records import _crecords
+    except ImportError:
+        return None
+    return _crecords
+
+
+_C = _load_extension()
+#: True when records are encoded and decoded by the compiled codec.
+EXTENSION = _C is not None
 
 
 # -- varints -------------------------------------------------------------------------------------
@@ -141,35 +171,14 @@ def _encode_headers(headers: Sequence[tuple[str, Buffer | None]]) -> bytes:
     return bytes(out)
 
 
-def encode_batch(
-    records: Sequence[RecordLike],
-    *,
-    base_offset: int = 0,
-    compression: int = Codec.NONE,
-    timestamp_type: int = 0,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
-    partition_leader_epoch: int = -1,
-    transactional: bool = False,
-    control: bool = False,
-) -> bytes:
-    """One magic-2 batch holding ``records`` at offset deltas 0..n-1.
+def _encode_records(out: bytearray, records: Sequence[RecordLike], base_ts: int) -> int:
+    """Append ``records`` at offset deltas 0..n-1 to ``out``; the largest timestamp.
 
-    base_timestamp is the first record's timestamp (as the Java client does), max_timestamp the
-    largest. ``timestamp_type`` 1 sets LogAppendTime (attribute bit 3). ``transactional`` and
-    ``control`` set attribute bits 4 and 5. Raises ValueError for an empty ``records`` or a value
-    that does not fit its field; the codec's KafkaError if compression fails.
-    """
-    n = len(records)
-    if n == 0:
-        raise ValueError("a record batch needs at least one record")
+    The reference implementation of _crecords.encode_records (and the fallback without it)."""
     table = _VARINT
     size = _TABLE_SIZE
     varint = _varint
-    base_ts = records[0][2]
     max_ts = base_ts
-    out = bytearray(_HEADER_ZEROS)
     append = out.extend
     join = b"".join
     for i, (key, value, ts, hdrs) in enumerate(records):
@@ -205,6 +214,41 @@ def encode_batch(
         append(table[z] if z < size else varint(len(body)))
         append(body)
 
+    return max_ts
+
+
+def encode_batch(
+    records: Sequence[RecordLike],
+    *,
+    base_offset: int = 0,
+    compression: int = Codec.NONE,
+    timestamp_type: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    partition_leader_epoch: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+) -> bytes:
+    """One magic-2 batch holding ``records`` at offset deltas 0..n-1.
+
+    base_timestamp is the first record's timestamp (as the Java client does), max_timestamp the
+    largest. ``timestamp_type`` 1 sets LogAppendTime (attribute bit 3). ``transactional`` and
+    ``control`` set attribute bits 4 and 5. Raises ValueError for an empty ``records`` or a value
+    that does not fit its field; the codec's KafkaError if compression fails.
+    """
+    n = len(records)
+    if n == 0:
+        raise ValueError("a record batch needs at least one record")
+    base_ts = records[0][2]
+    out = bytearray(_HEADER_ZEROS)
+    if _C is not None:
+        try:
+            max_ts: int = _C.encode_records(out, records, base_ts)
+        except OverflowError as e:
+            raise ValueError(f"a record field does not fit its varint: {e}") from None
+    else:
+        max_ts = _encode_records(out, records, base_ts)
     if compression != Codec.NONE:
         payload = compress(compression, memoryview(out)[_h.HEADER_SIZE :])
         out = bytearray(_HEADER_ZEROS)  # a fresh buffer: no view of the old one can pin it
@@ -271,6 +315,36 @@ def iter_batches(
     message sets are not read here --, a CRC mismatch, malformed records) raises
     ``KafkaError(CORRUPT_MESSAGE)``; a codec id of 5-7 raises UNSUPPORTED_COMPRESSION_TYPE.
     """
+    for h, start, end in _complete_batches(buf, verify_crc):
+        yield h, ([] if h.is_control else _decode_records(h, buf, start, end, max_output))
+
+
+def read_record_set(
+    buf: Buffer,
+    record_type: type[R],
+    prefix: tuple[Any, ...] = (),
+    min_offset: int = 0,
+    *,
+    verify_crc: bool = True,
+    max_output: int = DEFAULT_MAX_OUTPUT,
+) -> tuple[list[R], int, int]:
+    """The records of a Fetch response's record set at or after ``min_offset``, as ``record_type``
+    instances (``prefix`` then offset, timestamp, key, value, headers): what a consumer needs, in
+    one pass and one object per record. Also the offset after the last complete batch (or -1 when
+    none) and the number of complete batches. Errors as :func:`iter_batches`."""
+    out: list[R] = []
+    next_offset = -1
+    complete = 0
+    for h, start, end in _complete_batches(buf, verify_crc):
+        complete += 1
+        next_offset = h.next_offset
+        if not h.is_control and h.next_offset > min_offset:
+            out += _decode_records(h, buf, start, end, max_output, record_type, prefix, min_offset)
+    return out, next_offset, complete
+
+
+def _complete_batches(buf: Buffer, verify_crc: bool) -> Iterator[tuple[BatchHeader, int, int]]:
+    """(header, start of its records, end) of each complete batch of a record set."""
     n = len(buf)
     pos = 0
     while True:
@@ -286,10 +360,7 @@ def iter_batches(
         if verify_crc and not _h.crc_matches(buf, pos, h):
             raise _corrupt(f"record batch at byte {pos} fails its CRC-32C check")
         end = pos + h.size
-        if h.is_control:
-            yield h, []
-        else:
-            yield h, _decode_records(h, buf, pos + _h.HEADER_SIZE, end, max_output)
+        yield h, pos + _h.HEADER_SIZE, end
         pos = end
 
 
@@ -314,12 +385,22 @@ def first_record(batch: Buffer, *, max_output: int = DEFAULT_MAX_OUTPUT) -> Reco
         length = (zigzag >> 1) ^ -(zigzag & 1)
         if length < 0 or p + length > len(data):
             raise _corrupt(f"record batch at offset {h.base_offset} has a malformed first record")
-        return _parse_records(data[: p + length], 1, h.base_offset, h.base_timestamp, h.max_timestamp, h.attributes)[0]
+        first: Record = _parse(data[: p + length], 1, h.base_offset, h.base_timestamp, h.max_timestamp, h.attributes)[0]
+        return first
     except (IndexError, UnicodeDecodeError) as e:
         raise _corrupt(f"record batch at offset {h.base_offset} has a malformed first record: {e}") from None
 
 
-def _decode_records(h: BatchHeader, buf: Buffer, start: int, end: int, max_output: int) -> list[Record]:
+def _decode_records(
+    h: BatchHeader,
+    buf: Buffer,
+    start: int,
+    end: int,
+    max_output: int,
+    record_type: type[Any] = Record,
+    prefix: tuple[Any, ...] = (),
+    min_offset: int = -1,
+) -> list[Any]:
     count = h.records_count
     if count < 0:
         raise _corrupt(f"record batch has a negative record count {count}")
@@ -330,23 +411,57 @@ def _decode_records(h: BatchHeader, buf: Buffer, start: int, end: int, max_outpu
         return []
     codec = h.codec
     if codec == Codec.NONE:
-        data = bytes(buf[start:end])
+        data: Buffer = memoryview(buf)[start:end] if _C is not None else bytes(buf[start:end])
     else:
         data = decompress(codec, memoryview(buf)[start:end], max_output=max_output)
+    return _parse(
+        data, count, h.base_offset, h.base_timestamp, h.max_timestamp, h.attributes, record_type, prefix, min_offset
+    )
+
+
+def _parse(
+    data: Buffer,
+    count: int,
+    base_offset: int,
+    base_ts: int,
+    max_ts: int,
+    attributes: int,
+    record_type: type[Any] = Record,
+    prefix: tuple[Any, ...] = (),
+    min_offset: int = -1,
+) -> list[Any]:
+    """The records of one batch's (inflated) payload: the compiled parser when it is built."""
+    log_append = bool(attributes & _h.TIMESTAMP_TYPE_BIT)
+    if _C is not None:
+        result: list[Any] = _C.parse_records(
+            data, count, base_offset, base_ts, max_ts, log_append, record_type, prefix, min_offset
+        )
+        return result
     try:
-        records = _parse_records(data, count, h.base_offset, h.base_timestamp, h.max_timestamp, h.attributes)
+        return _parse_records(
+            bytes(data), count, base_offset, base_ts, max_ts, log_append, record_type, prefix, min_offset
+        )
     except (IndexError, UnicodeDecodeError) as e:
-        raise _corrupt(f"record batch at offset {h.base_offset} has malformed records: {e}") from None
-    return records
+        raise _corrupt(f"record batch at offset {base_offset} has malformed records: {e}") from None
 
 
 def _parse_records(
-    data: bytes, count: int, base_offset: int, base_ts: int, max_ts: int, attributes: int
-) -> list[Record]:
-    """``count`` records from ``data``, which they must fill exactly. Hot path: varints inlined."""
-    log_append = bool(attributes & _h.TIMESTAMP_TYPE_BIT)
+    data: bytes,
+    count: int,
+    base_offset: int,
+    base_ts: int,
+    max_ts: int,
+    log_append: bool,
+    record_type: type[Any],
+    prefix: tuple[Any, ...],
+    min_offset: int,
+) -> list[Any]:
+    """``count`` records from ``data``, which they must fill exactly. Hot path: varints inlined.
+
+    The reference implementation of _crecords.parse_records (and the fallback without it)."""
     end = len(data)
-    out: list[Record] = []
+    new = tuple.__new__
+    out: list[Any] = []
     append = out.append
     read = _read_uvarint
     p = 0
@@ -426,7 +541,8 @@ def _parse_records(
             headers, p = _parse_headers(data, p)
         if p - rstart != length:
             raise _corrupt(f"record at byte {rstart} declares {length} bytes but holds {p - rstart}")
-        append(Record(offset, ts, key, value, headers))
+        if offset >= min_offset:
+            append(new(record_type, (*prefix, offset, ts, key, value, headers)))
     if p != end:
         raise _corrupt(f"{end - p} bytes follow the {count} records of the batch")
     return out

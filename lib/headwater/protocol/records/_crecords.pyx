@@ -1,0 +1,305 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The compiled record codec: the per-record loops of record.py, in C.
+
+record.py stays the reference implementation (and the fallback when this module is not built, or
+when HEADWATER_NO_EXTENSIONS=1); tests/unit/test_crecords.py checks the two against each other on
+generated and on malformed input. Only the loops over records live here: batch headers, CRCs and
+codecs stay in Python (they cost once per batch, not once per record).
+
+Records are built straight as instances of the caller's NamedTuple class (``Record``, or the
+consumer's ``ConsumerRecord`` with its topic and partition in ``prefix``), allocated as the tuple
+subclass they are, without going through the class's Python ``__new__``.
+"""
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
+from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint64_t
+from libc.string cimport memcpy
+
+from headwater.protocol.errors import ErrorCode, KafkaError
+
+cdef extern from "Python.h":
+    object PyType_GenericAlloc(PyTypeObject* t, Py_ssize_t n)
+    void PyObject_GC_UnTrack(void* op)
+    void PyTuple_SET_ITEM(PyObject* p, Py_ssize_t pos, PyObject* o)
+    object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
+    int PyByteArray_Resize(object ba, Py_ssize_t size) except -1
+    char* PyByteArray_AS_STRING(object ba)
+    Py_ssize_t PyByteArray_GET_SIZE(object ba)
+
+cdef object _CORRUPT = ErrorCode.CORRUPT_MESSAGE
+cdef bytes _EMPTY = b""
+cdef tuple _NO_HEADERS = ()
+
+
+cdef inline object _corrupt(str what):
+    return KafkaError(_CORRUPT, what)
+
+
+cdef inline Py_ssize_t _uvarint(const unsigned char* d, Py_ssize_t p, Py_ssize_t end, uint64_t* out) except -1:
+    """The unsigned varint at ``p`` (at most 10 bytes) into ``out``; the new position."""
+    cdef uint64_t result = 0
+    cdef int shift = 0
+    cdef unsigned char b
+    while True:
+        if p >= end:
+            raise _corrupt("a varint runs past the end of the records")
+        b = d[p]
+        p += 1
+        result |= (<uint64_t>(b & 0x7F)) << shift
+        if not (b & 0x80):
+            out[0] = result
+            return p
+        shift += 7
+        if shift > 63:
+            raise _corrupt("varint longer than 10 bytes")
+
+
+cdef inline int64_t _unzigzag(uint64_t z):
+    return <int64_t>(z >> 1) ^ -(<int64_t>(z & 1))
+
+
+cdef inline void _set(PyObject* t, Py_ssize_t i, object item):
+    Py_INCREF(item)
+    PyTuple_SET_ITEM(t, i, <PyObject*>item)
+
+
+cdef object _new_record(PyTypeObject* cls, tuple prefix, Py_ssize_t np, object offset, object ts,
+                        object key, object value, object headers):
+    """An instance of the NamedTuple class ``cls``: prefix items, then the record's five fields."""
+    result = PyType_GenericAlloc(cls, np + 5)
+    cdef PyObject* obj = <PyObject*>result
+    cdef Py_ssize_t i
+    for i in range(np):
+        _set(obj, i, <object>PyTuple_GET_ITEM(prefix, i))
+    _set(obj, np, offset)
+    _set(obj, np + 1, ts)
+    _set(obj, np + 2, key)
+    _set(obj, np + 3, value)
+    _set(obj, np + 4, headers)
+    # Its items are ints, bytes, str, None and tuples of those: it can be part of no reference
+    # cycle, so the collector need not follow it (CPython untracks such plain tuples itself, but not
+    # instances of tuple subclasses). Without this a large fetch costs a full collection or two.
+    PyObject_GC_UnTrack(obj)
+    return result
+
+
+cdef tuple _parse_headers(const unsigned char* d, Py_ssize_t* pp, Py_ssize_t end):
+    cdef uint64_t z
+    cdef Py_ssize_t p = pp[0]
+    cdef int64_t count, n, i
+    p = _uvarint(d, p, end, &z)
+    count = _unzigzag(z)
+    if count < 0:
+        raise _corrupt(f"record header count {count}")
+    out = []
+    for i in range(count):
+        p = _uvarint(d, p, end, &z)
+        n = _unzigzag(z)
+        if n < 0 or p + n > end:
+            raise _corrupt(f"record header key length {n} at byte {p}")
+        try:
+            hkey = PyUnicode_DecodeUTF8(<const char*>d + p, <Py_ssize_t>n, NULL)
+        except UnicodeDecodeError as e:
+            raise _corrupt(f"record header key is not UTF-8: {e}") from None
+        p += n
+        p = _uvarint(d, p, end, &z)
+        n = _unzigzag(z)
+        if n >= 0:
+            if p + n > end:
+                raise _corrupt(f"record header value of {n} bytes overruns the batch")
+            hvalue = PyBytes_FromStringAndSize(<const char*>d + p, <Py_ssize_t>n)
+            p += n
+        elif n == -1:
+            hvalue = None
+        else:
+            raise _corrupt(f"record header value length {n}")
+        out.append((hkey, hvalue))
+    pp[0] = p
+    return tuple(out)
+
+
+def parse_records(const unsigned char[::1] data, Py_ssize_t count, int64_t base_offset, int64_t base_ts,
+                  int64_t max_ts, bint log_append, type cls, tuple prefix, int64_t min_offset):
+    """``count`` records filling ``data`` exactly, as instances of ``cls`` after ``prefix``.
+
+    Records below ``min_offset`` are checked but not returned (a fetch answers whole batches).
+    """
+    cdef const unsigned char* d = &data[0] if data.shape[0] else NULL
+    cdef Py_ssize_t end = data.shape[0]
+    cdef Py_ssize_t p = 0, rstart, q
+    cdef Py_ssize_t np = PyTuple_GET_SIZE(prefix)
+    cdef PyTypeObject* tp = <PyTypeObject*>cls
+    cdef uint64_t z
+    cdef int64_t length, n, offset, ts
+    cdef Py_ssize_t i
+    cdef list out = []
+    for i in range(count):
+        p = _uvarint(d, p, end, &z)
+        length = _unzigzag(z)
+        rstart = p
+        if length < 0 or rstart + length > end:
+            raise _corrupt(f"record length {length} at byte {rstart} overruns the {end - rstart} bytes left")
+        p += 1  # attributes (int8, unused)
+        p = _uvarint(d, p, end, &z)
+        ts = max_ts if log_append else base_ts + _unzigzag(z)
+        p = _uvarint(d, p, end, &z)
+        offset = base_offset + _unzigzag(z)
+        p = _uvarint(d, p, end, &z)
+        n = _unzigzag(z)
+        if n >= 0:
+            q = p + n
+            if q > end:
+                raise _corrupt(f"record key of {n} bytes overruns the batch")
+            key = PyBytes_FromStringAndSize(<const char*>d + p, <Py_ssize_t>n)
+            p = q
+        elif n == -1:
+            key = None
+        else:
+            raise _corrupt(f"record key length {n}")
+        p = _uvarint(d, p, end, &z)
+        n = _unzigzag(z)
+        if n >= 0:
+            q = p + n
+            if q > end:
+                raise _corrupt(f"record value of {n} bytes overruns the batch")
+            value = PyBytes_FromStringAndSize(<const char*>d + p, <Py_ssize_t>n)
+            p = q
+        elif n == -1:
+            value = None
+        else:
+            raise _corrupt(f"record value length {n}")
+        if p < end and d[p] == 0:
+            headers = _NO_HEADERS
+            p += 1
+        else:
+            headers = _parse_headers(d, &p, end)
+        if p - rstart != length:
+            raise _corrupt(f"record at byte {rstart} declares {length} bytes but holds {p - rstart}")
+        if offset >= min_offset:
+            out.append(_new_record(tp, prefix, np, offset, ts, key, value, headers))
+    if p != end:
+        raise _corrupt(f"{end - p} bytes follow the {count} records of the batch")
+    return out
+
+
+# -- encoding ------------------------------------------------------------------------------------
+
+cdef inline Py_ssize_t _put_uvarint(unsigned char* d, uint64_t z):
+    cdef Py_ssize_t n = 0
+    while z > 0x7F:
+        d[n] = <unsigned char>((z & 0x7F) | 0x80)
+        z >>= 7
+        n += 1
+    d[n] = <unsigned char>z
+    return n + 1
+
+
+cdef inline uint64_t _zigzag(int64_t v):
+    return (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+
+
+cdef inline Py_ssize_t _varint_size(uint64_t z):
+    cdef Py_ssize_t n = 1
+    while z > 0x7F:
+        z >>= 7
+        n += 1
+    return n
+
+
+cdef Py_ssize_t _reserve(bytearray out, Py_ssize_t used, Py_ssize_t more) except -1:
+    cdef Py_ssize_t have = PyByteArray_GET_SIZE(out)
+    if used + more > have:
+        PyByteArray_Resize(out, max(used + more, have * 2))
+    return 0
+
+
+def encode_records(bytearray out, records, int64_t base_ts):
+    """Append the encoded ``records`` (key, value, timestamp, headers) to ``out``, at offset deltas
+    0..n-1; the largest timestamp. ``out`` holds the batch header already; it is resized to fit."""
+    cdef Py_ssize_t used = PyByteArray_GET_SIZE(out)
+    cdef int64_t max_ts = base_ts, ts, i = 0
+    cdef const unsigned char[::1] kv
+    cdef const unsigned char[::1] vv
+    cdef Py_ssize_t klen, vlen, body, hsize
+    cdef unsigned char* d
+    cdef bytes hdr_bytes
+    cdef uint64_t tz
+    for rec in records:
+        key, value, t, hdrs = rec
+        try:
+            ts = t
+        except OverflowError:
+            raise ValueError(f"{t} does not fit a varlong") from None
+        if (base_ts < 0 and ts > INT64_MAX + base_ts) or (base_ts > 0 and ts < INT64_MIN + base_ts):
+            raise ValueError(f"timestamp delta {t - base_ts} does not fit a varlong")
+        if ts > max_ts:
+            max_ts = ts
+        tz = _zigzag(ts - base_ts)
+        if key is None:
+            klen = -1
+        else:
+            kv = key
+            klen = kv.shape[0]
+        if value is None:
+            vlen = -1
+        else:
+            vv = value
+            vlen = vv.shape[0]
+        if hdrs:
+            hdr_bytes = _encode_headers(hdrs)
+            hsize = len(hdr_bytes)
+        else:
+            hdr_bytes = None
+            hsize = 1
+        body = (1 + _varint_size(tz) + _varint_size(_zigzag(i))
+                + _varint_size(_zigzag(klen)) + (klen if klen > 0 else 0)
+                + _varint_size(_zigzag(vlen)) + (vlen if vlen > 0 else 0) + hsize)
+        _reserve(out, used, body + 10)
+        d = <unsigned char*>PyByteArray_AS_STRING(out) + used
+        d += _put_uvarint(d, _zigzag(body))
+        d[0] = 0  # attributes
+        d += 1
+        d += _put_uvarint(d, tz)
+        d += _put_uvarint(d, _zigzag(i))
+        d += _put_uvarint(d, _zigzag(klen))
+        if klen > 0:
+            memcpy(d, &kv[0], klen)
+            d += klen
+        d += _put_uvarint(d, _zigzag(vlen))
+        if vlen > 0:
+            memcpy(d, &vv[0], vlen)
+            d += vlen
+        if hdr_bytes is None:
+            d[0] = 0
+            d += 1
+        else:
+            memcpy(d, <const char*>hdr_bytes, hsize)
+            d += hsize
+        used = d - <unsigned char*>PyByteArray_AS_STRING(out)
+        i += 1
+    PyByteArray_Resize(out, used)
+    return max_ts
+
+
+cdef bytes _encode_headers(hdrs):
+    cdef bytearray out = bytearray()
+    cdef unsigned char buf[10]
+    cdef Py_ssize_t n
+    n = _put_uvarint(buf, _zigzag(len(hdrs)))
+    out += buf[:n]
+    for hkey, hvalue in hdrs:
+        kb = hkey.encode("utf-8")
+        n = _put_uvarint(buf, _zigzag(len(kb)))
+        out += buf[:n]
+        out += kb
+        if hvalue is None:
+            out += b"\x01"
+        else:
+            n = _put_uvarint(buf, _zigzag(len(hvalue)))
+            out += buf[:n]
+            out += hvalue
+    return bytes(out)
+
