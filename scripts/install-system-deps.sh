@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System packages the test suite needs: ZooKeeper (Debian's package, needs a JRE; Spark uses it too),
-# kcat and Chromium.
+# kcat, Chromium, and a C compiler with Python's headers for the compiled record codec (hatch_build.py).
 # Installs only what is missing; needs root (or passwordless sudo) when something is missing.
 set -euo pipefail
 need=()
@@ -9,6 +9,11 @@ command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
 # Debian's Chromium drives the audit dashboard's browser test (Playwright; no browser download here).
 [ -x /usr/bin/chromium ] || need+=(chromium)
+# The record codec (Cython) is compiled at install: gcc, and the headers of the Python that makes the venv.
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+if ! "${PYTHON:-python3}" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+  need+=(python3-dev)
+fi
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
