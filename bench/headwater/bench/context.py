@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -97,6 +98,22 @@ class Target:
     replication_factor: int
     acks: str
     unavailable: str = ""
+    #: the brokers' Prometheus endpoints (prometheus.port), to count the requests they answered
+    metrics_urls: list[str] = field(default_factory=list)
+
+    def produce_requests(self) -> int | None:
+        """Produce requests the brokers have answered so far (None when a scrape fails)."""
+        total = 0.0
+        for url in self.metrics_urls:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    text = r.read().decode()
+            except OSError:
+                return None
+            for line in text.splitlines():
+                if line.startswith("kafka_network_requestmetrics_requests_total{") and 'request="Produce"' in line:
+                    total += float(line.rsplit(" ", 1)[1])
+        return int(total) if self.metrics_urls else None
 
 
 @dataclass
@@ -283,13 +300,18 @@ class Bench:
 
     def produce(self, target: Target, cmd: Sequence[str], size: int, estimate: float) -> ProduceRun:
         """Run one produce generator against ``target`` with the brokers watched."""
+        before = target.produce_requests()
         with self.watch(target) as usage:
             got = self.run_json(cmd, self.plan.max_seconds * 2 + 120)
+        after = target.produce_requests()
         acked = int(got["acked"])
         if acked <= 0:
             raise GeneratorError(f"nothing was acknowledged: {got.get('first_error') or 'no error reported'}")
         known = int(got.get("tx_requests", -1)) > 0 and int(got.get("tx_bytes", -1)) > 0
         request_size = got["tx_bytes"] / got["tx_requests"] if known else estimate
+        # The brokers' own count (any client; covers the generator's metadata-free start-up too,
+        # which sends no Produce requests); the client's count when the brokers' is unknown.
+        answered = after - before if before is not None and after is not None else -1
         self.peak_rss = max(self.peak_rss, usage.broker_peak_rss)
         usage.measured = float(got["seconds"])
         usage.client_cpu_measured = float(got["cpu"]) if "cpu" in got else None
@@ -299,7 +321,7 @@ class Bench:
             seconds=float(got["seconds"]),
             request_size=request_size,
             request_size_known=known,
-            requests=int(got["tx_requests"]) if known else -1,
+            requests=answered if answered > 0 else int(got["tx_requests"]) if known else -1,
             usage=usage,
             errors=int(got.get("errors", 0)),
             first_error=str(got.get("first_error", "")),

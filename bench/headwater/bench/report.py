@@ -85,6 +85,16 @@ class Row:
             self.figures[key] = Figure(unit or key)
         return self.figures[key]
 
+    def per_request(self) -> Figure | None:
+        """Broker CPU per request (us), for the rows that measured it (produce rows)."""
+        samples = self.extra.get("broker_cpu_us_per_request", {}).get("samples")
+        if not samples:
+            return None
+        f = Figure("us")
+        for s in samples:
+            f.add(s)
+        return f
+
     @property
     def value(self) -> float:
         f = self.figures.get(self.primary)
@@ -278,8 +288,8 @@ class Report:
             out.append(f"| {b['name']} | {fmt_bytes(b['size'])} | {fmt_figure(b['figure'])} | {b.get('extra', '')} |")
         out += ["", "## Results", ""]
         out += [
-            "| # | case | generator | result | MiB/s | baseline | ratio | paper / Kreps | goal |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| # | case | generator | result | MiB/s | broker us/request | baseline | ratio | paper / Kreps | goal |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in self.rows:
             if r.unavailable:
@@ -303,8 +313,9 @@ class Report:
                 if math.isfinite(r.ratio):
                     rat = f"{r.ratio:.1f}x" if r.ratio_style == "times" else f"{r.ratio:.0%}"
             note = f"<br>_{r.note}_" if r.note else ""
+            per_request = "" if r.unavailable else fmt_figure(r.per_request())
             out.append(
-                f"| {r.scenario} | {r.case}{note} | {r.generator} | {result} | {mib} | {base} | {rat} | "
+                f"| {r.scenario} | {r.case}{note} | {r.generator} | {result} | {mib} | {per_request} | {base} | {rat} | "
                 f"{r.reference} | {r.goal_status()} |"
             )
         if self.hotspots:

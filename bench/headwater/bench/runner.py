@@ -70,9 +70,10 @@ def run(options: Options) -> tuple[Report, Path, Path]:
     report.generators = generators.describe(bench)
     only = set(options.only)
     try:
-        with LocalCluster(workdir / "cluster", size=1) as cluster:
+        with LocalCluster(workdir / "cluster", size=1, overrides={"prometheus.port": "auto"}) as cluster:
             bench.zk_connect = cluster.zk_connect
             bench.main = Target("acks=1 RF=1", cluster.bootstrap, [cluster.brokers[0].pid], 1, "1")
+            bench.main.metrics_urls = [u for b in cluster.brokers if (u := b.metrics_url)]
             bench.log(f"broker up at {cluster.bootstrap} (pid {cluster.brokers[0].pid}), workdir {workdir}")
             produce_rows = produce.run(bench) if only & {"1", "5"} else []
             if "5" in only:

@@ -67,6 +67,9 @@ class LocalBroker:
             "zookeeper.session.timeout.ms": 6000,
         }
         self.properties.update(overrides or {})
+        if self.properties.get("prometheus.port") == "auto":  # a port of its own, known here
+            self.properties["prometheus.port"] = free_port()
+            self.properties["prometheus.host"] = "127.0.0.1"
         self.output = workdir / f"broker-{broker_id}.out"
         self.proc: subprocess.Popen[bytes] | None = None
         self._out: IO[bytes] | None = None
@@ -75,6 +78,12 @@ class LocalBroker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Its Prometheus endpoint, when started with ``prometheus.port`` (``"auto"``: a free port)."""
+        port = self.properties.get("prometheus.port")
+        return f"http://127.0.0.1:{port}/metrics" if port not in (None, "auto") else None
 
     @property
     def pid(self) -> int:

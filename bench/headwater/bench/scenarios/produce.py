@@ -59,14 +59,19 @@ CASES = (
 )
 
 
+#: (case, generator) -> the goal for acks=1 RF=1 (issue 6; the paper's cases and our producer's
+#: default batching from issue 15).
+GOALS = {
+    ("kreps", "rdkafka-c"): Goal(">= 1,000,000 rec/s", 1_000_000),
+    ("paper-b1", "rdkafka-c"): Goal(">= 25,000 rec/s", 25_000),
+    ("paper-b50", "rdkafka-c"): Goal(">= 400,000 rec/s", 400_000),
+    ("paper-b50", "headwater"): Goal(">= 400,000 rec/s", 400_000),
+    ("kreps", "headwater"): Goal(">= 800,000 rec/s", 800_000),
+}
+
+
 def goal_for(case: Case, generator: str, target: Target) -> Goal | None:
-    if target.acks != "1":
-        return None
-    if case.key == "kreps" and generator == "rdkafka-c":
-        return Goal(">= 1,000,000 rec/s", 1_000_000)
-    if case.key == "paper-b50" and generator == "headwater":
-        return Goal(">= 400,000 rec/s", 400_000)
-    return None
+    return GOALS.get((case.key, generator)) if target.acks == "1" else None
 
 
 def measure(bench: Bench, target: Target, case: Case, partitions: int, generator: str, row: Row) -> Row:
@@ -178,3 +183,22 @@ def resources(bench: Bench, produce_rows: list[Row]) -> None:
         for s in cpu["samples"]:
             f.add(s)
         bench.add(r)
+        if row.extra.get("case") == "paper-b1" and per_request_samples(row):
+            # Issue 15's goal for a small request's cost: one record per Produce request.
+            small = Row(
+                "5",
+                f"broker CPU per small Produce request: {row.case}",
+                row.generator,
+                primary="us/request",
+                goal=Goal("<= 40 us", 40, kind="at most"),
+                note="broker CPU time over the run / Produce requests it answered",
+            )
+            g = small.figure("us/request")
+            for s in per_request_samples(row):
+                g.add(s)
+            bench.add(small)
+
+
+def per_request_samples(row: Row) -> list[float]:
+    samples: list[float] = row.extra.get("broker_cpu_us_per_request", {}).get("samples", [])
+    return samples

@@ -25,6 +25,7 @@ def probe(bench: Bench, cluster: LocalCluster) -> Target:
     except RuntimeError as e:
         return Target(NAME, "", [], 3, "all", f"failed: three brokers did not start: {str(e)[:300]}")
     target = Target(NAME, cluster.bootstrap, [b.pid for b in cluster.brokers], 3, "all")
+    target.metrics_urls = [u for b in cluster.brokers if (u := b.metrics_url)]
     topic = bench.topic("rf3-probe")
     try:
         bench.create_topic(target, topic, 1)
@@ -59,7 +60,9 @@ def wanted(bench: Bench, case: str, partitions: int, generator: str) -> bool:
 
 def run(bench: Bench, produce_rows: list[Row]) -> list[Row]:
     assert bench.main is not None
-    cluster = LocalCluster(bench.workdir / "rf3", size=3, zk_connect=f"{bench.zk_connect}/bench-rf3")
+    cluster = LocalCluster(
+        bench.workdir / "rf3", size=3, zk_connect=f"{bench.zk_connect}/bench-rf3", overrides={"prometheus.port": "auto"}
+    )
     rows: list[Row] = []
     try:
         target = probe(bench, cluster)
