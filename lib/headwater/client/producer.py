@@ -19,8 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from headwater.client.cluster import STALE_METADATA_ERRORS, Cluster
 from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
@@ -28,7 +27,7 @@ from headwater.client.partitioner import DefaultPartitioner, Partitioner
 from headwater.protocol.apis import PRODUCE
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.compression import Codec, codec_from_name
-from headwater.protocol.records.record import RecordInput, encode_batch
+from headwater.protocol.records.record import encode_batch
 
 log = logging.getLogger("headwater.client.producer")
 
@@ -38,10 +37,13 @@ _BATCH_OVERHEAD = 61  # the record batch header
 _RECORD_OVERHEAD = 21  # varints and attributes of one record, at most (small records are less)
 
 Serializer = Callable[[Any], bytes | None]
+Headers = tuple[tuple[str, bytes | None], ...]
+#: One queued record: (key, value, timestamp, headers), what encode_batch takes (a plain tuple:
+#: cheaper to build than a NamedTuple, once per record).
+_Record = tuple[bytes | None, bytes | None, int, Headers]
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
+class RecordMetadata(NamedTuple):
     """Where a record was written. ``offset`` is -1 with acks=0 (the broker does not say)."""
 
     topic: str
@@ -94,7 +96,7 @@ class _Batch:
     def __init__(self, topic: str, partition: int, now: float, deadline: float) -> None:
         self.topic = topic
         self.partition = partition
-        self.records: list[RecordInput] = []
+        self.records: list[_Record] = []
         self.futures: list[asyncio.Future[RecordMetadata]] = []
         self.size = _BATCH_OVERHEAD
         self.created = now
@@ -172,6 +174,8 @@ class Producer:
         self._refresh_task: asyncio.Task[None] | None = None
         self._next_refresh = 0.0
         self._stale_topics: set[str] = set()
+        # topic -> (the TopicMetadata it was computed from, its partitions sorted, those with a leader)
+        self._partitions: dict[str, tuple[Any, list[int], list[int]]] = {}
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -208,14 +212,23 @@ class Producer:
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
         kb = self._key_serializer(key)
         vb = self._value_serializer(value)
-        hdrs = tuple((str(k), to_bytes(v)) for k, v in headers)
+        hdrs = tuple((str(k), to_bytes(v)) for k, v in headers) if headers else ()
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
-        size = _RECORD_OVERHEAD + len(kb or b"") + len(vb or b"") + sum(len(k) + len(v or b"") + 4 for k, v in hdrs)
+        size = _RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0)
+        if hdrs:
+            size += sum(len(k) + len(v or b"") + 4 for k, v in hdrs)
         if size + _BATCH_OVERHEAD > self.max_request_size:
             raise KafkaError(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"a record of about {size} bytes is larger than max_request_size ({self.max_request_size})",
             )
+        # The synchronous path, taken whenever nothing needs waiting for: the sender runs, the
+        # topic's metadata is known, the buffer has room and no earlier send is still waiting
+        # (records of one partition keep the order of send calls).
+        if self._sender is not None and not self._send_lock.locked():
+            now = self._send_now(topic, kb, vb, hdrs, ts, size, partition)
+            if now is not None:
+                return now
         async with self._send_lock:
             if self._closing:
                 raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
@@ -238,7 +251,31 @@ class Producer:
                 if partition not in tm.partitions:
                     raise UnknownTopicError(topic, partition)
             fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-            self._append(topic, partition, RecordInput(kb, vb, ts, hdrs), fut, size)
+            self._append(topic, partition, (kb, vb, ts, hdrs), fut, size)
+        return fut
+
+    def _send_now(
+        self, topic: str, kb: bytes | None, vb: bytes | None, hdrs: Headers, ts: int, size: int, partition: int | None
+    ) -> asyncio.Future[RecordMetadata] | None:
+        """Append the record at once, or None when that would need a wait (metadata, buffer space)."""
+        tm = self.cluster.topics.get(topic)
+        if tm is None or not tm.partitions:
+            return None
+        if self._buffered > 0 and self._buffered + size > self.buffer_memory:
+            return None
+        cached = self._partitions.get(topic)
+        if cached is None or cached[0] is not tm:
+            # per metadata refresh, not per record: a refresh replaces the TopicMetadata
+            partitions = sorted(tm.partitions)
+            available = [p for p in partitions if self.cluster.leader(topic, p) >= 0]
+            cached = self._partitions[topic] = (tm, partitions, available)
+        _, partitions, available = cached
+        if partition is None:
+            partition = self.partitioner.partition(topic, kb, partitions, available if kb is None else partitions)
+        elif partition not in tm.partitions:
+            return None  # the slow path refreshes the metadata and says UnknownTopicError
+        fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        self._append(topic, partition, (kb, vb, ts, hdrs), fut, size)
         return fut
 
     async def send_and_wait(
@@ -254,7 +291,7 @@ class Producer:
         return await fut
 
     def _append(
-        self, topic: str, partition: int, record: RecordInput, fut: asyncio.Future[RecordMetadata], size: int
+        self, topic: str, partition: int, record: _Record, fut: asyncio.Future[RecordMetadata], size: int
     ) -> None:
         tp = (topic, partition)
         queue = self._queues.get(tp)
@@ -507,11 +544,13 @@ class Producer:
         self._fail(batch, error)
 
     def _complete(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
+        new = tuple.__new__  # RecordMetadata without its Python-level __new__: once per record
+        topic, partition = batch.topic, batch.partition
         for i, (fut, record) in enumerate(zip(batch.futures, batch.records, strict=True)):
             if not fut.done():
                 offset = base_offset + i if base_offset >= 0 else -1
-                ts = log_append_time if log_append_time >= 0 else record.timestamp
-                fut.set_result(RecordMetadata(batch.topic, batch.partition, offset, ts))
+                ts = log_append_time if log_append_time >= 0 else record[2]
+                fut.set_result(new(RecordMetadata, (topic, partition, offset, ts)))
         self._finish(batch)
 
     def _fail(self, batch: _Batch, error: BaseException) -> None:
