@@ -226,6 +226,32 @@ def test_follow_all_partitions(broker: BrokerProcess) -> None:
     assert {r.partition for r in got} <= {0, 1, 2}
 
 
+def test_follow_fetches_ahead_but_a_seek_wins(broker: BrokerProcess) -> None:
+    """A round that brought records starts the next fetch at once; moving ``positions`` drops it."""
+    topic = "ahead"
+
+    async def go() -> tuple[list[int], list[int]]:
+        await create(broker.bootstrap, topic)
+        async with Producer(broker.bootstrap, linger_ms=0) as producer:
+            for i in range(60):  # one batch per record: a small max_bytes cuts a round short
+                await (await producer.send(topic, b"x" * 100, key=b"%d" % i))
+        async with Consumer(broker.bootstrap) as consumer:
+            sub = consumer.follow(topic, 0, start="earliest", max_wait_ms=100, max_bytes=1000)
+            first = await sub.poll()
+            assert first and first[-1].offset < 59
+            sub.positions[0] = 3  # a seek back, while the fetch ahead is under way
+            after_seek = await sub.poll()
+            offsets = [r.offset for r in after_seek]
+            while offsets[-1] < 59:
+                offsets += [r.offset for r in await sub.poll()]
+            sub.close()
+            return [r.offset for r in first], offsets
+
+    first, rest = run(go())
+    assert first == list(range(len(first)))
+    assert rest == list(range(3, 60))  # from the seek on, in order, nothing missing or twice
+
+
 def test_unknown_topic_without_auto_create(broker_factory: Any) -> None:
     b = broker_factory(0, auto_create_topics_enable="false")
 

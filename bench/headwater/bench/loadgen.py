@@ -340,20 +340,17 @@ async def _headwater_produce(args: argparse.Namespace) -> dict[str, Any]:
 async def _headwater_consume(args: argparse.Namespace) -> dict[str, Any]:
     client = _headwater()
     async with client.Consumer(args.bootstrap) as consumer:
-        positions = {
-            p: await consumer.earliest_offset(args.topic, p) for p in await consumer.partitions_for(args.topic)
-        }
+        # follow(): what an application uses; it fetches the next round while this one is counted
+        sub = consumer.follow(args.topic, start="earliest", max_wait_ms=100, max_bytes=args.fetch_bytes)
+        await sub.resolve()  # start positions known (ListOffsets): not part of the measured interval
         clock = _Clock()
         clock.start()
         deadline = time.perf_counter() + args.seconds
         while clock.records < args.count and time.perf_counter() < deadline:
-            got = await consumer.fetch_many(
-                [(args.topic, p, o) for p, o in positions.items()], max_bytes=args.fetch_bytes, max_wait_ms=100
-            )
-            for (_, p), result in got.items():
-                if result.records:
-                    clock.got(len(result.records), sum(len(r.value or b"") for r in result.records))
-                    positions[p] = result.records[-1].offset + 1
+            records = await sub.poll()
+            if records:
+                clock.got(len(records), sum(len(r.value or b"") for r in records))
+        sub.close()
     return clock.result()
 
 

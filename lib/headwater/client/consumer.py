@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -367,6 +367,15 @@ class Subscription:
         self.max_bytes = max_bytes
         self.positions: dict[int, int] = {}
         self.high_watermarks: dict[int, int] = {}
+        # The next round's fetch, started as soon as a round brought records so that it travels
+        # while the caller handles them; kept only while the positions are the ones it asked for.
+        self._prefetch: asyncio.Task[dict[TopicPartition, _PartitionData]] | None = None
+        self._prefetch_from: dict[int, int] = {}
+
+    async def resolve(self) -> None:
+        """Resolve the start positions now ("earliest"/"latest": ListOffsets), without fetching;
+        the first :meth:`poll` does it otherwise."""
+        await self._init()
 
     async def _init(self) -> None:
         if self.positions:
@@ -384,13 +393,21 @@ class Subscription:
         self.positions = {p: o.offset for p, o in zip(parts, offsets, strict=True)}
 
     async def poll(self, max_wait_ms: int | None = None) -> list[ConsumerRecord]:
-        """One fetch round over every followed partition; [] when nothing arrived within the wait."""
+        """One fetch round over every followed partition; [] when nothing arrived within the wait.
+
+        When a round brings records, the next round's fetch starts at once, before this returns
+        (one fetch ahead, as Kafka's consumer does); it is dropped if ``positions`` are changed."""
         await self._init()
         wait = self.max_wait_ms if max_wait_ms is None else max_wait_ms
-        requests = [(self.topic, p, o) for p, o in self.positions.items()]
         started = time.monotonic()
+        pending, self._prefetch = self._prefetch, None
         try:
-            data = await self.consumer._fetch(requests, self.max_bytes, wait, 1, 52428800, partial=True)
+            if pending is not None and self._prefetch_from == self.positions:
+                data = await pending
+            else:
+                if pending is not None:
+                    pending.cancel()
+                data = await self._fetch_round(wait)
         except (KafkaConnectionError, KafkaTimeoutError) as e:
             log.warning("fetch failed, retrying: %s", e)
             await self._pause(started, wait)
@@ -401,7 +418,21 @@ class Subscription:
             self.high_watermarks[p] = d.high_watermark
             if d.next_offset > self.positions[p]:
                 self.positions[p] = d.next_offset
+        if out:
+            self._prefetch_from = dict(self.positions)
+            self._prefetch = asyncio.ensure_future(self._fetch_round(self.max_wait_ms))
+            self._prefetch.add_done_callback(_retrieve)
         return out
+
+    def _fetch_round(self, wait_ms: int) -> Awaitable[dict[TopicPartition, _PartitionData]]:
+        requests = [(self.topic, p, o) for p, o in self.positions.items()]
+        return self.consumer._fetch(requests, self.max_bytes, wait_ms, 1, 52428800, partial=True)
+
+    def close(self) -> None:
+        """Drop the fetch running ahead (if any)."""
+        if self._prefetch is not None:
+            self._prefetch.cancel()
+            self._prefetch = None
 
     async def _pause(self, started: float, wait_ms: int) -> None:
         await asyncio.sleep(max(self.consumer.retry_backoff, wait_ms / 1000.0 - (time.monotonic() - started)))
@@ -413,6 +444,12 @@ class Subscription:
         while True:
             for record in await self.poll():
                 yield record
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """A fetch ahead that nobody awaited ends quietly (its error shows when the next poll refetches)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _list_offsets_body(topic: str, partition: int, timestamp: int, max_offsets: int, isolation: int) -> Message:
