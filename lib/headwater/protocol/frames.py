@@ -15,10 +15,11 @@ size above the limit is refused *before* any buffer of that size is allocated.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from headwater.protocol.apis import API_BY_KEY
 from headwater.protocol.errors import DecodeError, ErrorCode, KafkaError
+from headwater.protocol.lean import LEAN_REQUEST_DECODERS, LEAN_RESPONSE_ENCODERS
 from headwater.protocol.primitives import FileRegion, Reader, Writer
 from headwater.protocol.schema import Api, Message
 
@@ -128,15 +129,28 @@ class FrameDecoder:
         self._start, self._end = 0, n
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
+    """The request header (v1: with client_id), as every request of the APIs we speak carries it."""
+
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
 
 
+_HEADER = struct.Struct(">hhih")
+
+
 def decode_request_header(frame: memoryview) -> tuple[RequestHeader, Reader]:
+    if len(frame) >= 10:  # the usual case in one unpack; anything odd is read field by field
+        key, version, correlation_id, n = _HEADER.unpack_from(frame, 0)
+        if n == -1 or 0 <= n <= len(frame) - 10:
+            try:
+                client_id = None if n < 0 else str(frame[10 : 10 + n], "utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                return RequestHeader(key, version, correlation_id, client_id), Reader(frame, 10 + max(n, 0))
     r = Reader(frame)
     header = RequestHeader(r.int16(), r.int16(), r.int32(), r.nullable_string())
     return header, r
@@ -159,7 +173,12 @@ def decode_request(frame: memoryview) -> tuple[RequestHeader, Api, Message]:
             ErrorCode.UNSUPPORTED_VERSION,
             f"{api.name} v{header.api_version} is outside v{api.min_version}-{api.max_version}",
         )
-    body = api.request.decode(r, header.api_version)
+    lean = LEAN_REQUEST_DECODERS.get(header.api_key)
+    if lean is not None:
+        got = lean(r.buf, r.pos, r.end, header.api_version)
+        if got is not None and got[1] == r.end:
+            return header, api, got[0]
+    body = api.request.decode(r, header.api_version)  # also what the lean path leaves to it
     if r.remaining():
         raise DecodeError(f"{r.remaining()} unexpected bytes after {api.name} v{header.api_version} request")
     return header, api, body
@@ -173,6 +192,11 @@ class UnsupportedRequest(KafkaError):
 
 def encode_response(correlation_id: int, api: Api, version: int, body: Message) -> list[bytes | FileRegion]:
     """A response frame as parts (size prefix included); FileRegions are sent zero-copy."""
+    lean = LEAN_RESPONSE_ENCODERS.get(api.key)
+    if lean is not None:
+        got = lean(correlation_id, version, body)
+        if got is not None:
+            return list(got)
     w = Writer()
     w.int32(0)  # size placeholder, patched below
     w.int32(correlation_id)
