@@ -105,10 +105,8 @@ class Target:
         """Produce requests the brokers have answered so far (None when a scrape fails)."""
         total = 0.0
         for url in self.metrics_urls:
-            try:
-                with urllib.request.urlopen(url, timeout=5) as r:
-                    text = r.read().decode()
-            except OSError:
+            text = _scrape(url)
+            if text is None:
                 return None
             for line in text.splitlines():
                 if line.startswith("kafka_network_requestmetrics_requests_total{") and 'request="Produce"' in line:
@@ -153,6 +151,18 @@ def busy_note(usages: Sequence[Usage], brokers: int = 1) -> str:
     client = statistics.median(u.client_busy for u in usages)
     who = "broker" if brokers == 1 else f"{brokers} brokers"
     return f"busy: {who} {broker:.0%}, client {client:.0%} of a core"
+
+
+def _scrape(url: str, attempts: int = 3) -> str | None:
+    """A Prometheus endpoint's text, or None when it does not answer (a busy machine: retried)."""
+    for attempt in range(attempts):
+        try:
+            with urllib.request.urlopen(url, timeout=15) as r:
+                return str(r.read().decode())
+        except OSError:
+            if attempt + 1 < attempts:
+                time.sleep(0.5)
+    return None
 
 
 def _children_cpu() -> float:
