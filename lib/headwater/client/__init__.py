@@ -32,7 +32,7 @@ from headwater.client.errors import (
     UnknownTopicError,
 )
 from headwater.client.partitioner import DefaultPartitioner, Partitioner, RoundRobinPartitioner, murmur2
-from headwater.client.producer import Producer, RecordMetadata
+from headwater.client.producer import Producer, RecordFuture, RecordMetadata
 from headwater.client.sync import SyncAdmin, SyncConsumer, SyncProducer, SyncSubscription
 from headwater.client.zk_consumer import (
     Blacklist,
@@ -68,6 +68,7 @@ __all__ = [
     "PartitionMetadata",
     "Partitioner",
     "Producer",
+    "RecordFuture",
     "RecordMetadata",
     "RoundRobinPartitioner",
     "Subscription",

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from headwater.client.producer import Producer, RecordMetadata
+from headwater.client.producer import Producer, RecordFuture, RecordMetadata
 from headwater.client.sync import SyncProducer
 
 log = logging.getLogger("headwater.client.audit")
@@ -149,7 +149,7 @@ class AuditingProducer:
         headers: Iterable[tuple[str, Any]] = (),
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> RecordFuture:
         """Queue one record (see :meth:`Producer.send`); counted when its future succeeds."""
         if not self.enabled or topic == self.audit_topic:
             return await self.producer.send(topic, value, key, headers, partition, timestamp_ms)
@@ -183,7 +183,7 @@ class AuditingProducer:
         fut = await self.send(topic, value, key, headers, partition, timestamp_ms)
         return await fut
 
-    def _settle(self, window: WindowKey, fut: asyncio.Future[RecordMetadata] | None) -> None:
+    def _settle(self, window: WindowKey, fut: RecordFuture | None) -> None:
         self._pending[window] -= 1
         if self._pending[window] <= 0:
             del self._pending[window]
@@ -214,7 +214,7 @@ class AuditingProducer:
             ]
             if not ready:
                 return 0
-            sends: list[tuple[WindowKey, int, asyncio.Future[RecordMetadata] | BaseException]] = []
+            sends: list[tuple[WindowKey, int, RecordFuture | BaseException]] = []
             for k in ready:
                 n = self._counts.pop(k)
                 event = count_event(

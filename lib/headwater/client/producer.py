@@ -19,11 +19,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from headwater.client.cluster import STALE_METADATA_ERRORS, Cluster
 from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
 from headwater.client.partitioner import DefaultPartitioner, Partitioner
+from headwater.client.record_future import BatchOutcome, RecordFuture, RecordMetadata
 from headwater.protocol.apis import PRODUCE
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.compression import Codec, codec_from_name
@@ -31,7 +32,7 @@ from headwater.protocol.records.record import encode_batch
 
 log = logging.getLogger("headwater.client.producer")
 
-__all__ = ["Producer", "RecordMetadata", "to_bytes"]
+__all__ = ["Producer", "RecordFuture", "RecordMetadata", "to_bytes"]
 
 _BATCH_OVERHEAD = 61  # the record batch header
 _RECORD_OVERHEAD = 21  # varints and attributes of one record, at most (small records are less)
@@ -41,15 +42,6 @@ Headers = tuple[tuple[str, bytes | None], ...]
 #: One queued record: (key, value, timestamp, headers), what encode_batch takes (a plain tuple:
 #: cheaper to build than a NamedTuple, once per record).
 _Record = tuple[bytes | None, bytes | None, int, Headers]
-
-
-class RecordMetadata(NamedTuple):
-    """Where a record was written. ``offset`` is -1 with acks=0 (the broker does not say)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
 
 
 def to_bytes(value: Any) -> bytes | None:
@@ -85,7 +77,7 @@ class _Batch:
         "deadline",
         "done",
         "encoded",
-        "futures",
+        "outcome",
         "partition",
         "records",
         "retry_at",
@@ -97,7 +89,7 @@ class _Batch:
         self.topic = topic
         self.partition = partition
         self.records: list[_Record] = []
-        self.futures: list[asyncio.Future[RecordMetadata]] = []
+        self.outcome = BatchOutcome(asyncio.get_running_loop(), topic, partition)
         self.size = _BATCH_OVERHEAD
         self.created = now
         self.deadline = deadline
@@ -202,7 +194,7 @@ class Producer:
         headers: Iterable[tuple[str, Any]] = (),
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> RecordFuture:
         """Queue one record; the returned future resolves when the broker acknowledged it.
 
         Waits (here, not in the future) for the topic's metadata and for buffer space; raises
@@ -250,13 +242,11 @@ class Producer:
                 tm = self.cluster.topics.get(topic, tm)
                 if partition not in tm.partitions:
                     raise UnknownTopicError(topic, partition)
-            fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-            self._append(topic, partition, (kb, vb, ts, hdrs), fut, size)
-        return fut
+            return self._append(topic, partition, (kb, vb, ts, hdrs), size)
 
     def _send_now(
         self, topic: str, kb: bytes | None, vb: bytes | None, hdrs: Headers, ts: int, size: int, partition: int | None
-    ) -> asyncio.Future[RecordMetadata] | None:
+    ) -> RecordFuture | None:
         """Append the record at once, or None when that would need a wait (metadata, buffer space)."""
         tm = self.cluster.topics.get(topic)
         if tm is None or not tm.partitions:
@@ -274,9 +264,7 @@ class Producer:
             partition = self.partitioner.partition(topic, kb, partitions, available if kb is None else partitions)
         elif partition not in tm.partitions:
             return None  # the slow path refreshes the metadata and says UnknownTopicError
-        fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        self._append(topic, partition, (kb, vb, ts, hdrs), fut, size)
-        return fut
+        return self._append(topic, partition, (kb, vb, ts, hdrs), size)
 
     async def send_and_wait(
         self,
@@ -290,9 +278,7 @@ class Producer:
         fut = await self.send(topic, value, key, headers, partition, timestamp_ms)
         return await fut
 
-    def _append(
-        self, topic: str, partition: int, record: _Record, fut: asyncio.Future[RecordMetadata], size: int
-    ) -> None:
+    def _append(self, topic: str, partition: int, record: _Record, size: int) -> RecordFuture:
         tp = (topic, partition)
         queue = self._queues.get(tp)
         if queue is None:
@@ -306,12 +292,13 @@ class Producer:
             batch = _Batch(topic, partition, now, now + self.delivery_timeout)
             queue.append(batch)
             self._wakeup.set()  # a new linger deadline
+        fut = RecordFuture(batch.outcome, len(batch.records))
         batch.records.append(record)
-        batch.futures.append(fut)
         batch.size += size
         self._buffered += size
         if batch.size >= self.batch_size:
             self._close_batch(batch)
+        return fut
 
     def _close_batch(self, batch: _Batch) -> None:
         if not batch.closed:
@@ -544,19 +531,11 @@ class Producer:
         self._fail(batch, error)
 
     def _complete(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
-        new = tuple.__new__  # RecordMetadata without its Python-level __new__: once per record
-        topic, partition = batch.topic, batch.partition
-        for i, (fut, record) in enumerate(zip(batch.futures, batch.records, strict=True)):
-            if not fut.done():
-                offset = base_offset + i if base_offset >= 0 else -1
-                ts = log_append_time if log_append_time >= 0 else record[2]
-                fut.set_result(new(RecordMetadata, (topic, partition, offset, ts)))
+        batch.outcome.succeeded(base_offset, log_append_time, [r[2] for r in batch.records])
         self._finish(batch)
 
     def _fail(self, batch: _Batch, error: BaseException) -> None:
-        for fut in batch.futures:
-            if not fut.done():
-                fut.set_exception(error)
+        batch.outcome.failed(error)
         self._finish(batch)
 
     def _finish(self, batch: _Batch) -> None:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from headwater.client.admin import Admin, ConfigEntry, NewTopic, TopicDescription
 from headwater.client.consumer import Consumer, ConsumerRecord, FetchResult, OffsetAndTimestamp, Subscription
 from headwater.client.errors import KafkaTimeoutError
-from headwater.client.producer import Producer, RecordMetadata
+from headwater.client.producer import Producer, RecordFuture, RecordMetadata
 from headwater.protocol.errors import ErrorCode, KafkaError
 
 __all__ = ["EventLoopThread", "SyncAdmin", "SyncConsumer", "SyncProducer", "SyncSubscription"]
@@ -211,7 +211,7 @@ class SyncProducer(_Facade):
         self._shutdown(close(), None)
 
 
-def _chain(result: concurrent.futures.Future[RecordMetadata], fut: asyncio.Future[RecordMetadata]) -> None:
+def _chain(result: concurrent.futures.Future[RecordMetadata], fut: RecordFuture) -> None:
     if fut.cancelled():
         result.set_exception(KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the send was cancelled"))
     elif (error := fut.exception()) is not None:

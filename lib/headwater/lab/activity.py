@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headwater.client.audit import AuditingProducer
-from headwater.client.producer import RecordMetadata
+from headwater.client.producer import RecordFuture
 
 __all__ = ["ActivityStats", "click", "member_id", "page_view", "run_activity"]
 
@@ -127,7 +127,7 @@ async def run_activity(
     stats = ActivityStats()
     host = socket.gethostname()
 
-    def settled(topic: str, fut: asyncio.Future[RecordMetadata]) -> None:
+    def settled(topic: str, fut: RecordFuture) -> None:
         if fut.cancelled() or fut.exception() is not None:
             stats.failed += 1
             stats.last_error = "cancelled" if fut.cancelled() else str(fut.exception())
