@@ -86,6 +86,7 @@ class BrokerConfig:
     log_retention_check_interval_ms: int = 300000
     log_flush_scheduler_interval_ms: int = MAX_LONG
     log_flush_offset_checkpoint_interval_ms: int = 60000
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
     replica_lag_time_max_ms: int = 10000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_backoff_ms: int = 1000
@@ -135,6 +136,7 @@ _BROKER_PROPS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int),
     "log.flush.scheduler.interval.ms": ("log_flush_scheduler_interval_ms", _int),
     "log.flush.offset.checkpoint.interval.ms": ("log_flush_offset_checkpoint_interval_ms", _int),
+    "replica.high.watermark.checkpoint.interval.ms": ("replica_high_watermark_checkpoint_interval_ms", _int),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
     "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int),

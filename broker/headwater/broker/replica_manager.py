@@ -142,6 +142,13 @@ class ReplicaManager:
         log_ = self.broker.log_manager.get_log(topic, index) or self.broker.log_manager.create_log(topic, index, cfg)
         if part is None:
             part = self.partitions[(topic, index)] = Partition(topic, index, self.broker_id)
+            # Where the high watermark was when this broker last checkpointed it (never past the
+            # log end: an unclean stop may have lost an unflushed tail), not 0: a restarted leader
+            # would otherwise answer ListOffsets and fetches from its log start until its
+            # followers fetch again.
+            checkpointed = self.broker.log_manager.checkpointed_high_watermark(topic, index)
+            if checkpointed is not None:
+                part.high_watermark = max(min(checkpointed, log_.log_end_offset), log_.log_start_offset)
         if st["leader"] == self.broker_id:
             self.fetchers.remove_partition((topic, index))
             part.make_leader(

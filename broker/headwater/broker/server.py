@@ -89,6 +89,7 @@ class KafkaBroker:
                 retention_check_interval_ms=cfg.log_retention_check_interval_ms,
                 flush_scheduler_interval_ms=cfg.log_flush_scheduler_interval_ms,
                 flush_offset_checkpoint_interval_ms=cfg.log_flush_offset_checkpoint_interval_ms,
+                high_watermark_checkpoint_interval_ms=cfg.replica_high_watermark_checkpoint_interval_ms,
             )
         )
         self.log_manager.high_watermark_of = self.replicas.high_watermark_of  # retention stops at the HW

@@ -11,6 +11,7 @@ from headwater.broker.storage.clock import ManualClock
 from headwater.broker.storage.log import LogConfig
 from headwater.broker.storage.log_manager import (
     CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     LogManager,
     format_checkpoint,
@@ -236,3 +237,42 @@ def test_an_idle_partition_rolls_on_segment_ms_and_expires(tmp_path: Path) -> No
     assert lg.log_start_offset == end == lg.log_end_offset  # rolled, then the old segment expired
     assert lg.active_segment.size == 0
     mgr.shutdown()
+
+
+def test_high_watermarks_are_checkpointed_and_read_back(tmp_path: Path) -> None:
+    """replication-offset-checkpoint: written on tick() when due and something moved, and at
+    shutdown; a partition whose high watermark is unknown now keeps the last one; read at start."""
+    d = str(tmp_path / "logs")
+    clock = ManualClock()
+    mgr = LogManager([d], LogConfig(), clock=clock, high_watermark_checkpoint_interval_ms=5_000)
+    for p in (0, 1):
+        mgr.create_log("t", p)
+    hws: dict[tuple[str, int], int | None] = {("t", 0): 12, ("t", 1): None}
+    mgr.high_watermark_of = hws.get
+    path = Path(d) / HIGH_WATERMARK_CHECKPOINT_FILE
+    mgr.tick()
+    assert not path.exists()  # not due yet
+    clock.advance(5_000)
+    mgr.tick()
+    assert parse_checkpoint(path.read_bytes()) == {("t", 0): 12}
+    written = path.stat().st_mtime_ns
+    clock.advance(5_000)
+    mgr.tick()
+    assert path.stat().st_mtime_ns == written  # nothing moved: not rewritten
+    hws[("t", 0)], hws[("t", 1)] = 20, 3
+    mgr.shutdown()
+    assert parse_checkpoint(path.read_bytes()) == {("t", 0): 20, ("t", 1): 3}
+
+    again = LogManager([d], LogConfig(), clock=ManualClock())
+    assert again.checkpointed_high_watermark("t", 0) == 20
+    assert again.checkpointed_high_watermark("t", 1) == 3
+    assert again.checkpointed_high_watermark("t", 2) is None
+    again.high_watermark_of = {("t", 0): None, ("t", 1): 4}.get  # t-0 not known yet: keeps 20
+    again.delete_log("t", 1)
+    again.shutdown()
+    assert parse_checkpoint(path.read_bytes()) == {("t", 0): 20}
+
+    path.write_bytes(b"garbage")
+    third = LogManager([d], LogConfig(), clock=ManualClock())
+    assert third.checkpointed_high_watermark("t", 0) is None  # a malformed file is ignored
+    third.shutdown()

@@ -9,6 +9,11 @@
 - v2+ isolation_level: without transactions read_committed equals read_uncommitted.
 - v4+ current_leader_epoch is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH); the
   answer's leader_epoch is -1 (epoch lookups come with OffsetsForLeaderEpoch, the cluster issue).
+- KIP-207: a consumer's latest (v2+, where the request has an isolation level) while this
+  leader's high watermark is still below the offset its epoch started at -- right after it became
+  leader, before its followers fetched -- is refused with OFFSET_NOT_AVAILABLE (v5) or
+  LEADER_NOT_AVAILABLE (v2-4), both retriable, rather than answered with an offset below what an
+  earlier leader already exposed.
 """
 
 from __future__ import annotations
@@ -56,6 +61,9 @@ def _one(broker: HandlerServices, version: int, topic: str, p: Message, replica_
             out["old_style_offsets"] = [min(o, part.high_watermark) for o in offsets]
         elif ts == LATEST:
             # a follower asks for the leader's log end offset; consumers get the high watermark
+            if replica_id < 0 and version >= 2 and part.high_watermark < part.leader_epoch_start_offset:
+                out["error_code"] = ErrorCode.OFFSET_NOT_AVAILABLE if version >= 5 else ErrorCode.LEADER_NOT_AVAILABLE
+                return out
             out["offset"] = log_.log_end_offset if replica_id >= 0 else part.high_watermark
         elif ts == EARLIEST:
             out["offset"] = log_.log_start_offset

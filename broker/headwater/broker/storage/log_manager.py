@@ -6,10 +6,13 @@ Each log dir (``log.dirs``) holds::
         .lock                              exclusive flock while a broker uses the dir
         .kafka_cleanshutdown               present only after a clean shutdown (empty file)
         recovery-point-offset-checkpoint   where each log's recovery point is
+        replication-offset-checkpoint      each partition's high watermark, as the replica layer last
+                                           knew it (read back at start, so a restarted leader does not
+                                           answer from its log start until its followers fetch)
         <topic>-<partition>/               one Log each (see log.py); topic names may contain '-',
                                            the partition is after the LAST '-'
 
-``recovery-point-offset-checkpoint`` is Kafka's checkpoint text format, one item a line::
+Both checkpoints are Kafka's checkpoint text format, one item a line::
 
     0                     version
     2                     number of entries
@@ -41,6 +44,7 @@ log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT_FILE = "replication-offset-checkpoint"
 LOCK_FILE = ".lock"
 CHECKPOINT_VERSION = 0
 
@@ -101,6 +105,7 @@ class LogManager:
         retention_check_interval_ms: int = 300_000,
         flush_scheduler_interval_ms: int = MAX_LONG,
         flush_offset_checkpoint_interval_ms: int = 60_000,
+        high_watermark_checkpoint_interval_ms: int = 5_000,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -113,6 +118,10 @@ class LogManager:
         self.retention_check_interval_ms = retention_check_interval_ms
         self.flush_scheduler_interval_ms = flush_scheduler_interval_ms
         self.flush_offset_checkpoint_interval_ms = flush_offset_checkpoint_interval_ms
+        self.high_watermark_checkpoint_interval_ms = high_watermark_checkpoint_interval_ms
+        #: the high watermarks read from replication-offset-checkpoint at start, then as last written
+        self._high_watermarks: dict[TopicPartition, int] = {}
+        self._hw_written: dict[str, dict[TopicPartition, int]] = {}  # per log dir, as last written
         self._topic_configs = dict(topic_configs or {})
         #: The replica layer's high watermark of a partition, so retention never moves the log start past
         #: it (None from the callable: not known yet, nothing is deleted). Unset: no replication above
@@ -124,6 +133,7 @@ class LogManager:
         self._stopped = False
         now = self.clock.monotonic_ms()
         self._last_flush_check = self._last_checkpoint = self._last_retention_check = now
+        self._last_hw_checkpoint = now
         try:
             for d in self.log_dirs:
                 self._lock_dir(d)
@@ -150,6 +160,7 @@ class LogManager:
         marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
         clean = fs.exists(marker)
         points = self._read_checkpoint(d)
+        high_watermarks = self._read_checkpoint(d, HIGH_WATERMARK_CHECKPOINT_FILE)
         loaded = 0
         for name in sorted(fs.listdir(d)):
             path = os.path.join(d, name)
@@ -172,20 +183,31 @@ class LogManager:
                 recovery_point=points.get(tp, 0),
             )
             self._dir_of[tp] = d
+            if tp in high_watermarks:
+                self._high_watermarks[tp] = high_watermarks[tp]
             loaded += 1
         if clean:
             fs.unlink(marker)  # a crash from now on must be noticed at the next start
         log.info("loaded %d logs from %s (%s)", loaded, d, "clean shutdown" if clean else "recovered after a crash")
 
-    def _read_checkpoint(self, d: str) -> dict[TopicPartition, int]:
-        path = os.path.join(d, RECOVERY_POINT_CHECKPOINT_FILE)
+    def _read_checkpoint(self, d: str, name: str = RECOVERY_POINT_CHECKPOINT_FILE) -> dict[TopicPartition, int]:
+        path = os.path.join(d, name)
         if not self.fs.exists(path):
             return {}
         try:
             return parse_checkpoint(read_file(self.fs, path))
         except (ValueError, UnicodeDecodeError) as e:
-            log.warning("ignoring malformed %s (logs will be recovered from offset 0): %s", path, e)
+            what = (
+                "logs will be recovered from offset 0"
+                if name == RECOVERY_POINT_CHECKPOINT_FILE
+                else "high watermarks unknown"
+            )
+            log.warning("ignoring malformed %s (%s): %s", path, what, e)
             return {}
+
+    def checkpointed_high_watermark(self, topic: str, partition: int) -> int | None:
+        """The high watermark of (topic, partition) as last checkpointed, or None."""
+        return self._high_watermarks.get((topic, partition))
 
     def _config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic, self.default_config)
@@ -246,6 +268,7 @@ class LogManager:
         tp = (topic, partition)
         lg = self._logs.pop(tp, None)
         self._dir_of.pop(tp, None)
+        self._high_watermarks.pop(tp, None)
         if lg is None:
             return False
         lg.delete()
@@ -264,6 +287,9 @@ class LogManager:
         if now - self._last_checkpoint >= self.flush_offset_checkpoint_interval_ms:
             self._last_checkpoint = now
             self.checkpoint_recovery_points()
+        if now - self._last_hw_checkpoint >= self.high_watermark_checkpoint_interval_ms:
+            self._last_hw_checkpoint = now
+            self.checkpoint_high_watermarks()
         if now - self._last_retention_check >= self.retention_check_interval_ms:
             self._last_retention_check = now
             self.cleanup_logs()
@@ -305,6 +331,25 @@ class LogManager:
             except OSError as e:
                 log.error("cannot write the recovery point checkpoint of %s: %s", d, e)
 
+    def checkpoint_high_watermarks(self) -> None:
+        """Write every log dir's replication-offset-checkpoint from ``high_watermark_of`` (a partition
+        whose high watermark is not known now keeps its last checkpointed one)."""
+        if self.high_watermark_of is None:
+            return
+        for tp in self._logs:
+            hw = self.high_watermark_of(tp)
+            if hw is not None:
+                self._high_watermarks[tp] = hw
+        for d in self.log_dirs:
+            hws = {tp: hw for tp, hw in self._high_watermarks.items() if self._dir_of.get(tp) == d}
+            if self._hw_written.get(d) == hws:
+                continue  # nothing moved: no write, no fsync
+            try:
+                write_file_atomically(self.fs, os.path.join(d, HIGH_WATERMARK_CHECKPOINT_FILE), format_checkpoint(hws))
+                self._hw_written[d] = hws
+            except OSError as e:
+                log.error("cannot write the high watermark checkpoint of %s: %s", d, e)
+
     # -- stop ----------------------------------------------------------------------------------
 
     def shutdown(self) -> None:
@@ -321,6 +366,7 @@ class LogManager:
                 failed_dirs.add(self._dir_of[tp])
             lg.close()
         self.checkpoint_recovery_points()
+        self.checkpoint_high_watermarks()
         for d in self.log_dirs:
             if d in failed_dirs:
                 continue
