@@ -81,7 +81,24 @@ class BrokerMetrics:
         )
         self._partition_labels: set[tuple[str, str]] = set()
         self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._topic_in_children: dict[str, tuple[Any, Any]] = {}
+        self._topic_out_children: dict[str, Any] = {}
         self.port: int | None = None
+
+    def topic_in_children(self, topic: str) -> tuple[Any, Any]:
+        """(bytes in, messages in) counters of one topic, resolved once (every Produce uses them)."""
+        children = self._topic_in_children.get(topic)
+        if children is None:
+            children = (self.bytes_in.labels(topic), self.messages_in.labels(topic))
+            self._topic_in_children[topic] = children
+        return children
+
+    def topic_out_child(self, topic: str) -> Any:
+        """The bytes-out counter of one topic, resolved once (every Fetch with data uses it)."""
+        child = self._topic_out_children.get(topic)
+        if child is None:
+            child = self._topic_out_children[topic] = self.bytes_out.labels(topic)
+        return child
 
     def request_children(self, api: str, version: int) -> tuple[Any, Any]:
         """(requests counter, latency histogram) of one API and version, resolved once: ``labels()``

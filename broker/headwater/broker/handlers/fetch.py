@@ -105,6 +105,6 @@ def _read(broker: HandlerServices, request: Message) -> tuple[list[Message], int
             if data.region is not None and data.region.size > 0:
                 out["records"] = data.region
                 total += data.region.size
-                broker.metrics.bytes_out.labels(name).inc(data.region.size)
+                broker.metrics.topic_out_child(name).inc(data.region.size)
         responses.append({"topic": name, "partitions": parts})
     return responses, total, errors

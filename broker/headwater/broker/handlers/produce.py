@@ -158,8 +158,9 @@ def _append(
     except KafkaError as e:
         return error(e.code, e.message)
     broker.purgatory.notify((topic, index))
-    broker.metrics.bytes_in.labels(topic).inc(len(records))
-    broker.metrics.messages_in.labels(topic).inc(appended.records_count)
+    bytes_in, messages_in = broker.metrics.topic_in_children(topic)
+    bytes_in.inc(len(records))
+    messages_in.inc(appended.records_count)
     result: Message = {
         "partition_index": index,
         "error_code": ErrorCode.NONE,
