@@ -51,6 +51,16 @@ def _string(buf: memoryview, p: int, end: int) -> tuple[str, int] | None:
     return str(buf[p : p + n], "utf-8"), p + n
 
 
+def _named_array(buf: memoryview, p: int, end: int) -> tuple[str, int, int] | None:
+    """A STRING then an array's int32 count (>= 0): (name, count, position after the count)."""
+    got = _string(buf, p, end)
+    if got is None:
+        return None
+    name, p = got
+    (count,) = _I32.unpack_from(buf, p)
+    return None if count < 0 else (name, count, p + 4)
+
+
 def decode_produce_request(buf: memoryview, pos: int, end: int, version: int) -> tuple[Message, int] | None:
     """Produce v0-7 request body at ``pos``."""
     try:
@@ -71,14 +81,10 @@ def decode_produce_request(buf: memoryview, pos: int, end: int, version: int) ->
             return None
         topics = []
         for _ in range(topic_count):
-            got = _string(buf, p, end)
-            if got is None:
+            head = _named_array(buf, p, end)
+            if head is None:
                 return None
-            name, p = got
-            (count,) = _I32.unpack_from(buf, p)
-            p += 4
-            if count < 0:
-                return None
+            name, count, p = head
             partitions = []
             for _ in range(count):
                 index, length = _INDEX_LENGTH.unpack_from(buf, p)
@@ -119,48 +125,34 @@ def decode_fetch_request(buf: memoryview, pos: int, end: int, version: int) -> t
         part_size = part_struct.size
         topics = []
         for _ in range(topic_count):
-            got = _string(buf, p, end)
-            if got is None:
+            head = _named_array(buf, p, end)
+            if head is None:
                 return None
-            topic, p = got
-            (count,) = _I32.unpack_from(buf, p)
-            p += 4
-            if count < 0 or p + count * part_size > end:
+            topic, count, p = head
+            if p + count * part_size > end:
                 return None
             partitions = []
             for _ in range(count):
                 v = part_struct.unpack_from(buf, p)
                 p += part_size
+                # v9: partition, current_leader_epoch, fetch_offset, log_start_offset, max bytes;
+                # v5-8 without the epoch, v4 without the log start offset either (-1 both: the
+                # interpreter's defaults)
                 if version >= 9:
-                    partitions.append(
-                        {
-                            "partition": v[0],
-                            "current_leader_epoch": v[1],
-                            "fetch_offset": v[2],
-                            "log_start_offset": v[3],
-                            "partition_max_bytes": v[4],
-                        }
-                    )
+                    partition, epoch, fetch_offset, log_start, max_bytes_p = v
                 elif version >= 5:
-                    partitions.append(
-                        {
-                            "partition": v[0],
-                            "current_leader_epoch": -1,
-                            "fetch_offset": v[1],
-                            "log_start_offset": v[2],
-                            "partition_max_bytes": v[3],
-                        }
-                    )
+                    (partition, fetch_offset, log_start, max_bytes_p), epoch = v, -1
                 else:
-                    partitions.append(
-                        {
-                            "partition": v[0],
-                            "current_leader_epoch": -1,
-                            "fetch_offset": v[1],
-                            "log_start_offset": -1,
-                            "partition_max_bytes": v[2],
-                        }
-                    )
+                    (partition, fetch_offset, max_bytes_p), epoch, log_start = v, -1, -1
+                partitions.append(
+                    {
+                        "partition": partition,
+                        "current_leader_epoch": epoch,
+                        "fetch_offset": fetch_offset,
+                        "log_start_offset": log_start,
+                        "partition_max_bytes": max_bytes_p,
+                    }
+                )
             topics.append({"topic": topic, "partitions": partitions})
         forgotten: list[Message] = []
         if version >= 7:
@@ -169,13 +161,11 @@ def decode_fetch_request(buf: memoryview, pos: int, end: int, version: int) -> t
             if forgotten_count < 0:
                 return None
             for _ in range(forgotten_count):
-                got = _string(buf, p, end)
-                if got is None:
+                head = _named_array(buf, p, end)
+                if head is None:
                     return None
-                topic, p = got
-                (count,) = _I32.unpack_from(buf, p)
-                p += 4
-                if count < 0 or p + 4 * count > end:
+                topic, count, p = head
+                if p + 4 * count > end:
                     return None
                 ids = list(struct.unpack_from(f">{count}i", buf, p))
                 p += 4 * count
