@@ -86,6 +86,22 @@ cdef object _new_record(PyTypeObject* cls, tuple prefix, Py_ssize_t np, object o
     return result
 
 
+cdef object _nullable_bytes(const unsigned char* d, Py_ssize_t* pp, Py_ssize_t end, str what):
+    """A varint length then that many bytes (-1: null) at ``pp[0]``, which it advances."""
+    cdef uint64_t z
+    cdef Py_ssize_t p = _uvarint(d, pp[0], end, &z)
+    cdef int64_t n = _unzigzag(z)
+    if n >= 0:
+        if p + n > end:
+            raise _corrupt(f"record {what} of {n} bytes overruns the batch")
+        pp[0] = p + n
+        return PyBytes_FromStringAndSize(<const char*>d + p, <Py_ssize_t>n)
+    if n == -1:
+        pp[0] = p
+        return None
+    raise _corrupt(f"record {what} length {n}")
+
+
 cdef tuple _parse_headers(const unsigned char* d, Py_ssize_t* pp, Py_ssize_t end):
     cdef uint64_t z
     cdef Py_ssize_t p = pp[0]
@@ -105,17 +121,7 @@ cdef tuple _parse_headers(const unsigned char* d, Py_ssize_t* pp, Py_ssize_t end
         except UnicodeDecodeError as e:
             raise _corrupt(f"record header key is not UTF-8: {e}") from None
         p += n
-        p = _uvarint(d, p, end, &z)
-        n = _unzigzag(z)
-        if n >= 0:
-            if p + n > end:
-                raise _corrupt(f"record header value of {n} bytes overruns the batch")
-            hvalue = PyBytes_FromStringAndSize(<const char*>d + p, <Py_ssize_t>n)
-            p += n
-        elif n == -1:
-            hvalue = None
-        else:
-            raise _corrupt(f"record header value length {n}")
+        hvalue = _nullable_bytes(d, &p, end, "header value")
         out.append((hkey, hvalue))
     pp[0] = p
     return tuple(out)
@@ -129,11 +135,11 @@ def parse_records(const unsigned char[::1] data, Py_ssize_t count, int64_t base_
     """
     cdef const unsigned char* d = &data[0] if data.shape[0] else NULL
     cdef Py_ssize_t end = data.shape[0]
-    cdef Py_ssize_t p = 0, rstart, q
+    cdef Py_ssize_t p = 0, rstart
     cdef Py_ssize_t np = PyTuple_GET_SIZE(prefix)
     cdef PyTypeObject* tp = <PyTypeObject*>cls
     cdef uint64_t z
-    cdef int64_t length, n, offset, ts
+    cdef int64_t length, offset, ts
     cdef Py_ssize_t i
     cdef list out = []
     for i in range(count):
@@ -147,30 +153,8 @@ def parse_records(const unsigned char[::1] data, Py_ssize_t count, int64_t base_
         ts = max_ts if log_append else base_ts + _unzigzag(z)
         p = _uvarint(d, p, end, &z)
         offset = base_offset + _unzigzag(z)
-        p = _uvarint(d, p, end, &z)
-        n = _unzigzag(z)
-        if n >= 0:
-            q = p + n
-            if q > end:
-                raise _corrupt(f"record key of {n} bytes overruns the batch")
-            key = PyBytes_FromStringAndSize(<const char*>d + p, <Py_ssize_t>n)
-            p = q
-        elif n == -1:
-            key = None
-        else:
-            raise _corrupt(f"record key length {n}")
-        p = _uvarint(d, p, end, &z)
-        n = _unzigzag(z)
-        if n >= 0:
-            q = p + n
-            if q > end:
-                raise _corrupt(f"record value of {n} bytes overruns the batch")
-            value = PyBytes_FromStringAndSize(<const char*>d + p, <Py_ssize_t>n)
-            p = q
-        elif n == -1:
-            value = None
-        else:
-            raise _corrupt(f"record value length {n}")
+        key = _nullable_bytes(d, &p, end, "key")
+        value = _nullable_bytes(d, &p, end, "value")
         if p < end and d[p] == 0:
             headers = _NO_HEADERS
             p += 1
