@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import gc
 import os
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from headwater.client.consumer import ConsumerRecord
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records import record as rec
 from headwater.protocol.records.record import Record, RecordInput
@@ -35,18 +36,6 @@ RECORDS = st.lists(
     min_size=1,
     max_size=40,
 )
-
-
-class Wide(NamedTuple):
-    """A record type with a prefix, like the consumer's (topic, partition, then Record's fields)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 def test_the_extension_is_in_use() -> None:
@@ -124,9 +113,11 @@ def test_decoders_read_the_same_records(records: list[RecordInput], base_offset:
 def test_decoders_agree_with_a_prefix_and_a_start_offset(records: list[RecordInput], min_offset: int) -> None:
     data = payload(records)
     ts = records[0].timestamp
-    py, c = decode_both(data, len(records), 0, ts, ts, False, cls=Wide, prefix=("t", 3), min_offset=min_offset)
+    py, c = decode_both(
+        data, len(records), 0, ts, ts, False, cls=ConsumerRecord, prefix=("t", 3), min_offset=min_offset
+    )
     assert py == c
-    assert all(type(r) is Wide and r.topic == "t" and r.partition == 3 for r in c)
+    assert all(type(r) is ConsumerRecord and r.topic == "t" and r.partition == 3 for r in c)
     assert [r.offset for r in c] == list(range(min(min_offset, len(records)), len(records)))
     # A fresh record holds its fields (nothing borrowed from the decoder's buffer).
     del data
