@@ -98,6 +98,17 @@ class BrokerConfig:
     controlled_shutdown_enable: bool = True
     controlled_shutdown_max_retries: int = 3
     controlled_shutdown_retry_backoff_ms: int = 5000
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 104857600
+    offsets_retention_minutes: int = 10080
+    offsets_retention_check_interval_ms: int = 600000
+    offsets_commit_timeout_ms: int = 5000
+    offset_metadata_max_bytes: int = 4096
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
+    group_initial_rebalance_delay_ms: int = 3000
+    group_max_size: int = 2**31 - 1
     prometheus_port: int | None = None
     prometheus_host: str = "0.0.0.0"
     log_defaults: LogConfig = field(default_factory=LogConfig)
@@ -148,6 +159,17 @@ _BROKER_PROPS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool),
     "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", _int),
     "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", _int),
+    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int),
+    "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int),
+    "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", _int),
+    "offsets.retention.minutes": ("offsets_retention_minutes", _int),
+    "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int),
+    "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int),
+    "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int),
+    "group.max.size": ("group_max_size", _int),
     # not a Kafka property: Kafka exposes metrics over JMX; we serve Prometheus directly
     "prometheus.port": ("prometheus_port", _int),
     "prometheus.host": ("prometheus_host", str),

@@ -9,6 +9,8 @@
   write of the partition state znode (and an ``/isr_change_notification`` for the controller).
   A conflicting write means the controller changed the partition meanwhile: the change is
   dropped and the controller's next LeaderAndIsr decides.
+- Leading a partition of ``__consumer_offsets`` makes this broker the coordinator of its groups
+  (the group coordinator loads them); following it or losing it hands them on.
 - When the ZooKeeper session is lost, every partition stops acting as leader or follower until
   the controller, seeing the broker re-register, tells it again.
 """
@@ -23,6 +25,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 
 from headwater.broker import zk as zkpaths
 from headwater.broker.config import topic_log_config
+from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.broker.partition import Partition
 from headwater.broker.replica_fetcher import ReplicaFetcherManager
 from headwater.broker.zk import to_json
@@ -151,6 +154,7 @@ class ReplicaManager:
                 part.high_watermark = max(min(checkpointed, log_.log_end_offset), log_.log_start_offset)
         if st["leader"] == self.broker_id:
             self.fetchers.remove_partition((topic, index))
+            was_leader = part.is_leader
             part.make_leader(
                 log_,
                 st["leader_epoch"],
@@ -160,7 +164,11 @@ class ReplicaManager:
                 st["controller_epoch"],
                 self.now_ms(),
             )
+            if topic == OFFSETS_TOPIC and not was_leader:
+                self.broker.groups.on_elected(index)
         else:
+            if topic == OFFSETS_TOPIC:
+                self.broker.groups.on_resigned(index)
             part.make_follower(
                 log_,
                 st["leader"],
@@ -187,6 +195,8 @@ class ReplicaManager:
             part = self.partitions.pop(tp, None)
             if part is not None:
                 part.make_offline()
+            if tp[0] == OFFSETS_TOPIC:
+                self.broker.groups.on_resigned(tp[1])
             if delete and self.broker.log_manager is not None:
                 self.broker.log_manager.delete_log(*tp)
                 log.info("deleted log %s-%d", *tp)
@@ -198,6 +208,8 @@ class ReplicaManager:
     def on_session_lost(self) -> None:
         for part in self.partitions.values():
             part.make_offline()
+            if part.topic == OFFSETS_TOPIC:
+                self.broker.groups.on_resigned(part.index)
         self.fetchers.remove_all()
         self.broker.purgatory.notify_all()
         log.warning(

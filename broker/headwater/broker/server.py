@@ -30,6 +30,7 @@ from headwater.broker import zk as zkpaths
 from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
 from headwater.broker.config import BrokerConfig, Listener, topic_log_config
 from headwater.broker.controller.controller import Controller
+from headwater.broker.group.coordinator import GroupCoordinator
 from headwater.broker.handlers import HANDLERS, RequestContext, api_versions_fallback
 from headwater.broker.metadata_cache import MetadataCache
 from headwater.broker.metrics import BrokerMetrics
@@ -66,6 +67,7 @@ class KafkaBroker:
         self.purgatory = Purgatory()
         self.replicas = ReplicaManager(self)
         self.controller = Controller(self)
+        self.groups = GroupCoordinator(self)
         self.log_manager: LogManager | None = None
         self.server = SocketServer(config.listeners, self.handle_frame, config.socket_request_max_bytes)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -103,6 +105,7 @@ class KafkaBroker:
         await self._register()
         self.zk.add_state_listener(self._on_zk_state)
         self.replicas.start()
+        self.groups.start()
         self.controller.start()
         self._spawn(self._log_maintenance())
         log.info("[KafkaServer id=%d] started (cluster %s)", self.broker_id, self.cluster_id)
@@ -113,6 +116,7 @@ class KafkaBroker:
         if self.config.controlled_shutdown_enable and self.broker_epoch >= 0:
             await self._controlled_shutdown()
         await self.server.stop()
+        await self.groups.stop()
         await self.replicas.stop()
         await self.controller.resign_and_release()
         await self.controller.stop()

@@ -8,8 +8,10 @@ offers the same services::
 
     handlers   -> HandlerServices: broker_id, broker_epoch, cluster_id, config, cache (metadata),
                   replicas (partitions, leader_partition, ISR), purgatory, metrics, zk (topic admin),
-                  controller (controlled shutdown), wait_for_metadata / metadata_changed
+                  controller (controlled shutdown), groups (the group coordinator),
+                  wait_for_metadata / metadata_changed
     controller -> ControllerHost:  broker_id, config, cache, metrics, zk, stopping
+    group coordinator -> GroupHost: config, cache, replicas, purgatory
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from headwater.broker.config import BrokerConfig
     from headwater.broker.controller.controller import Controller
+    from headwater.broker.group.coordinator import GroupCoordinator
     from headwater.broker.metadata_cache import MetadataCache
     from headwater.broker.metrics import BrokerMetrics
     from headwater.broker.purgatory import Purgatory
     from headwater.broker.replica_manager import ReplicaManager
     from headwater.broker.zk import ZooKeeper
 
-__all__ = ["ControllerHost", "HandlerServices"]
+__all__ = ["ControllerHost", "GroupHost", "HandlerServices"]
 
 
 class HandlerServices(Protocol):
@@ -44,6 +47,7 @@ class HandlerServices(Protocol):
     metrics: BrokerMetrics
     zk: ZooKeeper
     controller: Controller
+    groups: GroupCoordinator
 
     def metadata_changed(self) -> None:
         """An UpdateMetadata was applied: wake whoever waits for it."""
@@ -61,3 +65,13 @@ class ControllerHost(Protocol):
     metrics: BrokerMetrics
     zk: ZooKeeper
     stopping: asyncio.Event
+
+
+class GroupHost(Protocol):
+    """What the group coordinator reaches: the config, the metadata cache (the offsets topic's
+    partitions and config), the replica manager (appends as leader) and the purgatory (acks=all)."""
+
+    config: BrokerConfig
+    cache: MetadataCache
+    replicas: ReplicaManager
+    purgatory: Purgatory

@@ -53,6 +53,16 @@ _OLD_MODULES = {  # key -> (module, request list, response list)
     20: ("admin", "DeleteTopicsRequest", "DeleteTopicsResponse"),
     23: ("offset_for_leader_epoch", "OffsetForLeaderEpochRequest", "OffsetForLeaderEpochResponse"),
     32: ("admin", "DescribeConfigsRequest", "DescribeConfigsResponse"),
+    8: ("commit", "OffsetCommitRequest", "OffsetCommitResponse"),
+    9: ("commit", "OffsetFetchRequest", "OffsetFetchResponse"),
+    10: ("find_coordinator", "FindCoordinatorRequest", "FindCoordinatorResponse"),
+    11: ("group", "JoinGroupRequest", "JoinGroupResponse"),
+    12: ("group", "HeartbeatRequest", "HeartbeatResponse"),
+    13: ("group", "LeaveGroupRequest", "LeaveGroupResponse"),
+    14: ("group", "SyncGroupRequest", "SyncGroupResponse"),
+    15: ("admin", "DescribeGroupsRequest", "DescribeGroupsResponse"),
+    16: ("admin", "ListGroupsRequest", "ListGroupsResponse"),
+    42: ("admin", "DeleteGroupsRequest", "DeleteGroupsResponse"),
 }
 _NEW_MODULES = {
     0: "kafka.protocol.producer",
@@ -64,10 +74,24 @@ _NEW_MODULES = {
     20: "kafka.protocol.admin",
     23: "kafka.protocol.consumer",
     32: "kafka.protocol.admin",
+    8: "kafka.protocol.consumer",
+    9: "kafka.protocol.consumer",
+    10: "kafka.protocol.metadata",
+    11: "kafka.protocol.consumer",
+    12: "kafka.protocol.consumer",
+    13: "kafka.protocol.consumer",
+    14: "kafka.protocol.consumer",
+    15: "kafka.protocol.admin",
+    16: "kafka.protocol.admin",
+    42: "kafka.protocol.admin",
 }
 # The controller APIs: kafka-python (a client) has no encoder for them, so their goldens are the
 # hand-checked hex dumps below, which must cover every request and response structure.
 _NO_KAFKA_PYTHON = {LEADER_AND_ISR.key, STOP_REPLICA.key, UPDATE_METADATA.key, CONTROLLED_SHUTDOWN.key}
+
+
+# kafka-python's ListGroupsRequest_v2 says API_VERSION = 1 (its schema is v0's, which is right).
+_OLD_CLASS_MISNUMBERED = {(16, "request", 2)}
 
 
 def _old_class(api: Api, kind: str, version: int) -> Any:
@@ -289,6 +313,8 @@ def test_bytes_match_kafka_python_old_classes(api: Api, version: int, kind: str)
     old_cls = _old_class(api, kind, version)
     if old_cls is None:
         pytest.skip("kafka-python has no hand-written class for this version")
+    if (api.key, kind, version) in _OLD_CLASS_MISNUMBERED:
+        pytest.skip("kafka-python's class for this version declares another version number")
     assert api.key == old_cls.API_KEY and version == old_cls.API_VERSION
     struct = _struct(api, kind)
     for value in _samples(api, version, kind, f"{api.key}/{version}/{kind}"):
@@ -329,6 +355,8 @@ _NAME_EXCEPTIONS = {
     # kafka-python's own patch of its Metadata JSON (MetadataResponse.json_patch)
     (3, "response", "topic_authorized_operations"): "authorized_operations",
     (3, "response", "cluster_authorized_operations"): "authorized_operations",
+    # Kafka 3.7's OffsetCommit JSON (KIP-848) renamed the field; Kafka 2.3's is generation_id
+    (8, "request", "generation_id"): "generation_id_or_member_epoch",
 }
 
 

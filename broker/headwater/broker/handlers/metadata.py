@@ -17,6 +17,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from headwater.broker import topic_admin
+from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
 
@@ -63,7 +64,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
             {
                 "error_code": ErrorCode.NONE,
                 "name": name,
-                "is_internal": False,
+                "is_internal": name == OFFSETS_TOPIC,
                 "partitions": partitions,
                 "topic_authorized_operations": NOT_REQUESTED,
             }

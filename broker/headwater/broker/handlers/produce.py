@@ -20,12 +20,10 @@
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from headwater.broker.network import CloseConnection
-from headwater.broker.partition import Partition
+from headwater.broker.replication_wait import ReplicationWait, wait_for_replication
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.header import ATTRIBUTES_OFFSET, CODEC_MASK, HEADER_SIZE, MAGIC_OFFSET
 from headwater.protocol.records.legacy import upconvert
@@ -40,19 +38,10 @@ log = logging.getLogger(__name__)
 ZSTD = 4
 
 
-@dataclass
-class _Waiting:
-    result: Message
-    partition: Partition
-    leadership: int
-    required_offset: int
-    min_isr: int
-
-
 async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message | None:
     acks = request["acks"]
     responses: list[Message] = []
-    waiting: list[_Waiting] = []
+    waiting: list[tuple[Message, ReplicationWait]] = []
     failed = False
     for topic in request["topics"]:
         name = topic["name"]
@@ -69,45 +58,21 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
             raise CloseConnection("acks=0 produce request failed; closing the connection to signal the producer")
         return None
     if waiting:
-        await _wait_for_replication(broker, waiting, request["timeout_ms"])
+        await _wait(broker, waiting, request["timeout_ms"])
     return {"responses": responses, "throttle_time_ms": 0}
 
 
-async def _wait_for_replication(broker: HandlerServices, waiting: list[_Waiting], timeout_ms: int) -> None:
+async def _wait(broker: HandlerServices, waiting: list[tuple[Message, ReplicationWait]], timeout_ms: int) -> None:
     """The delayed produce: complete each partition once the ISR has the records, or time out."""
-    deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
-    pending = list(waiting)
-    while pending:
-        still = []
-        for w in pending:
-            part = w.partition
-            if not part.is_leader or part.leadership != w.leadership:
-                # This broker stopped leading (perhaps only for a while: the records may be gone).
-                # A new leader epoch alone (the controller shrank the ISR) is no reason to fail.
-                _fail(w.result, ErrorCode.NOT_LEADER_FOR_PARTITION)
-            elif part.high_watermark >= w.required_offset:
-                if len(part.isr) < w.min_isr:
-                    _fail(w.result, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
-            else:
-                still.append(w)
-        pending = still
-        remaining = deadline - time.monotonic()
-        if not pending:
-            return
-        if remaining <= 0:
-            for w in pending:
-                _fail(w.result, ErrorCode.REQUEST_TIMED_OUT)
-            return
-        await broker.purgatory.wait([w.partition.key for w in pending], remaining)
-
-
-def _fail(result: Message, code: ErrorCode) -> None:
-    result["error_code"] = code
+    await wait_for_replication(broker.purgatory, [w for _, w in waiting], timeout_ms)
+    for result, w in waiting:
+        if w.error != ErrorCode.NONE:
+            result["error_code"] = w.error
 
 
 def _append(
     broker: HandlerServices, ctx: RequestContext, topic: str, index: int, records: memoryview | None, acks: int
-) -> tuple[Message, _Waiting | None]:
+) -> tuple[Message, tuple[Message, ReplicationWait] | None]:
     def error(code: ErrorCode, why: str = "") -> tuple[Message, None]:
         if why:
             log.warning(
@@ -170,4 +135,4 @@ def _append(
     }
     if acks != -1 or part.high_watermark > appended.last_offset:
         return result, None
-    return result, _Waiting(result, part, part.leadership, appended.last_offset + 1, min_isr)
+    return result, (result, ReplicationWait(part, part.leadership, appended.last_offset + 1, min_isr))

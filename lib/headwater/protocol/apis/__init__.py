@@ -3,21 +3,32 @@
 The advertised snapshot is Kafka 2.3's (see docs/protocol.md for the reasoning); each module
 declares one API. ``API_BY_KEY`` is what the broker advertises in ApiVersions. ``ALL_APIS`` is
 in key order; LeaderAndIsr, StopReplica, UpdateMetadata and ControlledShutdown are the
-inter-broker (controller) APIs of the ZooKeeper era.
+inter-broker (controller) APIs of the ZooKeeper era; OffsetCommit through DeleteGroups are the group
+coordinator's.
 """
 
 from headwater.protocol.apis.api_versions import API_VERSIONS
 from headwater.protocol.apis.controlled_shutdown import CONTROLLED_SHUTDOWN
 from headwater.protocol.apis.create_topics import CREATE_TOPICS
+from headwater.protocol.apis.delete_groups import DELETE_GROUPS
 from headwater.protocol.apis.delete_topics import DELETE_TOPICS
 from headwater.protocol.apis.describe_configs import DESCRIBE_CONFIGS
+from headwater.protocol.apis.describe_groups import DESCRIBE_GROUPS
 from headwater.protocol.apis.fetch import FETCH
+from headwater.protocol.apis.find_coordinator import FIND_COORDINATOR
+from headwater.protocol.apis.heartbeat import HEARTBEAT
+from headwater.protocol.apis.join_group import JOIN_GROUP
 from headwater.protocol.apis.leader_and_isr import LEADER_AND_ISR
+from headwater.protocol.apis.leave_group import LEAVE_GROUP
+from headwater.protocol.apis.list_groups import LIST_GROUPS
 from headwater.protocol.apis.list_offsets import LIST_OFFSETS
 from headwater.protocol.apis.metadata import METADATA
+from headwater.protocol.apis.offset_commit import OFFSET_COMMIT
+from headwater.protocol.apis.offset_fetch import OFFSET_FETCH
 from headwater.protocol.apis.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from headwater.protocol.apis.produce import PRODUCE
 from headwater.protocol.apis.stop_replica import STOP_REPLICA
+from headwater.protocol.apis.sync_group import SYNC_GROUP
 from headwater.protocol.apis.update_metadata import UPDATE_METADATA
 from headwater.protocol.schema import Api
 
@@ -30,11 +41,21 @@ ALL_APIS: tuple[Api, ...] = (
     STOP_REPLICA,
     UPDATE_METADATA,
     CONTROLLED_SHUTDOWN,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
+    FIND_COORDINATOR,
+    JOIN_GROUP,
+    HEARTBEAT,
+    LEAVE_GROUP,
+    SYNC_GROUP,
+    DESCRIBE_GROUPS,
+    LIST_GROUPS,
     API_VERSIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
     OFFSET_FOR_LEADER_EPOCH,
     DESCRIBE_CONFIGS,
+    DELETE_GROUPS,
 )
 
 API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}
@@ -45,14 +66,24 @@ __all__ = [
     "API_VERSIONS",
     "CONTROLLED_SHUTDOWN",
     "CREATE_TOPICS",
+    "DELETE_GROUPS",
     "DELETE_TOPICS",
     "DESCRIBE_CONFIGS",
+    "DESCRIBE_GROUPS",
     "FETCH",
+    "FIND_COORDINATOR",
+    "HEARTBEAT",
+    "JOIN_GROUP",
     "LEADER_AND_ISR",
+    "LEAVE_GROUP",
+    "LIST_GROUPS",
     "LIST_OFFSETS",
     "METADATA",
+    "OFFSET_COMMIT",
+    "OFFSET_FETCH",
     "OFFSET_FOR_LEADER_EPOCH",
     "PRODUCE",
     "STOP_REPLICA",
+    "SYNC_GROUP",
     "UPDATE_METADATA",
 ]

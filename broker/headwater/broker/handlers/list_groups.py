@@ -1,0 +1,21 @@
+"""ListGroups (key 16), v0-2: the groups this broker coordinates (``kafka-consumer-groups --list``
+asks every broker). COORDINATOR_LOAD_IN_PROGRESS while a partition of the offsets topic loads."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from headwater.protocol.schema import Message
+
+if TYPE_CHECKING:
+    from headwater.broker.handlers import RequestContext
+    from headwater.broker.services import HandlerServices
+
+
+async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
+    code, groups = broker.groups.list_groups()
+    return {
+        "throttle_time_ms": 0,
+        "error_code": code,
+        "groups": [{"group_id": g.group_id, "protocol_type": g.protocol_type or ""} for g in groups],
+    }

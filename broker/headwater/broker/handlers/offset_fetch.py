@@ -1,0 +1,66 @@
+"""OffsetFetch (key 9), v0-5.
+
+- v1+: the group coordinator's committed offsets; a partition without one answers offset -1,
+  metadata "" and NONE. v2+ may ask for every partition the group committed (topics null).
+  Coordinator errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) go in the top-level
+  error_code from v2 and on every partition before.
+- v0: the offsets in ZooKeeper (see OffsetCommit v0).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kazoo.exceptions import KazooException, NoNodeError
+
+from headwater.broker.group.group import CommittedOffset
+from headwater.broker.handlers.offset_commit import zk_offset_path
+from headwater.protocol.errors import ErrorCode
+from headwater.protocol.schema import Message
+
+if TYPE_CHECKING:
+    from headwater.broker.handlers import RequestContext
+    from headwater.broker.services import HandlerServices
+
+
+async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
+    group = request["group_id"]
+    wanted = None
+    if request["topics"] is not None:
+        wanted = [(t["name"], p) for t in request["topics"] for p in t["partition_indexes"]]
+    if ctx.version == 0:
+        code, found = await _from_zookeeper(broker, group, wanted or [])
+    else:
+        code, found = broker.groups.fetch_offsets(group, wanted)
+    if code != ErrorCode.NONE and wanted is not None and ctx.version < 2:
+        found = dict.fromkeys(wanted)  # the error goes on every partition
+    by_topic: dict[str, list[Message]] = {}
+    for (topic, partition), o in found.items():
+        by_topic.setdefault(topic, []).append(
+            {
+                "partition_index": partition,
+                "committed_offset": -1 if o is None else o.offset,
+                "committed_leader_epoch": -1 if o is None else o.leader_epoch,
+                "metadata": "" if o is None else o.metadata,
+                "error_code": code if ctx.version < 2 else ErrorCode.NONE,
+            }
+        )
+    topics = [{"name": t, "partitions": parts} for t, parts in by_topic.items()]
+    return {"throttle_time_ms": 0, "topics": topics, "error_code": code}
+
+
+async def _from_zookeeper(
+    broker: HandlerServices, group: str, wanted: list[tuple[str, int]]
+) -> tuple[ErrorCode, dict[tuple[str, int], CommittedOffset | None]]:
+    if not group:
+        return ErrorCode.INVALID_GROUP_ID, {}
+    out: dict[tuple[str, int], CommittedOffset | None] = {}
+    for tp in wanted:
+        try:
+            data, _ = await broker.zk.call(broker.zk.client.get, zk_offset_path(group, *tp))
+            out[tp] = CommittedOffset(int(data.decode()), -1, "", -1)
+        except NoNodeError:
+            out[tp] = None
+        except (KazooException, ValueError):
+            return ErrorCode.UNKNOWN_SERVER_ERROR, {}
+    return ErrorCode.NONE, out
