@@ -41,7 +41,9 @@ def group_broker(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
 
 def _batch(bootstrap: str, topic: str, name: str) -> set[str]:
     values = [f"{name}-{i}" for i in range(PER_BATCH)]
-    produce_confluent(bootstrap, topic, [{"value": v.encode(), "partition": i % PARTITIONS} for i, v in enumerate(values)])
+    produce_confluent(
+        bootstrap, topic, [{"value": v.encode(), "partition": i % PARTITIONS} for i, v in enumerate(values)]
+    )
     return set(values)
 
 
@@ -231,9 +233,9 @@ def test_kcat_balanced_consumer_resumes_from_committed_offsets(group_broker: Bro
     def run_group(count: int) -> set[str]:
         # -G: librdkafka's balanced consumer (subscribe); it commits what it read when it exits.
         # (kcat's -o would assign that offset over the committed one: auto.offset.reset instead.)
+        args = ["-G", group, "-X", "auto.offset.reset=earliest", "-c", str(count), "-f", "%s\n", topic]
         out = subprocess.run(
-            [kcat, "-b", group_broker.bootstrap, "-G", group, "-X", "auto.offset.reset=earliest"]
-            + ["-c", str(count), "-f", "%s\n", topic],
+            [kcat, "-b", group_broker.bootstrap, *args],
             capture_output=True,
             text=True,
             timeout=TIMEOUT_S,
