@@ -398,12 +398,12 @@ class GroupCoordinator:
         if code != ErrorCode.NONE:
             return None, None, code
         g = self.groups.get(req["group_id"])
+        instance = req.get("group_instance_id")
+        if g is not None and instance is not None and g.static.get(instance, req["member_id"]) != req["member_id"]:
+            return g, None, ErrorCode.FENCED_INSTANCE_ID  # its group.instance.id belongs to a newer member
         m = g.members.get(req["member_id"]) if g is not None else None
         if g is None or m is None or g.state in (GroupState.EMPTY, GroupState.DEAD):
             return g, None, ErrorCode.UNKNOWN_MEMBER_ID
-        instance = req.get("group_instance_id")
-        if instance is not None and g.static.get(instance) != m.member_id:
-            return g, None, ErrorCode.FENCED_INSTANCE_ID
         return g, m, ErrorCode.NONE
 
     async def sync(self, req: Message) -> Message:
