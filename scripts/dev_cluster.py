@@ -35,6 +35,7 @@ def main() -> int:
         f"log.dirs={data / 'kafka-logs'}\n"
         f"zookeeper.connect=127.0.0.1:{args.zk_port}\n"
         "num.partitions=1\n"
+        "offsets.topic.replication.factor=1\n"  # one broker: Kafka's single-node example does the same
     )
     print(f"starting broker 0 on 127.0.0.1:{args.port} (config {props}) ...", flush=True)
     broker = subprocess.Popen([sys.executable, "-m", "headwater.cli.main", "broker", "start", "-c", str(props)])

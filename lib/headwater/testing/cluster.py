@@ -188,6 +188,8 @@ class LocalCluster:
         self.workdir = workdir
         self.size = size
         self.overrides = dict(overrides or {})
+        # __consumer_offsets needs that many live brokers (Kafka 2.3's rule); fewer than 3 here
+        self.overrides.setdefault("offsets.topic.replication.factor", min(size, 3))
         self.zookeeper: ZooKeeperServer | None = None
         self._zk_connect = zk_connect
         self.brokers: list[LocalBroker] = []
