@@ -60,6 +60,9 @@ class Cluster:
                 "zookeeper_session_timeout_ms": self.session_timeout_ms,
                 "controlled_shutdown_retry_backoff_ms": 500,
                 "replica_lag_time_max_ms": 3000,
+                # consumers with a group.id create __consumer_offsets: a few partitions, not 50
+                "offsets_topic_num_partitions": 3,
+                "group_initial_rebalance_delay_ms": 0,
                 "prometheus_port": self.metrics_port[b],
                 "prometheus_host": "127.0.0.1",
                 **overrides,

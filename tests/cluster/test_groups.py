@@ -55,7 +55,7 @@ def _read_until(cons: Consumer, want: set[str]) -> list[str]:
 
 
 def test_group_resumes_from_committed_offsets_after_coordinator_kill9(cluster_factory: Callable[..., Cluster]) -> None:
-    c = cluster_factory(3, offsets_topic_num_partitions=OFFSETS_PARTITIONS, group_initial_rebalance_delay_ms=0)
+    c = cluster_factory(3, offsets_topic_num_partitions=OFFSETS_PARTITIONS)
     topic, group = "orders", "billing"
     create_topic(c, topic, partitions=PARTITIONS)
     batch_a = _produce(c, topic, "a", 200)

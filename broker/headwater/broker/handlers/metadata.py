@@ -43,7 +43,9 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
     for name in names:
         info = cache.topics.get(name)
         if info is None or not info.partitions:
-            topics.append(await _missing_topic(broker, name, allow_auto and info is None))
+            # __consumer_offsets is created by FindCoordinator with its own settings, never auto-created
+            create = allow_auto and info is None and name != OFFSETS_TOPIC
+            topics.append(await _missing_topic(broker, name, create))
             continue
         partitions = []
         for p in sorted(info.partitions.values(), key=lambda p: p.partition):
