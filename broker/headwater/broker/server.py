@@ -34,6 +34,7 @@ from headwater.broker.handlers import HANDLERS, RequestContext, api_versions_fal
 from headwater.broker.metadata_cache import MetadataCache
 from headwater.broker.metrics import BrokerMetrics
 from headwater.broker.network import CloseConnection, Connection, Response, SocketServer
+from headwater.broker.producer_ids import ProducerIdManager
 from headwater.broker.purgatory import Purgatory
 from headwater.broker.replica_manager import ReplicaManager
 from headwater.broker.storage.clock import Clock, SystemClock
@@ -66,6 +67,7 @@ class KafkaBroker:
         self.purgatory = Purgatory()
         self.replicas = ReplicaManager(self)
         self.controller = Controller(self)
+        self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.log_manager: LogManager | None = None
         self.server = SocketServer(config.listeners, self.handle_frame, config.socket_request_max_bytes)
         self._tasks: set[asyncio.Task[Any]] = set()

@@ -8,7 +8,8 @@ offers the same services::
 
     handlers   -> HandlerServices: broker_id, broker_epoch, cluster_id, config, cache (metadata),
                   replicas (partitions, leader_partition, ISR), purgatory, metrics, zk (topic admin),
-                  controller (controlled shutdown), wait_for_metadata / metadata_changed
+                  controller (controlled shutdown), wait_for_metadata / metadata_changed,
+                  producer_ids (InitProducerId)
     controller -> ControllerHost:  broker_id, config, cache, metrics, zk, stopping
 """
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from headwater.broker.controller.controller import Controller
     from headwater.broker.metadata_cache import MetadataCache
     from headwater.broker.metrics import BrokerMetrics
+    from headwater.broker.producer_ids import ProducerIdManager
     from headwater.broker.purgatory import Purgatory
     from headwater.broker.replica_manager import ReplicaManager
     from headwater.broker.zk import ZooKeeper
@@ -44,6 +46,7 @@ class HandlerServices(Protocol):
     metrics: BrokerMetrics
     zk: ZooKeeper
     controller: Controller
+    producer_ids: ProducerIdManager
 
     def metadata_changed(self) -> None:
         """An UpdateMetadata was applied: wake whoever waits for it."""

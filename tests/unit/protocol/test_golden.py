@@ -51,6 +51,7 @@ _OLD_MODULES = {  # key -> (module, request list, response list)
     18: ("api_versions", "ApiVersionsRequest", "ApiVersionsResponse"),
     19: ("admin", "CreateTopicsRequest", "CreateTopicsResponse"),
     20: ("admin", "DeleteTopicsRequest", "DeleteTopicsResponse"),
+    22: ("init_producer_id", "InitProducerIdRequest", "InitProducerIdResponse"),
     23: ("offset_for_leader_epoch", "OffsetForLeaderEpochRequest", "OffsetForLeaderEpochResponse"),
     32: ("admin", "DescribeConfigsRequest", "DescribeConfigsResponse"),
 }
@@ -62,6 +63,7 @@ _NEW_MODULES = {
     18: "kafka.protocol.metadata",
     19: "kafka.protocol.admin",
     20: "kafka.protocol.admin",
+    22: "kafka.protocol.producer",
     23: "kafka.protocol.consumer",
     32: "kafka.protocol.admin",
 }

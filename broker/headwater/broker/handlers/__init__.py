@@ -19,6 +19,7 @@ from headwater.broker.handlers import (
     delete_topics,
     describe_configs,
     fetch,
+    init_producer_id,
     leader_and_isr,
     list_offsets,
     metadata,
@@ -35,6 +36,7 @@ from headwater.protocol.apis import (
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
     FETCH,
+    INIT_PRODUCER_ID,
     LEADER_AND_ISR,
     LIST_OFFSETS,
     METADATA,
@@ -81,6 +83,7 @@ HANDLERS: dict[int, Handler] = {
     UPDATE_METADATA.key: update_metadata.handle,
     CONTROLLED_SHUTDOWN.key: controlled_shutdown.handle,
     OFFSET_FOR_LEADER_EPOCH.key: offset_for_leader_epoch.handle,
+    INIT_PRODUCER_ID.key: init_producer_id.handle,
 }
 
 __all__ = ["HANDLERS", "RequestContext", "api_versions_fallback"]

@@ -12,6 +12,7 @@ from headwater.protocol.apis.create_topics import CREATE_TOPICS
 from headwater.protocol.apis.delete_topics import DELETE_TOPICS
 from headwater.protocol.apis.describe_configs import DESCRIBE_CONFIGS
 from headwater.protocol.apis.fetch import FETCH
+from headwater.protocol.apis.init_producer_id import INIT_PRODUCER_ID
 from headwater.protocol.apis.leader_and_isr import LEADER_AND_ISR
 from headwater.protocol.apis.list_offsets import LIST_OFFSETS
 from headwater.protocol.apis.metadata import METADATA
@@ -33,6 +34,7 @@ ALL_APIS: tuple[Api, ...] = (
     API_VERSIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
+    INIT_PRODUCER_ID,
     OFFSET_FOR_LEADER_EPOCH,
     DESCRIBE_CONFIGS,
 )
@@ -48,6 +50,7 @@ __all__ = [
     "DELETE_TOPICS",
     "DESCRIBE_CONFIGS",
     "FETCH",
+    "INIT_PRODUCER_ID",
     "LEADER_AND_ISR",
     "LIST_OFFSETS",
     "METADATA",
