@@ -161,6 +161,16 @@ def _append(
         appended = part.append_as_leader(records, acks, min_isr)
     except KafkaError as e:
         return error(e.code, e.message)
+    if appended.duplicate:
+        log.info(
+            "produce to %s-%d from %s (client %r): a retried batch, already at offsets %d..%d, not written again",
+            topic,
+            index,
+            ctx.peer,
+            ctx.client_id,
+            appended.first_offset,
+            appended.last_offset,
+        )
     broker.purgatory.notify((topic, index))
     bytes_in, messages_in = broker.metrics.topic_in_children(topic)
     bytes_in.inc(len(records))
