@@ -12,7 +12,13 @@ from tests.broker.test_bad_input import _create, _latest
 from tests.broker.wire import Wire
 from tests.harness.broker import BrokerProcess
 
-RETRIABLE = {ErrorCode.NOT_LEADER_FOR_PARTITION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE}
+RETRIABLE = {
+    ErrorCode.NOT_LEADER_FOR_PARTITION,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.REQUEST_TIMED_OUT,
+}
 
 
 def _init_producer_id(w: Wire, transactional_id: str | None = None, version: int = 1) -> dict[str, Any]:
@@ -28,15 +34,15 @@ def _pbatch(pid: int, seq: int, n: int = 1, epoch: int = 0) -> bytes:
     )
 
 
-def _produce(w: Wire, topic: str, records: bytes, timeout: float = 30.0) -> dict[str, Any]:
-    """Produce (v7, acks=1), retrying while the partition has no leader yet (a retry is idempotent)."""
+def _produce(w: Wire, topic: str, records: bytes, timeout: float = 30.0, acks: int = 1) -> dict[str, Any]:
+    """Produce (v7), retrying while the partition has no leader yet (a retry is idempotent)."""
     deadline = time.monotonic() + timeout
     while True:
         resp = w.request(
             PRODUCE,
             7,
             {
-                "acks": 1,
+                "acks": acks,
                 "timeout_ms": 5000,
                 "topics": [{"name": topic, "partitions": [{"partition_index": 0, "records": records}]}],
             },

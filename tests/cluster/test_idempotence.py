@@ -1,5 +1,10 @@
 """librdkafka's idempotent producer through leader kills: every record exactly once, in send order.
 
+The first test does deterministically what the second leaves to timing: a batch acknowledged by
+the leader (acks=all, so every follower has it) is sent again, as a retry after a lost answer
+would be, to the new leader after the old one was killed: the new leader's producer state, built
+as a follower, must recognise it.
+
 A confluent_kafka.Producer with ``enable.idempotence=true`` (acks=all) writes N records, each
 value unique, to a 3-partition topic (replication factor 3, min.insync.replicas 2) on a 3-broker
 cluster. While each quarter of them is in flight the test kill -9s the leader of one partition
@@ -17,13 +22,46 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaError, Producer
 
+from headwater.protocol.apis import INIT_PRODUCER_ID
+from headwater.protocol.errors import ErrorCode
+from tests.broker.test_bad_input import _latest
+from tests.broker.test_idempotence import _pbatch, _produce
+from tests.broker.wire import Wire
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic, read_all
 
 N = 20_000
 PARTITIONS = 3
-KILLS = 3
+KILLS = 6  # two per partition: each kill has some chance to catch a batch replicated but not yet answered
 DEADLINE_S = 240  # the whole test stops by itself within this
+
+
+def test_a_new_leader_recognises_a_retry_of_a_batch_its_predecessor_wrote(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    c = cluster_factory(3)
+    topic = "idem-failover"
+    create_topic(c, topic, partitions=1, rf=3, min_isr=2)
+    leader = int(c.state(topic, 0)["leader"])
+    w = Wire(c.brokers[leader].bootstrap)
+    pid = w.request(INIT_PRODUCER_ID, 1, {"transactional_id": None, "transaction_timeout_ms": 60000})["producer_id"]
+    batches = [_pbatch(pid, seq, 3) for seq in range(0, 30, 3)]
+    for i, b in enumerate(batches):
+        got = _produce(w, topic, b, acks=-1)
+        assert got["error_code"] == ErrorCode.NONE and got["base_offset"] == 3 * i, got
+    w.close()
+    c.kill9(leader)
+    c.wait_for(lambda: int(c.state(topic, 0)["leader"]) not in (leader, -1), 60, "a new leader")
+    new_leader = int(c.state(topic, 0)["leader"])
+    c.wait_for(lambda: c.leader_isr_size(new_leader, topic, 0) is not None, 60, "the new leader to lead")
+    w = Wire(c.brokers[new_leader].bootstrap)
+    for i in (9, 6):  # the last batch, and an earlier one of the last five
+        again = _produce(w, topic, batches[i], acks=-1)
+        assert again["error_code"] == ErrorCode.NONE and again["base_offset"] == 3 * i, again
+    assert _latest(w, topic) == 30, "a retry was written again"
+    nxt = _produce(w, topic, _pbatch(pid, 30), acks=-1)
+    assert nxt["error_code"] == ErrorCode.NONE and nxt["base_offset"] == 30
+    c.restart(leader)
 
 
 def test_idempotent_producer_writes_each_record_once_in_order_through_leader_kills(
