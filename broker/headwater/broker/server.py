@@ -92,6 +92,7 @@ class KafkaBroker:
                 flush_scheduler_interval_ms=cfg.log_flush_scheduler_interval_ms,
                 flush_offset_checkpoint_interval_ms=cfg.log_flush_offset_checkpoint_interval_ms,
                 high_watermark_checkpoint_interval_ms=cfg.replica_high_watermark_checkpoint_interval_ms,
+                producer_id_expiration_ms=cfg.transactional_id_expiration_ms,
             )
         )
         self.log_manager.high_watermark_of = self.replicas.high_watermark_of  # retention stops at the HW

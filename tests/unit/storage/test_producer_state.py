@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from headwater.broker.storage.clock import ManualClock
 from headwater.broker.storage.log import Log, LogConfig
+from headwater.broker.storage.log_manager import LogManager
 from headwater.broker.storage.producer_state import (
     INT32_MAX,
     BatchMetadata,
@@ -233,3 +235,34 @@ def test_a_multi_batch_set_is_checked_in_order(tmp_path: Path) -> None:
     assert code_of(log, pbatch(3) + pbatch(5)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert log.log_end_offset == 3
     assert read_header(pbatch(3)).base_sequence == 3
+
+
+def test_idle_producers_expire(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append(pbatch(0, pid=PID + 1), 0)  # timestamp T0
+    log.append(encode_batch([(None, b"late", T0 + 5000, ())], producer_id=PID, producer_epoch=0, base_sequence=0), 0)
+    assert log.producer_state.remove_expired(T0 + 4000, 4000) == 1
+    assert set(log.producer_state.producers) == {PID}
+    assert code_of(log, pbatch(1, pid=PID + 1)) == ErrorCode.UNKNOWN_PRODUCER_ID
+
+
+def test_clean_shutdown_leaves_a_snapshot_at_the_log_end(tmp_path: Path) -> None:
+    clock = ManualClock()
+    mgr = LogManager([str(tmp_path)], LogConfig(), clock=clock)
+    lg = mgr.create_log("t", 0)
+    for seq in range(5):
+        lg.append(pbatch(seq), 0)
+    mgr.shutdown()
+    assert list_snapshots(lg._fs, lg.dir) == [5]
+    again = LogManager([str(tmp_path)], LogConfig(), clock=clock)
+    reopened = again.get_log("t", 0)
+    assert reopened is not None and reopened.append(pbatch(4), 0).duplicate
+    clock.advance(600_000)  # the expiry pass runs, but the producer is recent (record timestamps vs wall time)
+    again.producer_id_expiration_ms = 10**15
+    again.tick()
+    assert PID in reopened.producer_state.producers
+    again.producer_id_expiration_ms = 0
+    clock.advance(600_000)
+    again.tick()
+    assert not reopened.producer_state.producers
+    again.shutdown()

@@ -22,7 +22,11 @@ Rules of :meth:`ProducerStateManager.check` (Kafka 2.3's, per batch with produce
 * an unknown producer id must start at sequence 0, else UNKNOWN_PRODUCER_ID (59). A producer
   becomes unknown when retention moves the log start offset past its last batch
   (:meth:`ProducerStateManager.evict_below`), as in Kafka: the client tells by the log start
-  offset of its earlier answers that its data expired, and resets its sequence.
+  offset of its earlier answers that its data expired, and resets its sequence. It also does
+  when its last batch's timestamp is older than transactional.id.expiration.ms (7 days;
+  :meth:`ProducerStateManager.remove_expired`, run by the log manager every 10 minutes): an idle
+  producer's state is not kept forever. A snapshot keeps expired producers until the next
+  expiry pass after a restart.
 
 Sequences are int32 and wrap from 2**31 - 1 to 0, as the clients number them.
 
@@ -230,6 +234,20 @@ class ProducerStateManager:
     def evict_below(self, log_start_offset: int) -> int:
         """Forget producers whose last batch lies below the log start offset; returns how many."""
         gone = [pid for pid, e in self.producers.items() if e.last_offset < log_start_offset]
+        for pid in gone:
+            del self.producers[pid]
+        return len(gone)
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers whose last batch's max timestamp is ``expiration_ms`` or more before
+        ``now_ms`` (Kafka 2.3's rule: transactional.id.expiration.ms applies to idle producers);
+        returns how many. A forgotten producer's next batch gets UNKNOWN_PRODUCER_ID (unless it
+        starts at sequence 0)."""
+        gone = [
+            pid
+            for pid, e in self.producers.items()
+            if e.batches and now_ms - e.batches[-1].max_timestamp >= expiration_ms
+        ]
         for pid in gone:
             del self.producers[pid]
         return len(gone)
