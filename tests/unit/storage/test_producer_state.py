@@ -266,3 +266,22 @@ def test_clean_shutdown_leaves_a_snapshot_at_the_log_end(tmp_path: Path) -> None
     again.tick()
     assert not reopened.producer_state.producers
     again.shutdown()
+
+
+def test_a_bad_header_in_an_unchecked_segment_does_not_stop_the_log_opening(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = LogConfig(segment_bytes=600, index_interval_bytes=64)
+    log = open_log(tmp_path, cfg)
+    for seq in range(20):
+        log.append(pbatch(seq), 0)
+    first = log.segments[0].log_path
+    log.close()
+    for offset in list_snapshots(log._fs, log.dir):
+        os.unlink(os.path.join(log.dir, snapshot_file_name(offset)))
+    data = bytearray(Path(first).read_bytes())
+    data[16] = 7  # the first batch's magic
+    Path(first).write_bytes(data)
+    again = open_log(tmp_path, cfg)  # a clean start: only the active segment is recovered
+    assert again.log_end_offset == 20
+    assert "producer state rebuilt only up to a bad batch header" in caplog.text

@@ -406,9 +406,14 @@ class Log:
             start_from = offset
             break
         n = 0
-        for base_offset, h in self._batch_headers(start_from):
-            state.update(h, base_offset)
-            n += 1
+        try:
+            for base_offset, h in self._batch_headers(start_from):
+                state.update(h, base_offset)
+                n += 1
+        except SegmentCorruptError as e:
+            # Only a segment recovery did not check can be bad here. The state is derived: a producer
+            # missing from it is treated as unknown, which is better than a log that cannot open.
+            log.error("%s producer state rebuilt only up to a bad batch header: %s", self._ident, e)
         if state.producers or n:
             log.info(
                 "%s producer state: %d producers (replayed %d batches from offset %d)",
