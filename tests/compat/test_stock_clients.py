@@ -135,7 +135,7 @@ def test_kafka_python_produce_consume(broker: BrokerProcess) -> None:
     from kafka import KafkaConsumer, KafkaProducer
     from kafka.structs import TopicPartition as KTP
 
-    # kafka-python 3 turns idempotence on by default; InitProducerId is not offered yet.
+    # kafka-python 3 turns idempotence on by default; test_idempotent_clients.py tests it.
     producer = KafkaProducer(
         bootstrap_servers=broker.bootstrap, compression_type="gzip", linger_ms=5, enable_idempotence=False
     )

@@ -87,6 +87,7 @@ class BrokerConfig:
     log_flush_scheduler_interval_ms: int = MAX_LONG
     log_flush_offset_checkpoint_interval_ms: int = 60000
     replica_high_watermark_checkpoint_interval_ms: int = 5000
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000  # also idle idempotent producers' (Kafka 2.3)
     replica_lag_time_max_ms: int = 10000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_backoff_ms: int = 1000
@@ -148,6 +149,7 @@ _BROKER_PROPS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "log.flush.scheduler.interval.ms": ("log_flush_scheduler_interval_ms", _int),
     "log.flush.offset.checkpoint.interval.ms": ("log_flush_offset_checkpoint_interval_ms", _int),
     "replica.high.watermark.checkpoint.interval.ms": ("replica_high_watermark_checkpoint_interval_ms", _int),
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", _int),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
     "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int),

@@ -35,6 +35,7 @@ from headwater.broker.handlers import HANDLERS, RequestContext, api_versions_fal
 from headwater.broker.metadata_cache import MetadataCache
 from headwater.broker.metrics import BrokerMetrics
 from headwater.broker.network import CloseConnection, Connection, Response, SocketServer
+from headwater.broker.producer_ids import ProducerIdManager
 from headwater.broker.purgatory import Purgatory
 from headwater.broker.replica_manager import ReplicaManager
 from headwater.broker.storage.clock import Clock, SystemClock
@@ -68,6 +69,7 @@ class KafkaBroker:
         self.replicas = ReplicaManager(self)
         self.controller = Controller(self)
         self.groups = GroupCoordinator(self)
+        self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.log_manager: LogManager | None = None
         self.server = SocketServer(config.listeners, self.handle_frame, config.socket_request_max_bytes)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -92,6 +94,7 @@ class KafkaBroker:
                 flush_scheduler_interval_ms=cfg.log_flush_scheduler_interval_ms,
                 flush_offset_checkpoint_interval_ms=cfg.log_flush_offset_checkpoint_interval_ms,
                 high_watermark_checkpoint_interval_ms=cfg.replica_high_watermark_checkpoint_interval_ms,
+                producer_id_expiration_ms=cfg.transactional_id_expiration_ms,
             )
         )
         self.log_manager.high_watermark_of = self.replicas.high_watermark_of  # retention stops at the HW

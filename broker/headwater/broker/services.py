@@ -9,7 +9,7 @@ offers the same services::
     handlers   -> HandlerServices: broker_id, broker_epoch, cluster_id, config, cache (metadata),
                   replicas (partitions, leader_partition, ISR), purgatory, metrics, zk (topic admin),
                   controller (controlled shutdown), groups (the group coordinator),
-                  wait_for_metadata / metadata_changed
+                  producer_ids (InitProducerId), wait_for_metadata / metadata_changed
     controller -> ControllerHost:  broker_id, config, cache, metrics, zk, stopping
     group coordinator -> GroupHost: config, cache, replicas, purgatory
 """
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from headwater.broker.group.coordinator import GroupCoordinator
     from headwater.broker.metadata_cache import MetadataCache
     from headwater.broker.metrics import BrokerMetrics
+    from headwater.broker.producer_ids import ProducerIdManager
     from headwater.broker.purgatory import Purgatory
     from headwater.broker.replica_manager import ReplicaManager
     from headwater.broker.zk import ZooKeeper
@@ -48,6 +49,7 @@ class HandlerServices(Protocol):
     zk: ZooKeeper
     controller: Controller
     groups: GroupCoordinator
+    producer_ids: ProducerIdManager
 
     def metadata_changed(self) -> None:
         """An UpdateMetadata was applied: wake whoever waits for it."""

@@ -9,6 +9,17 @@ metadata when the error says it is stale) until ``retries`` or ``delivery_timeou
 Whatever finally happens to a record is reported through the future :meth:`Producer.send`
 returned: a :class:`RecordMetadata`, or a :class:`KafkaError` / :class:`KafkaConnectionError` /
 :class:`KafkaTimeoutError`.
+
+With ``enable_idempotence`` (Kafka's ``enable.idempotence``; needs acks=all, the default then)
+the producer asks a broker for a producer id (InitProducerId) before its first batch and numbers
+each partition's records from sequence 0; a batch keeps its producer id and sequence through
+every retry, so a broker that already wrote it answers with the original offset instead of
+writing it twice (see docs/protocol.md). DUPLICATE_SEQUENCE_NUMBER counts as delivered (offset
+-1: written, offset unknown). UNKNOWN_PRODUCER_ID (the broker forgot the producer, e.g. after
+retention removed its records) re-sends the batch under a new producer id. When a batch that was
+given a sequence fails for good (an expiry, a non-retriable error), whether it was written is
+unknown, so the producer takes a new producer id for the batches after it: the next ones start
+again at sequence 0 instead of failing with OUT_OF_ORDER_SEQUENCE_NUMBER forever.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from headwater.client.cluster import STALE_METADATA_ERRORS, Cluster
 from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
 from headwater.client.partitioner import DefaultPartitioner, Partitioner
 from headwater.client.record_future import BatchOutcome, RecordFuture, RecordMetadata
-from headwater.protocol.apis import PRODUCE
+from headwater.protocol.apis import INIT_PRODUCER_ID, PRODUCE
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.compression import Codec, codec_from_name
 from headwater.protocol.records.record import encode_batch
@@ -36,6 +47,7 @@ __all__ = ["Producer", "RecordFuture", "RecordMetadata", "to_bytes"]
 
 _BATCH_OVERHEAD = 61  # the record batch header
 _RECORD_OVERHEAD = 21  # varints and attributes of one record, at most (small records are less)
+_SEQUENCE_SPACE = 2**31  # idempotent sequences are int32 and wrap to 0
 
 Serializer = Callable[[Any], bytes | None]
 Headers = tuple[tuple[str, bytes | None], ...]
@@ -79,6 +91,7 @@ class _Batch:
         "encoded",
         "outcome",
         "partition",
+        "producer_id",
         "records",
         "retry_at",
         "size",
@@ -97,6 +110,7 @@ class _Batch:
         self.encoded: bytes | None = None
         self.attempts = 0
         self.retry_at = 0.0
+        self.producer_id = -1  # the producer id it was encoded with (idempotence)
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
 
@@ -107,7 +121,7 @@ class Producer:
         self,
         bootstrap: str | Sequence[str],
         *,
-        acks: int | str = 1,
+        acks: int | str | None = None,
         compression: str | int = "none",
         linger_ms: float = 0,
         batch_size: int = 16384,
@@ -125,8 +139,12 @@ class Producer:
         key_serializer: Serializer | None = None,
         value_serializer: Serializer | None = None,
         cluster: Cluster | None = None,
+        enable_idempotence: bool = False,
     ) -> None:
-        self.acks = parse_acks(acks)
+        self.acks = parse_acks(acks if acks is not None else ("all" if enable_idempotence else 1))
+        if enable_idempotence and self.acks != -1:
+            raise ValueError("enable_idempotence needs acks=all")
+        self.idempotent = enable_idempotence
         self.codec = Codec(compression) if isinstance(compression, int) else codec_from_name(compression)
         if batch_size < 0 or linger_ms < 0 or max_request_size <= _BATCH_OVERHEAD:
             raise ValueError("batch_size and linger_ms must be >= 0, max_request_size larger than a batch header")
@@ -168,6 +186,11 @@ class Producer:
         self._stale_topics: set[str] = set()
         # topic -> (the TopicMetadata it was computed from, its partitions sorted, those with a leader)
         self._partitions: dict[str, tuple[Any, list[int], list[int]]] = {}
+        # idempotence: the producer id and epoch (-1: none yet), the next sequence per partition
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._next_sequence: dict[tuple[str, int], int] = {}
+        self._pid_task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -337,7 +360,7 @@ class Producer:
                 for b in q:
                     self._fail(b, error)
             self._queues.clear()
-            tasks = [t for t in (self._sender, self._refresh_task, *self._tasks) if t is not None]
+            tasks = [t for t in (self._sender, self._refresh_task, self._pid_task, *self._tasks) if t is not None]
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -393,6 +416,9 @@ class Producer:
             if leader < 0:
                 self._stale_topics.add(tp[0])
                 continue
+            if self.idempotent and batch.encoded is None and self._producer_id < 0:
+                self._init_producer_id()  # wakes the sender when it has one
+                continue
             queue.popleft()
             self._close_batch(batch)
             self._inflight[tp] = batch
@@ -419,7 +445,7 @@ class Producer:
         for b in batches:
             if b.encoded is None:
                 try:
-                    b.encoded = encode_batch(b.records, compression=self.codec)
+                    b.encoded = self._encode(b)
                 except (KafkaError, ValueError, OverflowError) as e:  # e.g. a timestamp out of range
                     del self._inflight[(b.topic, b.partition)]
                     self._fail(b, e if isinstance(e, KafkaError) else KafkaError(ErrorCode.CORRUPT_MESSAGE, str(e)))
@@ -433,6 +459,55 @@ class Producer:
         if current:
             out.append(current)
         return out
+
+    def _encode(self, b: _Batch) -> bytes:
+        if not self.idempotent:
+            return encode_batch(b.records, compression=self.codec)
+        tp = (b.topic, b.partition)
+        seq = self._next_sequence.get(tp, 0)
+        data = encode_batch(
+            b.records,
+            compression=self.codec,
+            producer_id=self._producer_id,
+            producer_epoch=self._producer_epoch,
+            base_sequence=seq,
+        )
+        self._next_sequence[tp] = (seq + len(b.records)) % _SEQUENCE_SPACE
+        b.producer_id = self._producer_id
+        return data
+
+    def _init_producer_id(self) -> None:
+        if self._pid_task is None and not self._closed:
+            self._pid_task = asyncio.create_task(self._fetch_producer_id(), name="headwater-producer-init-pid")
+
+    async def _fetch_producer_id(self) -> None:
+        """InitProducerId from any broker, retried with backoff until it succeeds or the producer closes."""
+        try:
+            while not self._closed:
+                try:
+                    resp = await self.cluster.request(
+                        None, INIT_PRODUCER_ID, {"transactional_id": None, "transaction_timeout_ms": 60000}
+                    )
+                    code = ErrorCode.of(resp["error_code"])
+                    if code is ErrorCode.NONE:
+                        self._producer_id, self._producer_epoch = resp["producer_id"], resp["producer_epoch"]
+                        self._next_sequence.clear()
+                        log.info("idempotent producer id %d, epoch %d", self._producer_id, self._producer_epoch)
+                        return
+                    log.warning("InitProducerId failed: %s", code.name)
+                except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
+                    log.warning("InitProducerId failed: %s", e)
+                await asyncio.sleep(self.retry_backoff)
+        finally:
+            self._pid_task = None
+            self._wakeup.set()
+
+    def _reset_producer_id(self, batch: _Batch) -> None:
+        """Take a new producer id for the batches after ``batch`` (unless that already happened)."""
+        if self.idempotent and batch.producer_id >= 0 and batch.producer_id == self._producer_id:
+            log.info("resetting idempotent producer id %d after a failed batch", self._producer_id)
+            self._producer_id = -1
+            self._next_sequence.clear()
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)
@@ -495,6 +570,13 @@ class Producer:
                     code = ErrorCode.of(p["error_code"])
                     if code is ErrorCode.NONE:
                         self._complete(b, p["base_offset"], p.get("log_append_time_ms", -1))
+                    elif code is ErrorCode.DUPLICATE_SEQUENCE_NUMBER and self.idempotent:
+                        self._complete(b, -1, -1)  # written before; its offset is not known
+                    elif code is ErrorCode.UNKNOWN_PRODUCER_ID and self.idempotent:
+                        self._reset_producer_id(b)
+                        b.encoded = None  # encoded again under the new producer id, from sequence 0
+                        error = KafkaError(code, f"producing to {b.topic}-{b.partition}: {code.name}")
+                        self._retry_or_fail(b, error, stale=False, retriable=True)
                     else:
                         error = KafkaError(code, f"producing to {b.topic}-{b.partition}: {code.name}")
                         self._retry_or_fail(b, error, stale=code in STALE_METADATA_ERRORS)
@@ -506,9 +588,11 @@ class Producer:
                     del self._inflight[(b.topic, b.partition)]
             self._wakeup.set()
 
-    def _retry_or_fail(self, batch: _Batch, error: Exception, *, stale: bool) -> None:
-        retriable = isinstance(error, KafkaConnectionError | KafkaTimeoutError) or (
-            isinstance(error, KafkaError) and error.retriable
+    def _retry_or_fail(self, batch: _Batch, error: Exception, *, stale: bool, retriable: bool = False) -> None:
+        retriable = (
+            retriable
+            or isinstance(error, KafkaConnectionError | KafkaTimeoutError)
+            or (isinstance(error, KafkaError) and error.retriable)
         )
         now = time.monotonic()
         if (
@@ -535,6 +619,8 @@ class Producer:
         self._finish(batch)
 
     def _fail(self, batch: _Batch, error: BaseException) -> None:
+        if batch.encoded is not None:
+            self._reset_producer_id(batch)
         batch.outcome.failed(error)
         self._finish(batch)
 

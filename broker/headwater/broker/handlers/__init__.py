@@ -23,6 +23,7 @@ from headwater.broker.handlers import (
     fetch,
     find_coordinator,
     heartbeat,
+    init_producer_id,
     join_group,
     leader_and_isr,
     leave_group,
@@ -49,6 +50,7 @@ from headwater.protocol.apis import (
     FETCH,
     FIND_COORDINATOR,
     HEARTBEAT,
+    INIT_PRODUCER_ID,
     JOIN_GROUP,
     LEADER_AND_ISR,
     LEAVE_GROUP,
@@ -111,6 +113,7 @@ HANDLERS: dict[int, Handler] = {
     OFFSET_COMMIT.key: offset_commit.handle,
     OFFSET_FETCH.key: offset_fetch.handle,
     SYNC_GROUP.key: sync_group.handle,
+    INIT_PRODUCER_ID.key: init_producer_id.handle,
 }
 
 __all__ = ["HANDLERS", "RequestContext", "api_versions_fallback"]

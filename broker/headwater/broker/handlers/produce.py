@@ -14,6 +14,10 @@
   (bad CRC/length/magic), MESSAGE_TOO_LARGE (a batch above max.message.bytes),
   UNSUPPORTED_COMPRESSION_TYPE (zstd below v7), KAFKA_STORAGE_ERROR. Nothing is written for a
   partition whose records are refused; other partitions of the request are unaffected.
+- Idempotent producers (producer id >= 0, see storage/producer_state.py): INVALID_PRODUCER_EPOCH,
+  OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, DUPLICATE_SEQUENCE_NUMBER refuse the batch
+  (nothing written); a retry of one of the producer's last five batches is answered NONE with
+  the original base offset (after replication, for acks=all) and written nothing.
 - log_append_time_ms is -1 (CreateTime topics only); log_start_offset from v5.
 """
 
@@ -122,6 +126,16 @@ def _append(
         appended = part.append_as_leader(records, acks, min_isr)
     except KafkaError as e:
         return error(e.code, e.message)
+    if appended.duplicate:
+        log.info(
+            "produce to %s-%d from %s (client %r): a retried batch, already at offsets %d..%d, not written again",
+            topic,
+            index,
+            ctx.peer,
+            ctx.client_id,
+            appended.first_offset,
+            appended.last_offset,
+        )
     broker.purgatory.notify((topic, index))
     bytes_in, messages_in = broker.metrics.topic_in_children(topic)
     bytes_in.inc(len(records))

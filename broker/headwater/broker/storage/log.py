@@ -52,6 +52,15 @@ from headwater.broker.storage.clock import Clock
 from headwater.broker.storage.fs import FileSystem
 from headwater.broker.storage.index import INT32_MAX, IndexCorruptError
 from headwater.broker.storage.leader_epoch import CheckpointError, LeaderEpochCache, read_checkpoint
+from headwater.broker.storage.producer_state import (
+    SNAPSHOTS_KEPT,
+    ProducerStateManager,
+    SnapshotError,
+    delete_snapshot,
+    list_snapshots,
+    read_snapshot,
+    write_snapshot,
+)
 from headwater.broker.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -65,8 +74,10 @@ from headwater.broker.storage.segment import (
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.primitives import FileRegion
 from headwater.protocol.records.header import (
+    HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    BatchHeader,
     BatchSummary,
     rewrite_offset_and_epoch,
     validate_batches,
@@ -119,6 +130,9 @@ class AppendInfo(NamedTuple):
     offset_of_max_timestamp: int  # the last offset of the batch with max_timestamp (-1 with none)
     records_count: int
     log_start_offset: int
+    #: an idempotent producer's retry of a batch already in the log: nothing was written, the
+    #: offsets are the original batch's
+    duplicate: bool = False
 
 
 class FetchData(NamedTuple):
@@ -204,6 +218,8 @@ class Log:
         self._ident = f"[Log partition={topic}-{partition}, dir={os.path.dirname(directory) or '.'}]"
         #: Where each leader epoch starts; :meth:`open` loads it (see leader_epoch.py).
         self.leader_epoch_cache = LeaderEpochCache(fs, directory, sync_dir=self._dir_changed)
+        #: The idempotent producers' state (see producer_state.py); :meth:`open` loads it.
+        self.producer_state = ProducerStateManager()
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -325,6 +341,7 @@ class Log:
             recovery_point if needs_recovery else segments[-1].next_offset,
         )
         result._load_leader_epochs(min(first_to_recover, len(segments)) if needs_recovery else None)
+        result._load_producer_state()
         log.info(
             "%s loaded %d segments: log start offset %d, log end offset %d, recovery point %d, latest epoch %d",
             ident,
@@ -361,6 +378,84 @@ class Log:
         changed |= cache.truncate_from_start(self._log_start_offset)
         if rebuild and not changed:
             cache.write()
+
+    # -- producer state ------------------------------------------------------------------------
+
+    def _load_producer_state(self) -> None:
+        """Rebuild the producer state: the newest valid snapshot within [log start, log end], then
+        the batches from its offset to the log end (from the log start without one).
+
+        Snapshots above the log end (an unclean shutdown lost their tail, or a truncation) and
+        invalid ones are deleted; older valid ones are kept.
+        """
+        state = self.producer_state
+        state.clear()
+        start_from = self._log_start_offset
+        for offset in reversed(list_snapshots(self._fs, self._dir)):
+            if offset > self._next_offset:
+                delete_snapshot(self._fs, self._dir, offset)
+                continue
+            if offset < self._log_start_offset:
+                break
+            try:
+                state.producers = read_snapshot(self._fs, self._dir, offset)
+            except (SnapshotError, OSError) as e:
+                log.warning("%s ignoring producer state snapshot at offset %d: %s", self._ident, offset, e)
+                delete_snapshot(self._fs, self._dir, offset)
+                continue
+            start_from = offset
+            break
+        n = 0
+        try:
+            for base_offset, h in self._batch_headers(start_from):
+                state.update(h, base_offset)
+                n += 1
+        except SegmentCorruptError as e:
+            # Only a segment recovery did not check can be bad here. The state is derived: a producer
+            # missing from it is treated as unknown, which is better than a log that cannot open.
+            log.error("%s producer state rebuilt only up to a bad batch header: %s", self._ident, e)
+        if state.producers or n:
+            log.info(
+                "%s producer state: %d producers (replayed %d batches from offset %d)",
+                self._ident,
+                len(state.producers),
+                n,
+                start_from,
+            )
+
+    def _batch_headers(self, from_offset: int) -> Iterator[tuple[int, BatchHeader]]:
+        """(base offset, header) of every batch holding offsets at or above ``from_offset``."""
+        i = max(bisect_right(self._base_offsets, from_offset) - 1, 0)
+        for seg in self._segments[i:]:
+            start = 0
+            if seg.base_offset < from_offset:
+                found = seg.find_batch(from_offset)
+                if found is None:
+                    continue
+                start = found.position
+            for b in seg.walk(start):
+                data = seg.read_bytes(b.position, HEADER_SIZE)
+                if len(data) < HEADER_SIZE:
+                    raise SegmentCorruptError(f"{seg.log_path}: short batch header at position {b.position}")
+                yield b.base_offset, BatchHeader._make(HEADER.unpack_from(data))
+
+    def take_producer_snapshot(self) -> None:
+        """Write the producer state as of the log end offset; keep the newest two snapshots."""
+        offset = self._next_offset
+        try:
+            write_snapshot(self._fs, self._dir, offset, self.producer_state)
+            self._dir_unsynced = True
+            for old in list_snapshots(self._fs, self._dir)[:-SNAPSHOTS_KEPT]:
+                delete_snapshot(self._fs, self._dir, old)
+        except OSError as e:  # a missing snapshot costs a longer rebuild, nothing else
+            log.error("%s cannot write the producer state snapshot at offset %d: %s", self._ident, offset, e)
+
+    def _producer_state_after_truncation(self) -> None:
+        try:
+            self._load_producer_state()
+        except (OSError, KafkaError) as e:
+            self._offline = True
+            raise _storage_error(f"{self._ident} cannot rebuild the producer state", e) from e
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -428,6 +523,12 @@ class Log:
         when the write failed (the log is as before the call) or the log is offline.
         """
         summaries = self._validate(records)
+        duplicate = self.producer_state.check(h for _, h in summaries)
+        if duplicate is not None:
+            b = duplicate.batch
+            return AppendInfo(
+                b.first_offset, b.last_offset, b.max_timestamp, b.last_offset, 0, self._log_start_offset, True
+            )
         buf = bytearray(records)  # the one copy: offsets are rewritten in it, then it is written
         first_offset = offset = self._next_offset
         max_timestamp = -1
@@ -441,6 +542,8 @@ class Log:
             entries.append(BatchEntry(position, offset, last, h.max_timestamp, h.size))
             offset = last + 1
         self._write(buf, entries, [(leader_epoch, first_offset)], offset - first_offset)
+        for (_, h), e in zip(summaries, entries, strict=True):
+            self.producer_state.update(h, e.base_offset)
         return AppendInfo(
             first_offset,
             offset - 1,
@@ -492,6 +595,8 @@ class Log:
             expected = last + 1
         epochs = [(h.partition_leader_epoch, h.base_offset) for _, h in summaries]
         self._write(records, entries, epochs, count)
+        for _, h in summaries:
+            self.producer_state.update(h, h.base_offset)
         return AppendInfo(
             first.base_offset,
             last_offset,
@@ -622,6 +727,7 @@ class Log:
         self._base_offsets.append(new.base_offset)
         self._dir_unsynced = True
         log.info("%s rolled new segment at offset %d (%s)", self._ident, new.base_offset, reason)
+        self.take_producer_snapshot()
         return new
 
     # -- flushing ------------------------------------------------------------------------------
@@ -799,6 +905,10 @@ class Log:
         if deleted:
             start = self._log_start_offset
             self._update_epochs(lambda c: c.truncate_from_start(start))
+            self.producer_state.evict_below(start)
+            for old in list_snapshots(self._fs, self._dir):
+                if old < start:
+                    delete_snapshot(self._fs, self._dir, old)
         return deleted
 
     def _delete_oldest(self, deletable: Callable[[Segment], bool], why: str, high_watermark: int | None) -> int:
@@ -867,6 +977,7 @@ class Log:
         self._log_start_offset = min(self._log_start_offset, self._next_offset)
         self._unflushed_messages = 0
         self._update_epochs(lambda c: c.truncate_from_end(end))
+        self._producer_state_after_truncation()
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -893,6 +1004,9 @@ class Log:
         self._unflushed_messages = 0
         self._dir_unsynced = True
         self._update_epochs(LeaderEpochCache.clear)
+        for old in list_snapshots(self._fs, self._dir):
+            delete_snapshot(self._fs, self._dir, old)
+        self.producer_state.clear()
 
     # -- closing -------------------------------------------------------------------------------
 

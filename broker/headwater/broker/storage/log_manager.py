@@ -90,8 +90,9 @@ class LogManager:
 
     ``tick()`` is the scheduler: the broker calls it on a timer, and it runs whichever of the
     flush check (log.flush.scheduler.interval.ms), recovery-point checkpoint
-    (log.flush.offset.checkpoint.interval.ms) and retention check (log.retention.check.interval.ms)
-    are due; segments the logs rolled past are fsynced on every tick.
+    (log.flush.offset.checkpoint.interval.ms), retention check (log.retention.check.interval.ms)
+    and idle idempotent producers' expiry (every 10 minutes, after transactional.id.expiration.ms,
+    as Kafka 2.3) are due; segments the logs rolled past are fsynced on every tick.
     """
 
     def __init__(
@@ -106,6 +107,8 @@ class LogManager:
         flush_scheduler_interval_ms: int = MAX_LONG,
         flush_offset_checkpoint_interval_ms: int = 60_000,
         high_watermark_checkpoint_interval_ms: int = 5_000,
+        producer_id_expiration_ms: int = 7 * 24 * 3600 * 1000,
+        producer_id_expiration_check_interval_ms: int = 600_000,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -119,6 +122,8 @@ class LogManager:
         self.flush_scheduler_interval_ms = flush_scheduler_interval_ms
         self.flush_offset_checkpoint_interval_ms = flush_offset_checkpoint_interval_ms
         self.high_watermark_checkpoint_interval_ms = high_watermark_checkpoint_interval_ms
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         #: the high watermarks read from replication-offset-checkpoint at start, then as last written
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._hw_written: dict[str, dict[TopicPartition, int]] = {}  # per log dir, as last written
@@ -134,6 +139,7 @@ class LogManager:
         now = self.clock.monotonic_ms()
         self._last_flush_check = self._last_checkpoint = self._last_retention_check = now
         self._last_hw_checkpoint = now
+        self._last_producer_expiration = now
         try:
             for d in self.log_dirs:
                 self._lock_dir(d)
@@ -293,6 +299,9 @@ class LogManager:
         if now - self._last_retention_check >= self.retention_check_interval_ms:
             self._last_retention_check = now
             self.cleanup_logs()
+        if now - self._last_producer_expiration >= self.producer_id_expiration_check_interval_ms:
+            self._last_producer_expiration = now
+            self.expire_producers()
 
     def _each_log(self, what: str, action: Callable[[Log], None]) -> None:
         for (topic, partition), lg in list(self._logs.items()):
@@ -300,6 +309,17 @@ class LogManager:
                 action(lg)
             except (KafkaError, OSError) as e:
                 log.error("%s of %s-%d failed: %s", what, topic, partition, e)
+
+    def expire_producers(self) -> int:
+        """Forget the idempotent producers idle for transactional.id.expiration.ms; returns how many."""
+        wall = self.clock.time_ms()
+        total = 0
+        for (topic, partition), lg in list(self._logs.items()):
+            n = lg.producer_state.remove_expired(wall, self.producer_id_expiration_ms)
+            if n:
+                log.info("%s-%d: forgot %d idle producer id(s)", topic, partition, n)
+            total += n
+        return total
 
     def cleanup_logs(self) -> int:
         """Apply retention to every log; returns the segments deleted."""
@@ -360,6 +380,7 @@ class LogManager:
         failed_dirs: set[str] = set()
         for tp, lg in list(self._logs.items()):
             try:
+                lg.take_producer_snapshot()  # so the next start replays nothing; the flush makes it durable
                 lg.flush()
             except (KafkaError, OSError) as e:
                 log.error("flush of %s-%d at shutdown failed: %s", tp[0], tp[1], e)

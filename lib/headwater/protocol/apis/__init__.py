@@ -17,6 +17,7 @@ from headwater.protocol.apis.describe_groups import DESCRIBE_GROUPS
 from headwater.protocol.apis.fetch import FETCH
 from headwater.protocol.apis.find_coordinator import FIND_COORDINATOR
 from headwater.protocol.apis.heartbeat import HEARTBEAT
+from headwater.protocol.apis.init_producer_id import INIT_PRODUCER_ID
 from headwater.protocol.apis.join_group import JOIN_GROUP
 from headwater.protocol.apis.leader_and_isr import LEADER_AND_ISR
 from headwater.protocol.apis.leave_group import LEAVE_GROUP
@@ -53,6 +54,7 @@ ALL_APIS: tuple[Api, ...] = (
     API_VERSIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
+    INIT_PRODUCER_ID,
     OFFSET_FOR_LEADER_EPOCH,
     DESCRIBE_CONFIGS,
     DELETE_GROUPS,
@@ -73,6 +75,7 @@ __all__ = [
     "FETCH",
     "FIND_COORDINATOR",
     "HEARTBEAT",
+    "INIT_PRODUCER_ID",
     "JOIN_GROUP",
     "LEADER_AND_ISR",
     "LEAVE_GROUP",

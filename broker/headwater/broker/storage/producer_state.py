@@ -1,0 +1,341 @@
+"""Per-partition producer state for the idempotent producer, and its snapshot files.
+
+For every producer id that wrote to the partition the state keeps its epoch and the metadata of
+its last :data:`BATCHES_KEPT` batches (first/last sequence, first/last offset, max timestamp),
+oldest first; the last of them holds the producer's last sequence. A leader checks each batch of
+a client's append against it (:meth:`ProducerStateManager.check`) before anything is written,
+then records the batches with their assigned offsets (:meth:`ProducerStateManager.update`);
+followers and the rebuild at start-up only record (the leader already checked).
+
+Rules of :meth:`ProducerStateManager.check` (Kafka 2.3's, per batch with producer id >= 0):
+
+* epoch below the producer's epoch: INVALID_PRODUCER_EPOCH (47);
+* same epoch and the same first *and* last sequence as one of the last five batches: a
+  duplicate; the append writes nothing and answers NONE with the original batch's offsets;
+* same epoch, the whole sequence range at or below the last sequence, but not one of the five
+  kept batches (it cannot be matched to an offset): DUPLICATE_SEQUENCE_NUMBER (46). Kafka 2.3
+  answers OUT_OF_ORDER_SEQUENCE_NUMBER there; a producer with at most five requests in flight
+  never sends such a batch, and 46 tells it the data is already written rather than lost;
+* same epoch, first sequence not last sequence + 1 (a gap or a partial overlap):
+  OUT_OF_ORDER_SEQUENCE_NUMBER (45);
+* a newer epoch must start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER;
+* an unknown producer id must start at sequence 0, else UNKNOWN_PRODUCER_ID (59). A producer
+  becomes unknown when retention moves the log start offset past its last batch
+  (:meth:`ProducerStateManager.evict_below`), as in Kafka: the client tells by the log start
+  offset of its earlier answers that its data expired, and resets its sequence. It also does
+  when its last batch's timestamp is older than transactional.id.expiration.ms (7 days;
+  :meth:`ProducerStateManager.remove_expired`, run by the log manager every 10 minutes): an idle
+  producer's state is not kept forever. A snapshot keeps expired producers until the next
+  expiry pass after a restart.
+
+Sequences are int32 and wrap from 2**31 - 1 to 0, as the clients number them.
+
+Snapshot file ``<20-digit offset>.snapshot`` in the partition directory: the state of every
+producer after all batches below ``offset`` (a log end offset at the time of writing; the log
+writes one when it rolls a segment and at clean shutdown, keeps the newest two, deletes those
+above the log end at truncation and those below the log start at retention). Big-endian::
+
+    offset  size  field
+         0     2  version           -- 1
+         2     4  crc               -- CRC-32C (Castagnoli) of every byte after this field
+         6     4  producer_count
+        10        producer_count times:
+                    8  producer_id
+                    2  producer_epoch
+                    4  batch_count   -- 1 .. 5
+                       batch_count times (oldest first):
+                         4 first_sequence, 4 last_sequence, 8 first_offset, 8 last_offset,
+                         8 max_timestamp
+
+A snapshot that is short, has another version, fails its CRC or holds trailing bytes is invalid:
+the log ignores it (and deletes it) and rebuilds from an older snapshot or the log start.
+Files are written atomically (``.tmp``, fsync, rename); the log fsyncs the directory with its
+next flush, as it does for a new segment (a snapshot lost in a crash costs a longer rebuild).
+
+Concurrency: owned by one :class:`~headwater.broker.storage.log.Log`, called from the broker's
+asyncio thread like the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from headwater.broker.storage.fs import FileSystem, read_file, replace_file
+from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.records.header import BatchHeader
+
+log = logging.getLogger(__name__)
+
+BATCHES_KEPT = 5
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+SNAPSHOTS_KEPT = 2
+INT32_MAX = 2**31 - 1
+
+_FILE_HEADER = struct.Struct(">hIi")  # version, crc, producer_count
+_PRODUCER = struct.Struct(">qhi")  # producer_id, producer_epoch, batch_count
+_BATCH = struct.Struct(">iiqqq")  # first_seq, last_seq, first_offset, last_offset, max_timestamp
+_CRC_START = 6
+
+
+class SnapshotError(ValueError):
+    """A snapshot file is not what :func:`encode_snapshot` wrote."""
+
+
+def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
+    """The sequence of a batch's last record (int32 sequences wrap to 0 after 2**31 - 1)."""
+    return (base_sequence + last_offset_delta) % (INT32_MAX + 1)
+
+
+def next_sequence(sequence: int) -> int:
+    return 0 if sequence == INT32_MAX else sequence + 1
+
+
+class BatchMetadata(NamedTuple):
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+@dataclass
+class ProducerEntry:
+    producer_id: int
+    epoch: int
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+
+class Duplicate(NamedTuple):
+    """A client's batch that is already in the log: answer with its original offsets."""
+
+    batch: BatchMetadata
+
+
+def _is_older(first_seq: int, last_seq: int, entry_last_seq: int) -> bool:
+    """Whether [first_seq, last_seq] lies wholly at or below the entry's last sequence (no wrap)."""
+    return first_seq <= last_seq <= entry_last_seq
+
+
+class ProducerStateManager:
+    """The producers of one partition (rules, snapshot format, concurrency in the module docstring)."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+
+    # -- the leader's checks -------------------------------------------------------------------
+
+    def check(self, headers: Iterable[BatchHeader]) -> Duplicate | None:
+        """Check a client's batches in order; raises KafkaError (nothing changes) or returns a Duplicate.
+
+        Batches without a producer id pass. A later batch of the same set is checked against the
+        state as the earlier ones would leave it. A duplicate ends the check: the whole set is
+        answered with that batch's offsets (Kafka's behaviour; a v3+ produce carries one batch).
+        """
+        pending: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, last sequence) after earlier batches
+        for h in headers:
+            pid = h.producer_id
+            if pid < 0:
+                continue
+            first = h.base_sequence
+            last = last_sequence(first, h.last_offset_delta)
+            entry = self.producers.get(pid)
+            if pid in pending:
+                epoch, last_seq = pending[pid]
+            elif entry is not None:
+                epoch, last_seq = entry.epoch, entry.last_seq
+                if h.producer_epoch == epoch:
+                    dup = entry.find_duplicate(first, last)
+                    if dup is not None:
+                        return Duplicate(dup)
+            else:
+                epoch, last_seq = -1, -1
+            self._check_one(pid, h.producer_epoch, first, last, epoch, last_seq, entry is not None or pid in pending)
+            pending[pid] = (h.producer_epoch, last)
+        return None
+
+    @staticmethod
+    def _check_one(pid: int, epoch: int, first: int, last: int, cur_epoch: int, cur_last: int, known: bool) -> None:
+        if not known:
+            if first != 0:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_PRODUCER_ID,
+                    f"no state for producer id {pid} (epoch {epoch}); its first batch has sequence {first}, not 0",
+                )
+            return
+        if epoch < cur_epoch:
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"producer id {pid}: epoch {epoch} is older than the current epoch {cur_epoch}",
+            )
+        if epoch > cur_epoch:
+            if first != 0:
+                raise KafkaError(
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    f"producer id {pid}: new epoch {epoch} starts at sequence {first}, not 0",
+                )
+            return
+        if first == next_sequence(cur_last):
+            return
+        if _is_older(first, last, cur_last):
+            raise KafkaError(
+                ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+                f"producer id {pid}: sequences {first}..{last} were written before (last sequence {cur_last}) "
+                f"but are older than the last {BATCHES_KEPT} batches",
+            )
+        raise KafkaError(
+            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+            f"producer id {pid} epoch {epoch}: sequence {first} after last sequence {cur_last}",
+        )
+
+    # -- recording -----------------------------------------------------------------------------
+
+    def update(self, h: BatchHeader, first_offset: int) -> None:
+        """Record a batch written at ``first_offset`` (leader after check, follower, rebuild)."""
+        pid = h.producer_id
+        if pid < 0:
+            return
+        entry = self.producers.get(pid)
+        if entry is None or h.producer_epoch != entry.epoch:
+            # a new producer, or a new epoch (a follower or a rebuild accepts what the leader wrote)
+            entry = self.producers[pid] = ProducerEntry(pid, h.producer_epoch)
+        entry.batches.append(
+            BatchMetadata(
+                h.base_sequence,
+                last_sequence(h.base_sequence, h.last_offset_delta),
+                first_offset,
+                first_offset + h.last_offset_delta,
+                h.max_timestamp,
+            )
+        )
+
+    def evict_below(self, log_start_offset: int) -> int:
+        """Forget producers whose last batch lies below the log start offset; returns how many."""
+        gone = [pid for pid, e in self.producers.items() if e.last_offset < log_start_offset]
+        for pid in gone:
+            del self.producers[pid]
+        return len(gone)
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers whose last batch's max timestamp is ``expiration_ms`` or more before
+        ``now_ms`` (Kafka 2.3's rule: transactional.id.expiration.ms applies to idle producers);
+        returns how many. A forgotten producer's next batch gets UNKNOWN_PRODUCER_ID (unless it
+        starts at sequence 0)."""
+        gone = [
+            pid
+            for pid, e in self.producers.items()
+            if e.batches and now_ms - e.batches[-1].max_timestamp >= expiration_ms
+        ]
+        for pid in gone:
+            del self.producers[pid]
+        return len(gone)
+
+    def clear(self) -> None:
+        self.producers.clear()
+
+
+# -- snapshot files ----------------------------------------------------------------------------
+
+
+def snapshot_file_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def parse_snapshot_file_name(name: str) -> int | None:
+    stem, suffix = name[: -len(SNAPSHOT_SUFFIX)], name[-len(SNAPSHOT_SUFFIX) :]
+    if suffix != SNAPSHOT_SUFFIX or len(stem) != 20 or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+def encode_snapshot(producers: Iterable[ProducerEntry]) -> bytes:
+    body = bytearray()
+    count = 0
+    for e in sorted(producers, key=lambda p: p.producer_id):
+        if not e.batches:
+            continue
+        count += 1
+        body += _PRODUCER.pack(e.producer_id, e.epoch, len(e.batches))
+        for b in e.batches:
+            body += _BATCH.pack(*b)
+    out = bytearray(_FILE_HEADER.pack(SNAPSHOT_VERSION, 0, count))
+    out += body
+    struct.pack_into(">I", out, 2, crc32c(memoryview(out)[_CRC_START:]))
+    return bytes(out)
+
+
+def decode_snapshot(data: bytes) -> dict[int, ProducerEntry]:
+    """The producers of a snapshot file's bytes; raises SnapshotError when they are not valid."""
+    if len(data) < _FILE_HEADER.size:
+        raise SnapshotError(f"{len(data)} bytes are too short for a snapshot header")
+    version, crc, count = _FILE_HEADER.unpack_from(data, 0)
+    if version != SNAPSHOT_VERSION:
+        raise SnapshotError(f"unknown snapshot version {version}")
+    if crc32c(memoryview(data)[_CRC_START:]) != crc:
+        raise SnapshotError("snapshot fails its CRC-32C check")
+    pos = _FILE_HEADER.size
+    out: dict[int, ProducerEntry] = {}
+    try:
+        for _ in range(count):
+            pid, epoch, n = _PRODUCER.unpack_from(data, pos)
+            pos += _PRODUCER.size
+            if not 1 <= n <= BATCHES_KEPT:
+                raise SnapshotError(f"producer {pid} has {n} batches")
+            entry = ProducerEntry(pid, epoch)
+            for _ in range(n):
+                entry.batches.append(BatchMetadata(*_BATCH.unpack_from(data, pos)))
+                pos += _BATCH.size
+            out[pid] = entry
+    except struct.error as e:
+        raise SnapshotError(f"snapshot truncated: {e}") from None
+    if pos != len(data):
+        raise SnapshotError(f"{len(data) - pos} trailing bytes after the snapshot")
+    return out
+
+
+def list_snapshots(fs: FileSystem, directory: str) -> list[int]:
+    """Offsets of the snapshot files in ``directory``, ascending."""
+    out = []
+    for name in fs.listdir(directory):
+        off = parse_snapshot_file_name(name)
+        if off is not None:
+            out.append(off)
+    return sorted(out)
+
+
+def write_snapshot(fs: FileSystem, directory: str, offset: int, state: ProducerStateManager) -> None:
+    """Write and fsync the file, then rename it into place; the directory fsync is the caller's."""
+    replace_file(fs, os.path.join(directory, snapshot_file_name(offset)), encode_snapshot(state.producers.values()))
+
+
+def read_snapshot(fs: FileSystem, directory: str, offset: int) -> dict[int, ProducerEntry]:
+    return decode_snapshot(read_file(fs, os.path.join(directory, snapshot_file_name(offset))))
+
+
+def delete_snapshot(fs: FileSystem, directory: str, offset: int) -> None:
+    try:
+        fs.unlink(os.path.join(directory, snapshot_file_name(offset)))
+    except FileNotFoundError:
+        pass
