@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.protocol.apis import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
@@ -21,9 +22,11 @@ from headwater.protocol.apis import (
     LEAVE_GROUP,
     OFFSET_COMMIT,
     OFFSET_FETCH,
+    PRODUCE,
     SYNC_GROUP,
 )
 from headwater.protocol.errors import ErrorCode
+from headwater.protocol.records.record import RecordInput, encode_batch
 from tests.broker.wire import Wire
 from tests.harness.broker import BrokerProcess
 
@@ -251,3 +254,15 @@ def test_groups_and_offsets_are_loaded_back_after_kill9(coordinator: BrokerProce
     d = _describe(b, g)
     assert d["group_state"] == "Stable" and [m["member_id"] for m in d["members"]] == [me]
     assert _heartbeat(b, g, gen, me) == ErrorCode.NONE  # the member carries on with the reloaded group
+
+
+def test_clients_cannot_produce_to_the_offsets_topic(coordinator: BrokerProcess) -> None:
+    batch = encode_batch([RecordInput(b"k", b"forged", 0)])
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": 5000,
+        "topics": [{"name": OFFSETS_TOPIC, "partitions": [{"partition_index": 0, "records": batch}]}],
+    }
+    answer = _call(coordinator, PRODUCE, 7, body)["responses"][0]["partitions"][0]
+    assert answer["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION

@@ -10,7 +10,8 @@
   below min.insync.replicas meanwhile, NOT_LEADER_FOR_PARTITION if leadership moved, and
   REQUEST_TIMED_OUT after ``timeout_ms``. Other acks values get INVALID_REQUIRED_ACKS. With acks=0 no response is sent; on an error the connection is closed
   instead, which is how Kafka tells an acks=0 producer something went wrong.
-- Per partition errors: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_FOR_PARTITION, CORRUPT_MESSAGE
+- Per partition errors: INVALID_TOPIC_EXCEPTION (``__consumer_offsets``: only the group
+  coordinator writes it), UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_FOR_PARTITION, CORRUPT_MESSAGE
   (bad CRC/length/magic), MESSAGE_TOO_LARGE (a batch above max.message.bytes),
   UNSUPPORTED_COMPRESSION_TYPE (zstd below v7), KAFKA_STORAGE_ERROR. Nothing is written for a
   partition whose records are refused; other partitions of the request are unaffected.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.broker.network import CloseConnection
 from headwater.broker.replication_wait import ReplicationWait, wait_for_replication
 from headwater.protocol.errors import ErrorCode, KafkaError
@@ -99,6 +101,8 @@ def _append(
 
     if acks not in (0, 1, -1):
         return error(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
+    if topic == OFFSETS_TOPIC:
+        return error(ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot append to the internal topic {topic}")
     try:
         part, log_ = broker.replicas.leader_partition(topic, index)
     except KafkaError as e:
