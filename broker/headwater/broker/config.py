@@ -99,6 +99,8 @@ class BrokerConfig:
     controlled_shutdown_enable: bool = True
     controlled_shutdown_max_retries: int = 3
     controlled_shutdown_retry_backoff_ms: int = 5000
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15000
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
     offsets_topic_segment_bytes: int = 104857600
@@ -161,6 +163,8 @@ _BROKER_PROPS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool),
     "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", _int),
     "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", _int),
+    "log.cleaner.enable": ("log_cleaner_enable", _bool),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int),
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int),
     "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", _int),
@@ -195,6 +199,10 @@ _HANDLED_ELSEWHERE = {
     "log.flush.interval.messages",
     "log.flush.interval.ms",
     "log.index.interval.bytes",
+    "log.cleanup.policy",
+    "log.cleaner.min.cleanable.ratio",
+    "log.cleaner.min.compaction.lag.ms",
+    "log.cleaner.delete.retention.ms",
     "host.name",
     "port",
 }
@@ -226,6 +234,14 @@ def _log_defaults(p: dict[str, str], message_max_bytes: int) -> LogConfig:
         kwargs["flush_interval_ms"] = _int(p["log.flush.interval.ms"])
     if "log.index.interval.bytes" in p:
         kwargs["index_interval_bytes"] = _int(p["log.index.interval.bytes"])
+    if "log.cleanup.policy" in p:
+        kwargs["cleanup_policy"] = p["log.cleanup.policy"].strip()
+    if "log.cleaner.min.cleanable.ratio" in p:
+        kwargs["min_cleanable_dirty_ratio"] = float(p["log.cleaner.min.cleanable.ratio"])
+    if "log.cleaner.min.compaction.lag.ms" in p:
+        kwargs["min_compaction_lag_ms"] = _int(p["log.cleaner.min.compaction.lag.ms"])
+    if "log.cleaner.delete.retention.ms" in p:
+        kwargs["delete_retention_ms"] = _int(p["log.cleaner.delete.retention.ms"])
     return LogConfig(**kwargs)
 
 
@@ -330,15 +346,16 @@ TOPIC_CONFIGS: dict[str, str] = {
     "flush.ms": "flush_interval_ms",
     "index.interval.bytes": "index_interval_bytes",
     "max.message.bytes": "max_message_bytes",
+    "delete.retention.ms": "delete_retention_ms",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
 }
-#: Topic configs accepted and stored but not (yet) changing behaviour of the log itself.
+#: Topic configs with their own parsing, or stored for what reads them (min.insync.replicas: Produce).
 OTHER_TOPIC_CONFIGS = {
     "cleanup.policy",
     "min.insync.replicas",
     "unclean.leader.election.enable",
     "compression.type",
     "message.timestamp.type",
-    "delete.retention.ms",
     "min.cleanable.dirty.ratio",
     "file.delete.delay.ms",
     "message.timestamp.difference.max.ms",
@@ -367,7 +384,7 @@ def validate_topic_config(configs: dict[str, str], defaults: LogConfig | None = 
             return f"Invalid value {v} for configuration min.insync.replicas: Value must be at least 1"
         elif k == "unclean.leader.election.enable" and v.lower() not in ("true", "false"):
             return f"Invalid value {v} for configuration unclean.leader.election.enable: Expected value to be true or false"
-        elif k in ("delete.retention.ms", "file.delete.delay.ms", "message.timestamp.difference.max.ms"):
+        elif k in ("file.delete.delay.ms", "message.timestamp.difference.max.ms"):
             if not v.isdigit():
                 return f"Invalid value {v} for configuration {k}: Value must be at least 0"
         elif k == "min.cleanable.dirty.ratio":
@@ -388,6 +405,7 @@ def topic_log_config(defaults: LogConfig, overrides: dict[str, str]) -> LogConfi
     """The broker defaults with a topic's overrides; raises ValueError for a value LogConfig refuses."""
     changes: dict[str, Any] = {TOPIC_CONFIGS[k]: int(v) for k, v in overrides.items() if k in TOPIC_CONFIGS}
     if overrides.get("cleanup.policy"):
-        # Until compaction exists, "compact" only keeps retention from deleting the topic's data.
         changes["cleanup_policy"] = overrides["cleanup.policy"]
+    if overrides.get("min.cleanable.dirty.ratio"):
+        changes["min_cleanable_dirty_ratio"] = float(overrides["min.cleanable.dirty.ratio"])
     return dataclasses.replace(defaults, **changes)

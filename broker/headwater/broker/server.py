@@ -94,6 +94,8 @@ class KafkaBroker:
                 flush_scheduler_interval_ms=cfg.log_flush_scheduler_interval_ms,
                 flush_offset_checkpoint_interval_ms=cfg.log_flush_offset_checkpoint_interval_ms,
                 high_watermark_checkpoint_interval_ms=cfg.replica_high_watermark_checkpoint_interval_ms,
+                cleaner_enable=cfg.log_cleaner_enable,
+                cleaner_backoff_ms=cfg.log_cleaner_backoff_ms,
                 producer_id_expiration_ms=cfg.transactional_id_expiration_ms,
             )
         )

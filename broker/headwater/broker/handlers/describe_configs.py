@@ -42,6 +42,9 @@ _BROKER_SYNONYM = {
     "cleanup.policy": "log.cleanup.policy",
     "compression.type": "compression.type",
     "message.timestamp.type": "log.message.timestamp.type",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
 }
 
 
@@ -59,11 +62,12 @@ def _topic_defaults(broker: HandlerServices) -> dict[str, str]:
         "max.message.bytes": str(d.max_message_bytes),
         "min.insync.replicas": str(c.min_insync_replicas),
         "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower(),
-        "cleanup.policy": "delete",
+        "cleanup.policy": d.cleanup_policy,
         "compression.type": "producer",
         "message.timestamp.type": "CreateTime",
-        "delete.retention.ms": "86400000",
-        "min.cleanable.dirty.ratio": "0.5",
+        "delete.retention.ms": str(d.delete_retention_ms),
+        "min.cleanable.dirty.ratio": str(d.min_cleanable_dirty_ratio),
+        "min.compaction.lag.ms": str(d.min_compaction_lag_ms),
         "file.delete.delay.ms": "60000",
         "message.timestamp.difference.max.ms": str(2**63 - 1),
     }

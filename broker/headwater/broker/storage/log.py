@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from headwater.broker.storage.cleaner import SWAP_SUFFIX, cleaned_files, swap_target
 from headwater.broker.storage.clock import Clock
 from headwater.broker.storage.fs import FileSystem
 from headwater.broker.storage.index import INT32_MAX, IndexCorruptError
@@ -106,7 +107,10 @@ class LogConfig:
     flush_interval_ms: int | None = None  # log.flush.interval.ms / flush.ms; None: never by time
     index_interval_bytes: int = 4096  # log.index.interval.bytes / index.interval.bytes
     max_message_bytes: int = 1000012  # message.max.bytes / max.message.bytes (largest batch)
-    cleanup_policy: str = "delete"  # log.cleanup.policy / cleanup.policy (retention only with "delete")
+    cleanup_policy: str = "delete"  # log.cleanup.policy / cleanup.policy: delete, compact or both
+    min_cleanable_dirty_ratio: float = 0.5  # log.cleaner.min.cleanable.ratio / min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0  # log.cleaner.min.compaction.lag.ms / min.compaction.lag.ms
+    delete_retention_ms: int = 86_400_000  # log.cleaner.delete.retention.ms / delete.retention.ms
 
     def __post_init__(self) -> None:
         if not 61 <= self.segment_bytes <= INT32_MAX:
@@ -121,6 +125,14 @@ class LogConfig:
             raise ValueError(f"index_interval_bytes {self.index_interval_bytes} must not be negative")
         if self.max_message_bytes < 0:
             raise ValueError(f"max_message_bytes {self.max_message_bytes} must not be negative")
+        if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
+            raise ValueError(f"min_cleanable_dirty_ratio {self.min_cleanable_dirty_ratio} must be between 0 and 1")
+        if self.min_compaction_lag_ms < 0 or self.delete_retention_ms < 0:
+            raise ValueError("min_compaction_lag_ms and delete_retention_ms must not be negative")
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
 
 
 class AppendInfo(NamedTuple):
@@ -181,6 +193,37 @@ def _batch_epochs(segments: Sequence[Segment]) -> Iterator[tuple[int, int]]:
                 raise SegmentCorruptError(f"{seg.log_path}: bad batch header at position {pos}")
             yield int(epoch), int(base)
             pos += LOG_OVERHEAD + int(length)
+
+
+def _finish_interrupted_cleaning(fs: FileSystem, directory: str, ident: str) -> None:
+    """A crash mid-swap (cleaner.py): ``.cleaned`` files are dropped; a ``.swap`` file replaces every
+    segment whose base offset lies within its offsets, then takes its name."""
+    cleaned, swaps = cleaned_files(fs.listdir(directory))
+    for name in cleaned:
+        log.info("%s deleting %s left by an interrupted cleaning", ident, name)
+        fs.unlink(os.path.join(directory, name))
+    for name in swaps:
+        parsed = parse_segment_file_name(swap_target(name))
+        if parsed is None or parsed[1] != LOG_SUFFIX:
+            continue
+        base = parsed[0]
+        path = os.path.join(directory, name)
+        last = base
+        fd = fs.open(path)
+        try:
+            size, pos = fs.fsize(fd), 0
+            while pos + HEADER_SIZE <= size:
+                h = BatchHeader._make(HEADER.unpack_from(fs.pread(fd, HEADER_SIZE, pos)))
+                last, pos = h.base_offset + h.last_offset_delta, pos + LOG_OVERHEAD + h.batch_length
+        finally:
+            fs.close(fd)
+        for other in fs.listdir(directory):
+            got = parse_segment_file_name(other)
+            if got is not None and base <= got[0] <= last and got[1] in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                fs.unlink(os.path.join(directory, other))
+        fs.rename(path, os.path.join(directory, swap_target(name)))
+        fs.fsync_dir(directory)
+        log.info("%s completed the interrupted swap of cleaned segment %s (offsets %d..%d)", ident, name, base, last)
 
 
 class Log:
@@ -245,6 +288,7 @@ class Log:
         """
         ident = f"[Log partition={topic}-{partition}, dir={os.path.dirname(directory) or '.'}]"
         fs.makedirs(directory)
+        _finish_interrupted_cleaning(fs, directory, ident)
         bases: list[int] = []
         indexes: list[tuple[int, str]] = []
         for name in fs.listdir(directory):
@@ -557,16 +601,19 @@ class Log:
         """Append batches fetched from the leader, keeping their offsets and leader epochs byte for byte.
 
         Validated as :meth:`append` does. The first batch must start at the log end offset
-        (else UnexpectedAppendOffsetError, OFFSET_OUT_OF_RANGE) and each batch above the previous
+        (else UnexpectedAppendOffsetError, OFFSET_OUT_OF_RANGE), or above it in a compacted log
+        (the leader's cleaner removed what lay between), and each batch above the previous
         one's last offset (else CORRUPT_MESSAGE; gaps between batches are allowed, as Kafka allows
         them for compacted leaders). Each batch whose partition leader epoch is above the
         cache's latest starts that epoch at its base offset. Nothing is written when it raises;
         errors otherwise as :meth:`append`.
         """
-        summaries = self._validate(records)
+        summaries = self._validate(records, compacted=self._config.compact)
         first = summaries[0].header
         last_offset = summaries[-1].header.last_offset
-        if first.base_offset != self._next_offset:
+        if first.base_offset < self._next_offset or (
+            first.base_offset > self._next_offset and not self._config.compact
+        ):
             raise UnexpectedAppendOffsetError(
                 f"{self._ident} follower append starts at offset {first.base_offset} (last offset "
                 f"{last_offset}), not at the log end offset {self._next_offset}",
@@ -606,10 +653,10 @@ class Log:
             self._log_start_offset,
         )
 
-    def _validate(self, records: bytes | bytearray | memoryview) -> list[BatchSummary]:
+    def _validate(self, records: bytes | bytearray | memoryview, *, compacted: bool = False) -> list[BatchSummary]:
         if self._offline:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self._ident} is offline after an I/O error")
-        summaries = validate_batches(records, self._config.max_message_bytes)
+        summaries = validate_batches(records, self._config.max_message_bytes, compacted=compacted)
         if len(records) > self._config.segment_bytes:
             raise KafkaError(
                 ErrorCode.RECORD_LIST_TOO_LARGE,
@@ -938,6 +985,42 @@ class Log:
             )
             n += 1
         return n
+
+    # -- compaction (see cleaner.py) -------------------------------------------------------------
+
+    def swap_cleaned(self, old: Sequence[Segment], cleaned_path: str | None) -> None:
+        """Replace consecutive segments ``old`` (never the active one) by the cleaned segment file
+        ``cleaned_path`` (written and fsynced as ``<old[0] base>.log.cleaned``), or drop them when
+        None (nothing in them survived). The crash-safe order is in cleaner.py's docstring."""
+        i = self._segments.index(old[0])
+        if self._segments[i : i + len(old)] != list(old) or i + len(old) >= len(self._segments):
+            raise ValueError(f"{self._ident} cannot swap {old}: not consecutive inactive segments")
+        base = old[0].base_offset
+        try:
+            swap = old[0].log_path + SWAP_SUFFIX
+            if cleaned_path is not None:
+                self._fs.rename(cleaned_path, swap)
+                self._fs.fsync_dir(self._dir)
+            for seg in old:
+                seg.delete()
+            new: list[Segment] = []
+            if cleaned_path is not None:
+                self._fs.rename(swap, old[0].log_path)
+                self._fs.fsync_dir(self._dir)
+                seg = Segment.open(self._fs, self._dir, base, self._config.index_interval_bytes)
+                seg.recover(max(self._config.max_message_bytes, self._config.segment_bytes))
+                seg.become_inactive()
+                new = [seg]
+        except OSError as e:
+            self._offline = True  # the files are in doubt until the next open completes the swap
+            raise _storage_error(f"{self._ident} swapping cleaned segments failed", e) from e
+        self._segments[i : i + len(old)] = new
+        self._base_offsets = [s.base_offset for s in self._segments]
+        self._size_bytes = sum(s.size for s in self._segments)
+        if i == 0 and not new:
+            self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+            start = self._log_start_offset
+            self._update_epochs(lambda c: c.truncate_from_start(start))
 
     # -- truncation ----------------------------------------------------------------------------
 

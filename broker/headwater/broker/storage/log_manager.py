@@ -6,6 +6,7 @@ Each log dir (``log.dirs``) holds::
         .lock                              exclusive flock while a broker uses the dir
         .kafka_cleanshutdown               present only after a clean shutdown (empty file)
         recovery-point-offset-checkpoint   where each log's recovery point is
+        cleaner-offset-checkpoint          each compacted log's first dirty offset (see cleaner.py)
         replication-offset-checkpoint      each partition's high watermark, as the replica layer last
                                            knew it (read back at start, so a restarted leader does not
                                            answer from its log start until its followers fetch)
@@ -35,6 +36,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 
+from headwater.broker.storage.cleaner import CLEANER_CHECKPOINT_FILE, CleanStats, clean, cleanable_section, dirty_ratio
 from headwater.broker.storage.clock import Clock, SystemClock
 from headwater.broker.storage.fs import FileSystem, OsFileSystem, read_file, write_file_atomically
 from headwater.broker.storage.log import MAX_LONG, Log, LogConfig
@@ -91,8 +93,9 @@ class LogManager:
     ``tick()`` is the scheduler: the broker calls it on a timer, and it runs whichever of the
     flush check (log.flush.scheduler.interval.ms), recovery-point checkpoint
     (log.flush.offset.checkpoint.interval.ms), retention check (log.retention.check.interval.ms)
-    and idle idempotent producers' expiry (every 10 minutes, after transactional.id.expiration.ms,
-    as Kafka 2.3) are due; segments the logs rolled past are fsynced on every tick.
+    idle idempotent producers' expiry (every 10 minutes, after transactional.id.expiration.ms,
+    as Kafka 2.3) and the log cleaner (log.cleaner.backoff.ms, one compacted log a pass) are due;
+    segments the logs rolled past are fsynced on every tick.
     """
 
     def __init__(
@@ -109,6 +112,8 @@ class LogManager:
         high_watermark_checkpoint_interval_ms: int = 5_000,
         producer_id_expiration_ms: int = 7 * 24 * 3600 * 1000,
         producer_id_expiration_check_interval_ms: int = 600_000,
+        cleaner_enable: bool = True,
+        cleaner_backoff_ms: int = 15_000,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -124,6 +129,10 @@ class LogManager:
         self.high_watermark_checkpoint_interval_ms = high_watermark_checkpoint_interval_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
+        self.cleaner_enable = cleaner_enable
+        self.cleaner_backoff_ms = cleaner_backoff_ms
+        #: each compacted log's first dirty offset (cleaner-offset-checkpoint; see cleaner.py)
+        self._first_dirty: dict[TopicPartition, int] = {}
         #: the high watermarks read from replication-offset-checkpoint at start, then as last written
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._hw_written: dict[str, dict[TopicPartition, int]] = {}  # per log dir, as last written
@@ -140,6 +149,7 @@ class LogManager:
         self._last_flush_check = self._last_checkpoint = self._last_retention_check = now
         self._last_hw_checkpoint = now
         self._last_producer_expiration = now
+        self._last_clean = now
         try:
             for d in self.log_dirs:
                 self._lock_dir(d)
@@ -167,6 +177,7 @@ class LogManager:
         clean = fs.exists(marker)
         points = self._read_checkpoint(d)
         high_watermarks = self._read_checkpoint(d, HIGH_WATERMARK_CHECKPOINT_FILE)
+        first_dirty = self._read_checkpoint(d, CLEANER_CHECKPOINT_FILE)
         loaded = 0
         for name in sorted(fs.listdir(d)):
             path = os.path.join(d, name)
@@ -191,6 +202,8 @@ class LogManager:
             self._dir_of[tp] = d
             if tp in high_watermarks:
                 self._high_watermarks[tp] = high_watermarks[tp]
+            if tp in first_dirty:
+                self._first_dirty[tp] = first_dirty[tp]
             loaded += 1
         if clean:
             fs.unlink(marker)  # a crash from now on must be noticed at the next start
@@ -203,11 +216,10 @@ class LogManager:
         try:
             return parse_checkpoint(read_file(self.fs, path))
         except (ValueError, UnicodeDecodeError) as e:
-            what = (
-                "logs will be recovered from offset 0"
-                if name == RECOVERY_POINT_CHECKPOINT_FILE
-                else "high watermarks unknown"
-            )
+            what = {
+                RECOVERY_POINT_CHECKPOINT_FILE: "logs will be recovered from offset 0",
+                CLEANER_CHECKPOINT_FILE: "compacted logs will be cleaned from their start",
+            }.get(name, "high watermarks unknown")
             log.warning("ignoring malformed %s (%s): %s", path, what, e)
             return {}
 
@@ -275,6 +287,7 @@ class LogManager:
         lg = self._logs.pop(tp, None)
         self._dir_of.pop(tp, None)
         self._high_watermarks.pop(tp, None)
+        self._first_dirty.pop(tp, None)
         if lg is None:
             return False
         lg.delete()
@@ -302,6 +315,79 @@ class LogManager:
         if now - self._last_producer_expiration >= self.producer_id_expiration_check_interval_ms:
             self._last_producer_expiration = now
             self.expire_producers()
+        if self.cleaner_enable and now - self._last_clean >= self.cleaner_backoff_ms:
+            self._last_clean = now
+            self.clean_one()
+
+    def clean_one(self) -> CleanStats | None:
+        """Compact the compacted log with the highest dirty ratio at or above its
+        min.cleanable.dirty.ratio (one per call: cleaning runs on the broker's event loop)."""
+        now_ms = self.clock.time_ms()
+        best: tuple[float, TopicPartition, Log, int] | None = None
+        for tp, lg in list(self._logs.items()):
+            cfg = lg.config
+            if not cfg.compact or lg.is_offline:
+                continue
+            segments = lg.segments
+            hw = self.high_watermark_of(tp) if self.high_watermark_of is not None else lg.log_end_offset
+            if hw is None:
+                continue
+            first_dirty = min(self._first_dirty.get(tp, 0), lg.log_end_offset)
+            start, end = cleanable_section(
+                segments, first_dirty, lg.log_start_offset, cfg.min_compaction_lag_ms, now_ms, hw
+            )
+            ratio, dirty = dirty_ratio(segments, start, end)
+            if dirty > 0 and ratio >= cfg.min_cleanable_dirty_ratio and (best is None or ratio > best[0]):
+                best = (ratio, tp, lg, start)
+        if best is None:
+            return None
+        ratio, tp, lg, start = best
+        cfg = lg.config
+        protected = {b.last_offset for e in lg.producer_state.producers.values() for b in e.batches}
+        hw = self.high_watermark_of(tp) if self.high_watermark_of is not None else None
+        try:
+            stats = clean(
+                lg,
+                self.fs,
+                start,
+                now_ms,
+                compaction_lag_ms=cfg.min_compaction_lag_ms,
+                delete_retention_ms=cfg.delete_retention_ms,
+                segment_bytes=cfg.segment_bytes,
+                log_start=lg.log_start_offset,
+                protected=protected,
+                high_watermark=hw,
+            )
+        except (KafkaError, OSError) as e:
+            log.error("cleaning %s-%d failed: %s", tp[0], tp[1], e)
+            return None
+        self._first_dirty[tp] = stats.first_uncleanable
+        self._write_cleaner_checkpoint(self._dir_of[tp])
+        log.info(
+            "cleaned %s-%d (dirty ratio %.2f): offsets %d..%d, %d bytes read, %d written, %d records kept, "
+            "%d removed (%d tombstones), %d -> %d segments in %.3f s",
+            tp[0],
+            tp[1],
+            ratio,
+            stats.first_dirty,
+            stats.first_uncleanable,
+            stats.bytes_read,
+            stats.bytes_written,
+            stats.records_kept,
+            stats.records_removed,
+            stats.tombstones_removed,
+            stats.segments_before,
+            stats.segments_after,
+            stats.seconds,
+        )
+        return stats
+
+    def _write_cleaner_checkpoint(self, d: str) -> None:
+        points = {tp: off for tp, off in self._first_dirty.items() if self._dir_of.get(tp) == d}
+        try:
+            write_file_atomically(self.fs, os.path.join(d, CLEANER_CHECKPOINT_FILE), format_checkpoint(points))
+        except OSError as e:
+            log.error("cannot write the cleaner checkpoint of %s: %s", d, e)
 
     def _each_log(self, what: str, action: Callable[[Log], None]) -> None:
         for (topic, partition), lg in list(self._logs.items()):

@@ -228,7 +228,7 @@ class Segment:
 
         A batch is valid when its header is whole, its magic is 2, its length is at least the
         header's and at most ``max_batch_bytes``, it ends within the file, its CRC-32C matches, its
-        record count agrees with its last offset delta, and its offsets are above the previous
+        record count is at most its last offset delta + 1 (fewer after compaction), its offsets are above the previous
         batch's. Returns the number of bytes truncated.
         """
         fs = self.fs
@@ -270,7 +270,7 @@ class Segment:
             if not crc_matches(buf, rel, h):
                 problem = "CRC-32C mismatch"
                 break
-            if h.records_count <= 0 or h.last_offset_delta != h.records_count - 1:
+            if h.records_count <= 0 or h.records_count > h.last_offset_delta + 1:  # fewer: compacted
                 problem = f"{h.records_count} records but a last offset delta of {h.last_offset_delta}"
                 break
             last = h.base_offset + h.last_offset_delta

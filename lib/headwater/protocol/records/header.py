@@ -138,8 +138,13 @@ class BatchSummary(NamedTuple):
     header: BatchHeader
 
 
-def validate_batches(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> list[BatchSummary]:
+def validate_batches(
+    buf: bytes | bytearray | memoryview, max_batch_bytes: int, *, compacted: bool = False
+) -> list[BatchSummary]:
     """Check every batch in a producer's record set; per batch work only, never per record.
+
+    A producer's batch holds exactly last_offset_delta + 1 records; with ``compacted`` (batches a
+    leader's log compaction rewrote, fetched by a follower) fewer are allowed: offsets have gaps.
 
     Raises KafkaError with Kafka's code: CORRUPT_MESSAGE (bad length, magic, CRC, record count,
     trailing bytes, empty set), MESSAGE_TOO_LARGE (a batch above ``max_batch_bytes``),
@@ -161,7 +166,10 @@ def validate_batches(buf: bytes | bytearray | memoryview, max_batch_bytes: int) 
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch of {h.size} bytes is truncated at byte {n}")
         if not crc_matches(buf, pos, h):
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch at byte {pos} fails its CRC-32C check")
-        if h.records_count <= 0 or h.last_offset_delta != h.records_count - 1:
+        if h.records_count <= 0 or (
+            h.last_offset_delta != h.records_count - 1
+            and not (compacted and h.records_count <= h.last_offset_delta + 1)
+        ):
             raise KafkaError(
                 ErrorCode.CORRUPT_MESSAGE,
                 f"record batch claims {h.records_count} records but a last offset delta of {h.last_offset_delta}",

@@ -171,8 +171,10 @@ def _encode_headers(headers: Sequence[tuple[str, Buffer | None]]) -> bytes:
     return bytes(out)
 
 
-def _encode_records(out: bytearray, records: Sequence[RecordLike], base_ts: int) -> int:
-    """Append ``records`` at offset deltas 0..n-1 to ``out``; the largest timestamp.
+def _encode_records(
+    out: bytearray, records: Sequence[RecordLike], base_ts: int, offset_deltas: Sequence[int] | None = None
+) -> int:
+    """Append ``records`` at offset deltas 0..n-1 (or ``offset_deltas``) to ``out``; the largest timestamp.
 
     The reference implementation of _crecords.encode_records (and the fallback without it)."""
     table = _VARINT
@@ -186,6 +188,8 @@ def _encode_records(out: bytearray, records: Sequence[RecordLike], base_ts: int)
             max_ts = ts
         d = ts - base_ts
         tz = (d << 1) ^ (d >> 63)
+        if offset_deltas is not None:
+            i = offset_deltas[i]
         if key is None:
             kl = b"\x01"
             key = b""
@@ -229,22 +233,28 @@ def encode_batch(
     partition_leader_epoch: int = -1,
     transactional: bool = False,
     control: bool = False,
+    offset_deltas: Sequence[int] | None = None,
+    last_offset_delta: int | None = None,
 ) -> bytes:
     """One magic-2 batch holding ``records`` at offset deltas 0..n-1.
 
     base_timestamp is the first record's timestamp (as the Java client does), max_timestamp the
     largest. ``timestamp_type`` 1 sets LogAppendTime (attribute bit 3). ``transactional`` and
-    ``control`` set attribute bits 4 and 5. Raises ValueError for an empty ``records`` or a value
-    that does not fit its field; the codec's KafkaError if compression fails.
+    ``control`` set attribute bits 4 and 5. ``offset_deltas`` and ``last_offset_delta`` rebuild a
+    batch with gaps (what log compaction keeps of one: the surviving records keep their offsets,
+    the batch its last offset). Raises ValueError for an empty ``records`` or a value that does not
+    fit its field; the codec's KafkaError if compression fails.
     """
     n = len(records)
     if n == 0:
         raise ValueError("a record batch needs at least one record")
     base_ts = records[0][2]
     out = bytearray(_HEADER_ZEROS)
-    if _C is not None:
+    if offset_deltas is not None:
+        max_ts: int = _encode_records(out, records, base_ts, offset_deltas)
+    elif _C is not None:
         try:
-            max_ts: int = _C.encode_records(out, records, base_ts)
+            max_ts = _C.encode_records(out, records, base_ts)
         except OverflowError as e:
             raise ValueError(f"a record field does not fit its varint: {e}") from None
     else:
@@ -269,7 +279,7 @@ def encode_batch(
             2,
             0,  # crc, set below
             attributes,
-            n - 1,
+            n - 1 if last_offset_delta is None else last_offset_delta,
             base_ts,
             max_ts,
             producer_id,

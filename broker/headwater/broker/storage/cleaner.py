@@ -1,0 +1,296 @@
+"""Log compaction (``cleanup.policy=compact``): keep the latest record of every key.
+
+A compacted log has a *clean* head, already compacted, and a *dirty* tail written since::
+
+    log start ........ first dirty offset ........ first uncleanable offset ... active segment
+    |  cleaned before  |  written since the last cleaning  |  too recent (lag) |  never cleaned
+
+- The first dirty offset of each partition is kept in ``cleaner-offset-checkpoint`` in its log
+  directory (the same text format as ``recovery-point-offset-checkpoint``: a version line, a
+  count line, then ``topic partition offset`` lines).
+- The first uncleanable offset is the active segment's base offset, or the base of the first
+  segment holding a record younger than ``min.compaction.lag.ms``.
+- A log is cleaned when dirty bytes / (clean + dirty bytes) reaches ``min.cleanable.dirty.ratio``.
+
+One cleaning: an offset map (key -> its last offset) is built over the dirty section; then every
+segment below the first uncleanable offset is rewritten, grouped so that a group stays within
+``segment.bytes``, keeping a record when no later record of its key is in the dirty section.
+Records without a key are kept. A tombstone (null value) is kept while it may still be needed:
+it goes only once it is in the clean head (it survived one cleaning already) and its batch's
+timestamp is older than ``delete.retention.ms``, so a consumer reading from the start sees a
+deletion for at least that long. A batch whose records all stay is copied byte for byte; a batch
+that loses some is rebuilt with its base offset, last offset (kept even when its last record
+goes), codec, producer fields and partition leader epoch, and only the surviving records at
+their original offsets: offsets are never reassigned, gaps are normal. A batch that loses every
+record disappears, unless it is one of its idempotent producer's five newest batches (the
+producer state rebuilt from the log needs it): those stay whole.
+
+Crash safety -- the swap (file names beside the segments, base = the group's first base offset)::
+
+    1. <base>.log.cleaned   written and fsynced          crash: deleted at the next open
+    2. renamed <base>.log.swap, directory fsynced        crash: the swap is completed at open
+    3. the group's old segments deleted (.log and indexes)
+    4. <base>.log.swap renamed <base>.log                 crash: nothing left to do; indexes rebuilt
+
+Completing a swap at open deletes every segment whose base offset lies within the swap file's
+offsets, then renames it; so at any crash point the log reads every offset's latest data.
+Cleaning runs on the broker's event loop (the log is not thread-safe), one log per pass of
+``log.cleaner.backoff.ms``, and logs one line per cleaning: bytes read and written, records
+kept and removed, time taken.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from headwater.broker.storage.fs import FileSystem, write_all
+from headwater.broker.storage.segment import Segment
+from headwater.protocol.records.header import TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader
+from headwater.protocol.records.record import Record, RecordInput, decode_batch, encode_batch
+
+log = logging.getLogger(__name__)
+
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+
+
+@dataclass
+class CleanStats:
+    first_dirty: int
+    first_uncleanable: int
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_kept: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    segments_before: int = 0
+    segments_after: int = 0
+    seconds: float = 0.0
+
+
+class CleanableLog(Protocol):
+    """What the cleaner needs of a log (:class:`~headwater.broker.storage.log.Log` has it)."""
+
+    @property
+    def segments(self) -> tuple[Segment, ...]: ...
+
+    def swap_cleaned(self, old: Sequence[Segment], cleaned_path: str | None) -> None: ...
+
+
+def cleanable_section(
+    segments: Sequence[Segment],
+    first_dirty: int,
+    log_start: int,
+    lag_ms: int,
+    now_ms: int,
+    high_watermark: int | None = None,
+) -> tuple[int, int]:
+    """(first dirty offset, first uncleanable offset) of a log with these segments: the base of the
+    active segment, of the first one younger than the compaction lag, or of the first one holding
+    offsets at or above the high watermark (what a new leader may still truncate), whichever is first."""
+    end = segments[-1].base_offset  # the active segment is never cleaned
+    for s in segments[:-1]:
+        if (lag_ms > 0 and s.largest_timestamp > now_ms - lag_ms) or (
+            high_watermark is not None and s.next_offset > high_watermark
+        ):
+            end = s.base_offset
+            break
+    return max(first_dirty, log_start), end
+
+
+def dirty_ratio(segments: Sequence[Segment], first_dirty: int, first_uncleanable: int) -> tuple[float, int]:
+    """(dirty bytes / cleanable bytes, dirty bytes) over the segments below ``first_uncleanable``."""
+    clean = dirty = 0
+    for s in segments:
+        if s.next_offset > first_uncleanable or s is segments[-1]:
+            break
+        if s.next_offset <= first_dirty:
+            clean += s.size
+        else:
+            dirty += s.size
+    total = clean + dirty
+    return (dirty / total if total else 0.0), dirty
+
+
+def _batches(seg: Segment) -> Iterator[tuple[bytes, BatchHeader, list[Record]]]:
+    """Each batch of a segment: its bytes, header and records."""
+    for b in seg.walk(0):
+        data = seg.read_bytes(b.position, b.size)
+        header, records = decode_batch(data)
+        yield data, header, records
+
+
+def build_offset_map(segments: Sequence[Segment], first_dirty: int, first_uncleanable: int) -> dict[bytes, int]:
+    """key -> the offset of its last record in [first_dirty, first_uncleanable)."""
+    latest: dict[bytes, int] = {}
+    for seg in segments:
+        if seg.next_offset <= first_dirty or seg.base_offset >= first_uncleanable:
+            continue
+        for _, header, records in _batches(seg):
+            if header.is_control:
+                continue
+            for r in records:
+                if r.key is not None and first_dirty <= r.offset < first_uncleanable:
+                    latest[r.key] = r.offset
+    return latest
+
+
+def group_segments(segments: Sequence[Segment], first_uncleanable: int, max_bytes: int) -> list[list[Segment]]:
+    """Consecutive segments below ``first_uncleanable``, grouped up to ``max_bytes`` each."""
+    groups: list[list[Segment]] = []
+    size = 0
+    for s in segments[:-1]:
+        if s.next_offset > first_uncleanable:
+            break
+        if groups and size + s.size <= max_bytes and s.next_offset - groups[-1][0].base_offset <= 2**31 - 1:
+            groups[-1].append(s)
+            size += s.size
+        else:
+            groups.append([s])
+            size = s.size
+    return groups
+
+
+class _Keep:
+    """The rule deciding which records survive one cleaning."""
+
+    def __init__(
+        self, offset_map: dict[bytes, int], first_dirty: int, tombstone_horizon_ms: int, protected: set[int]
+    ) -> None:
+        self.offset_map = offset_map
+        self.first_dirty = first_dirty
+        self.tombstone_horizon_ms = tombstone_horizon_ms
+        self.protected = protected  # last offsets of idempotent producers' newest batches
+
+    def record(self, r: Record, batch_max_timestamp: int, stats: CleanStats) -> bool:
+        if r.key is not None and self.offset_map.get(r.key, -1) > r.offset:
+            return False  # superseded by a later record of its key
+        if r.value is None and r.offset < self.first_dirty and batch_max_timestamp < self.tombstone_horizon_ms:
+            stats.tombstones_removed += 1
+            return False  # a tombstone past delete.retention.ms in the clean head
+        return True
+
+
+def _filtered_batch(
+    data: bytes, header: BatchHeader, records: list[Record], keep: _Keep, stats: CleanStats
+) -> bytes | None:
+    if header.is_control:
+        return data
+    kept = [r for r in records if keep.record(r, header.max_timestamp, stats)]
+    stats.records_kept += len(kept)
+    stats.records_removed += len(records) - len(kept)
+    if len(kept) == len(records):
+        return data
+    if not kept:
+        if header.producer_id >= 0 and header.last_offset in keep.protected:
+            stats.records_kept += len(records)
+            stats.records_removed -= len(records)
+            return data
+        return None
+    return encode_batch(
+        [RecordInput(r.key, r.value, r.timestamp, r.headers) for r in kept],
+        base_offset=header.base_offset,
+        compression=header.codec,
+        timestamp_type=1 if header.attributes & TIMESTAMP_TYPE_BIT else 0,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        partition_leader_epoch=header.partition_leader_epoch,
+        transactional=bool(header.attributes & TRANSACTIONAL_BIT),
+        offset_deltas=[r.offset - header.base_offset for r in kept],
+        last_offset_delta=header.last_offset_delta,
+    )
+
+
+def _write_cleaned(
+    fs: FileSystem, named_after: Segment, group: Sequence[Segment], keep: _Keep, stats: CleanStats
+) -> str | None:
+    """Write the group's surviving batches to ``<base>.log.cleaned`` (fsynced; ``base`` is
+    ``named_after``'s); None when nothing survives."""
+    path = named_after.log_path + CLEANED_SUFFIX
+    fd = fs.open(path, create=True)
+    try:
+        fs.ftruncate(fd, 0)
+        position = 0
+        for seg in group:
+            stats.bytes_read += seg.size
+            for data, header, records in _batches(seg):
+                out = _filtered_batch(data, header, records, keep, stats)
+                if out is not None:
+                    write_all(fs, fd, out, position)
+                    position += len(out)
+        fs.fsync(fd)
+    finally:
+        fs.close(fd)
+    if position == 0:
+        fs.unlink(path)
+        return None
+    stats.bytes_written += position
+    return path
+
+
+def clean(
+    lg: CleanableLog,
+    fs: FileSystem,
+    first_dirty: int,
+    now_ms: int,
+    *,
+    compaction_lag_ms: int,
+    delete_retention_ms: int,
+    segment_bytes: int,
+    log_start: int,
+    protected: set[int],
+    high_watermark: int | None = None,
+) -> CleanStats:
+    """Compact ``lg`` once (the caller decided it is due); returns what was done. ``protected``: the
+    last offsets of idempotent producers' newest batches."""
+    started = time.monotonic()
+    segments = lg.segments
+    first_dirty, end = cleanable_section(segments, first_dirty, log_start, compaction_lag_ms, now_ms, high_watermark)
+    stats = CleanStats(first_dirty, end, segments_before=len(segments))
+    offset_map = build_offset_map(segments, first_dirty, end)
+    keep = _Keep(offset_map, first_dirty, now_ms - delete_retention_ms, protected)
+    groups = group_segments(segments, end, segment_bytes)
+    emptied: list[Segment] = []  # segments nothing survived in: they go with the next group's swap
+    for i, group in enumerate(groups):
+        cleaned = _write_cleaned(fs, (emptied or group)[0], group, keep, stats)
+        if cleaned is None and i + 1 < len(groups):
+            emptied += group
+            continue
+        # the cleaned file keeps the first base offset of everything it replaces: the log start
+        # offset does not move (unless nothing at all survived from it)
+        lg.swap_cleaned(emptied + group, cleaned)
+        emptied = []
+    stats.segments_after = len(lg.segments)
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+def cleaned_files(directory_entries: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(``.cleaned`` files, ``.swap`` files) among a log directory's names."""
+    return (
+        [n for n in directory_entries if n.endswith(CLEANED_SUFFIX)],
+        [n for n in directory_entries if n.endswith(SWAP_SUFFIX)],
+    )
+
+
+def swap_target(swap_name: str) -> str:
+    return swap_name[: -len(SWAP_SUFFIX)]
+
+
+__all__ = [
+    "CLEANED_SUFFIX",
+    "CLEANER_CHECKPOINT_FILE",
+    "SWAP_SUFFIX",
+    "CleanStats",
+    "clean",
+    "cleanable_section",
+    "cleaned_files",
+    "dirty_ratio",
+    "swap_target",
+]

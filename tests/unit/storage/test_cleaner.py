@@ -1,0 +1,175 @@
+"""Log compaction on a real log directory, with the clock and the file system injected: what survives
+a cleaning, tombstones and delete.retention.ms, compressed batches, the dirty ratio, the cleaner
+checkpoint, and a crash at each step of the segment swap."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from headwater.broker.storage.clock import ManualClock
+from headwater.broker.storage.fs import OsFileSystem
+from headwater.broker.storage.log import Log, LogConfig
+from headwater.broker.storage.log_manager import LogManager
+from headwater.protocol.records.compression import Codec
+from headwater.protocol.records.record import Record, encode_batch
+from tests.unit.storage.storage_helpers import T0, open_log, read_all, segment_files
+
+KEYS = 10
+ROUNDS = 5
+
+
+def compacted(retention_ms: int = 60_000, segment_bytes: int = 600) -> LogConfig:
+    return LogConfig(
+        segment_bytes=segment_bytes,
+        cleanup_policy="compact",
+        min_cleanable_dirty_ratio=0.01,
+        delete_retention_ms=retention_ms,
+    )
+
+
+def keyed(*records: tuple[str, str | None], ts: int = T0, codec: int = Codec.NONE) -> bytes:
+    return encode_batch(
+        [(k.encode(), None if v is None else v.encode(), ts, ()) for k, v in records], compression=codec
+    )
+
+
+def write_rounds(lg: Log, rounds: int = ROUNDS) -> dict[str, tuple[int, str]]:
+    """Each round updates every key once (one record a batch); returns key -> (last offset, value)."""
+    latest = {}
+    for r in range(rounds):
+        for k in range(KEYS):
+            info = lg.append(keyed((f"k{k}", f"v{r}-{k}")), 0)
+            latest[f"k{k}"] = (info.last_offset, f"v{r}-{k}")
+    return latest
+
+
+def view(records: list[Record]) -> dict[str, tuple[int, str | None]]:
+    out: dict[str, tuple[int, str | None]] = {}
+    for r in records:
+        assert r.key is not None
+        out[r.key.decode()] = (r.offset, None if r.value is None else r.value.decode())
+    return out
+
+
+@pytest.fixture
+def manager(tmp_path: Path) -> LogManager:
+    return LogManager([str(tmp_path / "logs")], LogConfig(), OsFileSystem(), ManualClock(T0), cleaner_backoff_ms=0)
+
+
+def test_cleaning_keeps_the_latest_record_of_every_key_at_its_offset(manager: LogManager) -> None:
+    lg = manager.create_log("c", 0, compacted())
+    latest = write_rounds(lg)
+    lg.roll()
+    before = len(lg.segments)
+    stats = manager.clean_one()
+    assert stats is not None and stats.records_removed == KEYS * (ROUNDS - 1)
+    records = read_all(lg)
+    assert view(records) == latest and len(records) == KEYS  # one per key, at its original offset
+    assert [r.offset for r in records] == sorted(r.offset for r in records)
+    assert len(lg.segments) < before and lg.log_start_offset == 0 and lg.log_end_offset == KEYS * ROUNDS
+    # the active segment was never touched, and a clean log is not cleaned again
+    assert manager.clean_one() is None
+    # the checkpoint says where the dirty section starts now
+    checkpoint = Path(manager.log_dirs[0], "cleaner-offset-checkpoint").read_text().split("\n")
+    assert checkpoint[2] == f"c 0 {KEYS * ROUNDS}"
+
+
+def test_tombstones_stay_for_delete_retention_ms_then_go(manager: LogManager) -> None:
+    clock = manager.clock
+    assert isinstance(clock, ManualClock)
+    lg = manager.create_log("c", 0, compacted(retention_ms=60_000))
+    write_rounds(lg, 1)
+    lg.append(keyed(("k3", None)), 0)  # delete k3
+    lg.roll()
+    assert manager.clean_one() is not None
+    got = view(read_all(lg))
+    assert got["k3"] == (KEYS, None)  # the tombstone is kept (and the value it deleted is gone)
+    # later writes make the log dirty again; once delete.retention.ms has passed, the tombstone goes
+    clock.advance(61_000)
+    lg.append(keyed(("k1", "late"), ts=T0 + 61_000), 0)
+    lg.roll()
+    stats = manager.clean_one()
+    assert stats is not None and stats.tombstones_removed == 1
+    got = view(read_all(lg))
+    assert "k3" not in got and got["k1"] == (KEYS + 1, "late") and len(got) == KEYS - 1
+
+
+@pytest.mark.parametrize("codec", [Codec.GZIP, Codec.LZ4, Codec.ZSTD])
+def test_compressed_batches_are_rebuilt_with_their_codec_offsets_and_last_offset(
+    manager: LogManager, codec: int
+) -> None:
+    lg = manager.create_log("c", 0, compacted())
+    lg.append(keyed(("a", "1"), ("b", "1"), ("c", "1"), ("d", "1"), codec=codec), 0)  # offsets 0..3
+    lg.append(keyed(("b", "2"), ("d", "2"), codec=codec), 0)  # 4..5
+    lg.roll()
+    assert manager.clean_one() is not None
+    assert view(read_all(lg)) == {"a": (0, "1"), "c": (2, "1"), "b": (4, "2"), "d": (5, "2")}
+    first = lg.segments[0]
+    batch = next(first.walk(0))
+    header = first.read_bytes(batch.position, batch.size)
+    assert (batch.base_offset, batch.last_offset) == (0, 3)  # the rebuilt batch keeps its offsets
+    assert header[22] & 0x07 == codec  # attributes: the same codec
+
+
+def test_nothing_is_cleaned_below_the_dirty_ratio(manager: LogManager) -> None:
+    cfg = dataclasses.replace(compacted(), min_cleanable_dirty_ratio=0.9)
+    lg = manager.create_log("c", 0, cfg)
+    write_rounds(lg, 2)
+    lg.roll()
+    assert manager.clean_one() is not None  # everything is dirty at first: ratio 1.0
+    lg.append(keyed(("k0", "again")), 0)
+    lg.roll()
+    assert manager.clean_one() is None  # a little dirt over a large clean head
+
+
+class CrashingFileSystem(OsFileSystem):
+    """Fails the first rename whose destination ends with ``at`` (then behaves)."""
+
+    def __init__(self, at: str) -> None:
+        self.at: str | None = at
+
+    def rename(self, src: str, dst: str) -> None:
+        if self.at is not None and dst.endswith(self.at):
+            self.at = None
+            raise OSError(errno.EIO, "injected crash")
+        super().rename(src, dst)
+
+
+class CrashAfterDeletes(OsFileSystem):
+    """Fails renaming the swap file into place: the old segments are gone by then."""
+
+    def rename(self, src: str, dst: str) -> None:
+        if src.endswith(".swap"):
+            raise OSError(errno.EIO, "injected crash")
+        super().rename(src, dst)
+
+
+@pytest.mark.parametrize(
+    "fs",
+    [CrashingFileSystem(".swap"), CrashAfterDeletes()],
+    ids=["after the cleaned file was written", "after the old segments were deleted"],
+)
+def test_a_crash_during_the_swap_leaves_a_readable_log(tmp_path: Path, fs: OsFileSystem) -> None:
+    clock = ManualClock(T0)
+    mgr = LogManager([str(tmp_path / "logs")], LogConfig(), fs, clock, cleaner_backoff_ms=0)
+    lg = mgr.create_log("c", 0, compacted())
+    latest = write_rounds(lg)
+    lg.roll()
+    assert mgr.clean_one() is None  # the swap failed: logged, the log is offline until reopened
+    assert lg.is_offline
+    leftovers = [n for n in os.listdir(lg.dir) if n.endswith((".cleaned", ".swap"))]
+    assert leftovers
+    mgr.abort()
+
+    reopened = open_log(tmp_path / "logs", compacted(), clock=clock, topic="c", needs_recovery=True)
+    assert not [n for n in os.listdir(reopened.dir) if n.endswith((".cleaned", ".swap"))]
+    records = read_all(reopened)
+    assert view(records) == latest  # every key's latest value
+    assert [r.offset for r in records] == sorted({r.offset for r in records})  # increasing, no repeats
+    assert reopened.log_end_offset == KEYS * ROUNDS
+    assert segment_files(reopened.dir)
