@@ -101,6 +101,7 @@ class BrokerConfig:
     controlled_shutdown_retry_backoff_ms: int = 5000
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15000
+    log_cleaner_io_max_bytes_per_second: float = float("inf")
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
     offsets_topic_segment_bytes: int = 104857600
@@ -165,6 +166,7 @@ _BROKER_PROPS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", _int),
     "log.cleaner.enable": ("log_cleaner_enable", _bool),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int),
+    "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", float),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int),
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int),
     "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", _int),

@@ -94,8 +94,7 @@ class KafkaBroker:
                 flush_scheduler_interval_ms=cfg.log_flush_scheduler_interval_ms,
                 flush_offset_checkpoint_interval_ms=cfg.log_flush_offset_checkpoint_interval_ms,
                 high_watermark_checkpoint_interval_ms=cfg.replica_high_watermark_checkpoint_interval_ms,
-                cleaner_enable=cfg.log_cleaner_enable,
-                cleaner_backoff_ms=cfg.log_cleaner_backoff_ms,
+                cleaner_io_bytes_per_second=cfg.log_cleaner_io_max_bytes_per_second,
                 producer_id_expiration_ms=cfg.transactional_id_expiration_ms,
             )
         )
@@ -113,6 +112,8 @@ class KafkaBroker:
         self.groups.start()
         self.controller.start()
         self._spawn(self._log_maintenance())
+        if cfg.log_cleaner_enable:
+            self._spawn(self._log_cleaner())
         log.info("[KafkaServer id=%d] started (cluster %s)", self.broker_id, self.cluster_id)
 
     async def stop(self) -> None:
@@ -226,6 +227,13 @@ class KafkaBroker:
             log.error("%s", e)
             return
         self.controller.on_session_reconnected()
+
+    async def _log_cleaner(self) -> None:
+        """Compaction: one compacted log every log.cleaner.backoff.ms (see storage/cleaner.py)."""
+        while True:
+            await asyncio.sleep(self.config.log_cleaner_backoff_ms / 1000.0)
+            if self.log_manager is not None:
+                await self.log_manager.clean_one_async()
 
     async def _log_maintenance(self) -> None:
         while True:

@@ -58,7 +58,7 @@ def view(records: list[Record]) -> dict[str, tuple[int, str | None]]:
 
 @pytest.fixture
 def manager(tmp_path: Path) -> LogManager:
-    return LogManager([str(tmp_path / "logs")], LogConfig(), OsFileSystem(), ManualClock(T0), cleaner_backoff_ms=0)
+    return LogManager([str(tmp_path / "logs")], LogConfig(), OsFileSystem(), ManualClock(T0))
 
 
 def test_cleaning_keeps_the_latest_record_of_every_key_at_its_offset(manager: LogManager) -> None:
@@ -156,7 +156,7 @@ class CrashAfterDeletes(OsFileSystem):
 )
 def test_a_crash_during_the_swap_leaves_a_readable_log(tmp_path: Path, fs: OsFileSystem) -> None:
     clock = ManualClock(T0)
-    mgr = LogManager([str(tmp_path / "logs")], LogConfig(), fs, clock, cleaner_backoff_ms=0)
+    mgr = LogManager([str(tmp_path / "logs")], LogConfig(), fs, clock)
     lg = mgr.create_log("c", 0, compacted())
     latest = write_rounds(lg)
     lg.roll()

@@ -34,13 +34,16 @@ Crash safety -- the swap (file names beside the segments, base = the group's fir
 
 Completing a swap at open deletes every segment whose base offset lies within the swap file's
 offsets, then renames it; so at any crash point the log reads every offset's latest data.
-Cleaning runs on the broker's event loop (the log is not thread-safe), one log per pass of
-``log.cleaner.backoff.ms``, and logs one line per cleaning: bytes read and written, records
-kept and removed, time taken.
+One log is cleaned per pass of ``log.cleaner.backoff.ms``. Reading the segments and writing the
+cleaned files runs on a worker thread (throttled to ``log.cleaner.io.max.bytes.per.second``);
+the swaps run on the broker's event loop, which owns the log, and a group whose segments the log
+dropped meanwhile (retention, a truncation) is abandoned. One line is logged per cleaning: bytes
+read and written, records kept and removed, time taken.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -118,7 +121,10 @@ def dirty_ratio(segments: Sequence[Segment], first_dirty: int, first_uncleanable
 
 
 def _batches(seg: Segment) -> Iterator[tuple[bytes, BatchHeader, list[Record]]]:
-    """Each batch of a segment: its bytes, header and records."""
+    """Each batch of a segment: its bytes, header and records. Holding the segment's file keeps its
+    descriptor (and so its number) alive while a worker thread reads; a segment the log deleted
+    meanwhile raises ValueError, which abandons the cleaning."""
+    held = seg.file()  # noqa: F841 - the reference is the point
     for b in seg.walk(0):
         data = seg.read_bytes(b.position, b.size)
         header, records = decode_batch(data)
@@ -207,68 +213,132 @@ def _filtered_batch(
     )
 
 
-def _write_cleaned(
-    fs: FileSystem, named_after: Segment, group: Sequence[Segment], keep: _Keep, stats: CleanStats
-) -> str | None:
-    """Write the group's surviving batches to ``<base>.log.cleaned`` (fsynced; ``base`` is
-    ``named_after``'s); None when nothing survives."""
-    path = named_after.log_path + CLEANED_SUFFIX
-    fd = fs.open(path, create=True)
-    try:
-        fs.ftruncate(fd, 0)
-        position = 0
-        for seg in group:
-            stats.bytes_read += seg.size
-            for data, header, records in _batches(seg):
-                out = _filtered_batch(data, header, records, keep, stats)
-                if out is not None:
-                    write_all(fs, fd, out, position)
-                    position += len(out)
-        fs.fsync(fd)
-    finally:
-        fs.close(fd)
-    if position == 0:
-        fs.unlink(path)
-        return None
-    stats.bytes_written += position
-    return path
+class Throttle:
+    """``log.cleaner.io.max.bytes.per.second``: sleeps the cleaning thread to stay under the rate."""
+
+    def __init__(self, bytes_per_second: float) -> None:
+        self.rate = bytes_per_second
+        self.started = time.monotonic()
+        self.done = 0
+
+    def consumed(self, n: int) -> None:
+        self.done += n
+        if self.rate <= 0 or self.rate == float("inf"):
+            return
+        ahead = self.done / self.rate - (time.monotonic() - self.started)
+        if ahead > 0:
+            time.sleep(ahead)
 
 
-def clean(
-    lg: CleanableLog,
-    fs: FileSystem,
-    first_dirty: int,
-    now_ms: int,
-    *,
-    compaction_lag_ms: int,
-    delete_retention_ms: int,
-    segment_bytes: int,
-    log_start: int,
-    protected: set[int],
-    high_watermark: int | None = None,
-) -> CleanStats:
-    """Compact ``lg`` once (the caller decided it is due); returns what was done. ``protected``: the
-    last offsets of idempotent producers' newest batches."""
-    started = time.monotonic()
-    segments = lg.segments
-    first_dirty, end = cleanable_section(segments, first_dirty, log_start, compaction_lag_ms, now_ms, high_watermark)
-    stats = CleanStats(first_dirty, end, segments_before=len(segments))
-    offset_map = build_offset_map(segments, first_dirty, end)
-    keep = _Keep(offset_map, first_dirty, now_ms - delete_retention_ms, protected)
-    groups = group_segments(segments, end, segment_bytes)
-    emptied: list[Segment] = []  # segments nothing survived in: they go with the next group's swap
-    for i, group in enumerate(groups):
-        cleaned = _write_cleaned(fs, (emptied or group)[0], group, keep, stats)
-        if cleaned is None and i + 1 < len(groups):
-            emptied += group
-            continue
-        # the cleaned file keeps the first base offset of everything it replaces: the log start
-        # offset does not move (unless nothing at all survived from it)
-        lg.swap_cleaned(emptied + group, cleaned)
-        emptied = []
-    stats.segments_after = len(lg.segments)
-    stats.seconds = time.monotonic() - started
-    return stats
+class Cleaning:
+    """One cleaning of one log, in steps. :meth:`prepare` and :meth:`write` only read the log's
+    inactive segments and write new files, so a worker thread may run them while the broker goes on
+    appending to the active segment; :meth:`swap` changes the log and runs where the log's owner
+    does. :meth:`run` does it all in the caller's thread."""
+
+    def __init__(
+        self,
+        lg: CleanableLog,
+        fs: FileSystem,
+        first_dirty: int,
+        now_ms: int,
+        *,
+        compaction_lag_ms: int,
+        delete_retention_ms: int,
+        segment_bytes: int,
+        log_start: int,
+        protected: set[int],
+        high_watermark: int | None = None,
+        io_bytes_per_second: float = float("inf"),
+    ) -> None:
+        self.lg, self.fs = lg, fs
+        self.started = time.monotonic()
+        self.segments = lg.segments
+        first_dirty, end = cleanable_section(
+            self.segments, first_dirty, log_start, compaction_lag_ms, now_ms, high_watermark
+        )
+        self.stats = CleanStats(first_dirty, end, segments_before=len(self.segments))
+        self.groups = group_segments(self.segments, end, segment_bytes)
+        self.tombstone_horizon_ms = now_ms - delete_retention_ms
+        self.protected = protected
+        self.throttle = Throttle(io_bytes_per_second)
+        self.keep: _Keep | None = None
+
+    def prepare(self) -> None:
+        """Build the offset map over the dirty section (reads only)."""
+        for seg in self.segments:
+            if self.stats.first_dirty < seg.next_offset and seg.base_offset < self.stats.first_uncleanable:
+                self.throttle.consumed(seg.size)
+        offset_map = build_offset_map(self.segments, self.stats.first_dirty, self.stats.first_uncleanable)
+        self.keep = _Keep(offset_map, self.stats.first_dirty, self.tombstone_horizon_ms, self.protected)
+
+    def write(self, named_after: Segment, group: Sequence[Segment]) -> str | None:
+        """Write the group's surviving batches to ``<base>.log.cleaned`` (fsynced; ``base`` is
+        ``named_after``'s); None when nothing survives."""
+        assert self.keep is not None, "prepare() first"
+        fs, stats = self.fs, self.stats
+        path = named_after.log_path + CLEANED_SUFFIX
+        fd = fs.open(path, create=True)
+        try:
+            fs.ftruncate(fd, 0)
+            position = 0
+            for seg in group:
+                stats.bytes_read += seg.size
+                for data, header, records in _batches(seg):
+                    out = _filtered_batch(data, header, records, self.keep, stats)
+                    self.throttle.consumed(len(data) + (len(out) if out is not None else 0))
+                    if out is not None:
+                        write_all(fs, fd, out, position)
+                        position += len(out)
+            fs.fsync(fd)
+        finally:
+            fs.close(fd)
+        if position == 0:
+            fs.unlink(path)
+            return None
+        stats.bytes_written += position
+        return path
+
+    def swap(self, old: Sequence[Segment], cleaned: str | None) -> None:
+        """Put a written group in place (the cleaned file keeps the first base offset of everything it
+        replaces, so the log start offset does not move unless nothing at all survived from it)."""
+        try:
+            self.lg.swap_cleaned(old, cleaned)
+        except ValueError:
+            # the log changed meanwhile (retention or a truncation removed some of these segments)
+            if cleaned is not None:
+                self.fs.unlink(cleaned)
+            raise
+
+    def finish(self) -> CleanStats:
+        self.stats.segments_after = len(self.lg.segments)
+        self.stats.seconds = time.monotonic() - self.started
+        return self.stats
+
+    def run(self) -> CleanStats:
+        self.prepare()
+        emptied: list[Segment] = []  # segments nothing survived in: they go with the next group's swap
+        for i, group in enumerate(self.groups):
+            cleaned = self.write((emptied or group)[0], group)
+            if cleaned is None and i + 1 < len(self.groups):
+                emptied += group
+                continue
+            self.swap(emptied + group, cleaned)
+            emptied = []
+        return self.finish()
+
+    async def run_async(self) -> CleanStats:
+        """:meth:`run` with the reading and writing on a worker thread, the swaps on the event loop."""
+        await asyncio.to_thread(self.prepare)
+        emptied: list[Segment] = []
+        for i, group in enumerate(self.groups):
+            cleaned = await asyncio.to_thread(self.write, (emptied or group)[0], group)
+            if cleaned is None and i + 1 < len(self.groups):
+                emptied += group
+                continue
+            self.swap(emptied + group, cleaned)
+            emptied = []
+        return self.finish()
 
 
 def cleaned_files(directory_entries: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -288,7 +358,7 @@ __all__ = [
     "CLEANER_CHECKPOINT_FILE",
     "SWAP_SUFFIX",
     "CleanStats",
-    "clean",
+    "Cleaning",
     "cleanable_section",
     "cleaned_files",
     "dirty_ratio",

@@ -36,7 +36,13 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 
-from headwater.broker.storage.cleaner import CLEANER_CHECKPOINT_FILE, CleanStats, clean, cleanable_section, dirty_ratio
+from headwater.broker.storage.cleaner import (
+    CLEANER_CHECKPOINT_FILE,
+    Cleaning,
+    CleanStats,
+    cleanable_section,
+    dirty_ratio,
+)
 from headwater.broker.storage.clock import Clock, SystemClock
 from headwater.broker.storage.fs import FileSystem, OsFileSystem, read_file, write_file_atomically
 from headwater.broker.storage.log import MAX_LONG, Log, LogConfig
@@ -93,9 +99,9 @@ class LogManager:
     ``tick()`` is the scheduler: the broker calls it on a timer, and it runs whichever of the
     flush check (log.flush.scheduler.interval.ms), recovery-point checkpoint
     (log.flush.offset.checkpoint.interval.ms), retention check (log.retention.check.interval.ms)
-    idle idempotent producers' expiry (every 10 minutes, after transactional.id.expiration.ms,
-    as Kafka 2.3) and the log cleaner (log.cleaner.backoff.ms, one compacted log a pass) are due;
-    segments the logs rolled past are fsynced on every tick.
+    and idle idempotent producers' expiry (every 10 minutes, after transactional.id.expiration.ms,
+    as Kafka 2.3) are due; segments the logs rolled past are fsynced on every tick. The log cleaner
+    is the broker's own task (:meth:`clean_one_async` every log.cleaner.backoff.ms).
     """
 
     def __init__(
@@ -112,8 +118,7 @@ class LogManager:
         high_watermark_checkpoint_interval_ms: int = 5_000,
         producer_id_expiration_ms: int = 7 * 24 * 3600 * 1000,
         producer_id_expiration_check_interval_ms: int = 600_000,
-        cleaner_enable: bool = True,
-        cleaner_backoff_ms: int = 15_000,
+        cleaner_io_bytes_per_second: float = float("inf"),
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -129,8 +134,8 @@ class LogManager:
         self.high_watermark_checkpoint_interval_ms = high_watermark_checkpoint_interval_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
-        self.cleaner_enable = cleaner_enable
-        self.cleaner_backoff_ms = cleaner_backoff_ms
+        self.cleaner_io_bytes_per_second = cleaner_io_bytes_per_second
+        self._cleaning: set[TopicPartition] = set()
         #: each compacted log's first dirty offset (cleaner-offset-checkpoint; see cleaner.py)
         self._first_dirty: dict[TopicPartition, int] = {}
         #: the high watermarks read from replication-offset-checkpoint at start, then as last written
@@ -149,7 +154,6 @@ class LogManager:
         self._last_flush_check = self._last_checkpoint = self._last_retention_check = now
         self._last_hw_checkpoint = now
         self._last_producer_expiration = now
-        self._last_clean = now
         try:
             for d in self.log_dirs:
                 self._lock_dir(d)
@@ -315,54 +319,77 @@ class LogManager:
         if now - self._last_producer_expiration >= self.producer_id_expiration_check_interval_ms:
             self._last_producer_expiration = now
             self.expire_producers()
-        if self.cleaner_enable and now - self._last_clean >= self.cleaner_backoff_ms:
-            self._last_clean = now
-            self.clean_one()
 
-    def clean_one(self) -> CleanStats | None:
-        """Compact the compacted log with the highest dirty ratio at or above its
-        min.cleanable.dirty.ratio (one per call: cleaning runs on the broker's event loop)."""
+    def _next_cleaning(self) -> tuple[TopicPartition, float, Cleaning] | None:
+        """The compacted log with the highest dirty ratio at or above its min.cleanable.dirty.ratio."""
         now_ms = self.clock.time_ms()
-        best: tuple[float, TopicPartition, Log, int] | None = None
+        best: tuple[float, TopicPartition, Log, int, int | None] | None = None
         for tp, lg in list(self._logs.items()):
             cfg = lg.config
-            if not cfg.compact or lg.is_offline:
+            if not cfg.compact or lg.is_offline or tp in self._cleaning:
                 continue
-            segments = lg.segments
             hw = self.high_watermark_of(tp) if self.high_watermark_of is not None else lg.log_end_offset
             if hw is None:
                 continue
             first_dirty = min(self._first_dirty.get(tp, 0), lg.log_end_offset)
+            segments = lg.segments
             start, end = cleanable_section(
                 segments, first_dirty, lg.log_start_offset, cfg.min_compaction_lag_ms, now_ms, hw
             )
             ratio, dirty = dirty_ratio(segments, start, end)
             if dirty > 0 and ratio >= cfg.min_cleanable_dirty_ratio and (best is None or ratio > best[0]):
-                best = (ratio, tp, lg, start)
+                best = (ratio, tp, lg, start, hw)
         if best is None:
             return None
-        ratio, tp, lg, start = best
+        ratio, tp, lg, start, hw = best
         cfg = lg.config
-        protected = {b.last_offset for e in lg.producer_state.producers.values() for b in e.batches}
-        hw = self.high_watermark_of(tp) if self.high_watermark_of is not None else None
+        job = Cleaning(
+            lg,
+            self.fs,
+            start,
+            now_ms,
+            compaction_lag_ms=cfg.min_compaction_lag_ms,
+            delete_retention_ms=cfg.delete_retention_ms,
+            segment_bytes=cfg.segment_bytes,
+            log_start=lg.log_start_offset,
+            protected={b.last_offset for e in lg.producer_state.producers.values() for b in e.batches},
+            high_watermark=hw,
+            io_bytes_per_second=self.cleaner_io_bytes_per_second,
+        )
+        log.info("cleaning %s-%d: dirty ratio %.2f from offset %d", tp[0], tp[1], ratio, job.stats.first_dirty)
+        return tp, ratio, job
+
+    def clean_one(self) -> CleanStats | None:
+        """Compact the dirtiest compacted log now, in this thread (see :meth:`clean_one_async`)."""
+        found = self._next_cleaning()
+        if found is None:
+            return None
+        tp, ratio, job = found
         try:
-            stats = clean(
-                lg,
-                self.fs,
-                start,
-                now_ms,
-                compaction_lag_ms=cfg.min_compaction_lag_ms,
-                delete_retention_ms=cfg.delete_retention_ms,
-                segment_bytes=cfg.segment_bytes,
-                log_start=lg.log_start_offset,
-                protected=protected,
-                high_watermark=hw,
-            )
-        except (KafkaError, OSError) as e:
+            return self._cleaned(tp, ratio, job.run())
+        except (KafkaError, OSError, ValueError) as e:
             log.error("cleaning %s-%d failed: %s", tp[0], tp[1], e)
             return None
-        self._first_dirty[tp] = stats.first_uncleanable
-        self._write_cleaner_checkpoint(self._dir_of[tp])
+
+    async def clean_one_async(self) -> CleanStats | None:
+        """Compact the dirtiest compacted log, reading and writing on a worker thread (the broker's way)."""
+        found = self._next_cleaning()
+        if found is None:
+            return None
+        tp, ratio, job = found
+        self._cleaning.add(tp)
+        try:
+            return self._cleaned(tp, ratio, await job.run_async())
+        except (KafkaError, OSError, ValueError) as e:
+            log.error("cleaning %s-%d failed: %s", tp[0], tp[1], e)
+            return None
+        finally:
+            self._cleaning.discard(tp)
+
+    def _cleaned(self, tp: TopicPartition, ratio: float, stats: CleanStats) -> CleanStats:
+        if tp in self._dir_of:  # not deleted meanwhile
+            self._first_dirty[tp] = stats.first_uncleanable
+            self._write_cleaner_checkpoint(self._dir_of[tp])
         log.info(
             "cleaned %s-%d (dirty ratio %.2f): offsets %d..%d, %d bytes read, %d written, %d records kept, "
             "%d removed (%d tombstones), %d -> %d segments in %.3f s",

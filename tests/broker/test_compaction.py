@@ -1,0 +1,151 @@
+"""Log compaction in a real broker, through stock clients: keyed updates and tombstones, the cleaner
+runs, a consumer reading from the start sees the latest value of every key and the tombstones until
+delete.retention.ms; then a kill -9 while the cleaner works, and the log still reads correctly."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.harness.broker import BrokerProcess
+
+KEYS = 20
+DELETE_RETENTION_MS = 3000
+TIMEOUT_S = 60.0
+
+
+def _create(bootstrap: str, topic: str) -> None:
+    configs = {
+        "cleanup.policy": "compact",
+        "segment.bytes": "4096",  # many small segments: only the active one is never cleaned
+        "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": str(DELETE_RETENTION_MS),
+    }
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(30)
+
+
+def _produce(bootstrap: str, topic: str, records: list[tuple[str, str | None]]) -> None:
+    # small batches: a produced record set may not exceed the topic's segment.bytes
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 2000, "enable.idempotence": False})
+    failed: list[object] = []
+    for key, value in records:
+        value_bytes = None if value is None else value.encode()
+        p.produce(topic, key=key.encode(), value=value_bytes, on_delivery=lambda e, _m: e and failed.append(e))
+        p.poll(0)
+    assert p.flush(30) == 0 and not failed, failed
+
+
+def _read_from_start(bootstrap: str, topic: str) -> list[tuple[int, str, str | None]]:
+    """(offset, key, value) of every record, from the start to the end."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "compaction-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    from confluent_kafka import TopicPartition
+
+    c.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while True:
+            assert time.monotonic() < deadline, "did not reach the end of the partition"
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return out
+                continue
+            value = msg.value()
+            out.append((msg.offset(), msg.key().decode(), None if value is None else value.decode()))
+    finally:
+        c.close()
+
+
+def _latest(records: list[tuple[int, str, str | None]]) -> dict[str, str | None]:
+    return {k: v for _, k, v in sorted(records)}
+
+
+def _wait_for_log(b: BrokerProcess, text: str, after: int) -> int:
+    """Until the broker's output has ``text`` more than ``after`` times; returns the new count."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while (n := b.output.read_text().count(text)) <= after:
+        assert time.monotonic() < deadline, f"the broker never logged {text!r}"
+        time.sleep(0.05)
+    return n
+
+
+def test_compaction_keeps_latest_values_and_tombstones_for_delete_retention(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    b = broker_factory(0, log_cleaner_backoff_ms=200)
+    topic = "profiles"
+    _create(b.bootstrap, topic)
+    updates = [(f"user-{k}", f"v{r}-{k}") for r in range(10) for k in range(KEYS)]
+    deleted = [f"user-{k}" for k in range(5)]
+    filler = [(f"filler-{i}", "x" * 40) for i in range(120)]  # rolls the tombstones out of the active segment
+    _produce(b.bootstrap, topic, updates + [(k, None) for k in deleted] + filler)
+    produced = len(updates) + len(deleted) + len(filler)
+    cleanings = _wait_for_log(b, f"cleaned {topic}-0", 0)
+
+    records = _read_from_start(b.bootstrap, topic)
+    latest = _latest(records)
+    assert len(records) < produced  # superseded values are gone
+    assert all(latest[f"user-{k}"] == f"v9-{k}" for k in range(5, KEYS))
+    assert all(latest[k] is None for k in deleted)  # the deletions are still visible
+    offsets = [o for o, _, _ in records]
+    assert offsets == sorted(set(offsets))
+
+    # past delete.retention.ms, the next cleaning (new writes make the log dirty again) drops the
+    # tombstones that already went through a cleaning
+    time.sleep(DELETE_RETENTION_MS / 1000)  # the retention itself, not a wait for a condition
+    _produce(b.bootstrap, topic, [(f"later-{i}", "y" * 40) for i in range(120)])
+    deadline = time.monotonic() + TIMEOUT_S
+    while any(k in deleted for _, k, _ in _read_from_start(b.bootstrap, topic)):
+        assert time.monotonic() < deadline, "tombstones outlived delete.retention.ms"
+        cleanings = _wait_for_log(b, f"cleaned {topic}-0", cleanings)
+    latest = _latest(_read_from_start(b.bootstrap, topic))
+    assert all(latest[f"user-{k}"] == f"v9-{k}" for k in range(5, KEYS))
+
+
+def test_kill9_while_cleaning_leaves_a_log_that_reads_correctly(broker_factory: Callable[..., BrokerProcess]) -> None:
+    # the cleaner throttled to 20 KB/s (Kafka's log.cleaner.io.max.bytes.per.second): cleaning the
+    # ~130 KB below takes seconds, so a kill -9 right after it starts lands in the middle of it
+    b = broker_factory(0, log_cleaner_backoff_ms=200, log_cleaner_enable="false")
+    topic = "accounts"
+    _create(b.bootstrap, topic)
+    _produce(b.bootstrap, topic, [(f"acct-{k}", f"r{r}-{k}") for r in range(150) for k in range(KEYS)])
+    _produce(b.bootstrap, topic, [(f"tail-{i}", "z" * 40) for i in range(120)])
+    expected = _latest(_read_from_start(b.bootstrap, topic))
+    b.stop()
+    b.properties["log.cleaner.enable"] = "true"
+    b.properties["log.cleaner.io.max.bytes.per.second"] = 20000
+    b.start()
+    _wait_for_log(b, f"cleaning {topic}-0", 0)
+    partition_dir = b.log_dir / f"{topic}-0"
+    deadline = time.monotonic() + TIMEOUT_S
+    while not any(n.endswith(".cleaned") for n in os.listdir(partition_dir)):  # a group being written
+        assert time.monotonic() < deadline, "the cleaner never wrote a cleaned segment"
+        time.sleep(0.02)
+    b.kill9()
+    assert b.output.read_text().count(f"cleaned {topic}-0") == 0, "the kill came after the cleaning"
+    b.start()
+    assert "left by an interrupted cleaning" in b.output.read_text()  # the restart found its files
+    records = _read_from_start(b.bootstrap, topic)
+    assert _latest(records) == expected
+    offsets = [o for o, _, _ in records]
+    assert offsets == sorted(set(offsets))
+    # the cleaner runs again after the restart and finishes
+    _wait_for_log(b, f"cleaned {topic}-0", 0)
+    records = _read_from_start(b.bootstrap, topic)
+    assert _latest(records) == expected and len(records) < 150 * KEYS
