@@ -15,6 +15,7 @@ from headwater.protocol.records.header import read_header
 from tests.broker.test_bad_input import _latest
 from tests.broker.wire import Wire
 from tests.harness.broker import BrokerProcess
+from tests.headwater_client.test_cli import fails, ok
 from tests.headwater_client.test_client import create, read_all, run
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -87,3 +88,18 @@ def test_a_retry_after_a_lost_answer_is_written_once(broker: BrokerProcess) -> N
     assert offset == 0
     assert values == [b"only-once"]
     assert _latest(Wire(broker.bootstrap), "idem-retry") == 1, "the retry must not be written again"
+
+
+def test_console_producer_with_enable_idempotence(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    ok("topics", "-b", bs, "create", "--topic", "cli-idem")
+    ok("produce", "-b", bs, "--topic", "cli-idem", "--enable-idempotence", stdin="a\nb\nc\n")
+    out = ok(
+        "consume", "-b", bs, "--topic", "cli-idem", "--from-beginning", "--max-messages", "3", "--timeout-ms", "10000"
+    )
+    assert out.splitlines() == ["a", "b", "c"]
+    data = b"".join(f.read_bytes() for f in sorted((broker.log_dir / "cli-idem-0").glob("*.log")))
+    assert read_header(data).producer_id >= 0
+    assert "--enable-idempotence needs --acks all" in fails(
+        "produce", "-b", bs, "--topic", "cli-idem", "--enable-idempotence", "--acks", "1", stdin="x\n"
+    )
