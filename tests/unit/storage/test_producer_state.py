@@ -184,7 +184,9 @@ def test_a_corrupt_snapshot_is_ignored_and_the_state_rebuilt(tmp_path: Path) -> 
     data = bytearray(Path(path).read_bytes())
     data[-1] ^= 0xFF
     Path(path).write_bytes(data)
+    Path(path + ".tmp").write_bytes(b"half a snapsh")  # a write a crash interrupted
     again = open_log(tmp_path, cfg)
+    assert not os.path.exists(path + ".tmp")
     assert newest not in list_snapshots(again._fs, again.dir)
     assert again.producer_state.producers[PID].last_seq == 19
     assert again.append(pbatch(19), 0).duplicate

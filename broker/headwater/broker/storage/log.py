@@ -53,6 +53,7 @@ from headwater.broker.storage.fs import FileSystem
 from headwater.broker.storage.index import INT32_MAX, IndexCorruptError
 from headwater.broker.storage.leader_epoch import CheckpointError, LeaderEpochCache, read_checkpoint
 from headwater.broker.storage.producer_state import (
+    SNAPSHOT_SUFFIX,
     SNAPSHOTS_KEPT,
     ProducerStateManager,
     SnapshotError,
@@ -391,6 +392,9 @@ class Log:
         state = self.producer_state
         state.clear()
         start_from = self._log_start_offset
+        for name in self._fs.listdir(self._dir):
+            if name.endswith(SNAPSHOT_SUFFIX + ".tmp"):  # a snapshot write a crash interrupted
+                self._fs.unlink(os.path.join(self._dir, name))
         for offset in reversed(list_snapshots(self._fs, self._dir)):
             if offset > self._next_offset:
                 delete_snapshot(self._fs, self._dir, offset)
