@@ -7,6 +7,7 @@ On disk (see :mod:`~headwater.broker.storage.segment` and :mod:`~headwater.broke
         00000000000000000000.index      sparse offset → position
         00000000000000000000.timeindex  sparse timestamp → offset
         00000000000000004821.log        the next segment starts at offset 4821
+        00000000000000004821.snapshot   idempotent producers' state below offset 4821 (producer_state.py)
         ...
         leader-epoch-checkpoint         where each leader epoch starts (see leader_epoch.py)
 
@@ -32,6 +33,13 @@ and retention keep the cache consistent (``truncate_from_end`` / ``clear`` /
 rebuilt from the batch headers of the whole log, and after an unclean shutdown the epochs of the
 recovered segments are assigned again (what the checkpoint may have missed); then entries at or
 above the log end offset are dropped and the earliest is moved up to the log start offset.
+
+The idempotent producers' state (``producer_state``, see
+:mod:`~headwater.broker.storage.producer_state`) is checked by :meth:`Log.append` before anything
+is written (a refused batch writes nothing; a retry of a recent batch writes nothing and answers
+its original offsets), updated after every append (leader and follower), snapshotted at each roll
+and by the log manager at clean shutdown, and rebuilt at open and after a truncation from the
+newest snapshot at or below the log end plus the batches after it.
 
 Concurrency: a Log is not thread-safe. The broker calls it from its single asyncio thread (the
 log manager may load and shut down logs from a worker thread while nothing else uses them).
@@ -418,6 +426,7 @@ class Log:
             # Only a segment recovery did not check can be bad here. The state is derived: a producer
             # missing from it is treated as unknown, which is better than a log that cannot open.
             log.error("%s producer state rebuilt only up to a bad batch header: %s", self._ident, e)
+        state.evict_below(self._log_start_offset)  # as retention did (a snapshot may predate it)
         if state.producers or n:
             log.info(
                 "%s producer state: %d producers (replayed %d batches from offset %d)",
