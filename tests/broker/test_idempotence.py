@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+from headwater.broker.producer_ids import PRODUCER_ID_BLOCK_PATH, ProducerIdManager
+from headwater.broker.zk import ZooKeeper
 from headwater.protocol.apis import INIT_PRODUCER_ID, PRODUCE
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.records.record import encode_batch
@@ -100,3 +103,26 @@ def test_a_duplicate_is_recognised_after_kill9_and_restart(broker: BrokerProcess
     assert _produce(w, "idem-restart", _pbatch(pid, 20))["base_offset"] == 20
     # a new producer id after the restart is not one handed out before it
     assert _init_producer_id(w)["producer_id"] > pid
+
+
+def test_producer_id_blocks_never_overlap_between_brokers(zk_connect: str) -> None:
+    """Two brokers' managers claiming blocks at once (a block is 1000 ids): every id handed out once."""
+
+    async def go() -> tuple[list[int], Any]:
+        zks = [ZooKeeper(zk_connect, 10000, 10000) for _ in range(2)]
+        for zk in zks:
+            await zk.start()
+        try:
+            managers = [ProducerIdManager(zk, broker_id) for broker_id, zk in enumerate(zks)]
+            ids = await asyncio.gather(*(managers[i % 2].next_id() for i in range(2500)))
+            got = await zks[0].get_json(PRODUCER_ID_BLOCK_PATH)
+            return list(ids), got[0] if got else None
+        finally:
+            for zk in zks:
+                await zk.stop()
+
+    ids, block = asyncio.run(go())
+    assert len(set(ids)) == len(ids) == 2500
+    # Kafka's JSON: the ids are strings; the last block claimed ends where the ids end
+    assert block["version"] == 1 and isinstance(block["block_start"], str) and isinstance(block["block_end"], str)
+    assert max(ids) <= int(block["block_end"]) and int(block["block_end"]) - int(block["block_start"]) == 999

@@ -3,11 +3,12 @@ the wire, and a retry after a lost answer written once and answered with the ori
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from headwater.client import Producer
+from headwater.client import Consumer, Producer
 from headwater.client.connection import BrokerConnection
 from headwater.client.errors import KafkaTimeoutError
 from headwater.protocol.apis import PRODUCE
@@ -15,6 +16,7 @@ from headwater.protocol.records.header import read_header
 from tests.broker.test_bad_input import _latest
 from tests.broker.wire import Wire
 from tests.harness.broker import BrokerProcess
+from tests.headwater_client.test_cli import fails, ok
 from tests.headwater_client.test_client import create, read_all, run
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -87,3 +89,45 @@ def test_a_retry_after_a_lost_answer_is_written_once(broker: BrokerProcess) -> N
     assert offset == 0
     assert values == [b"only-once"]
     assert _latest(Wire(broker.bootstrap), "idem-retry") == 1, "the retry must not be written again"
+
+
+def test_console_producer_with_enable_idempotence(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    ok("topics", "-b", bs, "create", "--topic", "cli-idem")
+    ok("produce", "-b", bs, "--topic", "cli-idem", "--enable-idempotence", stdin="a\nb\nc\n")
+    out = ok(
+        "consume", "-b", bs, "--topic", "cli-idem", "--from-beginning", "--max-messages", "3", "--timeout-ms", "10000"
+    )
+    assert out.splitlines() == ["a", "b", "c"]
+    data = b"".join(f.read_bytes() for f in sorted((broker.log_dir / "cli-idem-0").glob("*.log")))
+    assert read_header(data).producer_id >= 0
+    assert "--enable-idempotence needs --acks all" in fails(
+        "produce", "-b", bs, "--topic", "cli-idem", "--enable-idempotence", "--acks", "1", stdin="x\n"
+    )
+
+
+def test_a_producer_forgotten_after_retention_starts_again_under_a_new_id(broker: BrokerProcess) -> None:
+    """Retention deletes every batch of an idle idempotent producer, so the broker forgets it; its
+    next batch (sequence 1) gets UNKNOWN_PRODUCER_ID and is sent again under a new producer id."""
+
+    async def go() -> tuple[list[int], list[bytes | None]]:
+        await create(broker.bootstrap, "idem-forgotten", segment_bytes="1024", retention_bytes="1")
+        async with Producer(broker.bootstrap, enable_idempotence=True) as idle:
+            first = (await idle.send_and_wait("idem-forgotten", b"first")).offset
+            pid_before = idle._producer_id
+            async with Producer(broker.bootstrap, linger_ms=0) as other:  # rolls segments past it
+                for i in range(40):
+                    await other.send_and_wait("idem-forgotten", f"filler-{i}".encode() * 10)
+            async with Consumer(broker.bootstrap) as consumer:
+                deadline = asyncio.get_running_loop().time() + 30
+                while await consumer.earliest_offset("idem-forgotten", 0) <= first:
+                    assert asyncio.get_running_loop().time() < deadline, "retention did not delete the batch"
+                    await asyncio.sleep(0.2)
+            second = await idle.send_and_wait("idem-forgotten", b"second")
+            assert idle._producer_id not in (-1, pid_before), "the producer did not take a new id"
+            end = second.offset
+        records = await read_all(broker.bootstrap, "idem-forgotten", 0, 1, offset=end)
+        return [first, end], [r.value for r in records]
+
+    (first, end), values = run(go())
+    assert end > first and values == [b"second"]

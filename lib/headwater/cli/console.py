@@ -1,6 +1,7 @@
 """``headwater produce`` and ``headwater consume``: the console producer and consumer.
 
-    headwater produce --bootstrap-server H:P --topic T [--key-separator SEP] [--acks 1] [--compression none]
+    headwater produce --bootstrap-server H:P --topic T [--key-separator SEP] [--acks 1] [--enable-idempotence]
+                      [--compression none]
                       [--header k=v ...]                  (one record per line of stdin)
     headwater consume --bootstrap-server H:P --topic T [--partition P] [--from-beginning | --offset N]
                       [--max-messages N] [--timeout-ms MS] [--print-key] [--print-headers] [--print-offset]
@@ -35,7 +36,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     produce.add_argument("--topic", required=True)
     produce.add_argument("--key-separator", help="split each line into key SEP value (implies --parse-key)")
     produce.add_argument("--parse-key", action="store_true", help="lines are KEY<separator>VALUE (default tab)")
-    produce.add_argument("--acks", default="1", choices=["0", "1", "-1", "all"])
+    produce.add_argument("--acks", choices=["0", "1", "-1", "all"], help="default 1, all with --enable-idempotence")
+    produce.add_argument(
+        "--enable-idempotence", action="store_true", help="a producer id and sequences: retries never duplicate"
+    )
     produce.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
     produce.add_argument("--header", action="append", default=[], metavar="KEY=VALUE", help="on every record")
     produce.add_argument("--partition", type=int, help="send every record to this partition")
@@ -98,9 +102,12 @@ def _produce(args: argparse.Namespace) -> int:
         separator = args.key_separator.encode("utf-8")
     elif args.parse_key:
         separator = b"\t"
+    if args.enable_idempotence and args.acks not in (None, "-1", "all"):
+        raise CliError("--enable-idempotence needs --acks all")
     producer = SyncProducer(
         bootstrap_of(args),
         acks=args.acks,
+        enable_idempotence=args.enable_idempotence,
         compression=args.compression,
         linger_ms=args.linger_ms,
         batch_size=args.batch_size,

@@ -184,7 +184,9 @@ def test_a_corrupt_snapshot_is_ignored_and_the_state_rebuilt(tmp_path: Path) -> 
     data = bytearray(Path(path).read_bytes())
     data[-1] ^= 0xFF
     Path(path).write_bytes(data)
+    Path(path + ".tmp").write_bytes(b"half a snapsh")  # a write a crash interrupted
     again = open_log(tmp_path, cfg)
+    assert not os.path.exists(path + ".tmp")
     assert newest not in list_snapshots(again._fs, again.dir)
     assert again.producer_state.producers[PID].last_seq == 19
     assert again.append(pbatch(19), 0).duplicate
@@ -215,6 +217,9 @@ def test_retention_forgets_producers_below_the_log_start(tmp_path: Path) -> None
     assert PID in log.producer_state.producers
     assert all(s >= log.log_start_offset for s in list_snapshots(log._fs, log.dir))
     assert code_of(log, pbatch(10, pid=PID + 1)) == ErrorCode.UNKNOWN_PRODUCER_ID
+    log.close()  # the newest snapshot (from a roll) still holds the evicted producer
+    again = open_log(tmp_path, cfg)
+    assert set(again.producer_state.producers) == {PID}, "a reload must not bring an evicted producer back"
 
 
 def test_snapshot_round_trip_and_rejections() -> None:

@@ -7,6 +7,7 @@ On disk (see :mod:`~headwater.broker.storage.segment` and :mod:`~headwater.broke
         00000000000000000000.index      sparse offset → position
         00000000000000000000.timeindex  sparse timestamp → offset
         00000000000000004821.log        the next segment starts at offset 4821
+        00000000000000004821.snapshot   idempotent producers' state below offset 4821 (producer_state.py)
         ...
         leader-epoch-checkpoint         where each leader epoch starts (see leader_epoch.py)
 
@@ -33,6 +34,13 @@ rebuilt from the batch headers of the whole log, and after an unclean shutdown t
 recovered segments are assigned again (what the checkpoint may have missed); then entries at or
 above the log end offset are dropped and the earliest is moved up to the log start offset.
 
+The idempotent producers' state (``producer_state``, see
+:mod:`~headwater.broker.storage.producer_state`) is checked by :meth:`Log.append` before anything
+is written (a refused batch writes nothing; a retry of a recent batch writes nothing and answers
+its original offsets), updated after every append (leader and follower), snapshotted at each roll
+and by the log manager at clean shutdown, and rebuilt at open and after a truncation from the
+newest snapshot at or below the log end plus the batches after it.
+
 Concurrency: a Log is not thread-safe. The broker calls it from its single asyncio thread (the
 log manager may load and shut down logs from a worker thread while nothing else uses them).
 ``FileRegion``s returned by :meth:`Log.read` may be sent from anywhere: they keep their file open.
@@ -54,6 +62,7 @@ from headwater.broker.storage.fs import FileSystem
 from headwater.broker.storage.index import INT32_MAX, IndexCorruptError
 from headwater.broker.storage.leader_epoch import CheckpointError, LeaderEpochCache, read_checkpoint
 from headwater.broker.storage.producer_state import (
+    SNAPSHOT_SUFFIX,
     SNAPSHOTS_KEPT,
     ProducerStateManager,
     SnapshotError,
@@ -435,6 +444,9 @@ class Log:
         state = self.producer_state
         state.clear()
         start_from = self._log_start_offset
+        for name in self._fs.listdir(self._dir):
+            if name.endswith(SNAPSHOT_SUFFIX + ".tmp"):  # a snapshot write a crash interrupted
+                self._fs.unlink(os.path.join(self._dir, name))
         for offset in reversed(list_snapshots(self._fs, self._dir)):
             if offset > self._next_offset:
                 delete_snapshot(self._fs, self._dir, offset)
@@ -458,6 +470,7 @@ class Log:
             # Only a segment recovery did not check can be bad here. The state is derived: a producer
             # missing from it is treated as unknown, which is better than a log that cannot open.
             log.error("%s producer state rebuilt only up to a bad batch header: %s", self._ident, e)
+        state.evict_below(self._log_start_offset)  # as retention did (a snapshot may predate it)
         if state.producers or n:
             log.info(
                 "%s producer state: %d producers (replayed %d batches from offset %d)",
