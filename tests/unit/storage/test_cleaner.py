@@ -15,6 +15,7 @@ from headwater.broker.storage.clock import ManualClock
 from headwater.broker.storage.fs import OsFileSystem
 from headwater.broker.storage.log import Log, LogConfig
 from headwater.broker.storage.log_manager import LogManager
+from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.compression import Codec
 from headwater.protocol.records.record import Record, encode_batch
 from tests.unit.storage.storage_helpers import T0, open_log, read_all, segment_files
@@ -173,3 +174,33 @@ def test_a_crash_during_the_swap_leaves_a_readable_log(tmp_path: Path, fs: OsFil
     assert [r.offset for r in records] == sorted({r.offset for r in records})  # increasing, no repeats
     assert reopened.log_end_offset == KEYS * ROUNDS
     assert segment_files(reopened.dir)
+
+
+def test_a_compacted_log_refuses_records_without_a_key(manager: LogManager) -> None:
+    lg = manager.create_log("c", 0, compacted())
+    with pytest.raises(KafkaError) as e:
+        lg.append(encode_batch([(b"k", b"v", T0, ()), (None, b"no key", T0, ())]), 0)
+    assert e.value.code == ErrorCode.CORRUPT_MESSAGE and lg.log_end_offset == 0
+    plain = manager.create_log("d", 0, LogConfig())
+    assert plain.append(encode_batch([(None, b"fine here", T0, ())]), 0).last_offset == 0
+
+
+def test_a_cleaning_over_a_segment_truncated_meanwhile_is_abandoned(manager: LogManager) -> None:
+    lg = manager.create_log("c", 0, compacted())
+    write_rounds(lg)
+    lg.roll()
+    found = manager._next_cleaning()
+    assert found is not None
+    _, _, job = found
+    job.prepare()
+    # a follower's truncation into the last planned segment, then new writes and a roll
+    cut = lg.segments[-2].base_offset + 1
+    lg.truncate_to(cut)
+    lg.append(keyed(("k0", "after the truncation")), 0)
+    lg.roll()
+    with pytest.raises(ValueError):
+        for group in job.groups:
+            job.swap(group, job.write(group[0], group))
+    got = view(read_all(lg))
+    assert got["k0"] == (cut, "after the truncation")
+    assert not [n for n in os.listdir(lg.dir) if n.endswith((".cleaned", ".swap"))]

@@ -263,6 +263,9 @@ class Cleaning:
         self.protected = protected
         self.throttle = Throttle(io_bytes_per_second)
         self.keep: _Keep | None = None
+        #: each planned segment's size: a swap over a segment that changed since (a follower's
+        #: truncation into it) would bring back what the truncation removed, so it is abandoned
+        self.sizes = {id(s): s.size for s in self.segments}
 
     def prepare(self) -> None:
         """Build the offset map over the dirty section (reads only)."""
@@ -303,6 +306,8 @@ class Cleaning:
         """Put a written group in place (the cleaned file keeps the first base offset of everything it
         replaces, so the log start offset does not move unless nothing at all survived from it)."""
         try:
+            if any(s.size != self.sizes.get(id(s)) for s in old):
+                raise ValueError("a planned segment changed during the cleaning")
             self.lg.swap_cleaned(old, cleaned)
         except ValueError:
             # the log changed meanwhile (retention or a truncation removed some of these segments)

@@ -92,6 +92,7 @@ from headwater.protocol.records.header import (
     rewrite_offset_and_epoch,
     validate_batches,
 )
+from headwater.protocol.records.record import decode_batch
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +203,20 @@ def _batch_epochs(segments: Sequence[Segment]) -> Iterator[tuple[int, int]]:
                 raise SegmentCorruptError(f"{seg.log_path}: bad batch header at position {pos}")
             yield int(epoch), int(base)
             pos += LOG_OVERHEAD + int(length)
+
+
+def _refuse_null_keys(records: bytes | bytearray | memoryview, summaries: list[BatchSummary], where: str) -> None:
+    """A compacted log refuses records without a key, as Kafka's LogValidator does (CORRUPT_MESSAGE):
+    compaction keeps the latest record *of a key*. Decodes the batches: compacted topics only."""
+    for position, h in summaries:
+        if h.is_control:
+            continue
+        for r in decode_batch(records, position, verify_crc=False)[1]:
+            if r.key is None:
+                raise KafkaError(
+                    ErrorCode.CORRUPT_MESSAGE,
+                    f"Compacted topic cannot accept message without key in topic partition {where}.",
+                )
 
 
 def _finish_interrupted_cleaning(fs: FileSystem, directory: str, ident: str) -> None:
@@ -580,6 +595,8 @@ class Log:
         when the write failed (the log is as before the call) or the log is offline.
         """
         summaries = self._validate(records)
+        if self._config.compact:
+            _refuse_null_keys(records, summaries, f"{self.topic}-{self.partition}")
         duplicate = self.producer_state.check(h for _, h in summaries)
         if duplicate is not None:
             b = duplicate.batch
