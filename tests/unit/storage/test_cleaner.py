@@ -204,3 +204,17 @@ def test_a_cleaning_over_a_segment_truncated_meanwhile_is_abandoned(manager: Log
     got = view(read_all(lg))
     assert got["k0"] == (cut, "after the truncation")
     assert not [n for n in os.listdir(lg.dir) if n.endswith((".cleaned", ".swap"))]
+
+
+def test_a_truncation_below_the_clean_head_makes_what_is_written_again_dirty(manager: LogManager) -> None:
+    lg = manager.create_log("c", 0, compacted())
+    write_rounds(lg)
+    lg.roll()
+    assert manager.clean_one() is not None
+    lg.truncate_to(KEYS * ROUNDS - 3)  # a follower's truncation into the clean head
+    lg.append(keyed(("k1", "rewritten"), ("k1", "rewritten again")), 0)
+    lg.roll()
+    stats = manager.clean_one()
+    assert stats is not None and stats.first_dirty == KEYS * ROUNDS - 3
+    got = read_all(lg)
+    assert [r.value for r in got if r.key == b"k1"] == [b"rewritten again"]

@@ -287,6 +287,7 @@ class Log:
         self.leader_epoch_cache = LeaderEpochCache(fs, directory, sync_dir=self._dir_changed)
         #: The idempotent producers' state (see producer_state.py); :meth:`open` loads it.
         self.producer_state = ProducerStateManager()
+        self._lowest_truncation: int | None = None  # for the cleaner: see take_truncation_point
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -1018,6 +1019,16 @@ class Log:
 
     # -- compaction (see cleaner.py) -------------------------------------------------------------
 
+    def take_truncation_point(self) -> int | None:
+        """The lowest offset this log was truncated to since the last call (None: no truncation).
+        The cleaner lowers its first dirty offset to it: what is written there again is new."""
+        point, self._lowest_truncation = self._lowest_truncation, None
+        return point
+
+    def _truncated(self, offset: int) -> None:
+        low = self._lowest_truncation
+        self._lowest_truncation = offset if low is None else min(low, offset)
+
     def swap_cleaned(self, old: Sequence[Segment], cleaned_path: str | None) -> None:
         """Replace consecutive segments ``old`` (never the active one) by the cleaned segment file
         ``cleaned_path`` (written and fsynced as ``<old[0] base>.log.cleaned``), or drop them when
@@ -1086,6 +1097,7 @@ class Log:
             self._next_offset,
         )
         self._next_offset = end = active.next_offset
+        self._truncated(end)
         self._recovery_point = min(self._recovery_point, self._next_offset)
         self._log_start_offset = min(self._log_start_offset, self._next_offset)
         self._unflushed_messages = 0
@@ -1108,6 +1120,7 @@ class Log:
             self._offline = True
             raise _storage_error(f"{self._ident} truncation failed", e) from e
         log.info("%s truncated fully; the log starts again at offset %d", self._ident, offset)
+        self._truncated(offset)
         self._segments = [new]
         self._base_offsets = [offset]
         self._next_offset = offset

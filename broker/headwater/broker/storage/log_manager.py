@@ -328,6 +328,9 @@ class LogManager:
             cfg = lg.config
             if not cfg.compact or lg.is_offline or tp in self._cleaning:
                 continue
+            cut = lg.take_truncation_point()
+            if cut is not None and tp in self._first_dirty:
+                self._first_dirty[tp] = min(self._first_dirty[tp], cut)
             hw = self.high_watermark_of(tp) if self.high_watermark_of is not None else lg.log_end_offset
             if hw is None:
                 continue
