@@ -11,14 +11,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.cluster.harness import Cluster
 
 
-def create_topic(c: Cluster, name: str, partitions: int = 1, rf: int = 3, min_isr: int = 2) -> None:
+def create_topic(
+    c: Cluster, name: str, partitions: int = 1, rf: int = 3, min_isr: int = 2, configs: dict[str, str] | None = None
+) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    config = {"min.insync.replicas": str(min_isr), **(configs or {})}
     fut = admin.create_topics(
-        [
-            NewTopic(
-                name, num_partitions=partitions, replication_factor=rf, config={"min.insync.replicas": str(min_isr)}
-            )
-        ],
+        [NewTopic(name, num_partitions=partitions, replication_factor=rf, config=config)],
         operation_timeout=20,
     )
     fut[name].result(30)
