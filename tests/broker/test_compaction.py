@@ -88,7 +88,7 @@ def _wait_for_log(b: BrokerProcess, text: str, after: int) -> int:
 def test_compaction_keeps_latest_values_and_tombstones_for_delete_retention(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
-    b = broker_factory(0, log_cleaner_backoff_ms=200)
+    b = broker_factory(0, log_cleaner_backoff_ms=200, prometheus_port="auto")
     topic = "profiles"
     _create(b.bootstrap, topic)
     updates = [(f"user-{k}", f"v{r}-{k}") for r in range(10) for k in range(KEYS)]
@@ -105,6 +105,8 @@ def test_compaction_keeps_latest_values_and_tombstones_for_delete_retention(
     assert all(latest[k] is None for k in deleted)  # the deletions are still visible
     offsets = [o for o, _, _ in records]
     assert offsets == sorted(set(offsets))
+    assert b.metric("kafka_log_logcleaner_cleanings_total") >= 1
+    assert b.metric("kafka_log_logcleaner_recordsremoved_total") >= produced - len(records)
 
     # past delete.retention.ms, the next cleaning (new writes make the log dirty again) drops the
     # tombstones that already went through a cleaning

@@ -41,7 +41,7 @@ BROKER = {
 
 @pytest.fixture
 def coordinator(broker_factory: Callable[..., BrokerProcess]) -> Iterator[BrokerProcess]:
-    b = broker_factory(0, **BROKER)
+    b = broker_factory(0, prometheus_port="auto", **BROKER)
     w = Wire(b.bootstrap)
     deadline = time.monotonic() + 30
     while w.request(FIND_COORDINATOR, 2, {"key": "any", "key_type": 0})["error_code"] != ErrorCode.NONE:
@@ -164,6 +164,12 @@ def test_one_member_lifecycle_and_its_errors(coordinator: BrokerProcess) -> None
     fetched = _fetch(b, g)
     assert (fetched["committed_offset"], fetched["committed_leader_epoch"], fetched["metadata"]) == (42, 3, "note")
     assert _fetch(b, "no-such-group")["committed_offset"] == -1
+    deadline = time.monotonic() + 10  # the coordinator's gauges follow within a timer tick
+    while b.metric("kafka_coordinator_group_groupmetadatamanager_numoffsets") != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert b.metric("kafka_coordinator_group_groupmetadatamanager_numgroups") == 1
+    assert b.metric("kafka_coordinator_group_groupcoordinator_rebalances_total") >= 1
 
     d = _describe(b, g)
     assert (d["error_code"], d["group_state"], d["protocol_type"], d["protocol_data"]) == (

@@ -79,6 +79,30 @@ class BrokerMetrics:
             ["topic", "partition"],
             registry=r,
         )
+        # The group coordinator (kafka.coordinator.group:type=GroupMetadataManager) and the log cleaner
+        # (kafka.log:type=LogCleaner)
+        self.num_groups = Gauge(
+            "kafka_coordinator_group_groupmetadatamanager_numgroups", "Groups this broker coordinates", registry=r
+        )
+        self.num_offsets = Gauge(
+            "kafka_coordinator_group_groupmetadatamanager_numoffsets",
+            "Committed offsets of the groups this broker coordinates",
+            registry=r,
+        )
+        self.rebalances = Counter(
+            "kafka_coordinator_group_groupcoordinator_rebalances", "Join phases completed (new generations)", registry=r
+        )
+        self.cleanings = Counter("kafka_log_logcleaner_cleanings", "Compacted logs cleaned", registry=r)
+        self.cleaner_bytes_read = Counter("kafka_log_logcleaner_bytesread", "Bytes the log cleaner read", registry=r)
+        self.cleaner_bytes_written = Counter(
+            "kafka_log_logcleaner_byteswritten", "Bytes the log cleaner wrote", registry=r
+        )
+        self.cleaner_records_removed = Counter(
+            "kafka_log_logcleaner_recordsremoved", "Records compaction removed", registry=r
+        )
+        self.cleaner_last_clean_seconds = Gauge(
+            "kafka_log_logcleaner_lastcleantimesecs", "Duration of the last cleaning", registry=r
+        )
         self._partition_labels: set[tuple[str, str]] = set()
         self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._topic_in_children: dict[str, tuple[Any, Any]] = {}

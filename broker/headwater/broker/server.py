@@ -38,6 +38,7 @@ from headwater.broker.network import CloseConnection, Connection, Response, Sock
 from headwater.broker.producer_ids import ProducerIdManager
 from headwater.broker.purgatory import Purgatory
 from headwater.broker.replica_manager import ReplicaManager
+from headwater.broker.storage.cleaner import CleanStats
 from headwater.broker.storage.clock import Clock, SystemClock
 from headwater.broker.storage.fs import FileSystem, OsFileSystem
 from headwater.broker.storage.log_manager import LogManager
@@ -99,6 +100,7 @@ class KafkaBroker:
             )
         )
         self.log_manager.high_watermark_of = self.replicas.high_watermark_of  # retention stops at the HW
+        self.log_manager.on_cleaned = self._count_cleaning
         await self.server.start()
         if cfg.prometheus_port is not None:
             port = self.metrics.serve(cfg.prometheus_port, cfg.prometheus_host)
@@ -227,6 +229,14 @@ class KafkaBroker:
             log.error("%s", e)
             return
         self.controller.on_session_reconnected()
+
+    def _count_cleaning(self, stats: CleanStats) -> None:
+        m = self.metrics
+        m.cleanings.inc()
+        m.cleaner_bytes_read.inc(stats.bytes_read)
+        m.cleaner_bytes_written.inc(stats.bytes_written)
+        m.cleaner_records_removed.inc(stats.records_removed)
+        m.cleaner_last_clean_seconds.set(stats.seconds)
 
     async def _log_cleaner(self) -> None:
         """Compaction: one compacted log every log.cleaner.backoff.ms (see storage/cleaner.py)."""

@@ -11,7 +11,7 @@ offers the same services::
                   controller (controlled shutdown), groups (the group coordinator),
                   producer_ids (InitProducerId), wait_for_metadata / metadata_changed
     controller -> ControllerHost:  broker_id, config, cache, metrics, zk, stopping
-    group coordinator -> GroupHost: config, cache, replicas, purgatory
+    group coordinator -> GroupHost: config, cache, replicas, purgatory, metrics
 """
 
 from __future__ import annotations
@@ -71,9 +71,11 @@ class ControllerHost(Protocol):
 
 class GroupHost(Protocol):
     """What the group coordinator reaches: the config, the metadata cache (the offsets topic's
-    partitions and config), the replica manager (appends as leader) and the purgatory (acks=all)."""
+    partitions and config), the replica manager (appends as leader), the purgatory (acks=all) and
+    the metrics."""
 
     config: BrokerConfig
     cache: MetadataCache
     replicas: ReplicaManager
     purgatory: Purgatory
+    metrics: BrokerMetrics

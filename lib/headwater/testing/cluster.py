@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -84,6 +85,18 @@ class LocalBroker:
         """Its Prometheus endpoint, when started with ``prometheus.port`` (``"auto"``: a free port)."""
         port = self.properties.get("prometheus.port")
         return f"http://127.0.0.1:{port}/metrics" if port not in (None, "auto") else None
+
+    def metric(self, name: str) -> float:
+        """The sum of the samples named ``name`` on this broker's /metrics (0 when it has none);
+        needs ``prometheus.port``."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        url = self.metrics_url
+        if url is None:
+            raise RuntimeError(f"broker {self.broker_id} has no prometheus.port")
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+        return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
 
     @property
     def pid(self) -> int:

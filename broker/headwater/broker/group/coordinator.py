@@ -365,6 +365,7 @@ class GroupCoordinator:
                 g.partition, [(formats.group_key(g.group_id), formats.group_value(g.to_record(_now_ms())))]
             )
             return
+        self.host.metrics.rebalances.inc()
         g.protocol = g.select_protocol()
         g.state = GroupState.COMPLETING_REBALANCE
         for m in g.members.values():
@@ -594,6 +595,8 @@ class GroupCoordinator:
                 log.exception("group coordinator timers failed; continuing")
 
     def tick(self, now: float) -> None:
+        self.host.metrics.num_groups.set(len(self.groups))
+        self.host.metrics.num_offsets.set(sum(len(g.offsets) for g in self.groups.values()))
         for g in list(self.groups.values()):
             for mid, m in list(g.members.items()):
                 if m.expired(now):

@@ -135,6 +135,8 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self.cleaner_io_bytes_per_second = cleaner_io_bytes_per_second
+        #: called with each finished cleaning's stats (the broker counts them in its metrics)
+        self.on_cleaned: Callable[[CleanStats], None] | None = None
         self._cleaning: set[TopicPartition] = set()
         #: each compacted log's first dirty offset (cleaner-offset-checkpoint; see cleaner.py)
         self._first_dirty: dict[TopicPartition, int] = {}
@@ -393,6 +395,8 @@ class LogManager:
         if tp in self._dir_of:  # not deleted meanwhile
             self._first_dirty[tp] = stats.first_uncleanable
             self._write_cleaner_checkpoint(self._dir_of[tp])
+        if self.on_cleaned is not None:
+            self.on_cleaned(stats)
         log.info(
             "cleaned %s-%d (dirty ratio %.2f): offsets %d..%d, %d bytes read, %d written, %d records kept, "
             "%d removed (%d tombstones), %d -> %d segments in %.3f s",
