@@ -243,7 +243,7 @@ class KafkaBroker:
         while True:
             await asyncio.sleep(self.config.log_cleaner_backoff_ms / 1000.0)
             if self.log_manager is not None:
-                await self.log_manager.clean_one_async()
+                await self.log_manager.clean_one()
 
     async def _log_maintenance(self) -> None:
         while True:

@@ -4,6 +4,7 @@ checkpoint, and a crash at each step of the segment swap."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import errno
 import os
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from headwater.broker.storage.cleaner import CleanStats
 from headwater.broker.storage.clock import ManualClock
 from headwater.broker.storage.fs import OsFileSystem
 from headwater.broker.storage.log import Log, LogConfig
@@ -57,6 +59,11 @@ def view(records: list[Record]) -> dict[str, tuple[int, str | None]]:
     return out
 
 
+def clean(manager: LogManager) -> CleanStats | None:
+    """One pass of the broker's cleaner task."""
+    return asyncio.run(manager.clean_one())
+
+
 @pytest.fixture
 def manager(tmp_path: Path) -> LogManager:
     return LogManager([str(tmp_path / "logs")], LogConfig(), OsFileSystem(), ManualClock(T0))
@@ -67,14 +74,14 @@ def test_cleaning_keeps_the_latest_record_of_every_key_at_its_offset(manager: Lo
     latest = write_rounds(lg)
     lg.roll()
     before = len(lg.segments)
-    stats = manager.clean_one()
+    stats = clean(manager)
     assert stats is not None and stats.records_removed == KEYS * (ROUNDS - 1)
     records = read_all(lg)
     assert view(records) == latest and len(records) == KEYS  # one per key, at its original offset
     assert [r.offset for r in records] == sorted(r.offset for r in records)
     assert len(lg.segments) < before and lg.log_start_offset == 0 and lg.log_end_offset == KEYS * ROUNDS
     # the active segment was never touched, and a clean log is not cleaned again
-    assert manager.clean_one() is None
+    assert clean(manager) is None
     # the checkpoint says where the dirty section starts now
     checkpoint = Path(manager.log_dirs[0], "cleaner-offset-checkpoint").read_text().split("\n")
     assert checkpoint[2] == f"c 0 {KEYS * ROUNDS}"
@@ -87,14 +94,14 @@ def test_tombstones_stay_for_delete_retention_ms_then_go(manager: LogManager) ->
     write_rounds(lg, 1)
     lg.append(keyed(("k3", None)), 0)  # delete k3
     lg.roll()
-    assert manager.clean_one() is not None
+    assert clean(manager) is not None
     got = view(read_all(lg))
     assert got["k3"] == (KEYS, None)  # the tombstone is kept (and the value it deleted is gone)
     # later writes make the log dirty again; once delete.retention.ms has passed, the tombstone goes
     clock.advance(61_000)
     lg.append(keyed(("k1", "late"), ts=T0 + 61_000), 0)
     lg.roll()
-    stats = manager.clean_one()
+    stats = clean(manager)
     assert stats is not None and stats.tombstones_removed == 1
     got = view(read_all(lg))
     assert "k3" not in got and got["k1"] == (KEYS + 1, "late") and len(got) == KEYS - 1
@@ -108,7 +115,7 @@ def test_compressed_batches_are_rebuilt_with_their_codec_offsets_and_last_offset
     lg.append(keyed(("a", "1"), ("b", "1"), ("c", "1"), ("d", "1"), codec=codec), 0)  # offsets 0..3
     lg.append(keyed(("b", "2"), ("d", "2"), codec=codec), 0)  # 4..5
     lg.roll()
-    assert manager.clean_one() is not None
+    assert clean(manager) is not None
     assert view(read_all(lg)) == {"a": (0, "1"), "c": (2, "1"), "b": (4, "2"), "d": (5, "2")}
     first = lg.segments[0]
     batch = next(first.walk(0))
@@ -122,10 +129,10 @@ def test_nothing_is_cleaned_below_the_dirty_ratio(manager: LogManager) -> None:
     lg = manager.create_log("c", 0, cfg)
     write_rounds(lg, 2)
     lg.roll()
-    assert manager.clean_one() is not None  # everything is dirty at first: ratio 1.0
+    assert clean(manager) is not None  # everything is dirty at first: ratio 1.0
     lg.append(keyed(("k0", "again")), 0)
     lg.roll()
-    assert manager.clean_one() is None  # a little dirt over a large clean head
+    assert clean(manager) is None  # a little dirt over a large clean head
 
 
 class CrashingFileSystem(OsFileSystem):
@@ -161,7 +168,7 @@ def test_a_crash_during_the_swap_leaves_a_readable_log(tmp_path: Path, fs: OsFil
     lg = mgr.create_log("c", 0, compacted())
     latest = write_rounds(lg)
     lg.roll()
-    assert mgr.clean_one() is None  # the swap failed: logged, the log is offline until reopened
+    assert clean(mgr) is None  # the swap failed: logged, the log is offline until reopened
     assert lg.is_offline
     leftovers = [n for n in os.listdir(lg.dir) if n.endswith((".cleaned", ".swap"))]
     assert leftovers
@@ -210,11 +217,11 @@ def test_a_truncation_below_the_clean_head_makes_what_is_written_again_dirty(man
     lg = manager.create_log("c", 0, compacted())
     write_rounds(lg)
     lg.roll()
-    assert manager.clean_one() is not None
+    assert clean(manager) is not None
     lg.truncate_to(KEYS * ROUNDS - 3)  # a follower's truncation into the clean head
     lg.append(keyed(("k1", "rewritten"), ("k1", "rewritten again")), 0)
     lg.roll()
-    stats = manager.clean_one()
+    stats = clean(manager)
     assert stats is not None and stats.first_dirty == KEYS * ROUNDS - 3
     got = read_all(lg)
     assert [r.value for r in got if r.key == b"k1"] == [b"rewritten again"]

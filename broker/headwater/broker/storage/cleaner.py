@@ -234,7 +234,7 @@ class Cleaning:
     """One cleaning of one log, in steps. :meth:`prepare` and :meth:`write` only read the log's
     inactive segments and write new files, so a worker thread may run them while the broker goes on
     appending to the active segment; :meth:`swap` changes the log and runs where the log's owner
-    does. :meth:`run` does it all in the caller's thread."""
+    does. :meth:`run` drives them."""
 
     def __init__(
         self,
@@ -320,22 +320,10 @@ class Cleaning:
         self.stats.seconds = time.monotonic() - self.started
         return self.stats
 
-    def run(self) -> CleanStats:
-        self.prepare()
-        emptied: list[Segment] = []  # segments nothing survived in: they go with the next group's swap
-        for i, group in enumerate(self.groups):
-            cleaned = self.write((emptied or group)[0], group)
-            if cleaned is None and i + 1 < len(self.groups):
-                emptied += group
-                continue
-            self.swap(emptied + group, cleaned)
-            emptied = []
-        return self.finish()
-
-    async def run_async(self) -> CleanStats:
-        """:meth:`run` with the reading and writing on a worker thread, the swaps on the event loop."""
+    async def run(self) -> CleanStats:
+        """The whole cleaning: reading and writing on a worker thread, the swaps here (the event loop)."""
         await asyncio.to_thread(self.prepare)
-        emptied: list[Segment] = []
+        emptied: list[Segment] = []  # segments nothing survived in: they go with the next group's swap
         for i, group in enumerate(self.groups):
             cleaned = await asyncio.to_thread(self.write, (emptied or group)[0], group)
             if cleaned is None and i + 1 < len(self.groups):

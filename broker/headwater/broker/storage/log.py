@@ -89,6 +89,7 @@ from headwater.protocol.records.header import (
     LOG_OVERHEAD,
     BatchHeader,
     BatchSummary,
+    read_header,
     rewrite_offset_and_epoch,
     validate_batches,
 )
@@ -237,7 +238,7 @@ def _finish_interrupted_cleaning(fs: FileSystem, directory: str, ident: str) -> 
         try:
             size, pos = fs.fsize(fd), 0
             while pos + HEADER_SIZE <= size:
-                h = BatchHeader._make(HEADER.unpack_from(fs.pread(fd, HEADER_SIZE, pos)))
+                h = read_header(fs.pread(fd, HEADER_SIZE, pos))
                 last, pos = h.base_offset + h.last_offset_delta, pos + LOG_OVERHEAD + h.batch_length
         finally:
             fs.close(fd)

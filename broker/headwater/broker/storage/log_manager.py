@@ -101,7 +101,7 @@ class LogManager:
     (log.flush.offset.checkpoint.interval.ms), retention check (log.retention.check.interval.ms)
     and idle idempotent producers' expiry (every 10 minutes, after transactional.id.expiration.ms,
     as Kafka 2.3) are due; segments the logs rolled past are fsynced on every tick. The log cleaner
-    is the broker's own task (:meth:`clean_one_async` every log.cleaner.backoff.ms).
+    is the broker's own task (:meth:`clean_one` every log.cleaner.backoff.ms).
     """
 
     def __init__(
@@ -137,7 +137,6 @@ class LogManager:
         self.cleaner_io_bytes_per_second = cleaner_io_bytes_per_second
         #: called with each finished cleaning's stats (the broker counts them in its metrics)
         self.on_cleaned: Callable[[CleanStats], None] | None = None
-        self._cleaning: set[TopicPartition] = set()
         #: each compacted log's first dirty offset (cleaner-offset-checkpoint; see cleaner.py)
         self._first_dirty: dict[TopicPartition, int] = {}
         #: the high watermarks read from replication-offset-checkpoint at start, then as last written
@@ -328,7 +327,7 @@ class LogManager:
         best: tuple[float, TopicPartition, Log, int, int | None] | None = None
         for tp, lg in list(self._logs.items()):
             cfg = lg.config
-            if not cfg.compact or lg.is_offline or tp in self._cleaning:
+            if not cfg.compact or lg.is_offline:
                 continue
             cut = lg.take_truncation_point()
             if cut is not None and tp in self._first_dirty:
@@ -364,32 +363,18 @@ class LogManager:
         log.info("cleaning %s-%d: dirty ratio %.2f from offset %d", tp[0], tp[1], ratio, job.stats.first_dirty)
         return tp, ratio, job
 
-    def clean_one(self) -> CleanStats | None:
-        """Compact the dirtiest compacted log now, in this thread (see :meth:`clean_one_async`)."""
+    async def clean_one(self) -> CleanStats | None:
+        """Compact the dirtiest compacted log, reading and writing on a worker thread. The broker's
+        cleaner task awaits one at a time."""
         found = self._next_cleaning()
         if found is None:
             return None
         tp, ratio, job = found
         try:
-            return self._cleaned(tp, ratio, job.run())
+            return self._cleaned(tp, ratio, await job.run())
         except (KafkaError, OSError, ValueError) as e:
             log.error("cleaning %s-%d failed: %s", tp[0], tp[1], e)
             return None
-
-    async def clean_one_async(self) -> CleanStats | None:
-        """Compact the dirtiest compacted log, reading and writing on a worker thread (the broker's way)."""
-        found = self._next_cleaning()
-        if found is None:
-            return None
-        tp, ratio, job = found
-        self._cleaning.add(tp)
-        try:
-            return self._cleaned(tp, ratio, await job.run_async())
-        except (KafkaError, OSError, ValueError) as e:
-            log.error("cleaning %s-%d failed: %s", tp[0], tp[1], e)
-            return None
-        finally:
-            self._cleaning.discard(tp)
 
     def _cleaned(self, tp: TopicPartition, ratio: float, stats: CleanStats) -> CleanStats:
         if tp in self._dir_of:  # not deleted meanwhile
