@@ -164,7 +164,7 @@ def test_one_member_lifecycle_and_its_errors(coordinator: BrokerProcess) -> None
     fetched = _fetch(b, g)
     assert (fetched["committed_offset"], fetched["committed_leader_epoch"], fetched["metadata"]) == (42, 3, "note")
     assert _fetch(b, "no-such-group")["committed_offset"] == -1
-    deadline = time.monotonic() + 10  # the coordinator's gauges follow within a timer tick
+    deadline = time.monotonic() + 10  # the gauges are read when /metrics is scraped
     while b.metric("kafka_coordinator_group_groupmetadatamanager_numoffsets") != 1:
         assert time.monotonic() < deadline
         time.sleep(0.05)

@@ -79,6 +79,9 @@ class GroupCoordinator:
         self._ticker: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Task[ErrorCode]] = set()
         self._next_expiry_check = 0.0
+        # read when /metrics is scraped (the HTTP server's thread): list() copies the values at once
+        host.metrics.num_groups.set_function(lambda: len(self.groups))
+        host.metrics.num_offsets.set_function(lambda: sum(len(g.offsets) for g in list(self.groups.values())))
 
     # -- ownership ----------------------------------------------------------------------------
 
@@ -236,10 +239,13 @@ class GroupCoordinator:
             log.warning("write to %s-%d not replicated: %s", OFFSETS_TOPIC, partition, wait.error.name)
         return _TO_CLIENT.get(wait.error, wait.error)
 
+    @staticmethod
+    def _group_record(g: Group) -> tuple[bytes, bytes | None]:
+        """The group's metadata record as it is now."""
+        return formats.group_key(g.group_id), formats.group_value(g.to_record(_now_ms()))
+
     async def _store_group(self, g: Group) -> ErrorCode:
-        return await self._append(
-            g.partition, [(formats.group_key(g.group_id), formats.group_value(g.to_record(_now_ms())))]
-        )
+        return await self._append(g.partition, [self._group_record(g)])
 
     def _spawn_write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         task = asyncio.ensure_future(self._append(partition, records))
@@ -361,9 +367,7 @@ class GroupCoordinator:
         if not g.members:
             g.state, g.protocol, g.leader_id = GroupState.EMPTY, None, None
             log.info("Group %s with generation %d is now empty", g.group_id, g.generation)
-            self._spawn_write(
-                g.partition, [(formats.group_key(g.group_id), formats.group_value(g.to_record(_now_ms())))]
-            )
+            self._spawn_write(g.partition, [self._group_record(g)])
             return
         self.host.metrics.rebalances.inc()
         g.protocol = g.select_protocol()
@@ -595,8 +599,6 @@ class GroupCoordinator:
                 log.exception("group coordinator timers failed; continuing")
 
     def tick(self, now: float) -> None:
-        self.host.metrics.num_groups.set(len(self.groups))
-        self.host.metrics.num_offsets.set(sum(len(g.offsets) for g in self.groups.values()))
         for g in list(self.groups.values()):
             for mid, m in list(g.members.items()):
                 if m.expired(now):
