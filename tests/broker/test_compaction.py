@@ -8,10 +8,11 @@ import os
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.harness.broker import BrokerProcess
+from tests.harness.records import latest_by_key, read_from_start
 
 KEYS = 20
 DELETE_RETENTION_MS = 3000
@@ -40,42 +41,6 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[str, str | None]]) 
     assert p.flush(30) == 0 and not failed, failed
 
 
-def _read_from_start(bootstrap: str, topic: str) -> list[tuple[int, str, str | None]]:
-    """(offset, key, value) of every record, from the start to the end."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "compaction-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    from confluent_kafka import TopicPartition
-
-    c.assign([TopicPartition(topic, 0, 0)])
-    out = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while True:
-            assert time.monotonic() < deadline, "did not reach the end of the partition"
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    return out
-                continue
-            value = msg.value()
-            out.append((msg.offset(), msg.key().decode(), None if value is None else value.decode()))
-    finally:
-        c.close()
-
-
-def _latest(records: list[tuple[int, str, str | None]]) -> dict[str, str | None]:
-    return {k: v for _, k, v in sorted(records)}
-
-
 def _wait_for_log(b: BrokerProcess, text: str, after: int) -> int:
     """Until the broker's output has ``text`` more than ``after`` times; returns the new count."""
     deadline = time.monotonic() + TIMEOUT_S
@@ -98,8 +63,8 @@ def test_compaction_keeps_latest_values_and_tombstones_for_delete_retention(
     produced = len(updates) + len(deleted) + len(filler)
     cleanings = _wait_for_log(b, f"cleaned {topic}-0", 0)
 
-    records = _read_from_start(b.bootstrap, topic)
-    latest = _latest(records)
+    records = read_from_start(b.bootstrap, topic)
+    latest = latest_by_key(records)
     assert len(records) < produced  # superseded values are gone
     assert all(latest[f"user-{k}"] == f"v9-{k}" for k in range(5, KEYS))
     assert all(latest[k] is None for k in deleted)  # the deletions are still visible
@@ -113,10 +78,10 @@ def test_compaction_keeps_latest_values_and_tombstones_for_delete_retention(
     time.sleep(DELETE_RETENTION_MS / 1000)  # the retention itself, not a wait for a condition
     _produce(b.bootstrap, topic, [(f"later-{i}", "y" * 40) for i in range(120)])
     deadline = time.monotonic() + TIMEOUT_S
-    while any(k in deleted for _, k, _ in _read_from_start(b.bootstrap, topic)):
+    while any(k in deleted for _, k, _ in read_from_start(b.bootstrap, topic)):
         assert time.monotonic() < deadline, "tombstones outlived delete.retention.ms"
         cleanings = _wait_for_log(b, f"cleaned {topic}-0", cleanings)
-    latest = _latest(_read_from_start(b.bootstrap, topic))
+    latest = latest_by_key(read_from_start(b.bootstrap, topic))
     assert all(latest[f"user-{k}"] == f"v9-{k}" for k in range(5, KEYS))
 
 
@@ -128,7 +93,7 @@ def test_kill9_while_cleaning_leaves_a_log_that_reads_correctly(broker_factory: 
     _create(b.bootstrap, topic)
     _produce(b.bootstrap, topic, [(f"acct-{k}", f"r{r}-{k}") for r in range(150) for k in range(KEYS)])
     _produce(b.bootstrap, topic, [(f"tail-{i}", "z" * 40) for i in range(120)])
-    expected = _latest(_read_from_start(b.bootstrap, topic))
+    expected = latest_by_key(read_from_start(b.bootstrap, topic))
     b.stop()
     b.properties["log.cleaner.enable"] = "true"
     b.properties["log.cleaner.io.max.bytes.per.second"] = 20000
@@ -143,11 +108,11 @@ def test_kill9_while_cleaning_leaves_a_log_that_reads_correctly(broker_factory: 
     assert b.output.read_text().count(f"cleaned {topic}-0") == 0, "the kill came after the cleaning"
     b.start()
     assert "left by an interrupted cleaning" in b.output.read_text()  # the restart found its files
-    records = _read_from_start(b.bootstrap, topic)
-    assert _latest(records) == expected
+    records = read_from_start(b.bootstrap, topic)
+    assert latest_by_key(records) == expected
     offsets = [o for o, _, _ in records]
     assert offsets == sorted(set(offsets))
     # the cleaner runs again after the restart and finishes
     _wait_for_log(b, f"cleaned {topic}-0", 0)
-    records = _read_from_start(b.bootstrap, topic)
-    assert _latest(records) == expected and len(records) < 150 * KEYS
+    records = read_from_start(b.bootstrap, topic)
+    assert latest_by_key(records) == expected and len(records) < 150 * KEYS

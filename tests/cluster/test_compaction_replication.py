@@ -4,44 +4,17 @@ as the only replica left."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
+from tests.harness.records import latest_by_key, read_from_start
 
 TOPIC = "kv"
 KEYS = 20
 TIMEOUT_S = 90.0
-
-
-def _latest_from_start(c: Cluster, broker: int) -> dict[str, str]:
-    cons = Consumer(
-        {
-            "bootstrap.servers": c.brokers[broker].bootstrap,
-            "group.id": "compaction-check",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    cons.assign([TopicPartition(TOPIC, 0, 0)])
-    out: dict[str, str] = {}
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while True:
-            assert time.monotonic() < deadline, "did not reach the end of the partition"
-            msg = cons.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    return out
-                continue
-            out[msg.key().decode()] = msg.value().decode()
-    finally:
-        cons.close()
 
 
 def test_a_follower_catches_up_across_a_compacted_leaders_gaps(cluster_factory: Callable[..., Cluster]) -> None:
@@ -67,4 +40,4 @@ def test_a_follower_catches_up_across_a_compacted_leaders_gaps(cluster_factory: 
     c.kill9(leader)
     c.kill9(other)
     c.wait_for(lambda: c.leader_isr_size(follower, TOPIC, 0) is not None, TIMEOUT_S, "the follower to lead")
-    assert _latest_from_start(c, follower) == expected
+    assert latest_by_key(read_from_start(c.brokers[follower].bootstrap, TOPIC, timeout=TIMEOUT_S)) == expected
