@@ -7,6 +7,7 @@ separate process too (:mod:`headwater.testing.cluster`), watched by :class:`Proc
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import math
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from headwater.bench import baselines
+from headwater.bench.loadgen import BENCH_GROUP
 from headwater.bench.native import Native
 from headwater.bench.procmon import ProcessMonitor
 from headwater.bench.report import Report, Row
@@ -241,6 +243,18 @@ class Bench:
         return f"bench-{prefix}-{next(self._names)}"
 
     # -- topics (confluent-kafka's AdminClient: the stock tool, independent of our client) -----
+
+    def warm_group_coordinator(self, target: Target) -> None:
+        """Create ``__consumer_offsets`` before anything is measured: the confluent consumers' group.id
+        makes librdkafka look up a group coordinator, and the topic's creation (its replicas, their
+        leader elections) would otherwise fall inside a measurement."""
+        from headwater.client.groups import GroupAdmin
+
+        async def find() -> None:
+            async with GroupAdmin(target.bootstrap, timeout_s=60) as admin:
+                await admin.coordinator(BENCH_GROUP)
+
+        asyncio.run(find())
 
     def create_topic(self, target: Target, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]

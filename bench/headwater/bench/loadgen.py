@@ -26,6 +26,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+#: the group id of the confluent consumers here (they assign partitions, but librdkafka wants one)
+BENCH_GROUP = "headwater-bench"
+
 MIB = 1 << 20
 _STAMP = struct.Struct(">q")
 
@@ -185,7 +188,7 @@ def _confluent_consumer(bootstrap: str, extra: dict[str, str]) -> Any:
 
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
-        "group.id": "headwater-bench",
+        "group.id": BENCH_GROUP,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
     }

@@ -75,6 +75,7 @@ def run(options: Options) -> tuple[Report, Path, Path]:
             bench.main = Target("acks=1 RF=1", cluster.bootstrap, [cluster.brokers[0].pid], 1, "1")
             bench.main.metrics_urls = [u for b in cluster.brokers if (u := b.metrics_url)]
             bench.log(f"broker up at {cluster.bootstrap} (pid {cluster.brokers[0].pid}), workdir {workdir}")
+            bench.warm_group_coordinator(bench.main)
             produce_rows = produce.run(bench) if only & {"1", "5"} else []
             if "5" in only:
                 produce.resources(bench, produce_rows)

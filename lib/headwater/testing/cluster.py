@@ -201,8 +201,10 @@ class LocalCluster:
         self.workdir = workdir
         self.size = size
         self.overrides = dict(overrides or {})
-        # __consumer_offsets needs that many live brokers (Kafka 2.3's rule); fewer than 3 here
+        # __consumer_offsets needs that many live brokers (Kafka 2.3's rule); fewer than 3 here. A
+        # consumer with a group.id creates it: a few partitions for a local cluster, not Kafka's 50
         self.overrides.setdefault("offsets.topic.replication.factor", min(size, 3))
+        self.overrides.setdefault("offsets.topic.num.partitions", 3)
         self.zookeeper: ZooKeeperServer | None = None
         self._zk_connect = zk_connect
         self.brokers: list[LocalBroker] = []

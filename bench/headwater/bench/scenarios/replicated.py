@@ -38,6 +38,7 @@ def probe(bench: Bench, cluster: LocalCluster) -> Target:
         isr = bench.isr(target, topic)
         if isr and all(len(i) >= 3 for i in isr):
             bench.log(f"replication is available: ISR {isr}")
+            bench.warm_group_coordinator(target)
             return target
         time.sleep(0.5)
     target.unavailable = (
