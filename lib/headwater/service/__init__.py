@@ -1,0 +1,1 @@
+"""Pieces every long-running service shares: supervised tasks and health (see supervisor.py)."""
