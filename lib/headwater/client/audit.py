@@ -13,7 +13,9 @@ records are still in flight, a count event is published (JSON, key = the topic) 
 :meth:`AuditingProducer.close` flushes the records, then publishes every remaining count. A record
 acknowledged after its window's event went out (long retries) is reported in a further event for the
 same window, so the events of a window always add up to exactly what was acknowledged; consumers
-de-duplicate events by ``guid``. Auditing is on by default; ``audit=False`` makes the wrapper a plain
+de-duplicate events by ``guid``. An event whose send failed is sent again *as it was* (same guid and
+count): the failed send may have reached the broker (its acknowledgement lost), and the audit then
+sees the same event twice and counts it once. Auditing is on by default; ``audit=False`` makes the wrapper a plain
 pass-through. Records already carrying ``origin.created`` keep their origin headers (a re-producer such
 as the mirror should pass ``audit=False``: it is not the producer tier).
 """
@@ -119,6 +121,7 @@ class AuditingProducer:
         self._counts: Counter[WindowKey] = Counter()  # acknowledged, not yet published
         self._pending: Counter[WindowKey] = Counter()  # sent, not yet acknowledged or failed
         self._published: Counter[WindowKey] = Counter()  # totals published so far
+        self._unsent: list[tuple[WindowKey, dict[str, Any]]] = []  # events whose send failed: re-sent as they are
         self._publisher: asyncio.Task[None] | None = None
         self._publish_lock: asyncio.Lock | None = None
         self._closed = False
@@ -199,6 +202,8 @@ class AuditingProducer:
         """Acknowledged records per (topic, window number), published or not."""
         total = Counter(self._published)
         total.update(self._counts)
+        for k, event in self._unsent:
+            total[k] += int(event["count"])
         return dict(total)
 
     async def publish(self, *, all_windows: bool = False) -> int:
@@ -212,27 +217,34 @@ class AuditingProducer:
                 for k, n in self._counts.items()
                 if n > 0 and (all_windows or (k[1] < now_window and not self._pending[k]))
             ]
-            if not ready:
-                return 0
-            sends: list[tuple[WindowKey, int, RecordFuture | BaseException]] = []
+            events, self._unsent = self._unsent, []
             for k in ready:
                 n = self._counts.pop(k)
-                event = count_event(
-                    topic=k[0],
-                    window_start=k[1] * self.window_ms,
-                    window_ms=self.window_ms,
-                    count=n,
-                    datacenter=self.datacenter,
-                    host=self.host,
-                    application=self.application,
+                events.append(
+                    (
+                        k,
+                        count_event(
+                            topic=k[0],
+                            window_start=k[1] * self.window_ms,
+                            window_ms=self.window_ms,
+                            count=n,
+                            datacenter=self.datacenter,
+                            host=self.host,
+                            application=self.application,
+                        ),
+                    )
                 )
+            if not events:
+                return 0
+            sends: list[tuple[WindowKey, dict[str, Any], RecordFuture | BaseException]] = []
+            for k, event in events:
                 try:
                     fut = await self.producer.send(self.audit_topic, json.dumps(event).encode(), key=k[0])
-                    sends.append((k, n, fut))
+                    sends.append((k, event, fut))
                 except Exception as e:
-                    sends.append((k, n, e))
+                    sends.append((k, event, e))
             sent = 0
-            for k, n, f in sends:
+            for k, event, f in sends:
                 error: BaseException | None = f if isinstance(f, BaseException) else None
                 if error is None:
                     assert not isinstance(f, BaseException)
@@ -241,11 +253,11 @@ class AuditingProducer:
                     except Exception as e:
                         error = e
                 if error is None:
-                    self._published[k] += n
+                    self._published[k] += int(event["count"])
                     sent += 1
-                else:  # keep the count: the next round publishes it
-                    log.warning("audit event for %s window %d not published: %s", k[0], k[1], error)
-                    self._counts[k] += n
+                else:  # keep the event: the next round sends it again, with the same guid
+                    log.warning("audit event %s for %s window %d not published: %s", event["guid"], k[0], k[1], error)
+                    self._unsent.append((k, event))
             return sent
 
     async def _publish_loop(self) -> None:
@@ -273,10 +285,13 @@ class AuditingProducer:
             if self.enabled:
                 for _ in range(3):
                     await self.publish(all_windows=True)
-                    if not self._counts:
+                    if not self._counts and not self._unsent:
                         break
-                if self._counts:
-                    log.error("audit counts not published at close: %s", dict(self._counts))
+                if self._counts or self._unsent:
+                    log.error(
+                        "audit counts not published at close: %s",
+                        dict(Counter(self._counts) + Counter({k: int(e["count"]) for k, e in self._unsent})),
+                    )
         finally:
             self._closed = True
             await self.producer.close(timeout)
