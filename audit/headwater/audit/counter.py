@@ -1,12 +1,19 @@
-"""Counting one cluster's tier, and reading its ``__audit`` count events.
+"""Counting one cluster's tier, and reading its ``__audit`` events (counts and the mirror's gaps).
 
-Reads raw record batches (no decoding where the header answers): a CreateTime batch whose first and
-max timestamps fall in one window is counted from its header's record count under its first
-record's ``origin.dc`` — one producer writes one batch, and a batch of our auditing producer shares
-its origin. Any other batch is counted record by record from the origin headers; a record without
-them is counted as unaudited (datacenter ``-``) at this cluster, by its timestamp.
+Every record is counted in the window of its own creation time (``origin.created``) under its own
+``origin.dc``. A batch header cannot prove that a batch falls into one window (its base timestamp is
+the *first* record's, not the smallest: a batch ``[60000, 59999]`` straddles) nor that its records
+share one origin (a re-producer keeping origin headers mixes datacenters), so batches are decoded
+(the compiled record codec) and counted record by record. A record without origin headers is
+counted as unaudited (datacenter ``-``) at this cluster, by its timestamp.
 
-Every fetch round's counts, events and the offsets reached go to the store in one transaction.
+Every fetch round's counts, events, rejected events, gaps and the offsets reached go to the store in
+one transaction that checks the offsets it started from (compare-and-set, :meth:`Store.apply`).
+
+Watermarks: per partition, how far in creation time this tier has been counted — the time of the
+fetch when the counter has caught up (its offset reached the high watermark), otherwise the largest
+timestamp counted so far. A window closes for a tier only when that tier's watermark has passed the
+window's end plus the grace period on every partition (reconcile.py).
 """
 
 from __future__ import annotations
@@ -16,23 +23,48 @@ import json
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from headwater.audit.config import AuditConfig
-from headwater.audit.store import UNAUDITED_DC, CountKey, Store
+from headwater.audit.store import UNAUDITED_DC, CountKey, Gap, OffsetConflict, Rejected, Store, StoreUnavailable
 from headwater.client.admin import Admin
 from headwater.client.audit import AUDIT_TOPIC, HEADER_CREATED, HEADER_DC
 from headwater.client.consumer import Consumer
-from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, OffsetOutOfRangeError
+from headwater.client.errors import OffsetOutOfRangeError
 from headwater.client.raw import fetch_raw
-from headwater.protocol.errors import KafkaError
-from headwater.protocol.records.header import TIMESTAMP_TYPE_BIT, BatchHeader
-from headwater.protocol.records.record import Record, decode_batch, first_record
+from headwater.protocol.records.header import BatchHeader
+from headwater.protocol.records.record import Record, decode_batch
 
 log = logging.getLogger("headwater.audit.counter")
 
-_EVENT_FIELDS = {"guid": str, "tier": str, "datacenter": str, "topic": str, "window_start": int, "count": int}
 TIERS_FROM_EVENTS = ("producer", "warehouse")
+MAX_TIMESTAMP = 2**62  # creation times and windows beyond this are not times (and overflow BIGINT sums)
+MAX_COUNT = 2**40  # more records than any producer sends in one window
+TopicPartition = tuple[str, int]
+
+_EVENT_FIELDS = {"guid": str, "tier": str, "datacenter": str, "topic": str, "window_start": int, "count": int}
+_GAP_FIELDS = {
+    "guid": str,
+    "tier": str,
+    "hop": str,
+    "datacenter": str,
+    "topic": str,
+    "reason": str,
+    "partition": int,
+    "from_offset": int,
+    "to_offset": int,
+    "records": int,
+    "detected_ms": int,
+}
+
+
+class BadEvent(ValueError):
+    """An ``__audit`` record that is not a valid event; ``reason`` is a short label (a metric label)."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
 
 
 def _origin(r: Record) -> tuple[str | None, int | None]:
@@ -45,24 +77,26 @@ def _origin(r: Record) -> tuple[str | None, int | None]:
                 created = int(v)
             except ValueError:
                 created = None
+            if created is not None and not 0 <= created < MAX_TIMESTAMP:
+                created = None
     return dc, created
 
 
 def count_batch(
-    alias: str, topic: str, window_ms: int, h: BatchHeader, batch: memoryview, counts: dict[CountKey, list[int]]
+    alias: str,
+    topic: str,
+    window_ms: int,
+    h: BatchHeader,
+    batch: memoryview,
+    counts: dict[CountKey, list[int]],
+    min_offset: int = 0,
 ) -> None:
-    """Add one batch's records to ``counts`` ((count, unaudited) per (topic, window, dc, tier))."""
-    create_time = not h.attributes & TIMESTAMP_TYPE_BIT
-    if create_time and h.base_timestamp // window_ms == h.max_timestamp // window_ms:
-        first = first_record(batch)
-        if first is not None:
-            dc, created = _origin(first)
-            if dc is not None and created is not None and created // window_ms == h.base_timestamp // window_ms:
-                c = counts[(topic, created // window_ms * window_ms, dc, alias)]
-                c[0] += h.records_count
-                return
+    """Add one batch's records from ``min_offset`` on to ``counts`` ((count, unaudited) per (topic,
+    window, dc, tier)), each in the window of its own creation time and under its own datacenter."""
     _, records = decode_batch(batch)
     for r in records:
+        if r.offset < min_offset:
+            continue
         dc, created = _origin(r)
         if dc is None or created is None:
             c = counts[(topic, r.timestamp // window_ms * window_ms, UNAUDITED_DC, alias)]
@@ -72,63 +106,180 @@ def count_batch(
             counts[(topic, created // window_ms * window_ms, dc, alias)][0] += 1
 
 
-def parse_event(raw: bytes | None) -> dict[str, Any] | None:
-    """A count event, or None when it is malformed (the caller counts it as rejected)."""
-    try:
-        e = json.loads(raw or b"")
-    except ValueError:
-        return None
-    if not isinstance(e, dict):
-        return None
-    for name, kind in _EVENT_FIELDS.items():
-        value = e.get(name)
+def _fields(e: dict[str, Any], spec: dict[str, type]) -> None:
+    for name, kind in spec.items():
+        if name not in e:
+            raise BadEvent("missing field", name)
+        value = e[name]
         if kind is int:
             if isinstance(value, bool) or not isinstance(value, int):
-                return None
+                raise BadEvent("bad field", f"{name} is not an integer")
         elif not isinstance(value, str) or not value:
-            return None
-    if e["tier"] not in TIERS_FROM_EVENTS or e["count"] < 0:
+            raise BadEvent("bad field", f"{name} is not a non-empty string")
+
+
+def parse_audit_record(raw: bytes | None, window_ms: int) -> tuple[str, Any]:
+    """``("count", event dict)`` or ``("gap", Gap)``; raises :class:`BadEvent` for anything else."""
+    try:
+        e = json.loads(raw or b"")
+    except (ValueError, RecursionError) as ex:  # RecursionError: b"[" * 200000
+        raise BadEvent("unparsable", type(ex).__name__) from None
+    if not isinstance(e, dict):
+        raise BadEvent("not an object")
+    kind = e.get("type", "count")
+    if kind == "gap":
+        _fields(e, _GAP_FIELDS)
+        lo, hi, n = e["from_offset"], e["to_offset"], e["records"]
+        if not (0 <= lo <= hi < MAX_TIMESTAMP) or n != hi - lo or not 0 <= e["partition"] < 2**31:
+            raise BadEvent("bad gap", f"offsets {lo}-{hi}, records {n}, partition {e['partition']}")
+        if not 0 <= e["detected_ms"] < MAX_TIMESTAMP:
+            raise BadEvent("timestamp out of range", f"detected_ms {e['detected_ms']}")
+        return "gap", Gap(
+            e["guid"],
+            e["tier"],
+            e["hop"],
+            e["datacenter"],
+            e["topic"],
+            e["partition"],
+            lo,
+            hi,
+            n,
+            e["reason"],
+            e["detected_ms"],
+        )
+    if kind != "count":
+        raise BadEvent("unknown type", str(kind)[:50])
+    _fields(e, _EVENT_FIELDS)
+    if e["tier"] not in TIERS_FROM_EVENTS:
+        raise BadEvent("unknown tier", e["tier"][:50])
+    if not 0 <= e["count"] <= MAX_COUNT:
+        raise BadEvent("count out of range", str(e["count"])[:30])
+    start = e["window_start"]
+    if not 0 <= start < MAX_TIMESTAMP:
+        raise BadEvent("timestamp out of range", f"window_start {str(start)[:30]}")
+    if start % window_ms:
+        raise BadEvent("window not on grid", f"window_start {start} is not a multiple of window.ms {window_ms}")
+    end = e.get("window_end")
+    if end is not None and (isinstance(end, bool) or not isinstance(end, int) or end - start != window_ms):
+        raise BadEvent("window length", f"window_end - window_start is not window.ms {window_ms}")
+    return "count", e
+
+
+def parse_event(raw: bytes | None, window_ms: int = 1) -> dict[str, Any] | None:
+    """A count event, or None when it is not one (malformed, out of range, or a gap)."""
+    try:
+        kind, e = parse_audit_record(raw, window_ms)
+    except BadEvent:
         return None
-    return e
+    return e if kind == "count" else None
 
 
 class TierCounter:
-    """Counts one cluster (alias) into the store, resuming from the stored offsets."""
+    """Counts one cluster (alias) into the store, resuming from the stored offsets.
 
-    def __init__(self, alias: str, bootstrap: str, config: AuditConfig, store: Store) -> None:
+    ``run`` is meant to be supervised (headwater.service.supervisor): it raises when it cannot go
+    on (the store down past its retries, a broker error) and is started again, from the store.
+    """
+
+    def __init__(
+        self,
+        alias: str,
+        bootstrap: str,
+        config: AuditConfig,
+        store: Store,
+        *,
+        on_bad_event: Callable[[str, str], None] | None = None,
+        store_retries: int = 6,
+        admin: Admin | None = None,
+    ) -> None:
         self.alias = alias
         self.config = config
         self.store = store
-        self.admin = Admin(bootstrap, client_id="headwater-audit")
+        self.admin = admin or Admin(bootstrap, client_id="headwater-audit")
         self.cluster = self.admin.cluster
-        self.offsets: dict[tuple[str, int], int] = {}
-        self.high_watermarks: dict[tuple[str, int], int] = {}
+        self.offsets: dict[TopicPartition, int] = {}
+        self.stored: dict[TopicPartition, int] = {}  # what the store holds (the compare-and-set base)
+        self.high_watermarks: dict[TopicPartition, int] = {}
+        self.watermarks: dict[TopicPartition, int] = {}
         self.records_counted = 0
         self.events_seen = 0
         self.rejected = 0
+        self.store_error = ""
+        self.on_bad_event = on_bad_event or (lambda tier, reason: None)
+        self.store_retries = store_retries
         self._topics_at = 0.0
+        self._loaded = False
 
     @property
     def lag(self) -> int:
         return sum(max(hw - self.offsets.get(tp, 0), 0) for tp, hw in self.high_watermarks.items())
 
-    async def run(self, stop: asyncio.Event) -> None:
-        self.offsets = await asyncio.to_thread(self.store.offsets, self.alias)
+    @property
+    def counted_offsets(self) -> int:
+        return sum(self.stored.values())
+
+    def audit_watermark(self) -> int | None:
+        """How far this tier's ``__audit`` events were read: None before the topics were listed,
+        unbounded when the cluster has no ``__audit``."""
+        wm = self.topic_watermark(AUDIT_TOPIC)
+        if not self._topics_at:
+            return wm
+        return MAX_TIMESTAMP if wm is None else wm
+
+    def topic_watermark(self, topic: str) -> int | None:
+        """How far (creation time, ms) this tier has counted every partition of ``topic``; None when
+        it has no partition of it."""
+        wms = [wm for (t, _), wm in self.watermarks.items() if t == topic]
+        return min(wms) if wms else None
+
+    async def close(self) -> None:
+        await self.admin.close()
+
+    async def run(self, unit: Any = None, stop: asyncio.Event | None = None) -> None:
+        """Count until cancelled (or ``stop`` is set); ``unit.progress()`` after every round."""
+        await self._load()
+        while stop is None or not stop.is_set():
+            if time.monotonic() - self._topics_at > 5 or not self.offsets:
+                await self._discover()
+            if not self.offsets:
+                if unit is not None:
+                    unit.progress()
+                await asyncio.sleep(1)
+                continue
+            await self._round()
+            if unit is not None:
+                unit.progress()
+
+    async def _load(self) -> None:
+        stored = await self._store_call(self.store.offsets, self.alias)
+        wms = await self._store_call(self.store.watermarks)
+        self.offsets = dict(stored)
+        self.stored = dict(stored)
+        for (cluster, topic), parts in wms.items():
+            if cluster == self.alias:
+                for p, wm in parts.items():
+                    self.watermarks[(topic, p)] = max(wm, self.watermarks.get((topic, p), 0))
+        self._loaded = True
+
+    async def _store_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn`` on a worker thread; a store fault (PostgreSQL restarted, SQLite locked) is retried
+        with doubling backoff, then raised (the supervisor restarts the counter)."""
         backoff = 0.2
-        while not stop.is_set():
+        for attempt in range(self.store_retries + 1):
             try:
-                if time.monotonic() - self._topics_at > 5 or not self.offsets:
-                    await self._discover()
-                if not self.offsets:
-                    await asyncio.sleep(1)
-                    continue
-                await self._round()
-                backoff = 0.2
-            except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
-                log.warning("%s: %s; retrying in %.1fs", self.alias, e, backoff)
+                result = await asyncio.to_thread(fn, *args, **kwargs)
+                if self.store_error:
+                    log.warning("%s: the store answers again", self.alias)
+                self.store_error = ""
+                return result
+            except StoreUnavailable as e:
+                self.store_error = str(e)
+                if attempt == self.store_retries:
+                    raise
+                log.warning("%s: store unavailable (%s); retrying in %.1f s", self.alias, e, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
-        await self.admin.close()
+        raise AssertionError("unreachable")
 
     async def _discover(self) -> None:
         topics = await self.admin.list_topics(include_internal=True)
@@ -139,64 +290,149 @@ class TierCounter:
             for p in await consumer.partitions_for(t):
                 if (t, p) not in self.offsets:
                     self.offsets[(t, p)] = await consumer.earliest_offset(t, p)
+                    self.watermarks.setdefault((t, p), 0)
         self._topics_at = time.monotonic()
+
+    async def _reset(self, e: OffsetOutOfRangeError) -> None:
+        """OFFSET_OUT_OF_RANGE: below the log start, the records in between are gone before they were
+        counted (resume at the log start, loudly); past the log end (unclean truncation, topic
+        re-created), resume at the log end: counting again from the earliest would count twice."""
+        consumer = Consumer("", cluster=self.cluster)
+        tp = (e.topic, e.partition)
+        offset = self.offsets.get(tp, e.offset)
+        earliest = await consumer.earliest_offset(*tp)
+        latest = await consumer.latest_offset(*tp)
+        if offset < earliest:
+            target = earliest
+            log.error(
+                "%s: %s-%d: offsets %d-%d were deleted before they were counted (retention); this tier's counts "
+                "miss them; counting resumes at the log start %d",
+                self.alias,
+                *tp,
+                offset,
+                earliest - 1,
+                earliest,
+            )
+        elif offset > latest:
+            target = latest
+            log.warning(
+                "%s: %s-%d: counted offset %d is past the log end %d (unclean leader election or topic re-created); "
+                "counting resumes at the log end, records below it are not counted again",
+                self.alias,
+                *tp,
+                offset,
+                latest,
+            )
+        else:
+            return  # in range again (a leader change): fetch again
+        await self._commit({tp: target}, {}, [], [], [], {})
+
+    async def _commit(
+        self,
+        moved: dict[TopicPartition, int],
+        counts: dict[CountKey, tuple[int, int]],
+        events: list[dict[str, Any]],
+        rejected: list[Rejected],
+        gaps: list[Gap],
+        closed_before: dict[str, int],
+    ) -> int | None:
+        """Write one round; None when another writer moved the offsets (the round is dropped)."""
+        previous = {tp: self.stored.get(tp) for tp in moved}
+        try:
+            new = await self._store_call(
+                self.store.apply,
+                self.alias,
+                moved,
+                counts,
+                int(time.time() * 1000),
+                closed_before,
+                events,
+                rejected,
+                previous=previous,
+                watermarks={tp: self.watermarks.get(tp, 0) for tp in moved},
+                gaps=gaps,
+            )
+        except OffsetConflict as e:
+            log.error("%s: %s; this round is dropped and counting resumes from the stored offsets", self.alias, e)
+            stored = await self._store_call(self.store.offsets, self.alias)
+            self.stored = dict(stored)
+            self.offsets.update(stored)
+            return None
+        self.stored.update(moved)
+        self.offsets.update(moved)
+        return int(new)
 
     async def _round(self) -> None:
         requests = [(t, p, o) for (t, p), o in self.offsets.items()]
+        fetched_at = int(time.time() * 1000)
         try:
             got, failed = await fetch_raw(self.cluster, requests, max_wait_ms=self.config.fetch_max_wait_ms)
         except OffsetOutOfRangeError as e:
-            consumer = Consumer("", cluster=self.cluster)
-            tp = (e.topic, e.partition)
-            self.offsets[tp] = await consumer.earliest_offset(*tp)
-            log.warning("%s: %s-%d: offset out of range: counting resumes at the log start", self.alias, *tp)
+            await self._reset(e)
             return
         if failed:
             await self.cluster.refresh({t for t, _ in failed})
         w = self.config.window_ms
         counts: dict[CountKey, list[int]] = defaultdict(lambda: [0, 0])
         events: list[dict[str, Any]] = []
-        rejected = 0
-        moved: dict[tuple[str, int], int] = {}
+        rejected: list[Rejected] = []
+        gaps: list[Gap] = []
+        moved: dict[TopicPartition, int] = {}
+        # What this tier had closed before the round: a count for such a window arrives late.
+        closed_before = {
+            t: wm - w - self.config.grace_ms for t in {t for t, _ in got} if (wm := self.topic_watermark(t)) is not None
+        }
         for tp, part in got.items():
             self.high_watermarks[tp] = part.high_watermark
-            if not part.batches:
-                continue
+            top = self.watermarks.get(tp, 0)
             for h, b in part.batches:
+                top = max(top, h.max_timestamp if h.max_timestamp < MAX_TIMESTAMP else 0)
                 if h.is_control:
                     continue
                 if tp[0] == AUDIT_TOPIC:
                     for r in decode_batch(b)[1]:
-                        event = parse_event(r.value)
-                        if event is None:
-                            rejected += 1
-                            log.warning(
-                                "%s: rejected a malformed count event at %s-%d offset %d: %r",
-                                self.alias,
-                                *tp,
-                                r.offset,
-                                (r.value or b"")[:200],
-                            )
-                        elif self.config.audited(event["topic"]):
-                            events.append(event)
+                        if r.offset < self.offsets[tp]:
+                            continue
+                        self._audit_record(tp, r, events, rejected, gaps)
                 else:
-                    count_batch(self.alias, tp[0], w, h, b, counts)
-            moved[tp] = part.batches[-1][0].next_offset
+                    count_batch(self.alias, tp[0], w, h, b, counts, self.offsets[tp])
+            if part.batches:
+                moved[tp] = part.batches[-1][0].next_offset
+            caught_up = moved.get(tp, self.offsets[tp]) >= part.high_watermark
+            self.watermarks[tp] = max(top, fetched_at) if caught_up else top
         if not moved:
             return
-        now = int(time.time() * 1000)
-        closed_before = now - w - self.config.grace_ms
-        await asyncio.to_thread(
-            self.store.apply,
-            self.alias,
-            moved,
-            {k: (v[0], v[1]) for k, v in counts.items()},
-            now,
-            closed_before,
-            events,
-            rejected,
+        new = await self._commit(
+            moved, {k: (v[0], v[1]) for k, v in counts.items()}, events, rejected, gaps, closed_before
         )
-        self.offsets.update(moved)
+        if new is None:
+            return
+        for bad in rejected:  # logged once: after the round that skips them was committed
+            log.warning(
+                "%s: rejected an __audit event at %s-%d offset %d (%s): %r",
+                self.alias,
+                bad.topic,
+                bad.partition,
+                bad.offset,
+                bad.reason,
+                (bad.value or b"")[:200],
+            )
+            self.on_bad_event(self.alias, bad.reason)
         self.records_counted += sum(v[0] for v in counts.values())
         self.events_seen += len(events)
-        self.rejected += rejected
+        self.rejected += len(rejected)
+
+    def _audit_record(
+        self, tp: TopicPartition, r: Record, events: list[dict[str, Any]], rejected: list[Rejected], gaps: list[Gap]
+    ) -> None:
+        try:
+            kind, parsed = parse_audit_record(r.value, self.config.window_ms)
+        except BadEvent as e:
+            rejected.append(Rejected(tp[0], tp[1], r.offset, e.reason, None if r.value is None else bytes(r.value)))
+            return
+        if not self.config.audited(parsed.topic if kind == "gap" else parsed["topic"]):
+            return
+        if kind == "gap":
+            gaps.append(parsed)
+        else:
+            events.append(parsed)

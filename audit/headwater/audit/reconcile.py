@@ -4,10 +4,13 @@ the books", the paper's section 4). Pure: rows in, statuses out.
 Per (topic, window, datacenter, tier): ``expected`` is the producer tier's count (de-duplicated count
 events), ``completeness`` = count / expected, and the status:
 
-- ``open``        the window has not closed yet (now < window end + grace)
+- ``open``        the window has not closed yet for this tier: its watermark (how far in creation
+                  time the tier has been counted on every partition, see counter.py) or the
+                  producer tier's has not passed window end + grace. Without watermarks (tests,
+                  tools), the clock: now < window end + grace
 - ``loss``        closed, fewer records than the producers sent (``missing`` says how many)
 - ``duplicates``  closed, more records than the producers sent
-- ``late``        closed and balanced, but some counts arrived after it closed (never at the
+- ``late``        closed and balanced, but some counts arrived after the tier had closed it (never at the
                   warehouse tier: a nightly load counts windows long closed by design)
 - ``complete``    closed and balanced
 - ``unaudited``   records without origin headers (datacenter ``-``): nothing to compare with
@@ -22,7 +25,7 @@ until the next load, and calling that a loss would raise a false alarm every nig
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -71,17 +74,32 @@ def reconcile(
     grace_ms: int,
     now_ms: int,
     aggregates: frozenset[str] | None = None,
+    *,
+    watermark: Callable[[str, str], int | None] | None = None,
+    warehouse_reach: Mapping[str, int] | None = None,
 ) -> list[Completeness]:
+    """``watermark(tier, topic)``: how far that tier has counted the topic (ms, None: not at all);
+    ``warehouse_reach``: per topic, the latest window the warehouse counted (default: from ``rows``,
+    which then must hold the later windows)."""
     by_window: dict[tuple[str, int, str], dict[str, CountRow]] = defaultdict(dict)
-    warehouse_reach: dict[str, int] = {}
+    reach: dict[str, int] = dict(warehouse_reach or {})
     for r in rows:
         by_window[(r.topic, r.window_start, r.datacenter)][r.tier] = r
         if r.tier == WAREHOUSE:
-            warehouse_reach[r.topic] = max(warehouse_reach.get(r.topic, r.window_start), r.window_start)
+            reach[r.topic] = max(reach.get(r.topic, r.window_start), r.window_start)
+
+    def closed(tier: str, topic: str, end: int) -> bool:
+        if watermark is None:
+            return now_ms >= end + grace_ms
+        for t in {PRODUCER, PRODUCER if tier == WAREHOUSE else tier}:
+            wm = watermark(t, topic)
+            if wm is None or wm < end + grace_ms:
+                return False
+        return True
+
     out: list[Completeness] = []
     for (topic, start, dc), tiers in sorted(by_window.items()):
         end = start + window_ms
-        closed = now_ms >= end + grace_ms
         if dc == UNAUDITED_DC:
             for tier, r in sorted(tiers.items()):
                 out.append(Completeness(topic, start, end, dc, tier, r.count, None, None, "unaudited", r.late))
@@ -89,13 +107,13 @@ def reconcile(
         producer = tiers.get(PRODUCER)
         expected = producer.count if producer is not None else 0
         names = [PRODUCER, *tiers_for(dc, clusters, datacenters, aggregates)]
-        if topic in warehouse_reach and warehouse_reach[topic] > start:
+        if topic in reach and reach[topic] > start:
             names.append(WAREHOUSE)
         for tier in names:
             row = tiers.get(tier)
             count = row.count if row is not None else 0
             late = row.late if row is not None else 0
-            if not closed:
+            if not closed(tier, topic, end):
                 status = "open"
             elif count < expected:
                 status = "loss"

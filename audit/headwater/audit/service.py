@@ -1,4 +1,14 @@
-"""``headwater audit serve``: one counter per cluster tier, reconciliation, alerts, HTTP."""
+"""``headwater audit serve``: one counter per cluster tier, reconciliation, alerts, HTTP.
+
+Every long-lived task runs under :class:`headwater.service.supervisor.Supervisor`: a tier counter
+that raises (its store down past its retries, a broker error) is logged at ERROR, counted in
+``headwater_audit_task_failures_total{tier}`` and started again from the store's offsets; ``/healthz``
+answers 503 while one is restarting, stuck or waiting for the store.
+
+Alerts are an outbox in the store: a window's ``loss`` / ``duplicates`` (or ``resolved`` when a
+window alerted before balances after all) and each mirror gap is recorded once, then POSTed to the
+webhook until it answers 2xx (concurrently, with a timeout, retried with doubling backoff).
+"""
 
 from __future__ import annotations
 
@@ -6,29 +16,47 @@ import asyncio
 import json
 import logging
 import time
+from typing import Any
 
 from aiohttp import ClientSession, ClientTimeout, web
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from headwater.audit.config import AuditConfig
 from headwater.audit.counter import TierCounter
-from headwater.audit.reconcile import Completeness, reconcile
-from headwater.audit.store import UNAUDITED_DC, Store
+from headwater.audit.reconcile import PRODUCER, WAREHOUSE, Completeness, reconcile
+from headwater.audit.store import UNAUDITED_DC, Gap, PendingAlert, Store
 from headwater.audit.web import make_app
+from headwater.service.supervisor import HealthRegistry, Supervisor, Unit
 
 log = logging.getLogger("headwater.audit")
 
 _ALERTING = ("loss", "duplicates")
+_BALANCED = ("complete", "late")
+ALERT_TIMEOUT_S = 10.0
+ALERT_MAX_BACKOFF_MS = 300_000
+
+
+def _when(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
 
 
 class AuditService:
-    def __init__(self, config: AuditConfig) -> None:
+    def __init__(self, config: AuditConfig, *, counters: list[TierCounter] | None = None) -> None:
         self.config = config
         self.store = Store(config.store)
-        self.counters = [
-            TierCounter(alias, bootstrap, config, self.store) for alias, bootstrap in config.clusters.items()
-        ]
         self.registry = CollectorRegistry()
+        self._bad_events = Counter(
+            "headwater_audit_bad_events",
+            "__audit records that are not valid events (kept in audit_rejected and skipped), per tier and reason",
+            ["tier", "reason"],
+            registry=self.registry,
+        )
+        self.counters = counters or [
+            TierCounter(alias, bootstrap, config, self.store, on_bad_event=self._count_bad)
+            for alias, bootstrap in config.clusters.items()
+        ]
+        self.health_registry = HealthRegistry()
+        self.supervisor = Supervisor("audit", self.health_registry, self.registry, ("tier",), max_backoff_s=10.0)
         self._completeness = Gauge(
             "headwater_audit_completeness",
             "Completeness of the last closed window, per topic and tier (1 = every record)",
@@ -50,12 +78,50 @@ class AuditService:
         self._rejected = Gauge(
             "headwater_audit_rejected_events", "Malformed count events rejected (all time)", registry=self.registry
         )
+        self._alerts_pending = Gauge(
+            "headwater_audit_alerts_pending", "Alerts not yet delivered to the webhook", registry=self.registry
+        )
         self.http_port: int | None = None
+
+    def _count_bad(self, tier: str, reason: str) -> None:
+        self._bad_events.labels(tier, reason).inc()
 
     # -- reads for the web side ------------------------------------------------------------------
 
-    def rows(self, topic: str | None, since: int | None, until: int | None) -> list[Completeness]:
+    def watermark(self, tier: str, topic: str) -> int | None:
+        """How far ``tier`` has counted ``topic`` (see counter.py); the producer and warehouse tiers:
+        how far every cluster's ``__audit`` was read."""
+        if tier in (PRODUCER, WAREHOUSE):
+            marks = [c.audit_watermark() for c in self.counters]
+            return None if not marks or any(m is None for m in marks) else min(m for m in marks if m is not None)
+        for c in self.counters:
+            if c.alias == tier:
+                return c.topic_watermark(topic)
+        return None
+
+    def _snapshot(self) -> dict[tuple[str, str], int | None]:
+        """The watermarks, read on the event loop (the counters change them there)."""
+        out: dict[tuple[str, str], int | None] = {}
+        topics = {t for c in self.counters for t, _ in c.watermarks}
+        for tier in [PRODUCER, *(c.alias for c in self.counters)]:
+            for t in topics:
+                out[(tier, t)] = self.watermark(tier, t)
+        return out
+
+    def rows(
+        self,
+        topic: str | None,
+        since: int | None,
+        until: int | None,
+        marks: dict[tuple[str, str], int | None] | None = None,
+    ) -> list[Completeness]:
+        """Reconciled rows (blocking: runs store queries; call it on a worker thread)."""
         counts = self.store.counts(topic, since, until)
+        snapshot = marks if marks is not None else {}
+
+        def watermark(tier: str, t: str) -> int | None:
+            return snapshot.get((PRODUCER if tier == WAREHOUSE else tier, t))
+
         return reconcile(
             counts,
             list(self.config.clusters),
@@ -64,15 +130,43 @@ class AuditService:
             self.config.grace_ms,
             int(time.time() * 1000),
             self.config.aggregates,
+            watermark=watermark,
+            warehouse_reach=self.store.warehouse_reach(),
         )
 
+    async def rows_async(self, topic: str | None, since: int | None, until: int | None) -> list[Completeness]:
+        marks = self._snapshot()
+        return await asyncio.to_thread(self.rows, topic, since, until, marks)
+
     def health(self) -> tuple[bool, str]:
-        return True, "; ".join(f"{c.alias}: {c.records_counted} record(s) counted, lag {c.lag}" for c in self.counters)
+        """Healthy while every unit runs and no counter waits for the store; the text names each tier's
+        counter: its state, the offsets it counted (summed over partitions) and its lag."""
+        for c in self.counters:
+            if c.store_error:
+                self.health_registry.set_problem(f"counter {c.alias}", f"store unavailable: {c.store_error}")
+            else:
+                self.health_registry.clear_problem(f"counter {c.alias}")
+        ok, why = self.health_registry.check()
+        tiers = []
+        for c in self.counters:
+            unit = self.health_registry.units.get(f"counter {c.alias}")
+            state = unit.state if unit is not None else "not started"
+            tiers.append(
+                f"{c.alias}: {state}, counted offset {c.counted_offsets}, lag {c.lag}, {c.records_counted} record(s) counted"
+            )
+        return ok, ("" if ok else why + "\n") + "\n".join(tiers)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        app = make_app(self.rows, self.store.topics, self.store.producer_hosts, self.registry, self.health)
+        app = make_app(
+            self.rows_async,
+            lambda: asyncio.to_thread(self.store.topics),
+            lambda t, w, dc: asyncio.to_thread(self.store.producer_hosts, t, w, dc),
+            self.registry,
+            self.health,
+            lambda t: asyncio.to_thread(self.store.gaps, t),
+        )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.config.http_host, self.config.http_port)
@@ -85,38 +179,48 @@ class AuditService:
             self.config.http_host,
             self.http_port,
         )
-        tasks = [asyncio.ensure_future(c.run(stop)) for c in self.counters]
-        tasks.append(asyncio.ensure_future(self._watch(stop)))
+        stuck_s = max(120.0, self.config.fetch_max_wait_ms / 1000 * 20)
+        for c in self.counters:
+            self.supervisor.start(
+                f"counter {c.alias}",
+                c.run,
+                labels={"tier": c.alias},
+                stuck_after_s=stuck_s,
+                detail=lambda c=c: f"cluster {c.alias}, counted offset {c.counted_offsets}, lag {c.lag}",  # type: ignore[misc]
+            )
+        http = ClientSession(timeout=ClientTimeout(total=ALERT_TIMEOUT_S))
+        self.supervisor.start("reconcile", self._watch, labels={"tier": "-"})
+        self.supervisor.start("alerts", lambda unit: self._deliver_loop(unit, http), labels={"tier": "-"})
         try:
             await stop.wait()
         finally:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.supervisor.stop_all()
+            await http.close()
+            for c in self.counters:
+                await c.close()
             await runner.cleanup()
             self.store.close()
 
-    async def _watch(self, stop: asyncio.Event) -> None:
+    async def _watch(self, unit: Unit) -> None:
         """Metrics and alerts: every few seconds, reconcile the recent windows."""
-        async with ClientSession(timeout=ClientTimeout(total=10)) as http:
-            while not stop.is_set():
-                try:
-                    await asyncio.wait_for(stop.wait(), 2.0)
-                except TimeoutError:
-                    pass
-                try:
-                    await self._check(http)
-                except Exception as e:  # never let one bad pass stop the alerts
-                    log.warning("reconciliation pass failed: %s", e)
+        while True:
+            await asyncio.sleep(2.0)
+            await self.check()
+            unit.progress()
 
-    async def _check(self, http: ClientSession) -> None:
+    async def check(self) -> int:
+        """One reconciliation pass: metrics, and alerts recorded in the outbox; returns how many."""
         for c in self.counters:
             self._counted.labels(c.alias).set(c.records_counted)
             self._lag.labels(c.alias).set(c.lag)
         self._rejected.set(await asyncio.to_thread(self.store.stat, "rejected_events"))
-        since = int(time.time() * 1000) - 24 * 3600 * 1000
-        rows = await asyncio.to_thread(self.rows, None, since, None)
+        now = int(time.time() * 1000)
+        since = now - 24 * 3600 * 1000
+        rows = await self.rows_async(None, since, None)
+        alerted = await asyncio.to_thread(self.store.alerted, since)
         last_closed: dict[tuple[str, str], list[Completeness]] = {}
         newest: dict[tuple[str, str], int] = {}
-        now = int(time.time() * 1000)
+        recorded = 0
         for r in rows:
             if r.status == "open" or r.datacenter == UNAUDITED_DC:
                 continue
@@ -126,34 +230,114 @@ class AuditService:
                 last_closed[key] = []
             if r.window_start == newest[key]:
                 last_closed[key].append(r)
-            if r.status in _ALERTING and await asyncio.to_thread(
-                self.store.record_alert, (r.topic, r.window_start, r.datacenter, r.tier), r.status, now
-            ):
-                await self._alert(http, r)
+            wkey = (r.topic, r.window_start, r.datacenter, r.tier)
+            previous = alerted.get(wkey)
+            status = r.status if r.status in _ALERTING else "resolved" if previous in _ALERTING else None
+            if status is None or status == previous:
+                continue
+            payload = json.dumps({"kind": "window", **r.as_json(), "alert": status})
+            if await asyncio.to_thread(self.store.record_alert, wkey, status, now, payload):
+                recorded += 1
+                self._log_alert(r, status)
+        for g in await asyncio.to_thread(self.store.unalerted_gaps):
+            log.error(
+                "AUDIT GAP: topic %s partition %d, tier %s: %s (detected %s)",
+                g.topic,
+                g.partition,
+                g.tier,
+                g.describe(),
+                _when(g.detected_ms),
+            )
+            await asyncio.to_thread(self.store.set_gap_payload, g.guid, json.dumps(_gap_json(g)))
+            recorded += 1
         for (topic, tier), rs in last_closed.items():
             expected = sum(r.expected or 0 for r in rs)
             count = sum(r.count for r in rs)
             self._completeness.labels(topic, tier).set(count / expected if expected else 1.0)
+        return recorded
 
-    async def _alert(self, http: ClientSession, r: Completeness) -> None:
+    def _log_alert(self, r: Completeness, status: str) -> None:
+        where = f"topic {r.topic}, window {_when(r.window_start)}, datacenter {r.datacenter}, tier {r.tier}"
+        if status == "resolved":
+            log.warning(
+                "AUDIT RESOLVED: %s: now %s (%d counted, %d sent by the producers); the earlier alert is withdrawn",
+                where,
+                r.status,
+                r.count,
+                r.expected or 0,
+            )
+            return
         what = f"{r.missing} record(s) missing" if r.status == "loss" else f"{r.count - (r.expected or 0)} duplicate(s)"
         log.error(
-            "AUDIT %s: topic %s, window %s, datacenter %s, tier %s: %s (%d counted, %d sent by the producers)",
+            "AUDIT %s: %s: %s (%d counted, %d sent by the producers)",
             r.status.upper(),
-            r.topic,
-            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r.window_start / 1000)),
-            r.datacenter,
-            r.tier,
+            where,
             what,
             r.count,
             r.expected or 0,
         )
-        if self.config.webhook_url:
-            try:
-                async with http.post(
-                    self.config.webhook_url, data=json.dumps(r.as_json()), headers={"Content-Type": "application/json"}
-                ) as resp:
-                    if resp.status >= 300:
-                        log.warning("alert webhook %s answered %d", self.config.webhook_url, resp.status)
-            except Exception as e:
-                log.warning("alert webhook %s failed: %s", self.config.webhook_url, e)
+
+    async def _deliver_loop(self, unit: Unit, http: ClientSession) -> None:
+        while True:
+            await self.deliver(http)
+            unit.progress()
+            await asyncio.sleep(1.0)
+
+    async def deliver(self, http: ClientSession) -> int:
+        """POST the due alerts concurrently; each is marked delivered only on a 2xx. Returns how many were."""
+        now = int(time.time() * 1000)
+        pending = await asyncio.to_thread(self.store.pending_alerts, now)
+        self._alerts_pending.set(len(pending))
+        if not pending or not self.config.webhook_url:
+            return 0
+        results = await asyncio.gather(*(self._post(http, a) for a in pending))
+        delivered = 0
+        for a, error in zip(pending, results, strict=True):
+            if error is None:
+                await asyncio.to_thread(self.store.alert_delivered, a, int(time.time() * 1000), a.payload)
+                delivered += 1
+            else:
+                backoff = min(1000 * 2**a.attempts, ALERT_MAX_BACKOFF_MS)
+                log.warning(
+                    "alert webhook %s: %s (attempt %d); retrying in %d s",
+                    self.config.webhook_url,
+                    error,
+                    a.attempts + 1,
+                    backoff // 1000,
+                )
+                await asyncio.to_thread(self.store.alert_failed, a, now + backoff, a.payload)
+        return delivered
+
+    async def _post(self, http: ClientSession, a: PendingAlert) -> str | None:
+        assert self.config.webhook_url is not None
+        try:
+            async with http.post(
+                self.config.webhook_url,
+                data=a.payload,
+                headers={"Content-Type": "application/json"},
+                timeout=ClientTimeout(total=ALERT_TIMEOUT_S),
+            ) as resp:
+                if 200 <= resp.status < 300:
+                    return None
+                return f"answered {resp.status}"
+        except Exception as e:  # every failure is retried; the reason goes to the log
+            return f"{type(e).__name__}: {e}"
+
+
+def _gap_json(g: Gap) -> dict[str, Any]:
+    return {
+        "kind": "gap",
+        "alert": "gap",
+        "guid": g.guid,
+        "tier": g.tier,
+        "hop": g.hop,
+        "datacenter": g.datacenter,
+        "topic": g.topic,
+        "partition": g.partition,
+        "from_offset": g.from_offset,
+        "to_offset": g.to_offset,
+        "records": g.records,
+        "reason": g.reason,
+        "detected_ms": g.detected_ms,
+        "message": g.describe(),
+    }

@@ -1,21 +1,32 @@
 """The audit service's state: counts per (topic, window, datacenter, tier), the count events seen
-(de-duplicated by guid), and the offsets each tier's counting reached — all in one database.
+(de-duplicated by guid), the offsets and watermarks each tier's counting reached, rejected events,
+the mirror's gaps and the alerts — all in one database.
 
 Tables (SQLite by default, PostgreSQL by DSN; the same SQL)::
 
-    audit_counts   (topic, window_start, datacenter, tier) -> count, unaudited, late, updated_ms
-    audit_events   guid -> tier, topic, window_start, datacenter, host, application, count, received_ms
-    audit_offsets  (cluster, topic, partition) -> next_offset     where counting resumes
-    audit_alerts   (topic, window_start, datacenter, tier) -> status, alerted_ms
-    audit_stats    name -> value                                  (rejected events, ...)
+    audit_counts    (topic, window_start, datacenter, tier) -> count, unaudited, late, updated_ms
+    audit_events    guid -> tier, topic, window_start, datacenter, host, application, count, received_ms
+    audit_offsets   (cluster, topic, partition) -> next_offset, watermark_ms
+                    next_offset: where counting resumes; watermark_ms: the tier has counted this
+                    partition up to this creation time (see counter.py)
+    audit_alerts    (topic, window_start, datacenter, tier) -> status, alerted_ms, payload, delivered_ms,
+                    attempts, next_attempt_ms                     (an outbox: sent until a 2xx)
+    audit_rejected  (cluster, topic, partition, record_offset) -> reason, value, received_ms
+    audit_gaps      guid -> tier, hop, datacenter, topic, partition, from_offset, to_offset, records,
+                    reason, detected_ms, received_ms, payload, delivered_ms, attempts, next_attempt_ms
+    audit_stats     name -> value                                  (rejected events, ...)
 
-Exactly once across restarts: the counts a fetch produced and the offsets it reached are written in
-ONE transaction (:meth:`Store.apply`), so a crash loses both or neither, and a restart resumes from
-the offsets with the counts that match them. ``datacenter`` ``-`` holds records without origin
-headers (written by other clients), counted at the cluster where they were read, as unaudited.
+Schema changes are additive (CREATE ... IF NOT EXISTS, ADD COLUMN when missing), so a store written
+by an older version opens and is migrated in place.
 
-One writer (the service's event loop, through a worker thread); SQLite runs in WAL mode so the
-dashboard's reads do not block it.
+Exactly once: the counts a fetch produced and the offsets it reached are written in ONE transaction
+(:meth:`Store.apply`) that first checks each partition's stored offset is still the one the counter
+started from (compare-and-set). A crash loses both or neither; a second service instance on the same
+database, or a retry of a transaction whose commit was in fact done, finds the offsets moved and adds
+nothing (:class:`OffsetConflict`).
+
+Connection faults (PostgreSQL restarted, SQLite locked past its busy timeout) raise
+:class:`StoreUnavailable`; the connection is dropped and opened again by the next call.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 UNAUDITED_DC = "-"
+MAX_VALUE_CHARS = 2000  # of a rejected event's value kept in audit_rejected
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS audit_counts (
@@ -45,9 +57,45 @@ _SCHEMA = [
         status TEXT NOT NULL, alerted_ms BIGINT NOT NULL,
         PRIMARY KEY (topic, window_start, datacenter, tier))""",
     """CREATE TABLE IF NOT EXISTS audit_stats (name TEXT PRIMARY KEY, value BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS audit_rejected (
+        cluster TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL, record_offset BIGINT NOT NULL,
+        reason TEXT NOT NULL, value TEXT, received_ms BIGINT NOT NULL,
+        PRIMARY KEY (cluster, topic, partition, record_offset))""",
+    """CREATE TABLE IF NOT EXISTS audit_gaps (
+        guid TEXT PRIMARY KEY, tier TEXT NOT NULL, hop TEXT NOT NULL, datacenter TEXT NOT NULL, topic TEXT NOT NULL,
+        partition INTEGER NOT NULL, from_offset BIGINT NOT NULL, to_offset BIGINT NOT NULL, records BIGINT NOT NULL,
+        reason TEXT NOT NULL, detected_ms BIGINT NOT NULL, received_ms BIGINT NOT NULL, payload TEXT,
+        delivered_ms BIGINT, attempts INTEGER NOT NULL DEFAULT 0, next_attempt_ms BIGINT NOT NULL DEFAULT 0)""",
+    "CREATE INDEX IF NOT EXISTS audit_events_by_dc ON audit_events (tier, datacenter)",
+    "CREATE INDEX IF NOT EXISTS audit_events_by_window ON audit_events (tier, topic, window_start, datacenter)",
+    "CREATE INDEX IF NOT EXISTS audit_gaps_by_topic ON audit_gaps (topic, detected_ms)",
+]
+
+# Columns added after a table's first version: (table, column, type and default).
+_ADDED_COLUMNS = [
+    ("audit_offsets", "watermark_ms", "BIGINT NOT NULL DEFAULT 0"),
+    ("audit_alerts", "payload", "TEXT"),
+    ("audit_alerts", "delivered_ms", "BIGINT"),
+    ("audit_alerts", "attempts", "INTEGER NOT NULL DEFAULT 0"),
+    ("audit_alerts", "next_attempt_ms", "BIGINT NOT NULL DEFAULT 0"),
+]
+
+# After the added columns exist (an index on a new column).
+_SCHEMA_AFTER = [
+    "CREATE INDEX IF NOT EXISTS audit_alerts_pending ON audit_alerts (delivered_ms, next_attempt_ms)",
 ]
 
 CountKey = tuple[str, int, str, str]  # topic, window_start, datacenter, tier
+TopicPartition = tuple[str, int]
+
+
+class StoreUnavailable(Exception):
+    """The database cannot be reached or is locked; the next call reconnects. Retry with backoff."""
+
+
+class OffsetConflict(Exception):
+    """A partition's stored offset is not the one the counter started from: another writer (a second
+    service instance) counted it, or a reset moved it. Nothing of the transaction was written."""
 
 
 @dataclass(frozen=True)
@@ -61,109 +109,375 @@ class CountRow:
     late: int
 
 
-class Store:
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        self._lock = threading.Lock()
-        if dsn.startswith("sqlite:///"):
-            path = dsn[len("sqlite:///") :]
-            self.conn: Any = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-            self.mark = "?"
-            self.sqlite = True
-        else:
-            import psycopg
+@dataclass(frozen=True)
+class Rejected:
+    """A count event that was not counted (kept in audit_rejected)."""
 
-            self.conn = psycopg.connect(dsn.replace("postgres://", "postgresql://", 1), autocommit=True)
-            self.mark = "%s"
-            self.sqlite = False
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Records a mirror could not copy (the mirror's "gap" event, see GAP_EVENT in docs/audit.md)."""
+
+    guid: str
+    tier: str
+    hop: str
+    datacenter: str
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int
+    records: int
+    reason: str
+    detected_ms: int
+
+    def describe(self) -> str:
+        return (
+            f"lost at mirror {self.hop}: {self.reason}, {self.records} records, "
+            f"offsets {self.from_offset}-{self.to_offset - 1}"
+        )
+
+
+@dataclass(frozen=True)
+class PendingAlert:
+    """An alert (a window's status, or a gap) not yet delivered to the webhook."""
+
+    kind: str  # "window" | "gap"
+    key: tuple[Any, ...]  # the window's CountKey, or (guid,)
+    payload: str
+    attempts: int
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [sqlite3.OperationalError]
+    try:
+        import psycopg
+
+        errors += [psycopg.OperationalError, psycopg.InterfaceError]
+    except ImportError:  # pragma: no cover - psycopg is a dependency of the service
+        pass
+    return tuple(errors)
+
+
+_TRANSIENT = _transient_errors()
+
+
+class Store:
+    def __init__(self, dsn: str, *, busy_timeout_s: float = 5.0) -> None:
+        self.dsn = dsn
+        self.sqlite = dsn.startswith("sqlite:///")
+        self.mark = "?" if self.sqlite else "%s"
+        self.busy_timeout_s = busy_timeout_s
+        self._lock = threading.Lock()
+        self._conn: Any = None
         with self._lock:
-            for stmt in _SCHEMA:
-                self.conn.execute(stmt)
+            self._guarded(self._migrate)
+
+    # -- the connection ------------------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        if self._conn is None:
+            conn: Any
+            if self.sqlite:
+                path = self.dsn[len("sqlite:///") :]
+                conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=self.busy_timeout_s)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+            else:
+                import psycopg
+
+                conn = psycopg.connect(
+                    self.dsn.replace("postgres://", "postgresql://", 1), autocommit=True, connect_timeout=10
+                )
+            self._conn = conn
+        return self._conn
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # a broken connection may not close cleanly; it is gone either way
+                pass
+
+    def _guarded(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(conn, *args)`` (the lock held); a connection fault drops the connection and raises
+        :class:`StoreUnavailable`."""
+        try:
+            return fn(self._connect(), *args)
+        except _TRANSIENT as e:
+            self._drop()
+            raise StoreUnavailable(f"{type(e).__name__}: {e}".strip()) from e
+
+    def _migrate(self, conn: Any) -> None:
+        for stmt in _SCHEMA:
+            conn.execute(stmt)
+        for table, column, kind in _ADDED_COLUMNS:
+            if column not in self._columns(conn, table):
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        for stmt in _SCHEMA_AFTER:
+            conn.execute(stmt)
+
+    def _columns(self, conn: Any, table: str) -> set[str]:
+        if self.sqlite:
+            return {r[1] for r in conn.execute(f"PRAGMA table_info({table})").fetchall()}
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = %s AND table_schema = current_schema()",
+            (table,),
+        ).fetchall()
+        return {r[0] for r in rows}
 
     def close(self) -> None:
-        self.conn.close()
+        with self._lock:
+            self._drop()
 
     def _sql(self, sql: str) -> str:
         return sql.replace("?", self.mark)
 
-    def _tx(self) -> Any:
-        return _Transaction(self)
+    def _write(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(cursor, *args)`` in one transaction: committed when it returns, rolled back when it raises."""
+
+        def tx(conn: Any) -> Any:
+            if self.sqlite:
+                conn.execute("BEGIN IMMEDIATE")
+                cur = conn.cursor()
+                try:
+                    result = fn(cur, *args)
+                except BaseException:
+                    cur.close()
+                    conn.execute("ROLLBACK")
+                    raise
+                cur.close()
+                conn.execute("COMMIT")
+                return result
+            with conn.transaction(), conn.cursor() as cur:
+                return fn(cur, *args)
+
+        with self._lock:
+            return self._guarded(tx)
 
     # -- writes (one transaction each) ------------------------------------------------------------
 
     def apply(
         self,
         cluster: str,
-        offsets: Mapping[tuple[str, int], int],
+        offsets: Mapping[TopicPartition, int],
         counts: Mapping[CountKey, tuple[int, int]],
         now_ms: int,
-        closed_before_ms: int,
+        closed_before_ms: int | Mapping[str, int],
         events: Iterable[Mapping[str, Any]] = (),
-        rejected: int = 0,
+        rejected: Iterable[Rejected] | int = (),
+        *,
+        previous: Mapping[TopicPartition, int | None] | None = None,
+        watermarks: Mapping[TopicPartition, int] | None = None,
+        gaps: Iterable[Gap] = (),
     ) -> int:
-        """Add ``counts`` ((count, unaudited) per key) and the count ``events`` not seen before
-        (returns how many were new), and move ``cluster``'s offsets — atomically. Counts for
-        windows that started before ``closed_before_ms`` are also recorded as late."""
-        new_events = 0
-        with self._tx() as cur:
-            totals: dict[CountKey, list[int]] = {k: [n, u] for k, (n, u) in counts.items()}
-            for e in events:
-                cur.execute(
-                    self._sql(
-                        "INSERT INTO audit_events (guid, tier, topic, window_start, datacenter, host, application, "
-                        "count, received_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (guid) DO NOTHING"
-                    ),
-                    (
-                        e["guid"],
-                        e["tier"],
-                        e["topic"],
-                        e["window_start"],
-                        e["datacenter"],
-                        e.get("host"),
-                        e.get("application"),
-                        e["count"],
-                        now_ms,
-                    ),
-                )
-                if cur.rowcount == 1:
-                    new_events += 1
-                    key = (e["topic"], int(e["window_start"]), e["datacenter"], e["tier"])
-                    totals.setdefault(key, [0, 0])[0] += int(e["count"])
-            for (topic, window_start, dc, tier), (n, unaudited) in totals.items():
-                late = n if window_start < closed_before_ms else 0
-                cur.execute(
-                    self._sql(
-                        "INSERT INTO audit_counts (topic, window_start, datacenter, tier, count, unaudited, late, "
-                        "updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (topic, window_start, datacenter, tier) "
-                        "DO UPDATE SET count = audit_counts.count + excluded.count, "
-                        "unaudited = audit_counts.unaudited + excluded.unaudited, "
-                        "late = audit_counts.late + excluded.late, updated_ms = excluded.updated_ms"
-                    ),
-                    (topic, window_start, dc, tier, n, unaudited, late, now_ms),
-                )
+        """Add ``counts`` ((count, unaudited) per key), the count ``events`` not seen before (returns
+        how many were new), the ``rejected`` events and the ``gaps``, and move ``cluster``'s offsets
+        (and ``watermarks``) — atomically.
+
+        With ``previous`` (the offsets the counter started from, None for a partition never stored),
+        each offset moves only from that value (compare-and-set). When every partition already stands
+        at the new offset (a retry of a commit that was done), nothing is written and 0 returned; any
+        other difference raises :class:`OffsetConflict`.
+
+        A count for a window that started before ``closed_before_ms`` (one value, or one per topic,
+        ``__audit``'s for the events) is also recorded as late: that tier had closed the window.
+        """
+        return int(
+            self._write(
+                self._apply,
+                cluster,
+                offsets,
+                counts,
+                now_ms,
+                closed_before_ms,
+                list(events),
+                rejected,
+                previous,
+                watermarks or {},
+                list(gaps),
+            )
+        )
+
+    def _apply(
+        self,
+        cur: Any,
+        cluster: str,
+        offsets: Mapping[TopicPartition, int],
+        counts: Mapping[CountKey, tuple[int, int]],
+        now_ms: int,
+        closed_before_ms: int | Mapping[str, int],
+        events: list[Mapping[str, Any]],
+        rejected: Iterable[Rejected] | int,
+        previous: Mapping[TopicPartition, int | None] | None,
+        watermarks: Mapping[TopicPartition, int],
+        gaps: list[Gap],
+    ) -> int:
+        if previous is not None and not self._move_offsets(cur, cluster, offsets, previous, watermarks):
+            return 0
+        if previous is None:
             for (topic, partition), offset in offsets.items():
                 cur.execute(
                     self._sql(
-                        "INSERT INTO audit_offsets (cluster, topic, partition, next_offset) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT (cluster, topic, partition) DO UPDATE SET next_offset = excluded.next_offset"
+                        "INSERT INTO audit_offsets (cluster, topic, partition, next_offset, watermark_ms) "
+                        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (cluster, topic, partition) "
+                        "DO UPDATE SET next_offset = excluded.next_offset, watermark_ms = excluded.watermark_ms"
                     ),
-                    (cluster, topic, partition, offset),
+                    (cluster, topic, partition, offset, watermarks.get((topic, partition), 0)),
                 )
-            if rejected:
+
+        def closed_before(topic: str) -> int:
+            if isinstance(closed_before_ms, int):
+                return closed_before_ms
+            return closed_before_ms.get(topic, -(2**62))
+
+        new_events = 0
+        totals: dict[CountKey, list[int]] = {k: [n, u] for k, (n, u) in counts.items()}
+        for e in events:
+            cur.execute(
+                self._sql(
+                    "INSERT INTO audit_events (guid, tier, topic, window_start, datacenter, host, application, "
+                    "count, received_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (guid) DO NOTHING"
+                ),
+                (
+                    e["guid"],
+                    e["tier"],
+                    e["topic"],
+                    e["window_start"],
+                    e["datacenter"],
+                    e.get("host"),
+                    e.get("application"),
+                    e["count"],
+                    now_ms,
+                ),
+            )
+            if cur.rowcount == 1:
+                new_events += 1
+                key = (e["topic"], int(e["window_start"]), e["datacenter"], e["tier"])
+                totals.setdefault(key, [0, 0])[0] += int(e["count"])
+        for (topic, window_start, dc, tier), (n, unaudited) in totals.items():
+            source = "__audit" if tier in ("producer", "warehouse") else topic
+            late = n if window_start < closed_before(source) else 0
+            cur.execute(
+                self._sql(
+                    "INSERT INTO audit_counts (topic, window_start, datacenter, tier, count, unaudited, late, "
+                    "updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (topic, window_start, datacenter, tier) "
+                    "DO UPDATE SET count = audit_counts.count + excluded.count, "
+                    "unaudited = audit_counts.unaudited + excluded.unaudited, "
+                    "late = audit_counts.late + excluded.late, updated_ms = excluded.updated_ms"
+                ),
+                (topic, window_start, dc, tier, n, unaudited, late, now_ms),
+            )
+        n_rejected = rejected if isinstance(rejected, int) else 0
+        if not isinstance(rejected, int):
+            for r in rejected:
+                n_rejected += 1
+                value = None if r.value is None else r.value[: MAX_VALUE_CHARS * 4].decode("utf-8", "replace")
                 cur.execute(
                     self._sql(
-                        "INSERT INTO audit_stats (name, value) VALUES ('rejected_events', ?) "
-                        "ON CONFLICT (name) DO UPDATE SET value = audit_stats.value + excluded.value"
+                        "INSERT INTO audit_rejected (cluster, topic, partition, record_offset, reason, value, "
+                        "received_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                        "ON CONFLICT (cluster, topic, partition, record_offset) DO NOTHING"
                     ),
-                    (rejected,),
+                    (
+                        cluster,
+                        r.topic,
+                        r.partition,
+                        r.offset,
+                        r.reason,
+                        None if value is None else value[:MAX_VALUE_CHARS],
+                        now_ms,
+                    ),
                 )
+        if n_rejected:
+            cur.execute(
+                self._sql(
+                    "INSERT INTO audit_stats (name, value) VALUES ('rejected_events', ?) "
+                    "ON CONFLICT (name) DO UPDATE SET value = audit_stats.value + excluded.value"
+                ),
+                (n_rejected,),
+            )
+        for g in gaps:
+            cur.execute(
+                self._sql(
+                    "INSERT INTO audit_gaps (guid, tier, hop, datacenter, topic, partition, from_offset, to_offset, "
+                    "records, reason, detected_ms, received_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (guid) DO NOTHING"
+                ),
+                (
+                    g.guid,
+                    g.tier,
+                    g.hop,
+                    g.datacenter,
+                    g.topic,
+                    g.partition,
+                    g.from_offset,
+                    g.to_offset,
+                    g.records,
+                    g.reason,
+                    g.detected_ms,
+                    now_ms,
+                ),
+            )
         return new_events
 
-    def record_alert(self, key: CountKey, status: str, now_ms: int) -> bool:
-        """True the first time a (window, tier) is alerted with this status."""
-        with self._tx() as cur:
+    def _move_offsets(
+        self,
+        cur: Any,
+        cluster: str,
+        offsets: Mapping[TopicPartition, int],
+        previous: Mapping[TopicPartition, int | None],
+        watermarks: Mapping[TopicPartition, int],
+    ) -> bool:
+        """Compare-and-set every partition's offset. False: all were already at their new offsets."""
+        conflicts: list[str] = []
+        already = 0
+        for tp, offset in offsets.items():
+            prev = previous.get(tp)
+            wm = watermarks.get(tp, 0)
+            if prev is None:
+                cur.execute(
+                    self._sql(
+                        "INSERT INTO audit_offsets (cluster, topic, partition, next_offset, watermark_ms) "
+                        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (cluster, topic, partition) DO NOTHING"
+                    ),
+                    (cluster, tp[0], tp[1], offset, wm),
+                )
+            else:
+                cur.execute(
+                    self._sql(
+                        "UPDATE audit_offsets SET next_offset = ?, watermark_ms = ? "
+                        "WHERE cluster = ? AND topic = ? AND partition = ? AND next_offset = ?"
+                    ),
+                    (offset, wm, cluster, tp[0], tp[1], prev),
+                )
+            if cur.rowcount == 1:
+                continue
+            cur.execute(
+                self._sql("SELECT next_offset FROM audit_offsets WHERE cluster = ? AND topic = ? AND partition = ?"),
+                (cluster, *tp),
+            )
+            row = cur.fetchone()
+            stored = None if row is None else int(row[0])
+            if stored == offset:
+                already += 1
+            else:
+                conflicts.append(f"{tp[0]}-{tp[1]}: stored {stored}, expected {prev}")
+        if conflicts or (already and already < len(offsets)):
+            raise OffsetConflict(f"{cluster}: offsets moved by another writer ({'; '.join(conflicts) or 'partly'})")
+        return not (offsets and already == len(offsets))
+
+    def record_alert(self, key: CountKey, status: str, now_ms: int, payload: str = "") -> bool:
+        """True the first time a (window, tier) is alerted with this status: the alert is then pending
+        delivery (:meth:`pending_alerts`) until :meth:`alert_delivered`."""
+
+        def tx(cur: Any) -> bool:
             cur.execute(
                 self._sql(
                     "SELECT status FROM audit_alerts WHERE topic = ? AND window_start = ? AND datacenter = ? AND tier = ?"
@@ -175,19 +489,85 @@ class Store:
                 return False
             cur.execute(
                 self._sql(
-                    "INSERT INTO audit_alerts (topic, window_start, datacenter, tier, status, alerted_ms) "
-                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (topic, window_start, datacenter, tier) "
-                    "DO UPDATE SET status = excluded.status, alerted_ms = excluded.alerted_ms"
+                    "INSERT INTO audit_alerts (topic, window_start, datacenter, tier, status, alerted_ms, payload, "
+                    "delivered_ms, attempts, next_attempt_ms) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, 0, 0) "
+                    "ON CONFLICT (topic, window_start, datacenter, tier) DO UPDATE SET status = excluded.status, "
+                    "alerted_ms = excluded.alerted_ms, payload = excluded.payload, delivered_ms = NULL, "
+                    "attempts = 0, next_attempt_ms = 0"
                 ),
-                (*key, status, now_ms),
+                (*key, status, now_ms, payload),
             )
             return True
 
+        return bool(self._write(tx))
+
+    def alerted(self, since: int | None = None) -> dict[CountKey, str]:
+        """The status last alerted per window and tier (windows starting at ``since`` or later)."""
+        sql = "SELECT topic, window_start, datacenter, tier, status FROM audit_alerts"
+        args: tuple[Any, ...] = ()
+        if since is not None:
+            sql += " WHERE window_start >= ?"
+            args = (since,)
+        return {(t, int(w), dc, tier): s for t, w, dc, tier, s in self._query(sql, args)}
+
+    def pending_alerts(self, now_ms: int, limit: int = 100) -> list[PendingAlert]:
+        """Alerts and gaps not yet delivered whose next attempt is due."""
+        out = [
+            PendingAlert("window", (t, int(w), dc, tier), str(p or ""), int(a))
+            for t, w, dc, tier, p, a in self._query(
+                "SELECT topic, window_start, datacenter, tier, payload, attempts FROM audit_alerts "
+                "WHERE delivered_ms IS NULL AND payload IS NOT NULL AND next_attempt_ms <= ? "
+                "ORDER BY alerted_ms LIMIT ?",
+                (now_ms, limit),
+            )
+        ]
+        out += [
+            PendingAlert("gap", (g,), str(p or ""), int(a))
+            for g, p, a in self._query(
+                "SELECT guid, payload, attempts FROM audit_gaps WHERE delivered_ms IS NULL AND payload IS NOT NULL "
+                "AND next_attempt_ms <= ? ORDER BY received_ms LIMIT ?",
+                (now_ms, limit),
+            )
+        ]
+        return out
+
+    def alert_delivered(self, alert: PendingAlert, now_ms: int, payload: str) -> None:
+        """Mark delivered — unless the alert changed meanwhile (its payload is no longer the one sent)."""
+        self._alert_update(alert, "delivered_ms = ?", (now_ms,), payload)
+
+    def alert_failed(self, alert: PendingAlert, next_attempt_ms: int, payload: str) -> None:
+        self._alert_update(alert, "attempts = attempts + 1, next_attempt_ms = ?", (next_attempt_ms,), payload)
+
+    def _alert_update(self, alert: PendingAlert, assignments: str, values: tuple[Any, ...], payload: str) -> None:
+        if alert.kind == "gap":
+            where, args = "guid = ?", alert.key
+            table = "audit_gaps"
+        else:
+            where, args = "topic = ? AND window_start = ? AND datacenter = ? AND tier = ?", alert.key
+            table = "audit_alerts"
+        sql = self._sql(f"UPDATE {table} SET {assignments} WHERE {where} AND payload = ?")
+        self._write(lambda cur: cur.execute(sql, (*values, *args, payload)))
+
+    def set_gap_payload(self, guid: str, payload: str) -> None:
+        """Queue a gap's alert (once: only while it has none)."""
+        self._write(
+            lambda cur: cur.execute(
+                self._sql("UPDATE audit_gaps SET payload = ? WHERE guid = ? AND payload IS NULL"), (payload, guid)
+            )
+        )
+
     # -- reads ---------------------------------------------------------------------------------
 
-    def offsets(self, cluster: str) -> dict[tuple[str, int], int]:
+    def offsets(self, cluster: str) -> dict[TopicPartition, int]:
         rows = self._query("SELECT topic, partition, next_offset FROM audit_offsets WHERE cluster = ?", (cluster,))
         return {(t, int(p)): int(o) for t, p, o in rows}
+
+    def watermarks(self) -> dict[tuple[str, str], dict[int, int]]:
+        """Per (cluster, topic): each partition's watermark (ms)."""
+        out: dict[tuple[str, str], dict[int, int]] = {}
+        for c, t, p, wm in self._query("SELECT cluster, topic, partition, watermark_ms FROM audit_offsets", ()):
+            out.setdefault((c, t), {})[int(p)] = int(wm)
+        return out
 
     def counts(self, topic: str | None = None, since: int | None = None, until: int | None = None) -> list[CountRow]:
         sql = "SELECT topic, window_start, datacenter, tier, count, unaudited, late FROM audit_counts WHERE 1 = 1"
@@ -206,6 +586,13 @@ class Store:
             for t, w, dc, tier, n, u, late in self._query(sql + " ORDER BY window_start", tuple(args))
         ]
 
+    def warehouse_reach(self) -> dict[str, int]:
+        """Per topic, the latest window the warehouse counted."""
+        rows = self._query(
+            "SELECT topic, MAX(window_start) FROM audit_counts WHERE tier = 'warehouse' GROUP BY topic", ()
+        )
+        return {t: int(w) for t, w in rows}
+
     def topics(self) -> list[str]:
         return [r[0] for r in self._query("SELECT DISTINCT topic FROM audit_counts ORDER BY topic", ())]
 
@@ -221,45 +608,53 @@ class Store:
         )
         return [(str(h or ""), str(a or ""), int(n), int(e)) for h, a, n, e in rows]
 
+    def rejected(self, limit: int = 100) -> list[tuple[str, str, int, int, str, str | None]]:
+        """(cluster, topic, partition, offset, reason, value) of rejected events, newest first."""
+        rows = self._query(
+            "SELECT cluster, topic, partition, record_offset, reason, value FROM audit_rejected "
+            "ORDER BY received_ms DESC LIMIT ?",
+            (limit,),
+        )
+        return [(str(c), str(t), int(p), int(o), str(r), v) for c, t, p, o, r, v in rows]
+
+    def gaps(self, topic: str | None = None, limit: int = 200) -> list[Gap]:
+        sql = (
+            "SELECT guid, tier, hop, datacenter, topic, partition, from_offset, to_offset, records, reason, "
+            "detected_ms FROM audit_gaps"
+        )
+        args: tuple[Any, ...] = ()
+        if topic is not None:
+            sql += " WHERE topic = ?"
+            args = (topic,)
+        rows = self._query(sql + " ORDER BY detected_ms DESC LIMIT ?", (*args, limit))
+        return [
+            Gap(g, ti, h, dc, t, int(p), int(f), int(to), int(n), r, int(d))
+            for g, ti, h, dc, t, p, f, to, n, r, d in rows
+        ]
+
+    def unalerted_gaps(self) -> list[Gap]:
+        rows = self._query(
+            "SELECT guid, tier, hop, datacenter, topic, partition, from_offset, to_offset, records, reason, "
+            "detected_ms FROM audit_gaps WHERE payload IS NULL ORDER BY received_ms",
+            (),
+        )
+        return [
+            Gap(g, ti, h, dc, t, int(p), int(f), int(to), int(n), r, int(d))
+            for g, ti, h, dc, t, p, f, to, n, r, d in rows
+        ]
+
     def stat(self, name: str) -> int:
         rows = self._query("SELECT value FROM audit_stats WHERE name = ?", (name,))
         return int(rows[0][0]) if rows else 0
 
     def _query(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        with self._lock:
-            cur = self.conn.cursor()
+        def read(conn: Any) -> list[tuple[Any, ...]]:
+            cur = conn.cursor()
             try:
                 cur.execute(self._sql(sql), args)
                 return [tuple(r) for r in cur.fetchall()]
             finally:
                 cur.close()
 
-
-class _Transaction:
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def __enter__(self) -> Any:
-        self.store._lock.acquire()
-        try:
-            if self.store.sqlite:
-                self.store.conn.execute("BEGIN IMMEDIATE")
-                self.cur = self.store.conn.cursor()
-            else:
-                self.tx = self.store.conn.transaction()
-                self.tx.__enter__()
-                self.cur = self.store.conn.cursor()
-        except BaseException:
-            self.store._lock.release()
-            raise
-        return self.cur
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        try:
-            self.cur.close()
-            if self.store.sqlite:
-                self.store.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
-            else:
-                self.tx.__exit__(exc_type, exc, tb)
-        finally:
-            self.store._lock.release()
+        with self._lock:
+            return list(self._guarded(read))

@@ -5,7 +5,10 @@
   window's drill-down; a chart of records per window per tier (inline SVG); refreshes every 10 s.
 - ``GET /window?topic=&window_start=&datacenter=`` — every tier of one window and the producer
   tier's per-host counts.
-- ``GET /api/v1/completeness?topic=T[&from=ms&to=ms]`` — ``{"rows": [...]}``; ``GET /api/v1/topics``.
+- ``GET /api/v1/completeness?topic=T[&from=ms&to=ms]`` — ``{"rows": [...]}``; ``GET /api/v1/topics``;
+  ``GET /api/v1/gaps[?topic=T]`` — the records mirrors reported lost (``{"gaps": [...]}``).
+- A query value that is not a time (not an integer in [0, 2^62)) answers 400 with a message.
+- Every store read runs on a worker thread (the callables given to :func:`make_app` are coroutines).
 - ``GET /metrics`` (Prometheus), ``GET /healthz``.
 """
 
@@ -14,13 +17,17 @@ from __future__ import annotations
 import html
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from headwater.audit.reconcile import PRODUCER, Completeness
+from headwater.audit.store import Gap
+
+MAX_MS = 2**62
 
 _COLORS = {
     "complete": "#2e7d32",
@@ -51,6 +58,42 @@ def _page(title: str, body: str, refresh: bool = True) -> web.Response:
         text=f"<!doctype html><html><head><meta charset='utf-8'>{meta}<title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body>{body}</body></html>",
         content_type="text/html",
+    )
+
+
+def _href(path: str, **query: object) -> str:
+    """A link with URL-encoded query values, escaped for an HTML attribute."""
+    return html.escape(f"{path}?{urlencode({k: str(v) for k, v in query.items()})}")
+
+
+def _ms(request: web.Request, name: str, required: bool = False) -> int | None:
+    raw = request.query.get(name)
+    if raw is None:
+        if required:
+            raise web.HTTPBadRequest(text=f"{name}: required (milliseconds since the epoch)")
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise web.HTTPBadRequest(
+            text=f"{name}: {raw[:40]!r} is not an integer (milliseconds since the epoch)"
+        ) from None
+    if not 0 <= value < MAX_MS:
+        raise web.HTTPBadRequest(text=f"{name}: {raw[:40]} is out of range (0 to 2^62 ms)")
+    return value
+
+
+def _gaps_table(gaps: list[Gap]) -> str:
+    if not gaps:
+        return ""
+    rows = "".join(
+        f"<tr><td>{html.escape(g.topic)}-{g.partition}</td><td>{html.escape(g.describe())}</td>"
+        f"<td>{html.escape(g.datacenter)}</td><td>{html.escape(g.tier)}</td><td>{_fmt_time(g.detected_ms)}</td></tr>"
+        for g in gaps
+    )
+    return (
+        '<h2>Gaps</h2><table class="grid" id="gaps"><tr><th>partition</th><th>what</th><th>datacenter</th>'
+        f"<th>tier</th><th>detected</th></tr>{rows}</table>"
     )
 
 
@@ -90,26 +133,31 @@ def _chart(rows: list[Completeness]) -> str:
 
 
 def make_app(
-    rows_for: Callable[[str | None, int | None, int | None], list[Completeness]],
-    topics: Callable[[], list[str]],
-    hosts_for: Callable[[str, int, str], list[tuple[str, str, int, int]]],
+    rows_for: Callable[[str | None, int | None, int | None], Awaitable[list[Completeness]]],
+    topics: Callable[[], Awaitable[list[str]]],
+    hosts_for: Callable[[str, int, str], Awaitable[list[tuple[str, str, int, int]]]],
     registry: Any,
     health: Callable[[], tuple[bool, str]],
+    gaps_for: Callable[[str | None], Awaitable[list[Gap]]] | None = None,
 ) -> web.Application:
     app = web.Application()
 
+    async def gaps(topic: str | None) -> list[Gap]:
+        return await gaps_for(topic) if gaps_for is not None else []
+
     async def dashboard(request: web.Request) -> web.Response:
-        names = topics()
+        names = await topics()
         topic = request.query.get("topic") or (names[0] if names else None)
         nav = " ".join(
-            f'<a href="/?topic={html.escape(t)}">{"<b>" if t == topic else ""}{html.escape(t)}{"</b>" if t == topic else ""}</a>'
+            f'<a href="{_href("/", topic=t)}">{"<b>" if t == topic else ""}{html.escape(t)}{"</b>" if t == topic else ""}</a>'
             for t in names
         )
         legend = "".join(f'<span style="background:{c}">{s}</span>' for s, c in _COLORS.items())
         if topic is None:
             return _page("Headwater audit", "<h1>Headwater audit</h1><p>No audited records counted yet.</p>")
-        rows = rows_for(topic, None, None)
-        windows = sorted({r.window_start for r in rows}, reverse=True)[:40]
+        recent = await rows_for(topic, None, None)
+        windows = sorted({r.window_start for r in recent}, reverse=True)[:40]
+        rows = [r for r in recent if r.window_start in set(windows)]
         columns = sorted({(r.datacenter, r.tier) for r in rows}, key=lambda c: (c[0], c[1] != PRODUCER, c[1]))
         by = {(r.window_start, r.datacenter, r.tier): r for r in rows}
         head = "".join(f"<th>{html.escape(dc)}<br>{html.escape(t)}</th>" for dc, t in columns)
@@ -121,7 +169,7 @@ def make_app(
                 if r is None:
                     cells.append("<td></td>")
                     continue
-                link = f"/window?topic={html.escape(topic)}&window_start={w}&datacenter={html.escape(dc)}"
+                link = _href("/window", topic=topic, window_start=w, datacenter=dc)
                 cells.append(
                     f'<td class="cell {r.status}" style="background:{_COLORS[r.status]}" '
                     f'title="{r.status}: {r.count} of {r.expected}"><a href="{link}">{_cell_text(r)}</a></td>'
@@ -130,19 +178,20 @@ def make_app(
         return _page(
             f"Headwater audit: {topic}",
             f"<h1>Headwater audit — {html.escape(topic)}</h1><nav>{nav}</nav>"
-            f'<p class="legend">{legend}</p>{_chart([r for r in rows if r.window_start in set(windows)])}'
+            f'<p class="legend">{legend}</p>{_chart(rows)}'
             f'<table class="grid"><tr><th>window (UTC)</th>{head}</tr>{"".join(body)}</table>'
-            "<p class=\"muted\">Counts per window of the records' creation time; expected = the producers' count events.</p>",
+            "<p class=\"muted\">Counts per window of the records' creation time; expected = the producers' count events.</p>"
+            f"{_gaps_table(await gaps(topic))}",
         )
 
     async def window(request: web.Request) -> web.Response:
-        try:
-            topic = request.query["topic"]
-            start = int(request.query["window_start"])
-            dc = request.query["datacenter"]
-        except (KeyError, ValueError):
-            raise web.HTTPBadRequest(text="topic, window_start (ms) and datacenter are required") from None
-        rows = [r for r in rows_for(topic, start, start + 1) if r.datacenter == dc]
+        topic = request.query.get("topic")
+        dc = request.query.get("datacenter")
+        if not topic or dc is None:
+            raise web.HTTPBadRequest(text="topic, window_start (ms) and datacenter are required")
+        start = _ms(request, "window_start", required=True)
+        assert start is not None
+        rows = [r for r in await rows_for(topic, start, start + 1) if r.datacenter == dc]
         tiers = "".join(
             f"<tr><td>{html.escape(r.tier)}</td><td>{r.count}</td><td>{r.expected}</td>"
             f'<td style="background:{_COLORS[r.status]};color:white" class="status">{r.status}</td>'
@@ -151,11 +200,11 @@ def make_app(
         )
         hosts = "".join(
             f"<tr><td>{html.escape(h)}</td><td>{html.escape(a)}</td><td>{n}</td><td>{e}</td></tr>"
-            for h, a, n, e in hosts_for(topic, start, dc)
+            for h, a, n, e in await hosts_for(topic, start, dc)
         )
         return _page(
             f"{topic} {dc} {_fmt_time(start)}",
-            f'<p><a href="/?topic={html.escape(topic)}">← {html.escape(topic)}</a></p>'
+            f'<p><a href="{_href("/", topic=topic)}">← {html.escape(topic)}</a></p>'
             f"<h1>{html.escape(topic)} · {html.escape(dc)} · window {_fmt_time(start)}</h1>"
             '<table class="grid" id="tiers"><tr><th>tier</th><th>count</th><th>expected</th><th>status</th>'
             f"<th>missing</th><th>late</th></tr>{tiers}</table>"
@@ -166,15 +215,19 @@ def make_app(
 
     async def completeness(request: web.Request) -> web.Response:
         topic = request.query.get("topic")
-        try:
-            since = int(request.query["from"]) if "from" in request.query else None
-            until = int(request.query["to"]) if "to" in request.query else None
-        except ValueError:
-            raise web.HTTPBadRequest(text="from and to are milliseconds since the epoch") from None
-        return web.json_response({"rows": [r.as_json() for r in rows_for(topic, since, until)]})
+        since, until = _ms(request, "from"), _ms(request, "to")
+        return web.json_response({"rows": [r.as_json() for r in await rows_for(topic, since, until)]})
 
     async def topics_api(_request: web.Request) -> web.Response:
-        return web.json_response({"topics": topics()})
+        return web.json_response({"topics": await topics()})
+
+    async def gaps_api(request: web.Request) -> web.Response:
+        out = []
+        for g in await gaps(request.query.get("topic")):
+            d = dict(g.__dict__)
+            d["message"] = g.describe()
+            out.append(d)
+        return web.json_response({"gaps": out})
 
     async def metrics(_request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -189,6 +242,7 @@ def make_app(
             web.get("/window", window),
             web.get("/api/v1/completeness", completeness),
             web.get("/api/v1/topics", topics_api),
+            web.get("/api/v1/gaps", gaps_api),
             web.get("/metrics", metrics),
             web.get("/healthz", healthz),
         ]

@@ -1,0 +1,631 @@
+"""Exact audit counts under faults (review audit-2026-11-24): store faults, bad events, batches that
+straddle windows or mix datacenters, retried count events, a second writer, offset resets, webhook
+failures, watermarks, the mirror's gap events and the HTTP side. Fakes for the brokers (a fake
+``fetch_raw``); the store is real SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import logging
+import sqlite3
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import ClientSession, web
+from aiohttp.test_utils import TestClient, TestServer
+
+from headwater.audit import counter as counter_mod
+from headwater.audit.config import parse
+from headwater.audit.counter import TierCounter, count_batch
+from headwater.audit.reconcile import reconcile
+from headwater.audit.service import AuditService
+from headwater.audit.store import CountRow, OffsetConflict, Store, StoreUnavailable
+from headwater.client.audit import AUDIT_TOPIC
+from headwater.client.errors import OffsetOutOfRangeError
+from headwater.client.raw import RawPartition
+from headwater.protocol.records.header import read_header
+from headwater.protocol.records.record import RecordInput, decode_batch, encode_batch
+
+W = 60_000
+NOW = int(time.time() * 1000) // W * W
+
+
+def _config(tmp_path: Path, **extra: str) -> Any:
+    props = {
+        "clusters": "dc1, agg",
+        "dc1.bootstrap.servers": "127.0.0.1:1",
+        "agg.bootstrap.servers": "127.0.0.1:1",
+        "window.ms": str(W),
+        "grace.ms": "1000",
+        "store": f"sqlite:///{tmp_path / 'audit.db'}",
+        "http.host": "127.0.0.1",
+        "http.port": "0",
+        **extra,
+    }
+    if "agg" not in props["clusters"]:
+        del props["agg.bootstrap.servers"]
+    return parse(props)
+
+
+def _rec(created: int, dc: str = "dc1", value: bytes = b"v") -> RecordInput:
+    headers = [("origin.dc", dc.encode()), ("origin.created", str(created).encode())]
+    return RecordInput(b"k", value, created, headers)
+
+
+def _batch(records: list[RecordInput], base_offset: int = 0) -> tuple[Any, memoryview]:
+    b = encode_batch(records, base_offset=base_offset)
+    return read_header(b), memoryview(b)
+
+
+def _event(window_start: int, count: int, guid: str, **extra: Any) -> bytes:
+    e = {"guid": guid, "tier": "producer", "datacenter": "dc1", "host": "h", "application": "a", "topic": "t"}
+    e.update(window_start=window_start, window_end=window_start + W, count=count, **extra)
+    return json.dumps(e).encode()
+
+
+class FakeFetch:
+    """fetch_raw over in-memory partitions: {tp: [(header, batch)]}, answered from the requested offset."""
+
+    def __init__(self, logs: dict[tuple[str, int], list[tuple[Any, memoryview]]]) -> None:
+        self.logs = logs
+        self.out_of_range: tuple[str, int, int] | None = None
+
+    def end(self, tp: tuple[str, int]) -> int:
+        return self.logs[tp][-1][0].next_offset if self.logs[tp] else 0
+
+    async def __call__(self, cluster: Any, requests: Any, **kw: Any) -> Any:
+        if self.out_of_range is not None:
+            raise OffsetOutOfRangeError(*self.out_of_range)
+        got = {}
+        for t, p, o in requests:
+            batches = [(h, b) for h, b in self.logs.get((t, p), []) if h.next_offset > o]
+            got[(t, p)] = RawPartition(batches, self.end((t, p)), 0)
+        return got, {}
+
+
+class FakeAdmin:
+    cluster = None
+
+    async def close(self) -> None:
+        pass
+
+
+def _counter(config: Any, store: Store, alias: str = "dc1", **kw: Any) -> TierCounter:
+    c = TierCounter(alias, "127.0.0.1:1", config, store, admin=FakeAdmin(), **kw)  # type: ignore[arg-type]
+    c._topics_at = time.monotonic() + 3600  # no discovery: the test sets the partitions
+    return c
+
+
+@pytest.fixture
+def fetch(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeFetch]:
+    f = FakeFetch({})
+    monkeypatch.setattr(counter_mod, "fetch_raw", f)
+    yield f
+
+
+def _counts(store: Store) -> dict[tuple[int, str, str], int]:
+    return {(r.window_start, r.datacenter, r.tier): r.count for r in store.counts()}
+
+
+# -- 3: every record in its own window and datacenter ---------------------------------------------
+
+
+def test_count_batch_equals_record_by_record_for_straddling_and_mixed_dc_batches() -> None:
+    batches = [
+        [_rec(60000), _rec(59999)],  # first record's timestamp is not the batch's minimum
+        [_rec(1000, "dc1"), _rec(1001, "dc2")],  # a re-producer keeping origin headers: two DCs, one window
+        [_rec(W - 1), _rec(W), _rec(W - 2, "dc2")],
+    ]
+    for records in batches:
+        h, b = _batch(records)
+        got: dict[Any, list[int]] = defaultdict(lambda: [0, 0])
+        count_batch("agg", "t", W, h, b, got)
+        want: dict[Any, list[int]] = defaultdict(lambda: [0, 0])
+        for r in decode_batch(b)[1]:
+            headers = dict(r.headers)
+            want[("t", int(headers["origin.created"]) // W * W, headers["origin.dc"].decode(), "agg")][0] += 1
+        assert dict(got) == dict(want), records
+
+
+# -- 2: bad events are dead-lettered, the offset moves on -----------------------------------------
+
+
+def test_bad_events_are_rejected_kept_counted_and_skipped(tmp_path: Path, fetch: FakeFetch) -> None:
+    config = _config(tmp_path)
+    store = Store(config.store)
+    bad: list[tuple[str, str]] = []
+    c = _counter(config, store, on_bad_event=lambda tier, reason: bad.append((tier, reason)))
+    values = [
+        b"not json",
+        b"[" * 200000,  # RecursionError in json
+        _event(2**63, 1, "g-big-window"),
+        _event(0, 2**63, "g-big-count"),
+        _event(0, -1, "g-negative"),
+        _event(1, 1, "g-off-grid"),
+        json.dumps(
+            {
+                "guid": "g-len",
+                "tier": "producer",
+                "datacenter": "dc1",
+                "topic": "t",
+                "window_start": 0,
+                "window_end": 2 * W,
+                "count": 1,
+            }
+        ).encode(),
+        _event(W, 5, "g-good"),
+    ]
+    records = [RecordInput(b"t", v, NOW, []) for v in values]
+    fetch.logs[(AUDIT_TOPIC, 0)] = [_batch(records)]
+    c.offsets = {(AUDIT_TOPIC, 0): 0}
+    asyncio.run(c._round())
+    assert store.offsets("dc1") == {(AUDIT_TOPIC, 0): len(values)}  # the offset moved past them
+    assert _counts(store) == {(W, "dc1", "producer"): 5}
+    reasons = [r[4] for r in sorted(store.rejected(), key=lambda r: r[3])]
+    assert reasons == [
+        "unparsable",
+        "unparsable",
+        "timestamp out of range",
+        "count out of range",
+        "count out of range",
+        "window not on grid",
+        "window length",
+    ]
+    assert [r[3] for r in sorted(store.rejected(), key=lambda r: r[3])] == list(range(7))
+    assert bad == [("dc1", r) for r in reasons]
+    assert store.stat("rejected_events") == 7
+    asyncio.run(c._round())  # nothing more to read: nothing rejected twice
+    assert len(bad) == 7
+
+
+# -- 1: store faults are retried; the store reconnects; /healthz tells ------------------------------
+
+
+def test_a_locked_sqlite_store_is_retried_and_the_round_commits_once(tmp_path: Path, fetch: FakeFetch) -> None:
+    config = _config(tmp_path)
+    store = Store(config.store, busy_timeout_s=0.1)
+    c = _counter(config, store, store_retries=20)
+    h, b = _batch([_rec(NOW + i) for i in range(10)])
+    fetch.logs[("t", 0)] = [(h, b)]
+    c.offsets = {("t", 0): 0}
+    locker = sqlite3.connect(tmp_path / "audit.db", isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(c._round())
+        for _ in range(200):
+            if c.store_error:
+                break
+            await asyncio.sleep(0.05)
+        assert "locked" in c.store_error
+        assert not task.done()
+        locker.execute("ROLLBACK")
+        await asyncio.wait_for(task, 60)
+
+    asyncio.run(scenario())
+    assert c.store_error == ""
+    assert _counts(store) == {(NOW, "dc1", "dc1"): 10}
+    assert store.offsets("dc1") == {("t", 0): h.next_offset}
+
+
+def test_a_counter_that_fails_is_restarted_counted_and_reported_by_healthz(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    service = AuditService(config)
+    calls = []
+
+    async def failing(unit: Any = None, stop: Any = None) -> None:
+        calls.append(1)
+        if len(calls) < 3:
+            raise sqlite3.OperationalError("database is locked")
+        await asyncio.sleep(3600)
+
+    async def scenario() -> None:
+        dc1 = service.counters[0]
+        dc1.run = failing  # type: ignore[method-assign]
+        service.supervisor.min_backoff_s = 0.05
+        service.supervisor.start("counter dc1", dc1.run, labels={"tier": "dc1"})
+        for _ in range(100):
+            ok, text = service.health()
+            if not ok:
+                break
+            await asyncio.sleep(0.01)
+        assert not ok and "counter dc1: restarting: OperationalError: database is locked" in text
+        for _ in range(500):
+            if len(calls) >= 3:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)
+        ok, text = service.health()
+        assert ok, text
+        assert "dc1: running, counted offset 0, lag 0" in text
+        dc1.store_error = "OperationalError: connection refused"
+        ok, text = service.health()
+        assert not ok and "store unavailable" in text
+        await service.supervisor.stop_all()
+
+    asyncio.run(scenario())
+    assert service.registry.get_sample_value("headwater_audit_task_failures_total", {"tier": "dc1"}) == 2
+    service.store.close()
+
+
+def test_store_reconnects_after_a_connection_fault(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'a.db'}")
+    store.apply("dc1", {("t", 0): 1}, {}, 0, 0, previous={})
+    store._conn.close()  # what a server restart does to a client connection, as far as the client sees
+    store._conn = _Broken(store._conn)
+    with pytest.raises(StoreUnavailable):
+        store.offsets("dc1")
+    assert store.offsets("dc1") == {("t", 0): 1}  # a new connection
+
+
+class _Broken:
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def cursor(self) -> Any:
+        raise sqlite3.OperationalError("server closed the connection unexpectedly")
+
+    def close(self) -> None:
+        pass
+
+
+# -- 5, 7: idempotent counting ---------------------------------------------------------------------
+
+
+def test_a_second_writer_or_a_retried_commit_never_counts_twice(tmp_path: Path, fetch: FakeFetch) -> None:
+    config = _config(tmp_path)
+    store = Store(config.store)
+    h, b = _batch([_rec(NOW + i) for i in range(7)])
+    fetch.logs[("t", 0)] = [(h, b)]
+    one, two = _counter(config, store), _counter(config, Store(config.store))
+    one.offsets = {("t", 0): 0}
+    two.offsets = {("t", 0): 0}
+    asyncio.run(one._round())
+    asyncio.run(two._round())  # the second instance read the same records: its round is dropped
+    assert _counts(store) == {(NOW, "dc1", "dc1"): 7}
+    assert two.offsets == {("t", 0): h.next_offset}  # and it follows the stored offsets
+    # A commit retried after it was in fact done (its answer lost) adds nothing.
+    counts = {("t", NOW, "dc1", "dc1"): (3, 0)}
+    assert store.apply("dc1", {("t", 0): 10}, counts, 0, 0, previous={("t", 0): 7}) == 0
+    assert store.apply("dc1", {("t", 0): 10}, counts, 0, 0, previous={("t", 0): 7}) == 0
+    assert _counts(store) == {(NOW, "dc1", "dc1"): 10}
+    with pytest.raises(OffsetConflict):
+        store.apply("dc1", {("t", 0): 12}, counts, 0, 0, previous={("t", 0): 7})
+    assert _counts(store) == {(NOW, "dc1", "dc1"): 10}
+
+
+class FakeConsumer:
+    earliest = 0
+    latest = 0
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        pass
+
+    async def earliest_offset(self, t: str, p: int) -> int:
+        return self.earliest
+
+    async def latest_offset(self, t: str, p: int) -> int:
+        return self.latest
+
+
+def test_offset_out_of_range_resumes_at_the_log_end_not_the_earliest(
+    tmp_path: Path, fetch: FakeFetch, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = _config(tmp_path)
+    store = Store(config.store)
+    c = _counter(config, store)
+    store.apply("dc1", {("t", 0): 500}, {}, 0, 0, previous={})
+    c.offsets = {("t", 0): 500}
+    c.stored = {("t", 0): 500}
+    fetch.logs[("t", 0)] = [_batch([_rec(NOW + i) for i in range(100)])]
+    monkeypatch.setattr(counter_mod, "Consumer", FakeConsumer)
+    FakeConsumer.earliest, FakeConsumer.latest = 0, 100  # truncated (or re-created) below our offset
+    fetch.out_of_range = ("t", 0, 500)
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(c._round())
+    assert store.offsets("dc1") == {("t", 0): 100}
+    assert "counting resumes at the log end" in caplog.text
+    fetch.out_of_range = None
+    asyncio.run(c._round())
+    assert _counts(store) == {}  # the 100 retained records were not counted again
+    # Below the log start (retention outran the audit): resume at the log start, loudly.
+    FakeConsumer.earliest, FakeConsumer.latest = 150, 180
+    fetch.out_of_range = ("t", 0, 100)
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(c._round())
+    assert store.offsets("dc1") == {("t", 0): 150}
+    assert "offsets 100-149 were deleted before they were counted" in caplog.text
+
+
+# -- 6: alerts are delivered ----------------------------------------------------------------------
+
+
+async def _webhook(statuses: list[int]) -> tuple[TestServer, list[dict[str, Any]]]:
+    got: list[dict[str, Any]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        got.append(await request.json())
+        return web.Response(status=statuses.pop(0) if statuses else 200)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    return server, got
+
+
+def _loss_rows(store: Store, window: int, tier_count: int) -> None:
+    store.apply(
+        "x", {}, {("t", window, "dc1", "producer"): (10, 0), ("t", window, "dc1", "dc1"): (tier_count, 0)}, 0, 0
+    )
+
+
+def test_an_alert_is_retried_until_2xx_and_never_sent_twice(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        server, got = await _webhook([500])
+        config = _config(tmp_path, clusters="dc1", **{"alert.webhook.url": str(server.make_url("/hook"))})
+        service = AuditService(config)
+        c = service.counters[0]
+        past = NOW - 10 * W
+        _loss_rows(service.store, past, 7)
+        c.watermarks = {("t", 0): NOW, (AUDIT_TOPIC, 0): NOW}
+        c._topics_at = 1.0
+        assert await service.check() == 1
+        assert await service.check() == 0  # recorded once
+        async with ClientSession() as http:
+            assert await service.deliver(http) == 0  # 500: still pending
+            assert len(got) == 1
+            for _ in range(100):  # the first retry is due after 1 s
+                if await service.deliver(http):
+                    break
+                await asyncio.sleep(0.1)
+            assert len(got) == 2 and got[1] == got[0]
+            assert got[0]["alert"] == "loss" and got[0]["missing"] == 3
+            assert await service.deliver(http) == 0
+            await asyncio.sleep(1.2)
+            assert await service.deliver(http) == 0
+        assert len(got) == 2
+        await server.close()
+        service.store.close()
+
+    asyncio.run(scenario())
+
+
+def test_alerts_are_sent_concurrently_with_a_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("headwater.audit.service.ALERT_TIMEOUT_S", 0.5)
+
+    async def scenario() -> None:
+        async def hang(request: web.Request) -> web.Response:
+            await asyncio.sleep(30)
+            return web.Response()
+
+        app = web.Application()
+        app.router.add_post("/hook", hang)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        config = _config(tmp_path, **{"alert.webhook.url": str(server.make_url("/hook"))})
+        service = AuditService(config)
+        for i in range(5):
+            service.store.record_alert(("t", i * W, "dc1", "dc1"), "loss", 0, json.dumps({"i": i}))
+        async with ClientSession() as http:
+            started = time.monotonic()
+            assert await service.deliver(http) == 0
+            assert time.monotonic() - started < 5  # five hung POSTs together, not 5 x the timeout
+        assert len(service.store.pending_alerts(int(time.time() * 1000) + 10_000)) == 5
+        await server.close()
+        service.store.close()
+
+    asyncio.run(scenario())
+
+
+# -- 4: windows close by watermarks ----------------------------------------------------------------
+
+
+def test_windows_close_by_the_tiers_watermarks_not_the_clock() -> None:
+    rows = [CountRow("t", 0, "dc1", "producer", 10, 0, 0), CountRow("t", 0, "dc1", "dc1", 4, 0, 0)]
+    marks: dict[tuple[str, str], int | None] = {("producer", "t"): 10 * W, ("dc1", "t"): W - 1}
+
+    def status() -> str:
+        got = reconcile(rows, ["dc1"], {"dc1"}, W, 1000, 100 * W, watermark=lambda tier, t: marks[(tier, t)])
+        return {r.tier: r.status for r in got}["dc1"]
+
+    assert status() == "open"  # the clock says closed, but dc1 was not counted past the window
+    marks[("dc1", "t")] = W + 999
+    assert status() == "open"  # within grace
+    marks[("dc1", "t")] = W + 1000
+    assert status() == "loss"
+    marks[("producer", "t")] = None  # a cluster's __audit not read yet: the expected count may grow
+    assert status() == "open"
+
+
+def test_after_a_restart_a_lagging_counter_raises_no_alert_and_a_wrong_alert_is_withdrawn(
+    tmp_path: Path, fetch: FakeFetch, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = _config(tmp_path, clusters="dc1")
+    service = AuditService(config)
+    store = service.store
+    c = _counter(config, store)
+    service.counters = [c]
+    past = NOW - 10 * W
+    # Restart: dc1 counted 4 of the window's 10 records so far; the rest are behind its lag.
+    records = [_rec(past + i) for i in range(10)]
+    fetch.logs[("t", 0)] = [_batch(records[:4]), _batch(records[4:], base_offset=4)]
+    fetch.logs[(AUDIT_TOPIC, 0)] = [_batch([RecordInput(b"t", _event(past, 10, "g1"), past + W, [])])]
+    c.offsets = {("t", 0): 0, (AUDIT_TOPIC, 0): 0}
+
+    async def scenario() -> None:
+        real = fetch.logs[("t", 0)]
+        fetch.logs[("t", 0)] = real[:1]  # the first fetch returns part of the partition
+        fetch_end = fetch.end
+        fetch.end = lambda tp: 10 if tp == ("t", 0) else fetch_end(tp)  # type: ignore[method-assign]
+        await c._round()
+        assert c.lag == 6
+        assert await service.check() == 0  # lag: the window is still open for dc1
+        assert {r.status for r in await service.rows_async("t", None, None) if r.tier == "dc1"} == {"open"}
+        fetch.logs[("t", 0)] = real
+        await c._round()
+        assert c.lag == 0
+        assert await service.check() == 0  # caught up: complete, nothing to alert
+        rows = await service.rows_async("t", None, None)
+        assert {(r.tier, r.status) for r in rows} == {("producer", "complete"), ("dc1", "complete")}
+        # An alert raised wrongly before (e.g. by an older version) is withdrawn.
+        store.record_alert(("t", past, "dc1", "dc1"), "loss", 0, "{}")
+        with caplog.at_level(logging.WARNING):
+            assert await service.check() == 1
+        assert "AUDIT RESOLVED: topic t" in caplog.text
+        assert store.alerted()[("t", past, "dc1", "dc1")] == "resolved"
+        pending = store.pending_alerts(int(time.time() * 1000))
+        assert [json.loads(p.payload)["alert"] for p in pending] == ["resolved"]
+
+    asyncio.run(scenario())
+    store.close()
+
+
+def test_counts_are_late_only_when_the_tier_had_closed_the_window(tmp_path: Path, fetch: FakeFetch) -> None:
+    config = _config(tmp_path)
+    store = Store(config.store)
+    c = _counter(config, store)
+    past = NOW - 100 * W  # long before the audit's clock, but the tier had not closed it: not late
+    fetch.logs[("t", 0)] = [_batch([_rec(past)])]
+    c.offsets = {("t", 0): 0}
+    c.watermarks = {("t", 0): past}
+    asyncio.run(c._round())
+    assert {r.tier: r.late for r in store.counts()} == {"dc1": 0}
+    fetch.logs[("t", 0)].append(_batch([_rec(past + 1)], base_offset=1))  # after the tier closed it
+    asyncio.run(c._round())
+    assert {r.tier: (r.count, r.late) for r in store.counts()} == {"dc1": (2, 1)}
+
+
+# -- the mirror's gap events ----------------------------------------------------------------------
+
+
+def _gap(guid: str = "a" * 32, **extra: Any) -> bytes:
+    g = {
+        "type": "gap",
+        "guid": guid,
+        "tier": "agg",
+        "hop": "dc2->agg",
+        "datacenter": "dc2",
+        "topic": "t",
+        "partition": 3,
+        "from_offset": 1200,
+        "to_offset": 1500,
+        "records": 300,
+        "reason": "source retention",
+        "detected_ms": NOW,
+    }
+    g.update(extra)
+    return json.dumps(g).encode()
+
+
+def test_gap_events_are_stored_once_shown_and_alerted_once(
+    tmp_path: Path, fetch: FakeFetch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        server, got = await _webhook([])
+        config = _config(tmp_path, **{"alert.webhook.url": str(server.make_url("/hook"))})
+        service = AuditService(config)
+        store = service.store
+        c = _counter(config, store)
+        values = [_gap(), _gap(), _gap("b" * 32, records=299), _gap("c" * 32, topic="unaudited-x"), _gap("d" * 32)]
+        fetch.logs[(AUDIT_TOPIC, 0)] = [_batch([RecordInput(b"g", v, NOW, []) for v in values])]
+        c.offsets = {(AUDIT_TOPIC, 0): 0}
+        c.config = _config(tmp_path, **{"audit.topics": "t"})
+        await c._round()
+        assert [g.guid for g in store.gaps()] in (["a" * 32, "d" * 32], ["d" * 32, "a" * 32])  # once per guid
+        assert [(r[4], r[3]) for r in store.rejected()] == [("bad gap", 2)]  # records != to - from
+        message = "lost at mirror dc2->agg: source retention, 300 records, offsets 1200-1499"
+        assert store.gaps("t")[0].describe() == message
+        with caplog.at_level(logging.ERROR):
+            assert await service.check() == 2
+            assert await service.check() == 0
+        assert caplog.text.count("AUDIT GAP: topic t partition 3, tier agg: " + message) == 2
+        async with ClientSession() as http:
+            assert await service.deliver(http) == 2
+            assert await service.deliver(http) == 0
+        assert sorted(g["guid"] for g in got) == ["a" * 32, "d" * 32]
+        assert got[0]["alert"] == "gap" and got[0]["message"] == message
+        # the API and the dashboard
+        app = _app(service)
+        async with TestClient(TestServer(app)) as client:
+            r = await client.get("/api/v1/gaps", params={"topic": "t"})
+            assert r.status == 200
+            assert [g["message"] for g in (await r.json())["gaps"]] == [message, message]
+            store.apply("x", {}, {("t", NOW, "dc2", "producer"): (1, 0)}, 0, 0)
+            page = await (await client.get("/", params={"topic": "t"})).text()
+            assert 'id="gaps"' in page and html.escape(message) in page
+        await server.close()
+        store.close()
+
+    asyncio.run(scenario())
+
+
+# -- 8: API and pages -------------------------------------------------------------------------------
+
+
+def _app(service: AuditService) -> web.Application:
+    from headwater.audit.web import make_app
+
+    return make_app(
+        service.rows_async,
+        lambda: asyncio.to_thread(service.store.topics),
+        lambda t, w, dc: asyncio.to_thread(service.store.producer_hosts, t, w, dc),
+        service.registry,
+        service.health,
+        lambda t: asyncio.to_thread(service.store.gaps, t),
+    )
+
+
+def test_drill_down_shows_the_warehouse_bad_values_answer_400_links_are_encoded(tmp_path: Path) -> None:
+    config = _config(tmp_path, clusters="dc1")
+    service = AuditService(config)
+    store = service.store
+    topic, dc = "a&datacenter=x", "dc+1"
+    past = NOW - 10 * W
+    store.apply(
+        "x",
+        {},
+        {
+            (topic, past, dc, "producer"): (10, 0),
+            (topic, past, dc, "warehouse"): (8, 0),
+            (topic, past + W, dc, "producer"): (1, 0),
+            (topic, past + W, dc, "warehouse"): (1, 0),
+        },
+        0,
+        0,
+    )
+    service.counters[0].watermarks = {(topic, 0): NOW, (AUDIT_TOPIC, 0): NOW}
+    service.counters[0]._topics_at = 1.0
+
+    async def scenario() -> None:
+        async with TestClient(TestServer(_app(service))) as client:
+            for path, params in [
+                ("/window", {"topic": topic, "window_start": "99999999999999999999", "datacenter": dc}),
+                ("/window", {"topic": topic, "window_start": "-5", "datacenter": dc}),
+                ("/window", {"topic": topic, "window_start": "x", "datacenter": dc}),
+                ("/api/v1/completeness", {"from": "99999999999999999999"}),
+                ("/api/v1/completeness", {"to": "1e3"}),
+            ]:
+                r = await client.get(path, params=params)
+                assert r.status == 400, (path, params)
+                assert "window_start" in await r.text() or "from" in await r.text() or "to" in await r.text()
+            page = await (await client.get("/", params={"topic": topic})).text()
+            assert "/window?topic=a%26datacenter%3Dx&amp;window_start=" in page
+            assert "datacenter=dc%2B1" in page
+            r = await client.get("/window", params={"topic": topic, "window_start": str(past), "datacenter": dc})
+            text = await r.text()
+            assert r.status == 200
+            assert "<td>warehouse</td><td>8</td><td>10</td>" in text  # the warehouse loss, in the drill-down
+            assert "loss" in text
+            api = await (await client.get("/api/v1/completeness", params={"topic": topic, "to": str(past + 1)})).json()
+            got = {(r["tier"], r["status"]) for r in api["rows"]}
+            assert got == {("producer", "complete"), ("dc1", "loss"), ("warehouse", "loss")}  # dc1: an aggregate here
+
+    asyncio.run(scenario())
+    store.close()
