@@ -629,3 +629,76 @@ def test_drill_down_shows_the_warehouse_bad_values_answer_400_links_are_encoded(
 
     asyncio.run(scenario())
     store.close()
+
+
+# -- the store on PostgreSQL, and an existing store migrated ---------------------------------------
+
+OLD_SCHEMA = [  # the store as commit 1ac4435 created it
+    "CREATE TABLE audit_counts (topic TEXT NOT NULL, window_start BIGINT NOT NULL, datacenter TEXT NOT NULL, "
+    "tier TEXT NOT NULL, count BIGINT NOT NULL, unaudited BIGINT NOT NULL DEFAULT 0, late BIGINT NOT NULL DEFAULT 0, "
+    "updated_ms BIGINT NOT NULL, PRIMARY KEY (topic, window_start, datacenter, tier))",
+    "CREATE TABLE audit_offsets (cluster TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL, "
+    "next_offset BIGINT NOT NULL, PRIMARY KEY (cluster, topic, partition))",
+    "CREATE TABLE audit_alerts (topic TEXT NOT NULL, window_start BIGINT NOT NULL, datacenter TEXT NOT NULL, "
+    "tier TEXT NOT NULL, status TEXT NOT NULL, alerted_ms BIGINT NOT NULL, "
+    "PRIMARY KEY (topic, window_start, datacenter, tier))",
+    "INSERT INTO audit_offsets VALUES ('dc1', 't', 0, 42)",
+    "INSERT INTO audit_alerts VALUES ('t', 0, 'dc1', 'agg', 'loss', 1)",
+]
+
+
+def test_an_existing_sqlite_store_is_migrated_in_place(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+    for stmt in OLD_SCHEMA:
+        conn.execute(stmt)
+    conn.close()
+    store = Store(f"sqlite:///{tmp_path / 'old.db'}")
+    assert store.offsets("dc1") == {("t", 0): 42}
+    assert store.watermarks() == {("dc1", "t"): {0: 0}}
+    assert store.alerted() == {("t", 0, "dc1", "agg"): "loss"}
+    assert store.pending_alerts(NOW) == []  # an old alert (no payload) is not sent again
+    store.apply("dc1", {("t", 0): 50}, {}, 0, 0, previous={("t", 0): 42}, watermarks={("t", 0): 7})
+    store.close()
+    assert Store(f"sqlite:///{tmp_path / 'old.db'}").watermarks() == {("dc1", "t"): {0: 7}}  # opens again
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[Any]:
+    from tests.audit.postgres import LocalPostgres, binaries
+
+    if binaries() is None:
+        pytest.skip("no PostgreSQL server binaries (Debian's postgresql package)")
+    pg = LocalPostgres().start()
+    try:
+        yield pg
+    finally:
+        pg.cleanup()
+
+
+def test_postgres_store_survives_a_restart_migrates_and_compares_and_sets(postgres: Any) -> None:
+    import psycopg
+
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        for stmt in ["DROP SCHEMA public CASCADE", "CREATE SCHEMA public", *OLD_SCHEMA]:
+            conn.execute(stmt)
+    store = Store(postgres.dsn)
+    other = Store(postgres.dsn)  # a second service instance
+    assert store.offsets("dc1") == {("t", 0): 42}
+    counts = {("t", NOW, "dc1", "dc1"): (8, 0)}
+    assert store.apply("dc1", {("t", 0): 50}, counts, 0, 0, previous={("t", 0): 42}) == 0
+    with pytest.raises(OffsetConflict):
+        other.apply("dc1", {("t", 0): 58}, counts, 0, 0, previous={("t", 0): 42})
+    postgres.restart()
+    with pytest.raises(StoreUnavailable):  # the old connection is gone...
+        store.offsets("dc1")
+    assert store.offsets("dc1") == {("t", 0): 50}  # ...and the next call reconnects
+
+    async def counter_write() -> None:  # what a counter does: retry with backoff through a restart
+        c = TierCounter("dc1", "127.0.0.1:1", _config(Path("/nonexistent")), store, admin=FakeAdmin())  # type: ignore[arg-type]
+        postgres.restart()
+        await c._store_call(store.apply, "dc1", {("t", 0): 60}, counts, 0, 0, previous={("t", 0): 50})
+
+    asyncio.run(counter_write())
+    assert {(r.tier, r.count) for r in store.counts("t")} == {("dc1", 16)}
+    store.close()
+    other.close()
