@@ -8,7 +8,7 @@
     agg.bootstrap.servers = agg-broker1:9092
     audit.topics = page-views, clicks.*      # regexes of the audited topics
     window.ms = 60000                        # must match the producers' window
-    grace.ms = 120000                        # a window closes this long after its end
+    grace.ms = 120000     # a window closes for a tier once it was counted this long past its end
     store = sqlite:////var/lib/headwater/audit.db   # or postgresql://user:pass@host/db
     http.port = 8080
     alert.webhook.url = http://alerts:9000/hook     # optional
