@@ -579,6 +579,7 @@ def _app(service: AuditService) -> web.Application:
         service.registry,
         service.health,
         lambda t: asyncio.to_thread(service.store.gaps, t),
+        service.recent_rows,
     )
 
 

@@ -138,6 +138,13 @@ class AuditService:
         marks = self._snapshot()
         return await asyncio.to_thread(self.rows, topic, since, until, marks)
 
+    async def recent_rows(self, topic: str, windows: int = 40) -> list[Completeness]:
+        """The dashboard's rows: the topic's latest ``windows`` windows (not its whole history)."""
+        newest = await asyncio.to_thread(self.store.newest_window, topic)
+        if newest is None:
+            return []
+        return await self.rows_async(topic, newest - (windows - 1) * self.config.window_ms, None)
+
     def health(self) -> tuple[bool, str]:
         """Healthy while every unit runs and no counter waits for the store; the text names each tier's
         counter: its state, the offsets it counted (summed over partitions) and its lag."""
@@ -166,6 +173,7 @@ class AuditService:
             self.registry,
             self.health,
             lambda t: asyncio.to_thread(self.store.gaps, t),
+            self.recent_rows,
         )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -203,10 +211,15 @@ class AuditService:
 
     async def _watch(self, unit: Unit) -> None:
         """Metrics and alerts: every few seconds, reconcile the recent windows."""
+        pause = 2.0
         while True:
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(pause)
+            started = time.monotonic()
             await self.check()
             unit.progress()
+            # A large store (a pass over 24 h of windows took 0.7 s with 1 M count events): stay
+            # below ~20 % of a core.
+            pause = max(2.0, 5 * (time.monotonic() - started))
 
     async def check(self) -> int:
         """One reconciliation pass: metrics, and alerts recorded in the outbox; returns how many."""

@@ -593,11 +593,27 @@ class Store:
         )
         return {t: int(w) for t, w in rows}
 
+    def newest_window(self, topic: str) -> int | None:
+        """The latest window counted for ``topic`` at any tier (the primary key's index answers it)."""
+        rows = self._query("SELECT MAX(window_start) FROM audit_counts WHERE topic = ?", (topic,))
+        return None if not rows or rows[0][0] is None else int(rows[0][0])
+
     def topics(self) -> list[str]:
         return [r[0] for r in self._query("SELECT DISTINCT topic FROM audit_counts ORDER BY topic", ())]
 
     def datacenters(self) -> set[str]:
-        return {r[0] for r in self._query("SELECT DISTINCT datacenter FROM audit_events WHERE tier = 'producer'", ())}
+        """The producers' datacenters: one index seek per datacenter (a loose index scan), not a
+        DISTINCT over every count event."""
+        out: set[str] = set()
+        last = ""
+        while True:
+            rows = self._query(
+                "SELECT MIN(datacenter) FROM audit_events WHERE tier = 'producer' AND datacenter > ?", (last,)
+            )
+            if not rows or rows[0][0] is None:
+                return out
+            last = str(rows[0][0])
+            out.add(last)
 
     def producer_hosts(self, topic: str, window_start: int, datacenter: str) -> list[tuple[str, str, int, int]]:
         """(host, application, count, events) of the producer tier for one window."""

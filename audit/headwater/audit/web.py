@@ -139,7 +139,9 @@ def make_app(
     registry: Any,
     health: Callable[[], tuple[bool, str]],
     gaps_for: Callable[[str | None], Awaitable[list[Gap]]] | None = None,
+    recent_for: Callable[[str], Awaitable[list[Completeness]]] | None = None,
 ) -> web.Application:
+    """``recent_for(topic)``: the dashboard's rows (its latest windows); default: all of ``rows_for``."""
     app = web.Application()
 
     async def gaps(topic: str | None) -> list[Gap]:
@@ -155,7 +157,7 @@ def make_app(
         legend = "".join(f'<span style="background:{c}">{s}</span>' for s, c in _COLORS.items())
         if topic is None:
             return _page("Headwater audit", "<h1>Headwater audit</h1><p>No audited records counted yet.</p>")
-        recent = await rows_for(topic, None, None)
+        recent = await recent_for(topic) if recent_for is not None else await rows_for(topic, None, None)
         windows = sorted({r.window_start for r in recent}, reverse=True)[:40]
         rows = [r for r in recent if r.window_start in set(windows)]
         columns = sorted({(r.datacenter, r.tier) for r in rows}, key=lambda c: (c[0], c[1] != PRODUCER, c[1]))
