@@ -217,40 +217,52 @@ def test_a_locked_sqlite_store_is_retried_and_the_round_commits_once(tmp_path: P
 def test_a_counter_that_fails_is_restarted_counted_and_reported_by_healthz(tmp_path: Path) -> None:
     config = _config(tmp_path)
     service = AuditService(config)
-    calls = []
+    failing = True
+    failures = []
 
-    async def failing(unit: Any = None, stop: Any = None) -> None:
-        calls.append(1)
-        if len(calls) < 3:
+    async def round_() -> None:  # what a store error past its retries does to a counting round
+        if failing:
+            failures.append(1)
             raise sqlite3.OperationalError("database is locked")
-        await asyncio.sleep(3600)
+        await asyncio.sleep(0.01)
+
+    async def discover() -> None:
+        dc1.offsets.setdefault(("t", 0), 0)
+
+    dc1 = service.counters[0]
+    dc1._round = round_  # type: ignore[method-assign]
+    dc1._discover = discover  # type: ignore[method-assign]
+
+    async def wait_health(want: bool) -> str:
+        for _ in range(1000):
+            ok, text = service.health()
+            if ok == want:
+                return text
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"health never {want}: {text}")
 
     async def scenario() -> None:
-        dc1 = service.counters[0]
-        dc1.run = failing  # type: ignore[method-assign]
+        nonlocal failing
         service.supervisor.min_backoff_s = 0.05
         service.supervisor.start("counter dc1", dc1.run, labels={"tier": "dc1"})
-        for _ in range(100):
-            ok, text = service.health()
-            if not ok:
-                break
-            await asyncio.sleep(0.01)
-        assert not ok and "counter dc1: restarting: OperationalError: database is locked" in text
-        for _ in range(500):
-            if len(calls) >= 3:
-                break
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.05)
+        text = await wait_health(False)
+        assert "counter dc1: restarting: OperationalError: database is locked" in text
+        async with TestClient(TestServer(_app(service))) as client:
+            r = await client.get("/healthz")
+            assert r.status == 503 and "database is locked" in await r.text()
+            failing = False
+            text = await wait_health(True)
+            assert "dc1: running, counted offset 0, lag 0" in text
+            r = await client.get("/healthz")
+            assert r.status == 200 and "dc1: running" in await r.text()
+        dc1.store_error = "OperationalError: connection refused"  # a counter retrying its store call
         ok, text = service.health()
-        assert ok, text
-        assert "dc1: running, counted offset 0, lag 0" in text
-        dc1.store_error = "OperationalError: connection refused"
-        ok, text = service.health()
-        assert not ok and "store unavailable" in text
+        assert not ok and "counter dc1: store unavailable: OperationalError: connection refused" in text
         await service.supervisor.stop_all()
 
     asyncio.run(scenario())
-    assert service.registry.get_sample_value("headwater_audit_task_failures_total", {"tier": "dc1"}) == 2
+    assert failures
+    assert service.registry.get_sample_value("headwater_audit_task_failures_total", {"tier": "dc1"}) == len(failures)
     service.store.close()
 
 

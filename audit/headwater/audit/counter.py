@@ -386,7 +386,7 @@ class TierCounter:
             self.high_watermarks[tp] = part.high_watermark
             top = self.watermarks.get(tp, 0)
             for h, b in part.batches:
-                top = max(top, h.max_timestamp if h.max_timestamp < MAX_TIMESTAMP else 0)
+                top = max(top, min(h.max_timestamp, fetched_at))  # a future-dated record closes nothing early
                 if h.is_control:
                     continue
                 if tp[0] == AUDIT_TOPIC:
