@@ -35,6 +35,7 @@ from headwater.client.errors import OffsetOutOfRangeError
 from headwater.client.raw import fetch_raw
 from headwater.protocol.records.header import BatchHeader
 from headwater.protocol.records.record import Record, decode_batch
+from headwater.service.supervisor import Unit
 
 log = logging.getLogger("headwater.audit.counter")
 
@@ -208,7 +209,6 @@ class TierCounter:
         self.on_bad_event = on_bad_event or (lambda tier, reason: None)
         self.store_retries = store_retries
         self._topics_at = 0.0
-        self._loaded = False
 
     @property
     def lag(self) -> int:
@@ -235,10 +235,10 @@ class TierCounter:
     async def close(self) -> None:
         await self.admin.close()
 
-    async def run(self, unit: Any = None, stop: asyncio.Event | None = None) -> None:
-        """Count until cancelled (or ``stop`` is set); ``unit.progress()`` after every round."""
+    async def run(self, unit: Unit | None = None) -> None:
+        """Count until cancelled; ``unit.progress()`` after every round (the supervisor's stuck check)."""
         await self._load()
-        while stop is None or not stop.is_set():
+        while True:
             if time.monotonic() - self._topics_at > 5 or not self.offsets:
                 await self._discover()
             if not self.offsets:
@@ -259,7 +259,6 @@ class TierCounter:
             if cluster == self.alias:
                 for p, wm in parts.items():
                     self.watermarks[(topic, p)] = max(wm, self.watermarks.get((topic, p), 0))
-        self._loaded = True
 
     async def _store_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn`` on a worker thread; a store fault (PostgreSQL restarted, SQLite locked) is retried

@@ -219,7 +219,8 @@ class Store:
             conn.execute(stmt)
         for table, column, kind in _ADDED_COLUMNS:
             if column not in self._columns(conn, table):
-                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                guard = "" if self.sqlite else "IF NOT EXISTS "  # PostgreSQL: a second instance may race us
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {guard}{column} {kind}")
         for stmt in _SCHEMA_AFTER:
             conn.execute(stmt)
 
