@@ -26,7 +26,7 @@ from tests.cluster.util import create_topic
 from tests.mirror.util import MirrorProcess, wait_for, zk_connect
 
 WINDOW_MS = 2000
-GRACE_MS = 15000  # a loaded two-core machine: the mirror may lag this long without a late count
+GRACE_MS = 20000  # a loaded two-core machine: the mirror may lag this long without a late count
 
 
 class Webhook:
@@ -150,7 +150,9 @@ def test_windows_end_exact_through_a_store_restart_a_kill_and_a_bad_event(
             return "store unavailable" in log or "StoreUnavailable" in log
 
         wait_for(noticed, 60, "the audit service to hit the restarted store", audit)
-        wait_for(lambda: "the store answers again" in audit.log(), 90, "a counter to reconnect to the store", audit)
+        # One connection serves the counters and the reconciliation pass: whichever hit the restart
+        # reconnects it; healthy again means every unit runs and no counter waits for the store.
+        wait_for(lambda: _healthy(port), 90, "the audit service to recover from the store restart", audit)
         audit.kill9()
         audit.start()
         wait_for(lambda: _healthy(port), 90, "the restarted audit service to answer /healthz", audit)
