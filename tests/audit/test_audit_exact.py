@@ -138,9 +138,15 @@ def test_count_batch_equals_record_by_record_for_straddling_and_mixed_dc_batches
 
 def test_bad_events_are_rejected_kept_counted_and_skipped(tmp_path: Path, fetch: FakeFetch) -> None:
     config = _config(tmp_path)
-    store = Store(config.store)
+    service = AuditService(config)  # its headwater_audit_bad_events_total
+    store = service.store
     bad: list[tuple[str, str]] = []
-    c = _counter(config, store, on_bad_event=lambda tier, reason: bad.append((tier, reason)))
+
+    def on_bad(tier: str, reason: str) -> None:
+        bad.append((tier, reason))
+        service._count_bad(tier, reason)
+
+    c = _counter(config, store, on_bad_event=on_bad)
     values = [
         b"not json",
         b"[" * 200000,  # RecursionError in json
@@ -182,6 +188,9 @@ def test_bad_events_are_rejected_kept_counted_and_skipped(tmp_path: Path, fetch:
     assert store.stat("rejected_events") == 7
     asyncio.run(c._round())  # nothing more to read: nothing rejected twice
     assert len(bad) == 7
+    metric = "headwater_audit_bad_events_total"
+    assert service.registry.get_sample_value(metric, {"tier": "dc1", "reason": "unparsable"}) == 2
+    assert service.registry.get_sample_value(metric, {"tier": "dc1", "reason": "count out of range"}) == 2
 
 
 # -- 1: store faults are retried; the store reconnects; /healthz tells ------------------------------
