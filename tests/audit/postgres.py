@@ -10,6 +10,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from headwater.testing.zookeeper import free_port
@@ -77,3 +78,78 @@ class LocalPostgres:
         except subprocess.CalledProcessError:
             pass
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class ContainerPostgres:
+    """The lab's PostgreSQL image (``headwater/postgres:dev``, ``make integration-deps``) as a
+    container with its port published on 127.0.0.1; restarted with ``docker restart``. Labelled
+    ``org.headwater.test-run`` so a failed run's leftovers can be found."""
+
+    IMAGE = f"headwater/postgres:{os.environ.get('HEADWATER_IMAGE_TAG', 'dev')}"
+
+    def __init__(self) -> None:
+        import docker
+
+        self.client = docker.from_env(timeout=60)
+        self.client.ping()
+        self.client.images.get(self.IMAGE)  # ImageNotFound: run `make integration-deps`
+        self.port = free_port()
+        self.container = self.client.containers.run(
+            self.IMAGE,
+            detach=True,
+            ports={"5432/tcp": ("127.0.0.1", self.port)},
+            environment={"POSTGRES_USER": "audit", "POSTGRES_PASSWORD": "audit", "POSTGRES_DB": "audit"},
+            labels={"org.headwater.test-run": "audit-postgres"},
+        )
+        self.dsn = f"postgresql://audit:audit@127.0.0.1:{self.port}/audit"
+
+    def _wait(self, timeout: float = 120) -> None:
+        import psycopg
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with psycopg.connect(self.dsn, connect_timeout=5) as conn:
+                    conn.execute("SELECT 1")
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+    def start(self) -> ContainerPostgres:
+        self._wait()
+        return self
+
+    def restart(self) -> None:
+        # SIGINT: PostgreSQL's fast shutdown (docker's SIGTERM is a smart shutdown, which waits for
+        # the audit's connection to close until docker kills the server).
+        self.container.kill(signal="SIGINT")
+        self.container.wait(timeout=60)
+        self.container.start()
+        self._wait()
+
+    def cleanup(self) -> None:
+        try:
+            self.container.remove(force=True)
+        finally:
+            self.client.close()
+
+
+def available() -> list[str]:
+    """Which servers the fault test can use here: ``debian`` (binaries), ``container`` (an engine
+    and the image)."""
+    out = ["debian"] if binaries() is not None else []
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        try:
+            client.ping()
+            client.images.get(ContainerPostgres.IMAGE)
+            out.append("container")
+        finally:
+            client.close()
+    except Exception:  # no engine or no image: that variant is skipped
+        pass
+    return out

@@ -19,7 +19,7 @@ import pytest
 from headwater.client.audit import AUDIT_TOPIC, SyncAuditingProducer
 from headwater.client.sync import SyncProducer
 from headwater.testing.zookeeper import free_port
-from tests.audit.postgres import LocalPostgres, binaries
+from tests.audit.postgres import ContainerPostgres, LocalPostgres, available
 from tests.audit.test_audit_pipeline import _get, _healthy
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
@@ -57,10 +57,13 @@ class Webhook:
 
 
 @pytest.fixture
-def postgres() -> Iterator[LocalPostgres]:
-    if binaries() is None:
-        pytest.skip("no PostgreSQL server binaries (Debian's postgresql package)")
-    pg = LocalPostgres().start()
+def postgres() -> Iterator[LocalPostgres | ContainerPostgres]:
+    """A real PostgreSQL: the lab's image as a container when an engine and the image are here,
+    else Debian's server binaries (one of them: the test is long enough once)."""
+    servers = available()
+    if not servers:
+        pytest.skip(f"neither {ContainerPostgres.IMAGE} with a Docker engine nor Debian's PostgreSQL binaries")
+    pg = ContainerPostgres().start() if "container" in servers else LocalPostgres().start()
     try:
         yield pg
     finally:
@@ -68,7 +71,7 @@ def postgres() -> Iterator[LocalPostgres]:
 
 
 def test_windows_end_exact_through_a_store_restart_a_kill_and_a_bad_event(
-    cluster_factory: Callable[..., Cluster], tmp_path: Path, postgres: LocalPostgres
+    cluster_factory: Callable[..., Cluster], tmp_path: Path, postgres: LocalPostgres | ContainerPostgres
 ) -> None:
     dc1, dc2, agg = cluster_factory(1), cluster_factory(1), cluster_factory(1)
     for c in (dc1, dc2):
