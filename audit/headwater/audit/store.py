@@ -122,7 +122,7 @@ class Rejected:
 
 @dataclass(frozen=True)
 class Gap:
-    """Records a mirror could not copy (the mirror's "gap" event, see GAP_EVENT in docs/audit.md)."""
+    """Records a mirror could not copy (its "gap" event on `__audit`; docs/audit.md, "Gaps reported by the mirror")."""
 
     guid: str
     tier: str

@@ -7,7 +7,7 @@
   tier's per-host counts.
 - ``GET /api/v1/completeness?topic=T[&from=ms&to=ms]`` — ``{"rows": [...]}``; ``GET /api/v1/topics``;
   ``GET /api/v1/gaps[?topic=T]`` — the records mirrors reported lost (``{"gaps": [...]}``).
-- A query value that is not a time (not an integer in [0, 2^62)) answers 400 with a message.
+- A query value that is not a time (not an integer in [-2^62, 2^62)) answers 400 with a message.
 - Every store read runs on a worker thread (the callables given to :func:`make_app` are coroutines).
 - ``GET /metrics`` (Prometheus), ``GET /healthz``.
 """
@@ -78,8 +78,8 @@ def _ms(request: web.Request, name: str, required: bool = False) -> int | None:
         raise web.HTTPBadRequest(
             text=f"{name}: {raw[:40]!r} is not an integer (milliseconds since the epoch)"
         ) from None
-    if not 0 <= value < MAX_MS:
-        raise web.HTTPBadRequest(text=f"{name}: {raw[:40]} is out of range (0 to 2^62 ms)")
+    if not -MAX_MS <= value < MAX_MS:  # negative: records without a timestamp (-1) are counted in window -window.ms
+        raise web.HTTPBadRequest(text=f"{name}: {raw[:40]} is out of range (-2^62 to 2^62 ms)")
     return value
 
 
@@ -159,7 +159,8 @@ def make_app(
             return _page("Headwater audit", "<h1>Headwater audit</h1><p>No audited records counted yet.</p>")
         recent = await recent_for(topic) if recent_for is not None else await rows_for(topic, None, None)
         windows = sorted({r.window_start for r in recent}, reverse=True)[:40]
-        rows = [r for r in recent if r.window_start in set(windows)]
+        shown = set(windows)
+        rows = [r for r in recent if r.window_start in shown]
         columns = sorted({(r.datacenter, r.tier) for r in rows}, key=lambda c: (c[0], c[1] != PRODUCER, c[1]))
         by = {(r.window_start, r.datacenter, r.tier): r for r in rows}
         head = "".join(f"<th>{html.escape(dc)}<br>{html.escape(t)}</th>" for dc, t in columns)
