@@ -133,6 +133,22 @@ def test_count_batch_equals_record_by_record_for_straddling_and_mixed_dc_batches
         assert dict(got) == dict(want), records
 
 
+def test_records_with_timestamps_or_creation_times_out_of_range_are_counted_as_unaudited(
+    tmp_path: Path, fetch: FakeFetch
+) -> None:
+    store = Store(_config(tmp_path).store)
+    c = _counter(_config(tmp_path), store)
+    records = [
+        RecordInput(b"k", b"v", -(2**63), []),  # its window would not fit a BIGINT
+        RecordInput(b"k", b"v", NOW, [("origin.dc", b"dc1"), ("origin.created", str(2**63).encode())]),
+    ]
+    fetch.logs[("t", 0)] = [_batch(records[:1]), _batch(records[1:], base_offset=1)]
+    c.offsets = {("t", 0): 0}
+    asyncio.run(c._round())
+    assert _counts(store) == {(-W, "-", "dc1"): 1, (NOW, "-", "dc1"): 1}
+    assert store.offsets("dc1") == {("t", 0): 2}
+
+
 # -- 2: bad events are dead-lettered, the offset moves on -----------------------------------------
 
 

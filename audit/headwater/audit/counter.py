@@ -100,7 +100,8 @@ def count_batch(
             continue
         dc, created = _origin(r)
         if dc is None or created is None:
-            c = counts[(topic, r.timestamp // window_ms * window_ms, UNAUDITED_DC, alias)]
+            ts = r.timestamp if -MAX_TIMESTAMP <= r.timestamp < MAX_TIMESTAMP else -1  # -2^63 would not fit BIGINT
+            c = counts[(topic, ts // window_ms * window_ms, UNAUDITED_DC, alias)]
             c[0] += 1
             c[1] += 1
         else:
