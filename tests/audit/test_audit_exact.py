@@ -149,6 +149,21 @@ def test_records_with_timestamps_or_creation_times_out_of_range_are_counted_as_u
     assert store.offsets("dc1") == {("t", 0): 2}
 
 
+def test_a_corrupt_batch_stops_the_tier_loudly_with_nothing_counted(tmp_path: Path, fetch: FakeFetch) -> None:
+    from headwater.service.supervisor import FatalError
+
+    store = Store(_config(tmp_path).store)
+    c = _counter(_config(tmp_path), store)
+    h, b = _batch([_rec(NOW + i) for i in range(5)])
+    broken = bytearray(b)
+    broken[-1] ^= 0xFF  # fails its CRC-32C
+    fetch.logs[("t", 0)] = [(h, memoryview(bytes(broken)))]
+    c.offsets = {("t", 0): 0}
+    with pytest.raises(FatalError, match=r"t-0: the record batch at offset 0 is corrupt .* stops counting at offset 0"):
+        asyncio.run(c._round())
+    assert _counts(store) == {} and store.offsets("dc1") == {}
+
+
 # -- 2: bad events are dead-lettered, the offset moves on -----------------------------------------
 
 

@@ -33,9 +33,10 @@ from headwater.client.audit import AUDIT_TOPIC, HEADER_CREATED, HEADER_DC
 from headwater.client.consumer import Consumer
 from headwater.client.errors import OffsetOutOfRangeError
 from headwater.client.raw import fetch_raw
+from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.header import BatchHeader
 from headwater.protocol.records.record import Record, decode_batch
-from headwater.service.supervisor import Unit
+from headwater.service.supervisor import FatalError, Unit
 
 log = logging.getLogger("headwater.audit.counter")
 
@@ -389,13 +390,22 @@ class TierCounter:
                 top = max(top, min(h.max_timestamp, fetched_at))  # a future-dated record closes nothing early
                 if h.is_control:
                     continue
-                if tp[0] == AUDIT_TOPIC:
-                    for r in decode_batch(b)[1]:
-                        if r.offset < self.offsets[tp]:
-                            continue
-                        self._audit_record(tp, r, events, rejected, gaps)
-                else:
-                    count_batch(self.alias, tp[0], w, h, b, counts, self.offsets[tp])
+                try:
+                    if tp[0] == AUDIT_TOPIC:
+                        for r in decode_batch(b)[1]:
+                            if r.offset < self.offsets[tp]:
+                                continue
+                            self._audit_record(tp, r, events, rejected, gaps)
+                    else:
+                        count_batch(self.alias, tp[0], w, h, b, counts, self.offsets[tp])
+                except KafkaError as e:
+                    if e.code != ErrorCode.CORRUPT_MESSAGE:
+                        raise
+                    # Counting past it would hide its records; re-reading it fails the same way.
+                    raise FatalError(
+                        f"{tp[0]}-{tp[1]}: the record batch at offset {h.base_offset} is corrupt ({e.message}); "
+                        f"this tier stops counting at offset {self.offsets[tp]}"
+                    ) from e
             if part.batches:
                 moved[tp] = part.batches[-1][0].next_offset
             caught_up = moved.get(tp, self.offsets[tp]) >= part.high_watermark
