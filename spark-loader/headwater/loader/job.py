@@ -128,16 +128,7 @@ def run(config: LoaderConfig) -> dict[str, Any] | None:
 def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
     wh = Warehouse(spark, config.warehouse)
     _recover(wh, config)
-    done = wh.manifests()
-    last = wh.read_manifest(done[-1]) if done else None
-    run = (done[-1] + 1) if done else 1
-    reached: dict[str, dict[int, int]] = {}
-    if last:
-        for topic, parts in last["ranges"].items():
-            reached[topic] = {int(p): int(r[1]) for p, r in parts.items()}
-    for t, parts in (last or {}).get("reached", {}).items():  # topics whose ranges were empty in that run
-        for p, o in parts.items():
-            reached.setdefault(t, {}).setdefault(int(p), int(o))
+    run, reached = _resume(wh)
 
     from headwater.client.admin import Admin
 
@@ -154,7 +145,7 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
     ranges = resolve(config.bootstrap, subscribe=wanted, starting=reached or "earliest", ending="latest")
     ranges = [r for r in ranges if r.size > 0]
     if not ranges:
-        log.info("nothing new since run %s: nothing written", done[-1] if done else "(none)")
+        log.info("nothing new since run %s: nothing written", run - 1 if run > 1 else "(none)")
         return None
     log.info(
         "run %d: loading %d record(s) from %d partition(s) of %d topic(s) into %s (end offsets fixed now)",
@@ -185,13 +176,10 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
             .load()
             .withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
         )
-        out = f"{staging}/{topic}"
+        out = _staging_of(run, topic)
         df.write.partitionBy("date").parquet(wh.path(out))
         staged = wh.files_under(out)
-        for rel in staged:
-            sub = rel[len(out) + 1 :]
-            directory, _, name = sub.rpartition("/")
-            files.append([rel, f"{topic}/{directory}/run-{run_name(run)}-{name}"])
+        files.extend(_moves(wh, run, topic))
         written = spark.read.parquet(wh.path(out))
         records[topic] = written.count()
         sizes[topic] = sum(int(wh.fs.getFileStatus(wh._p(rel)).getLen()) for rel in staged)
@@ -215,11 +203,40 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
         "records": records,
         "bytes": sizes,
         "audit": audit,
-        "audit_published": False,
     }
     wh.write_manifest(run, manifest, ".pending")
     _publish(wh, run, manifest, config)
     return manifest
+
+
+def _resume(wh: Warehouse) -> tuple[int, dict[str, dict[int, int]]]:
+    """The next run's number and where each topic-partition resumes: the newest committed run's ends."""
+    done = wh.manifests()
+    if not done:
+        return 1, {}
+    last = wh.read_manifest(done[-1])
+    reached: dict[str, dict[int, int]] = {}
+    for topic, parts in last["ranges"].items():
+        reached[topic] = {int(p): int(r[1]) for p, r in parts.items()}
+    for t, parts in last.get("reached", {}).items():  # topics whose ranges were empty in that run
+        for p, o in parts.items():
+            reached.setdefault(t, {}).setdefault(int(p), int(o))
+    return done[-1] + 1, reached
+
+
+def _staging_of(run: int, topic: str) -> str:
+    """Where Spark writes one topic's part of a run."""
+    return f"{STAGING}/{run_name(run)}/{topic}"
+
+
+def _moves(wh: Warehouse, run: int, topic: str) -> list[list[str]]:
+    """The renames that publish one topic's staged files: [staging path, published path] each."""
+    out = _staging_of(run, topic)
+    moves = []
+    for rel in wh.files_under(out):
+        directory, _, name = rel[len(out) + 1 :].rpartition("/")
+        moves.append([rel, f"{topic}/{directory}/run-{run_name(run)}-{name}"])
+    return moves
 
 
 def _ranges_json(ranges: list[OffsetRange]) -> dict[str, dict[str, list[int]]]:
@@ -279,31 +296,36 @@ def _publish(wh: Warehouse, run: int, manifest: dict[str, Any], config: LoaderCo
 
 
 def _publish_audit(wh: Warehouse, run: int, manifest: dict[str, Any], config: LoaderConfig) -> None:
-    if manifest.get("audit_published") or not config.audit_bootstrap:
+    if not config.audit_bootstrap or wh.audited(run):
         return
+    if not manifest.get("audit_published"):  # manifests before the .audited marker kept a flag inside
+        _send_audit_events(config.audit_bootstrap, manifest["audit"])
+        log.info("run %d: %d warehouse-tier audit event(s) published to __audit", run, len(manifest["audit"]))
+    wh.mark_audited(run)
+
+
+def _send_audit_events(bootstrap: str, events: list[dict[str, Any]]) -> None:
+    """Every event to ``__audit``, acknowledged by all in-sync replicas (raises otherwise)."""
     from headwater.client.audit import AUDIT_TOPIC
     from headwater.client.sync import SyncProducer
 
-    with SyncProducer(config.audit_bootstrap, acks="all") as producer:
-        futures = [
-            producer.send(AUDIT_TOPIC, json.dumps(e).encode(), key=e["topic"].encode()) for e in manifest["audit"]
-        ]
+    with SyncProducer(bootstrap, acks="all") as producer:
+        futures = [producer.send(AUDIT_TOPIC, json.dumps(e).encode(), key=e["topic"].encode()) for e in events]
         for f in futures:
             f.result(60)
-    manifest["audit_published"] = True
-    wh.write_manifest(run, manifest, ".json")
-    log.info("run %d: %d warehouse-tier count event(s) published to %s", run, len(manifest["audit"]), AUDIT_TOPIC)
 
 
 def _recover(wh: Warehouse, config: LoaderConfig) -> None:
     """Roll forward a publish a crash interrupted; drop the staging of runs that never published."""
+    for name in wh.drop_partial_manifests():
+        log.warning("dropped %s, a manifest a crash left half-written (never read)", name)
     for run in wh.manifests(".pending"):
         log.warning("run %d was interrupted while publishing: finishing it", run)
         _publish(wh, run, wh.read_manifest(run, ".pending"), config)
-    for run in wh.manifests():
-        manifest = wh.read_manifest(run)
-        if not manifest.get("audit_published") and config.audit_bootstrap:
-            _publish_audit(wh, run, manifest, config)
+    if config.audit_bootstrap:
+        for run in wh.manifests():
+            if not wh.audited(run):
+                _publish_audit(wh, run, wh.read_manifest(run), config)
     for name in wh.children(STAGING):
         log.warning("dropping the staging of run %s, which never published (a failed or killed run)", name)
         wh.delete(f"{STAGING}/{name}")

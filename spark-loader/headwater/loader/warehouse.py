@@ -5,7 +5,8 @@ Layout under ``warehouse.path``::
     <topic>/date=YYYY-MM-DD/run-<run>-<part file>.parquet   published data (hive partitioning)
     _headwater/staging/<run>/<topic>/date=.../part-*.parquet  a run's output before it is published
     _headwater/manifests/<run>.pending                        a publish in progress
-    _headwater/manifests/<run>.json                           a published run
+    _headwater/manifests/<run>.json                           a published run (written once, never rewritten)
+    _headwater/manifests/<run>.audited                        its audit events went out (an empty marker)
 
 ``<run>`` is a 20-digit sequence number. A manifest (JSON) holds::
 
@@ -13,7 +14,7 @@ Layout under ``warehouse.path``::
      "ranges": {"page-views": {"0": [1200, 3400], ...}},    # [start, end) per partition
      "files": [["<staging path>", "<published path>"], ...],
      "records": {"page-views": 2200}, "bytes": {"page-views": 123456},
-     "audit": [{...count event...}], "audit_published": false}
+     "audit": [{...count event...}]}
 
 Publishing a run: write ``<run>.pending`` (it lists every move), rename each staged file to its
 published name, rename ``<run>.pending`` to ``<run>.json``. The ``.json`` is the commit point: the
@@ -83,16 +84,21 @@ class Warehouse:
         finally:
             stream.close()
 
-    def write_text(self, rel: str, text: str) -> None:
-        """Write whole, then rename into place (a reader sees the old file or the new one)."""
+    def create_once(self, rel: str, text: str) -> None:
+        """Write a file that is never rewritten: whole under ``<rel>.tmp``, then renamed to ``rel``.
+
+        Refuses when ``rel`` exists (a committed manifest is never replaced, so it is never absent,
+        not even for an instant); a leftover ``.tmp`` from a crash is overwritten. A rename that
+        returns False (HDFS, S3A) raises, leaving ``rel`` as it was.
+        """
+        if self.fs.exists(self._p(rel)):
+            raise FileExistsError(f"{rel} exists in the warehouse and is never rewritten")
         tmp = self._p(rel + ".tmp")
         out = self.fs.create(tmp, True)
         try:
             out.write(bytearray(text.encode()))
         finally:
             out.close()
-        if self.fs.exists(self._p(rel)):
-            self.fs.delete(self._p(rel), False)
         if not self.fs.rename(tmp, self._p(rel)):
             raise OSError(f"could not rename {rel}.tmp into place")
 
@@ -125,7 +131,23 @@ class Warehouse:
         return data
 
     def write_manifest(self, run: int, manifest: dict[str, Any], suffix: str) -> None:
-        self.write_text(f"{MANIFESTS}/{run_name(run)}{suffix}", json.dumps(manifest, indent=1, sort_keys=True))
+        self.create_once(f"{MANIFESTS}/{run_name(run)}{suffix}", json.dumps(manifest, indent=1, sort_keys=True))
+
+    def drop_partial_manifests(self) -> list[str]:
+        """Delete ``*.tmp`` files a crash left while writing a manifest or marker (never read)."""
+        partial = [n for n in self.children(MANIFESTS) if n.endswith(".tmp")]
+        for name in partial:
+            self.delete(f"{MANIFESTS}/{name}")
+        return partial
+
+    def audited(self, run: int) -> bool:
+        """Whether run's warehouse-tier audit events went out (``<run>.audited`` exists)."""
+        return self.exists(f"{MANIFESTS}/{run_name(run)}.audited")
+
+    def mark_audited(self, run: int) -> None:
+        """``<run>.audited``: a separate marker, so the commit file ``<run>.json`` is written once."""
+        if not self.audited(run):
+            self.create_once(f"{MANIFESTS}/{run_name(run)}.audited", "")
 
     def commit(self, run: int) -> None:
         """``<run>.pending`` becomes ``<run>.json``: the run is published."""

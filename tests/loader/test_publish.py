@@ -1,0 +1,146 @@
+"""Publishing a run, step by step, with a crash injected at each step of the warehouse's file system.
+
+The Spark session here only lends its JVM (Hadoop's FileSystem): the staged "Spark output" is
+written with pyarrow, so no Spark job runs. Each case stages one run of two topics, publishes it
+through a file system that raises at its k-th change (a create, rename, delete or mkdirs: the
+process "dies" there), checks what a reader sees at that instant, then recovers as the next start
+does and checks that every record is in the warehouse exactly once and that the next run resumes at
+the committed ends.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from headwater.loader import job
+from headwater.loader.job import LoaderConfig
+from headwater.loader.warehouse import Warehouse
+
+#: topic -> partition -> [start, end)
+RANGES = {"page-views": {0: (0, 40), 1: (100, 130)}, "clicks": {0: (7, 27)}}
+MUTATING = ("create", "rename", "delete", "mkdirs")
+
+
+class Crash(Exception):
+    """The injected crash: nothing after it runs."""
+
+
+class FaultyFs:
+    """Hadoop's FileSystem, passed through, except that the ``crash_at``-th change raises."""
+
+    def __init__(self, fs: Any, crash_at: int | None = None) -> None:
+        self._fs = fs
+        self.crash_at = crash_at
+        self.changes: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._fs, name)
+        if name not in MUTATING:
+            return attr
+
+        def call(*args: Any) -> Any:
+            self.changes.append(f"{name} {args[0]}")
+            if self.crash_at is not None and len(self.changes) == self.crash_at:
+                raise Crash(self.changes[-1])
+            return attr(*args)
+
+        return call
+
+
+def _config(root: Path) -> LoaderConfig:
+    return LoaderConfig(bootstrap="127.0.0.1:1", topics=[], warehouse=str(root), audit_bootstrap="audit:9092")
+
+
+def _stage(wh: Warehouse, run: int) -> dict[str, Any]:
+    """Stage run ``run`` as Spark would (two Parquet files per topic) and return its manifest."""
+    files: list[list[str]] = []
+    for topic, parts in RANGES.items():
+        for p, (start, end) in parts.items():
+            table = pa.table(
+                {
+                    "topic": [topic] * (end - start),
+                    "partition": pa.array([p] * (end - start), pa.int32()),
+                    "offset": pa.array(range(start, end), pa.int64()),
+                }
+            )
+            directory = Path(wh.path(job._staging_of(run, topic))) / "date=2026-11-24"
+            directory.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, directory / f"part-{p:05d}-{uuid.uuid4()}.c000.snappy.parquet")
+        files.extend(job._moves(wh, run, topic))
+    return {
+        "run": run,
+        "ranges": {t: {str(p): list(r) for p, r in parts.items()} for t, parts in RANGES.items()},
+        "files": files,
+        "records": {t: sum(e - s for s, e in parts.values()) for t, parts in RANGES.items()},
+        "audit": [{"topic": t, "count": 1} for t in RANGES],
+    }
+
+
+def _visible(root: Path, topic: str) -> list[tuple[int, int]]:
+    """(partition, offset) of every row a Parquet reader of ``<warehouse>/<topic>`` sees now."""
+    if not (root / topic).exists():
+        return []
+    rows = ds.dataset(root / topic, format="parquet", partitioning="hive").to_table().to_pylist()
+    return sorted((r["partition"], r["offset"]) for r in rows)
+
+
+def _expected(topic: str) -> list[tuple[int, int]]:
+    return sorted((p, o) for p, (s, e) in RANGES[topic].items() for o in range(s, e))
+
+
+def _publish(wh: Warehouse, config: LoaderConfig) -> None:
+    manifest = _stage(wh, 1)
+    wh.write_manifest(1, manifest, ".pending")
+    job._publish(wh, 1, manifest, config)
+
+
+def test_a_crash_at_any_step_of_publishing_loads_every_record_exactly_once(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[list[dict[str, Any]]] = []
+    monkeypatch.setattr(job, "_send_audit_events", lambda bootstrap, events: sent.append(events))
+
+    # A clean publish, to count its steps.
+    root = tmp_path / "clean"
+    wh = Warehouse(spark, str(root))
+    wh.fs = counting = FaultyFs(wh.fs)
+    _publish(wh, _config(root))
+    steps = len(counting.changes)
+    assert steps >= 5, counting.changes
+
+    for k in range(1, steps + 1):
+        root = tmp_path / f"crash-{k}"
+        wh = Warehouse(spark, str(root))
+        real = wh.fs
+        wh.fs = faulty = FaultyFs(real, crash_at=k)
+        sent.clear()
+        with pytest.raises(Crash):
+            _publish(wh, _config(root))
+        where = f"crash at step {k} ({faulty.changes[-1]})"
+
+        # The run happened iff its manifest (.pending or .json) got written.
+        happened = bool(wh.manifests(".pending") or wh.manifests())
+
+        # The next start: no fault; it rolls forward whatever the crash interrupted.
+        wh.fs = real
+        job._recover(wh, _config(root))
+        assert not list((root / "_headwater" / "manifests").glob("*.tmp")), where
+        if not happened:  # a crash before the manifest: the run never happened, its staging is gone
+            assert wh.manifests() == [] and job._resume(wh) == (1, {}), where
+            assert all(_visible(root, t) == [] for t in RANGES), where
+            assert not list((root / "_headwater" / "staging").iterdir()), where
+            continue
+        assert wh.manifests() == [1], where
+        assert wh.audited(1), where
+        assert sent, where  # the audit events went out (again, if the crash came after sending)
+        for topic in RANGES:
+            assert _visible(root, topic) == _expected(topic), where  # each offset exactly once
+        run, reached = job._resume(wh)
+        assert (run, reached) == (2, {t: {p: e for p, (_, e) in parts.items()} for t, parts in RANGES.items()}), where
