@@ -63,10 +63,15 @@ def _run(args: argparse.Namespace) -> int:
         for o in args.override:
             argv += ["--override", o]
         return run_schedule(at, argv)
+    from headwater.loader.offsets import DataLossError
     from headwater.loader.schedule import warehouse_lock
 
-    with warehouse_lock(config.warehouse):
-        run(config)
+    try:
+        with warehouse_lock(config.warehouse):
+            run(config)
+    except DataLossError as e:
+        print(f"headwater load: {e} (see docs/loader.md, 'After a data-loss failure')", file=sys.stderr)
+        return 1
     return 0
 
 

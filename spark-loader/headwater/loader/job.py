@@ -15,6 +15,8 @@ Configuration (``loader.properties``)::
     audit.bootstrap.servers = agg-broker1:9092
     audit.window.ms = 60000                   # the producers' window
     min.partitions = 0                        # split ranges for parallelism (Spark's minPartitions)
+    failOnDataLoss = true                     # as Spark's Kafka source: offsets gone fail the run
+    audit.cluster.alias = agg                 # the loaded cluster's alias in gap events (hop agg->warehouse)
 
 Any ``spark.*`` property is passed to the Spark session.
 """
@@ -32,7 +34,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from headwater.loader.offsets import OffsetRange, resolve, to_json
+from headwater.loader.offsets import EARLIEST, DataLoss, OffsetRange, resolve, to_json
 from headwater.loader.warehouse import STAGING, Warehouse, run_name
 
 log = logging.getLogger("headwater.loader")
@@ -53,6 +55,8 @@ class LoaderConfig:
     min_partitions: int = 0
     spark: dict[str, str] = field(default_factory=dict)
     read_delay_ms: int = 0  # headwater.test.read.delay.ms (tests only)
+    fail_on_data_loss: bool = True
+    cluster_alias: str = "agg"
 
 
 def parse_config(props: dict[str, str]) -> LoaderConfig:
@@ -83,6 +87,9 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         except ValueError:
             raise LoaderConfigError(f"{key}: {raw!r} is not an integer") from None
 
+    fail_on_data_loss = props.get("failOnDataLoss", "true").strip().lower()
+    if fail_on_data_loss not in ("true", "false"):
+        raise LoaderConfigError(f"failOnDataLoss: {fail_on_data_loss!r} is not true or false")
     window = integer("audit.window.ms", 60000)
     if window <= 0:
         raise LoaderConfigError(f"audit.window.ms: {window} must be positive")
@@ -96,6 +103,8 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         min_partitions=integer("min.partitions", 0),
         spark={k: v for k, v in props.items() if k.startswith("spark.") and k != "spark.master"},
         read_delay_ms=integer("headwater.test.read.delay.ms", 0),
+        fail_on_data_loss=fail_on_data_loss == "true",
+        cluster_alias=props.get("audit.cluster.alias", "agg").strip() or "agg",
     )
 
 
@@ -142,9 +151,26 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
     if not wanted:
         log.info("no topic matches %s: nothing to load", ", ".join(p.pattern for p in config.topics))
         return None
-    ranges = resolve(config.bootstrap, subscribe=wanted, starting=reached or "earliest", ending="latest")
-    ranges = [r for r in ranges if r.size > 0]
-    if not ranges:
+    # The one offset resolution of this run: the manifest records these ranges and the reads are
+    # given exactly these offsets (every partition of each topic, empty ranges too), which the data
+    # source honours or fails on.
+    plan = resolve(
+        config.bootstrap,
+        subscribe=wanted,
+        starting=reached or "earliest",
+        ending="latest",
+        missing_start=EARLIEST,
+        fail_on_data_loss=config.fail_on_data_loss,
+    )
+    planned = plan.ranges
+    for loss in plan.losses:
+        log.error(
+            "failOnDataLoss=false: %s; loading on from offset %d, the gap goes to the audit",
+            loss.describe(),
+            loss.log_start,
+        )
+    ranges = [r for r in planned if r.size > 0]
+    if not ranges and not plan.losses:
         log.info("nothing new since run %s: nothing written", run - 1 if run > 1 else "(none)")
         return None
     log.info(
@@ -161,10 +187,11 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
 
     files: list[list[str]] = []
     records: dict[str, int] = {}
+    by_partition: dict[str, dict[str, int]] = {}
     sizes: dict[str, int] = {}
     for topic in sorted({r.topic for r in ranges}):
         started = time.monotonic()
-        mine = [r for r in ranges if r.topic == topic]
+        mine = [r for r in planned if r.topic == topic]
         df = (
             spark.read.format("headwater")
             .option("kafka.bootstrap.servers", config.bootstrap)
@@ -172,6 +199,7 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
             .option("startingOffsets", to_json(mine, "start"))
             .option("endingOffsets", to_json(mine, "end"))
             .option("minPartitions", config.min_partitions)
+            .option("failOnDataLoss", "true")  # the plan above is final: offsets gone since then fail the run
             .option("headwater.test.read.delay.ms", config.read_delay_ms)
             .load()
             .withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
@@ -180,8 +208,9 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
         df.write.partitionBy("date").parquet(wh.path(out))
         staged = wh.files_under(out)
         files.extend(_moves(wh, run, topic))
-        written = spark.read.parquet(wh.path(out))
-        records[topic] = written.count()
+        counts = _check_read(spark.read.parquet(wh.path(out)), mine)
+        records[topic] = sum(counts.values())
+        by_partition[topic] = {str(p): n for p, n in sorted(counts.items())}
         sizes[topic] = sum(int(wh.fs.getFileStatus(wh._p(rel)).getLen()) for rel in staged)
         log.info(
             "run %d: %s: %d record(s), %d byte(s) of Parquet, offsets %s -> %s (%.1fs)",
@@ -194,15 +223,18 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
             time.monotonic() - started,
         )
     audit = _audit_counts(spark, wh, staging, run, config)
+    losses = [_gap_event(loss, run, config) for loss in plan.losses]
     manifest: dict[str, Any] = {
         "run": run,
         "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "ranges": _ranges_json(ranges),
+        "ranges": _ranges_json(planned),
         "reached": {t: {str(p): o for p, o in parts.items()} for t, parts in reached.items()},
         "files": files,
         "records": records,
+        "partition_records": by_partition,
         "bytes": sizes,
-        "audit": audit,
+        "losses": losses,
+        "audit": audit + losses,
     }
     wh.write_manifest(run, manifest, ".pending")
     _publish(wh, run, manifest, config)
@@ -237,6 +269,45 @@ def _moves(wh: Warehouse, run: int, topic: str) -> list[list[str]]:
         directory, _, name = rel[len(out) + 1 :].rpartition("/")
         moves.append([rel, f"{topic}/{directory}/run-{run_name(run)}-{name}"])
     return moves
+
+
+class ReadCheckError(RuntimeError):
+    """The staged data does not match the ranges the run planned (nothing is published)."""
+
+
+def _check_read(df: Any, ranges: list[OffsetRange]) -> dict[int, int]:
+    """Records per partition in the staged data, checked against the planned ranges.
+
+    Every record must lie in its partition's ``[start, end)`` with no offset twice, and no partition
+    outside the plan. Fewer records than offsets is allowed (a compacted topic, or transaction
+    markers) and logged; the reader itself fails when it cannot reach a range's end.
+    """
+    from pyspark.sql import functions as F
+
+    rows = (
+        df.groupBy("partition")
+        .agg(
+            F.count("*").alias("n"),
+            F.countDistinct("offset").alias("distinct"),
+            F.min("offset").alias("lo"),
+            F.max("offset").alias("hi"),
+        )
+        .collect()
+    )
+    planned = {r.partition: r for r in ranges}
+    counts = {r.partition: 0 for r in ranges if r.size > 0}
+    for row in rows:
+        r = planned.get(int(row.partition))
+        where = f"{r.topic if r else '?'}-{row.partition}"
+        if r is None or row.lo < r.start or row.hi >= r.end or row.n != row["distinct"]:
+            raise ReadCheckError(
+                f"{where}: read {row.n} record(s) ({row['distinct']} distinct offsets) in [{row.lo}, {row.hi}], "
+                f"the plan was {f'[{r.start}, {r.end})' if r else 'nothing'}: not publishing this run"
+            )
+        counts[r.partition] = int(row.n)
+        if row.n < r.size:
+            log.info("%s: %d of %d offsets hold records (compacted or transaction markers)", where, row.n, r.size)
+    return counts
 
 
 def _ranges_json(ranges: list[OffsetRange]) -> dict[str, dict[str, list[int]]]:
@@ -286,6 +357,26 @@ def _audit_counts(spark: Any, wh: Warehouse, staging: str, run: int, config: Loa
     return sorted(events, key=lambda e: (e["topic"], e["window_start"], e["datacenter"]))
 
 
+def _gap_event(loss: DataLoss, run: int, config: LoaderConfig) -> dict[str, Any]:
+    """A loss at the warehouse tier as the mirror's gap event (its shared format): exact offsets."""
+    return {
+        "type": "gap",
+        "guid": uuid.uuid5(
+            uuid.NAMESPACE_URL, f"headwater-load/{config.warehouse}/{run}/{loss.topic}/{loss.partition}/gap"
+        ).hex,
+        "tier": "warehouse",
+        "hop": f"{config.cluster_alias}->warehouse",
+        "datacenter": config.cluster_alias,
+        "topic": loss.topic,
+        "partition": loss.partition,
+        "from_offset": loss.from_offset,
+        "to_offset": loss.to_offset,
+        "records": loss.records,
+        "reason": loss.reason,
+        "detected_ms": int(time.time() * 1000),
+    }
+
+
 def _publish(wh: Warehouse, run: int, manifest: dict[str, Any], config: LoaderConfig) -> None:
     for src, dst in manifest["files"]:
         wh.move(src, dst)
@@ -310,7 +401,12 @@ def _send_audit_events(bootstrap: str, events: list[dict[str, Any]]) -> None:
     from headwater.client.sync import SyncProducer
 
     with SyncProducer(bootstrap, acks="all") as producer:
-        futures = [producer.send(AUDIT_TOPIC, json.dumps(e).encode(), key=e["topic"].encode()) for e in events]
+        futures = [
+            producer.send(
+                AUDIT_TOPIC, json.dumps(e).encode(), key=(e["guid"] if e.get("type") == "gap" else e["topic"]).encode()
+            )
+            for e in events
+        ]
         for f in futures:
             f.result(60)
 

@@ -7,12 +7,16 @@
           .option("startingOffsets", "earliest")             # latest, or {"t": {"0": 23}}
           .option("endingOffsets", "latest")
           .option("minPartitions", 8)
+          .option("failOnDataLoss", "true")                  # default; false: skip what is gone
           .load())
 
 Columns as Spark's Kafka source: ``key`` and ``value`` (binary), ``topic``, ``partition``,
 ``offset``, ``timestamp``, ``timestampType`` (0 CreateTime, 1 LogAppendTime) and ``headers``
-(array of key / value structs). Offsets are resolved once, when the DataFrame is planned; each input
-partition reads one topic-partition range (split further for ``minPartitions``) and hands Spark
+(array of key / value structs). Offsets are resolved once, when the DataFrame is planned. Explicit
+offsets are used as given: an end beyond the log end offset fails the read (it is never cut short
+quietly); a start the log no longer holds (retention, or a re-created topic) is data loss, which
+fails the read unless ``failOnDataLoss`` is false (then it reads from the log start and logs the
+gap), as Spark's Kafka source does. JSON offsets must name every partition. Each input partition reads one topic-partition range (split further for ``minPartitions``) and hands Spark
 Arrow record batches built column by column, one per fetch.
 
 ``headwater.test.read.delay.ms`` (tests only) sleeps that long after each fetch, so a test can
@@ -22,6 +26,7 @@ kill a job while its tasks run.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -30,7 +35,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from headwater.loader.offsets import OffsetRange, parse_spec, resolve, split
+from headwater.loader.offsets import DataLoss, DataLossError, OffsetRange, parse_spec, resolve, split
+
+log = logging.getLogger("headwater.loader.source")
 
 SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
@@ -76,13 +83,21 @@ class HeadwaterReader(DataSourceReader):
             raise ValueError("option kafka.bootstrap.servers is required")
         subscribe = opts.get("subscribe")
         self.bootstrap = bootstrap
-        self.ranges = resolve(
+        raw = opts.get("failondataloss", "true").strip().lower()
+        if raw not in ("true", "false"):
+            raise ValueError(f"option failOnDataLoss: {raw!r} is not true or false")
+        self.fail_on_data_loss = raw == "true"
+        plan = resolve(
             bootstrap,
             subscribe=[t.strip() for t in subscribe.split(",") if t.strip()] if subscribe else None,
             pattern=opts.get("subscribepattern"),
             starting=parse_spec("startingOffsets", opts.get("startingoffsets"), "earliest"),
             ending=parse_spec("endingOffsets", opts.get("endingoffsets"), "latest"),
+            fail_on_data_loss=self.fail_on_data_loss,
         )
+        for loss in plan.losses:
+            log.warning("failOnDataLoss=false: %s; reading on from offset %d", loss.describe(), loss.log_start)
+        self.ranges = plan.ranges
         self.min_partitions = int(opts.get("minpartitions", "0") or 0)
         self.max_bytes = int(opts.get("fetch.max.bytes", str(4 * 1024 * 1024)))
         self.delay_ms = int(opts.get("headwater.test.read.delay.ms", "0"))
@@ -93,12 +108,19 @@ class HeadwaterReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
         r = partition.range
-        yield from read_range(self.bootstrap, r, self.max_bytes, self.delay_ms)
+        yield from read_range(self.bootstrap, r, self.max_bytes, self.delay_ms, self.fail_on_data_loss)
 
 
-def read_range(bootstrap: str, r: OffsetRange, max_bytes: int = 4 << 20, delay_ms: int = 0) -> Iterator[pa.RecordBatch]:
-    """Arrow record batches of every record in ``r`` (one per fetch)."""
+def read_range(
+    bootstrap: str, r: OffsetRange, max_bytes: int = 4 << 20, delay_ms: int = 0, fail_on_data_loss: bool = True
+) -> Iterator[pa.RecordBatch]:
+    """Arrow record batches of every record in ``r`` (one per fetch).
+
+    Offsets that retention removes while the range is read are a :class:`DataLossError` (or, with
+    ``fail_on_data_loss`` false, skipped with a warning naming them), as in Spark's Kafka source.
+    """
     from headwater.client.cluster import Cluster
+    from headwater.client.errors import OffsetOutOfRangeError
     from headwater.client.raw import fetch_raw
     from headwater.protocol.records.record import iter_batches
 
@@ -109,9 +131,20 @@ def read_range(bootstrap: str, r: OffsetRange, max_bytes: int = 4 << 20, delay_m
         backoff = 0.1
         while offset < r.end:
             loop.run_until_complete(cluster.leader_for(r.topic, r.partition))
-            got, failed = loop.run_until_complete(
-                fetch_raw(cluster, [(r.topic, r.partition, offset)], max_bytes=max_bytes, max_wait_ms=0)
-            )
+            try:
+                got, failed = loop.run_until_complete(
+                    fetch_raw(cluster, [(r.topic, r.partition, offset)], max_bytes=max_bytes, max_wait_ms=0)
+                )
+            except OffsetOutOfRangeError:
+                start = loop.run_until_complete(_log_start(cluster, r))
+                if start <= offset:
+                    raise
+                loss = DataLoss(r.topic, r.partition, offset, min(start, r.end), "source retention", start, -1)
+                if fail_on_data_loss:
+                    raise DataLossError([loss]) from None
+                log.warning("failOnDataLoss=false: %s; reading on from offset %d", loss.describe(), start)
+                offset = min(start, r.end)
+                continue
             if (r.topic, r.partition) in failed:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -144,3 +177,9 @@ def read_range(bootstrap: str, r: OffsetRange, max_bytes: int = 4 << 20, delay_m
     finally:
         loop.run_until_complete(cluster.close())
         loop.close()
+
+
+async def _log_start(cluster: Any, r: OffsetRange) -> int:
+    from headwater.client.consumer import Consumer
+
+    return await Consumer("", cluster=cluster).earliest_offset(r.topic, r.partition)
