@@ -58,7 +58,7 @@ def _config(root: Path) -> LoaderConfig:
     return LoaderConfig(bootstrap="127.0.0.1:1", topics=[], warehouse=str(root), audit_bootstrap="audit:9092")
 
 
-def _stage(wh: Warehouse, run: int) -> dict[str, Any]:
+def _stage(wh: Warehouse, run: int, token: str) -> dict[str, Any]:
     """Stage run ``run`` as Spark would (two Parquet files per topic) and return its manifest."""
     files: list[list[str]] = []
     for topic, parts in RANGES.items():
@@ -70,10 +70,10 @@ def _stage(wh: Warehouse, run: int) -> dict[str, Any]:
                     "offset": pa.array(range(start, end), pa.int64()),
                 }
             )
-            directory = Path(wh.path(job._staging_of(run, topic))) / "date=2026-11-24"
+            directory = Path(wh.path(job._staging_of(run, topic, token))) / "date=2026-11-24"
             directory.mkdir(parents=True, exist_ok=True)
             pq.write_table(table, directory / f"part-{p:05d}-{uuid.uuid4()}.c000.snappy.parquet")
-        files.extend(job._moves(wh, run, topic))
+        files.extend(job._moves(run, topic, token))
     return {
         "run": run,
         "ranges": {t: {str(p): list(r) for p, r in parts.items()} for t, parts in RANGES.items()},
@@ -95,8 +95,8 @@ def _expected(topic: str) -> list[tuple[int, int]]:
     return sorted((p, o) for p, (s, e) in RANGES[topic].items() for o in range(s, e))
 
 
-def _publish(wh: Warehouse, config: LoaderConfig) -> None:
-    manifest = _stage(wh, 1)
+def _publish(wh: Warehouse, config: LoaderConfig, token: str = "first") -> None:
+    manifest = _stage(wh, 1, token)
     wh.write_manifest(1, manifest, ".pending")
     job._publish(wh, 1, manifest, config)
 
@@ -125,6 +125,11 @@ def test_a_crash_at_any_step_of_publishing_loads_every_record_exactly_once(
             _publish(wh, _config(root))
         where = f"crash at step {k} ({faulty.changes[-1]})"
 
+        # What a reader sees at the instant of the crash: each topic's part of the run whole or not at all.
+        for topic in RANGES:
+            assert _visible(root, topic) in ([], _expected(topic)), where
+            # A reader of committed runs only sees the run once it is committed.
+            assert bool(wh.committed_runs(topic)) == bool(wh.manifests()), where
         # The run happened iff its manifest (.pending or .json) got written.
         happened = bool(wh.manifests(".pending") or wh.manifests())
 
@@ -132,11 +137,13 @@ def test_a_crash_at_any_step_of_publishing_loads_every_record_exactly_once(
         wh.fs = real
         job._recover(wh, _config(root))
         assert not list((root / "_headwater" / "manifests").glob("*.tmp")), where
-        if not happened:  # a crash before the manifest: the run never happened, its staging is gone
+        if not happened:  # a crash before the manifest: the run never happened
             assert wh.manifests() == [] and job._resume(wh) == (1, {}), where
             assert all(_visible(root, t) == [] for t in RANGES), where
-            assert not list((root / "_headwater" / "staging").iterdir()), where
-            continue
+            # Its staging stays (it could be another loader's, live) until a run takes its number.
+            assert sorted(run for _, run in wh.staging_dirs()) == [1, 1], where
+            _publish(wh, _config(root), token="retry")
+        assert wh.staging_dirs() == [], where
         assert wh.manifests() == [1], where
         assert wh.audited(1), where
         assert sent, where  # the audit events went out (again, if the crash came after sending)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headwater.loader.offsets import EARLIEST, DataLoss, OffsetRange, resolve, to_json
-from headwater.loader.warehouse import STAGING, Warehouse, run_name
+from headwater.loader.warehouse import LEGACY_STAGING, STAGING_PREFIX, Warehouse, run_name
 
 log = logging.getLogger("headwater.loader")
 
@@ -181,8 +181,7 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
         len({r.topic for r in ranges}),
         config.warehouse,
     )
-    staging = f"{STAGING}/{run_name(run)}"
-    wh.delete(staging)
+    token = uuid.uuid4().hex[:12]  # this process's staging: no other loader's is ever touched by this run
     from pyspark.sql import functions as F
 
     files: list[list[str]] = []
@@ -204,10 +203,10 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
             .load()
             .withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
         )
-        out = _staging_of(run, topic)
+        out = _staging_of(run, topic, token)
         df.write.partitionBy("date").parquet(wh.path(out))
         staged = wh.files_under(out)
-        files.extend(_moves(wh, run, topic))
+        files.extend(_moves(run, topic, token))
         counts = _check_read(spark.read.parquet(wh.path(out)), mine)
         records[topic] = sum(counts.values())
         by_partition[topic] = {str(p): n for p, n in sorted(counts.items())}
@@ -222,7 +221,7 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
             to_json(mine, "end"),
             time.monotonic() - started,
         )
-    audit = _audit_counts(spark, wh, staging, run, config)
+    audit = _audit_counts(spark, wh, [_staging_of(run, t, token) for t in sorted(records)], run, config)
     losses = [_gap_event(loss, run, config) for loss in plan.losses]
     manifest: dict[str, Any] = {
         "run": run,
@@ -230,6 +229,7 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
         "ranges": _ranges_json(planned),
         "reached": {t: {str(p): o for p, o in parts.items()} for t, parts in reached.items()},
         "files": files,
+        "staging": token,
         "records": records,
         "partition_records": by_partition,
         "bytes": sizes,
@@ -256,19 +256,18 @@ def _resume(wh: Warehouse) -> tuple[int, dict[str, dict[int, int]]]:
     return done[-1] + 1, reached
 
 
-def _staging_of(run: int, topic: str) -> str:
-    """Where Spark writes one topic's part of a run."""
-    return f"{STAGING}/{run_name(run)}/{topic}"
+def _staging_of(run: int, topic: str, token: str) -> str:
+    """Where Spark writes one topic's part of a run: inside the topic's directory (so publishing is
+    one rename on the same file system), under a name Spark and pyarrow skip (leading ``_``, no
+    ``=``), with the run and the writing process's token (so no other run's staging is mistaken
+    for it)."""
+    return f"{topic}/{STAGING_PREFIX}{run_name(run)}-{token}"
 
 
-def _moves(wh: Warehouse, run: int, topic: str) -> list[list[str]]:
-    """The renames that publish one topic's staged files: [staging path, published path] each."""
-    out = _staging_of(run, topic)
-    moves = []
-    for rel in wh.files_under(out):
-        directory, _, name = rel[len(out) + 1 :].rpartition("/")
-        moves.append([rel, f"{topic}/{directory}/run-{run_name(run)}-{name}"])
-    return moves
+def _moves(run: int, topic: str, token: str) -> list[list[str]]:
+    """The one rename that publishes a topic's part of a run: its staging directory becomes
+    ``<topic>/run=<run>`` (hive partitioning: readers see the run whole or not at all)."""
+    return [[_staging_of(run, topic, token), f"{topic}/run={run_name(run)}"]]
 
 
 class ReadCheckError(RuntimeError):
@@ -317,7 +316,7 @@ def _ranges_json(ranges: list[OffsetRange]) -> dict[str, dict[str, list[int]]]:
     return out
 
 
-def _audit_counts(spark: Any, wh: Warehouse, staging: str, run: int, config: LoaderConfig) -> list[dict[str, Any]]:
+def _audit_counts(spark: Any, wh: Warehouse, staged: list[str], run: int, config: LoaderConfig) -> list[dict[str, Any]]:
     """Warehouse-tier count events: records per topic, window of ``origin.created`` (the record
     timestamp when absent) and ``origin.dc`` ("unknown" when absent), from the staged Parquet."""
     from pyspark.sql import functions as F
@@ -325,8 +324,8 @@ def _audit_counts(spark: Any, wh: Warehouse, staging: str, run: int, config: Loa
     from headwater.client.audit import count_event
 
     df = None
-    for topic in wh.children(staging):
-        part = spark.read.parquet(wh.path(f"{staging}/{topic}")).select("topic", "timestamp", "headers")
+    for out in staged:
+        part = spark.read.parquet(wh.path(out)).select("topic", "timestamp", "headers")
         df = part if df is None else df.unionByName(part)
     if df is None:
         return []
@@ -381,8 +380,8 @@ def _publish(wh: Warehouse, run: int, manifest: dict[str, Any], config: LoaderCo
     for src, dst in manifest["files"]:
         wh.move(src, dst)
     wh.commit(run)
-    wh.delete(f"{STAGING}/{run_name(run)}")
-    log.info("run %d published: %d file(s); next run starts at its end offsets", run, len(manifest["files"]))
+    log.info("run %d published: %d rename(s); next run starts at its end offsets", run, len(manifest["files"]))
+    _drop_staging(wh, run)
     _publish_audit(wh, run, manifest, config)
 
 
@@ -422,6 +421,21 @@ def _recover(wh: Warehouse, config: LoaderConfig) -> None:
         for run in wh.manifests():
             if not wh.audited(run):
                 _publish_audit(wh, run, wh.read_manifest(run), config)
-    for name in wh.children(STAGING):
+    done = wh.manifests()
+    if done:
+        _drop_staging(wh, done[-1])
+
+
+def _drop_staging(wh: Warehouse, committed: int) -> None:
+    """Delete the staging of runs that can never publish: those numbered at most ``committed``
+    (that run number is taken: publishing it again fails on its existing ``.json``).
+
+    Staging of a later run number is left alone: it may belong to a load running elsewhere.
+    """
+    for rel, run in wh.staging_dirs():
+        if run <= committed:
+            log.warning("dropping the staging of run %d (%s), which never published (a failed or killed run)", run, rel)
+            wh.delete(rel)
+    for name in wh.children(LEGACY_STAGING):  # written by loaders before the per-topic staging
         log.warning("dropping the staging of run %s, which never published (a failed or killed run)", name)
-        wh.delete(f"{STAGING}/{name}")
+        wh.delete(f"{LEGACY_STAGING}/{name}")

@@ -2,26 +2,32 @@
 
 Layout under ``warehouse.path``::
 
-    <topic>/date=YYYY-MM-DD/run-<run>-<part file>.parquet   published data (hive partitioning)
-    _headwater/staging/<run>/<topic>/date=.../part-*.parquet  a run's output before it is published
-    _headwater/manifests/<run>.pending                        a publish in progress
-    _headwater/manifests/<run>.json                           a published run (written once, never rewritten)
-    _headwater/manifests/<run>.audited                        its audit events went out (an empty marker)
+    <topic>/run=<run>/date=YYYY-MM-DD/part-*.parquet      published data (hive partitioning: run, date)
+    <topic>/_staging-<run>-<token>/date=.../part-*.parquet  a run's output before it is published
+    _headwater/manifests/<run>.pending                      a publish in progress
+    _headwater/manifests/<run>.json                         a published run (written once, never rewritten)
+    _headwater/manifests/<run>.audited                      its audit events went out (an empty marker)
 
-``<run>`` is a 20-digit sequence number. A manifest (JSON) holds::
+``<run>`` is a 20-digit sequence number; ``<token>`` names the process that wrote the staging. A
+manifest (JSON) holds::
 
     {"run": 7, "created": "2026-11-22T03:00:00Z",
-     "ranges": {"page-views": {"0": [1200, 3400], ...}},    # [start, end) per partition
-     "files": [["<staging path>", "<published path>"], ...],
-     "records": {"page-views": 2200}, "bytes": {"page-views": 123456},
-     "audit": [{...count event...}]}
+     "ranges": {"page-views": {"0": [1200, 3400], ...}},    # [start, end) per partition, as read
+     "files": [["<topic>/_staging-<run>-<token>", "<topic>/run=<run>"], ...],   # the renames
+     "records": {"page-views": 2200}, "partition_records": {"page-views": {"0": 2200}},
+     "bytes": {"page-views": 123456}, "staging": "<token>",
+     "losses": [{...gap event...}],                          # failOnDataLoss=false only
+     "audit": [{...count or gap event...}]}
 
-Publishing a run: write ``<run>.pending`` (it lists every move), rename each staged file to its
-published name, rename ``<run>.pending`` to ``<run>.json``. The ``.json`` is the commit point: the
-next run starts from the newest one's range ends. A crash before the ``.pending`` exists leaves only
-staging (deleted at the next start: the run never happened); a crash after it is rolled forward at
-the next start (moves are idempotent: a file already moved is skipped). Leading ``_`` keeps Spark
-and pyarrow from reading ``_headwater`` as data.
+Publishing a run: write ``<run>.pending`` (it lists every rename), rename each topic's staging
+directory to ``<topic>/run=<run>`` (one rename per topic: a reader of a topic sees all of the run's
+data or none of it), rename ``<run>.pending`` to ``<run>.json``. The ``.json`` is the commit point:
+the next run starts from the newest one's range ends; a reader that wants every topic at one commit
+reads the ``run=`` directories of committed runs only (:meth:`Warehouse.committed_runs`). A crash
+before the ``.pending`` exists leaves only staging (the run never happened; deleted once a later
+commit takes its run number); a crash after it is rolled forward at the next start (renames are
+idempotent: a directory already renamed is skipped). Leading ``_`` keeps Spark and pyarrow from
+reading staging and ``_headwater`` as data.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ import json
 from typing import Any
 
 MANIFESTS = "_headwater/manifests"
-STAGING = "_headwater/staging"
+STAGING_PREFIX = "_staging-"
+LEGACY_STAGING = "_headwater/staging"  # where loaders before the per-topic staging wrote
 
 
 def run_name(run: int) -> str:
@@ -46,7 +53,7 @@ class Warehouse:
         self.fs = self._Path(self.root).getFileSystem(spark._jsc.hadoopConfiguration())
 
     def path(self, rel: str) -> str:
-        return f"{self.root}/{rel}"
+        return f"{self.root}/{rel}" if rel else self.root
 
     def _p(self, rel: str) -> Any:
         return self._Path(self.path(rel))
@@ -108,10 +115,24 @@ class Warehouse:
             if self.exists(dst):
                 return
             raise FileNotFoundError(f"neither {src} nor {dst} exists in the warehouse")
+        if self.exists(dst):  # a rename onto an existing directory would nest src inside it
+            raise FileExistsError(f"{dst} exists in the warehouse: not moving {src} onto it")
         parent = self._p(dst).getParent()
         self.fs.mkdirs(parent)
         if not self.fs.rename(self._p(src), self._p(dst)):
             raise OSError(f"could not move {src} to {dst}")
+
+    def staging_dirs(self) -> list[tuple[str, int]]:
+        """Every ``<topic>/_staging-<run>-<token>`` directory, with its run number."""
+        out = []
+        for topic in self.children(""):
+            if topic.startswith(("_", ".")):
+                continue
+            for name in self.children(topic):
+                run = name[len(STAGING_PREFIX) :].split("-", 1)[0]
+                if name.startswith(STAGING_PREFIX) and run.isdigit():
+                    out.append((f"{topic}/{name}", int(run)))
+        return out
 
     def delete(self, rel: str) -> None:
         if self.exists(rel):
@@ -125,6 +146,16 @@ class Warehouse:
             for n in self.children(MANIFESTS)
             if n.endswith(suffix) and n[: -len(suffix)].isdigit()
         )
+
+    def committed_runs(self, topic: str) -> list[str]:
+        """Paths of ``topic``'s data in committed runs only (``spark.read.option("basePath",
+        wh.path(topic)).parquet(*paths)``): a snapshot consistent across topics, as of the newest
+        ``.json``, even while a publish is in progress or was interrupted."""
+        return [
+            self.path(f"{topic}/run={run_name(run)}")
+            for run in self.manifests()
+            if self.exists(f"{topic}/run={run_name(run)}")
+        ]
 
     def read_manifest(self, run: int, suffix: str = ".json") -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.read_text(f"{MANIFESTS}/{run_name(run)}{suffix}"))
