@@ -10,6 +10,8 @@ the committed ends.
 
 from __future__ import annotations
 
+import socket
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -105,7 +107,7 @@ def test_a_crash_at_any_step_of_publishing_loads_every_record_exactly_once(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[list[dict[str, Any]]] = []
-    monkeypatch.setattr(job, "_send_audit_events", lambda bootstrap, events: sent.append(events))
+    monkeypatch.setattr(job, "_send_audit_events", lambda bootstrap, events, timeout: sent.append(events))
 
     # A clean publish, to count its steps.
     root = tmp_path / "clean"
@@ -151,3 +153,29 @@ def test_a_crash_at_any_step_of_publishing_loads_every_record_exactly_once(
             assert _visible(root, topic) == _expected(topic), where  # each offset exactly once
         run, reached = job._resume(wh)
         assert (run, reached) == (2, {t: {p: e for p, (_, e) in parts.items()} for t, parts in RANGES.items()}), where
+
+
+def test_an_audit_outage_delays_only_the_audit_events(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with socket.socket() as s:  # a port nothing listens on: the audit cluster is down
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    root = tmp_path / "wh"
+    wh = Warehouse(spark, str(root))
+    config = LoaderConfig(
+        bootstrap="127.0.0.1:1", topics=[], warehouse=str(root), audit_bootstrap=dead, audit_timeout_ms=5000
+    )
+    started = time.monotonic()
+    _publish(wh, config)  # the real sender, against the dead cluster: no exception
+    job._recover(wh, config)  # the next start, still down: it goes on to load
+    assert time.monotonic() - started < 60
+    assert wh.manifests() == [1] and not wh.audited(1)
+    assert all(_visible(root, t) == _expected(t) for t in RANGES)  # the data is published all the same
+    assert "were not sent to" in caplog.text and "the next run sends them" in caplog.text
+
+    # The audit cluster is back: the next start sends the events of every run still unaudited.
+    sent: list[list[dict[str, Any]]] = []
+    monkeypatch.setattr(job, "_send_audit_events", lambda bootstrap, events, timeout: sent.append(events))
+    job._recover(wh, config)
+    assert wh.audited(1) and sent == [[{"topic": t, "count": 1} for t in RANGES]]

@@ -15,6 +15,10 @@ Configuration (``loader.properties``)::
     audit.bootstrap.servers = agg-broker1:9092
     audit.window.ms = 60000                   # the producers' window
     min.partitions = 0                        # split ranges for parallelism (Spark's minPartitions)
+    kafkaConsumer.pollTimeoutMs = 120000      # bounds each fetch of a partition's read
+    fetchOffset.numRetries = 3                # failures in a row before the partition fails the run
+    fetchOffset.retryIntervalMs = 1000
+    audit.send.timeout.ms = 30000             # the audit events' send; a failure only delays them
     failOnDataLoss = true                     # as Spark's Kafka source: offsets gone fail the run
     audit.cluster.alias = agg                 # the loaded cluster's alias in gap events (hop agg->warehouse)
 
@@ -40,6 +44,10 @@ from headwater.loader.warehouse import LEGACY_STAGING, STAGING_PREFIX, Warehouse
 log = logging.getLogger("headwater.loader")
 
 
+#: the data source's per-partition bounds (Spark's names), taken from loader.properties as they are
+READ_OPTIONS = ("kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs")
+
+
 class LoaderConfigError(ValueError):
     """One line naming the property."""
 
@@ -55,6 +63,8 @@ class LoaderConfig:
     min_partitions: int = 0
     spark: dict[str, str] = field(default_factory=dict)
     read_delay_ms: int = 0  # headwater.test.read.delay.ms (tests only)
+    audit_timeout_ms: int = 30000
+    read_options: dict[str, str] = field(default_factory=dict)  # the data source's bounds, passed on
     fail_on_data_loss: bool = True
     cluster_alias: str = "agg"
 
@@ -90,6 +100,9 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
     fail_on_data_loss = props.get("failOnDataLoss", "true").strip().lower()
     if fail_on_data_loss not in ("true", "false"):
         raise LoaderConfigError(f"failOnDataLoss: {fail_on_data_loss!r} is not true or false")
+    for key in READ_OPTIONS:
+        if integer(key, 0) < 0:
+            raise LoaderConfigError(f"{key}: must not be negative")
     window = integer("audit.window.ms", 60000)
     if window <= 0:
         raise LoaderConfigError(f"audit.window.ms: {window} must be positive")
@@ -104,6 +117,8 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         spark={k: v for k, v in props.items() if k.startswith("spark.") and k != "spark.master"},
         read_delay_ms=integer("headwater.test.read.delay.ms", 0),
         fail_on_data_loss=fail_on_data_loss == "true",
+        audit_timeout_ms=integer("audit.send.timeout.ms", 30000),
+        read_options={k: props[k] for k in READ_OPTIONS if props.get(k)},
         cluster_alias=props.get("audit.cluster.alias", "agg").strip() or "agg",
     )
 
@@ -200,6 +215,7 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
             .option("minPartitions", config.min_partitions)
             .option("failOnDataLoss", "true")  # the plan above is final: offsets gone since then fail the run
             .option("headwater.test.read.delay.ms", config.read_delay_ms)
+            .options(**config.read_options)
             .load()
             .withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
         )
@@ -386,20 +402,39 @@ def _publish(wh: Warehouse, run: int, manifest: dict[str, Any], config: LoaderCo
 
 
 def _publish_audit(wh: Warehouse, run: int, manifest: dict[str, Any], config: LoaderConfig) -> None:
+    """Send a committed run's audit events, once (``<run>.audited``).
+
+    The audit is secondary to the load: a failure (the audit cluster down) is logged at ERROR and
+    the run stays unaudited; every later start sends what is still unsent, and loads meanwhile.
+    """
     if not config.audit_bootstrap or wh.audited(run):
         return
     if not manifest.get("audit_published"):  # manifests before the .audited marker kept a flag inside
-        _send_audit_events(config.audit_bootstrap, manifest["audit"])
+        try:
+            _send_audit_events(config.audit_bootstrap, manifest["audit"], config.audit_timeout_ms / 1000.0)
+        except Exception as e:
+            log.error(
+                "run %d: its %d audit event(s) were not sent to %s (%s: %s); the load goes on, the next run sends them",
+                run,
+                len(manifest["audit"]),
+                config.audit_bootstrap,
+                type(e).__name__,
+                e,
+            )
+            return
         log.info("run %d: %d warehouse-tier audit event(s) published to __audit", run, len(manifest["audit"]))
     wh.mark_audited(run)
 
 
-def _send_audit_events(bootstrap: str, events: list[dict[str, Any]]) -> None:
-    """Every event to ``__audit``, acknowledged by all in-sync replicas (raises otherwise)."""
+def _send_audit_events(bootstrap: str, events: list[dict[str, Any]], timeout: float = 30.0) -> None:
+    """Every event to ``__audit``, acknowledged by all in-sync replicas within ``timeout`` seconds
+    (raises otherwise)."""
     from headwater.client.audit import AUDIT_TOPIC
     from headwater.client.sync import SyncProducer
 
+    deadline = time.monotonic() + timeout
     with SyncProducer(bootstrap, acks="all") as producer:
+        producer.start(timeout)
         futures = [
             producer.send(
                 AUDIT_TOPIC, json.dumps(e).encode(), key=(e["guid"] if e.get("type") == "gap" else e["topic"]).encode()
@@ -407,7 +442,7 @@ def _send_audit_events(bootstrap: str, events: list[dict[str, Any]]) -> None:
             for e in events
         ]
         for f in futures:
-            f.result(60)
+            f.result(max(deadline - time.monotonic(), 0.001))
 
 
 def _recover(wh: Warehouse, config: LoaderConfig) -> None:
