@@ -99,7 +99,7 @@ def _expected(topic: str) -> list[tuple[int, int]]:
 
 def _publish(wh: Warehouse, config: LoaderConfig, token: str = "first") -> None:
     manifest = _stage(wh, 1, token)
-    wh.write_manifest(1, manifest, ".pending")
+    wh.claim(1, manifest)
     job._publish(wh, 1, manifest, config)
 
 
@@ -153,6 +153,9 @@ def test_a_crash_at_any_step_of_publishing_loads_every_record_exactly_once(
             assert _visible(root, topic) == _expected(topic), where  # each offset exactly once
         run, reached = job._resume(wh)
         assert (run, reached) == (2, {t: {p: e for p, (_, e) in parts.items()} for t, parts in RANGES.items()}), where
+        # A second load that picked the same run number cannot publish over it.
+        with pytest.raises(FileExistsError, match="run 1 is published already"):
+            wh.claim(1, {})
 
 
 def test_an_audit_outage_delays_only_the_audit_events(

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from headwater.loader.schedule import next_run, parse_time, warehouse_lock
+from headwater.loader.lock import warehouse_lock
+from headwater.loader.schedule import next_run, parse_time
 
 UTC = datetime.UTC
 

@@ -63,14 +63,17 @@ def _run(args: argparse.Namespace) -> int:
         for o in args.override:
             argv += ["--override", o]
         return run_schedule(at, argv)
+    from headwater.loader.lock import LockLostError, LockTimeoutError, warehouse_lock
     from headwater.loader.offsets import DataLossError
-    from headwater.loader.schedule import warehouse_lock
 
     try:
-        with warehouse_lock(config.warehouse):
-            run(config)
+        with warehouse_lock(config.warehouse, config.lock_zookeeper, config.lock_timeout_ms) as guard:
+            run(config, guard)
     except DataLossError as e:
         print(f"headwater load: {e} (see docs/loader.md, 'After a data-loss failure')", file=sys.stderr)
+        return 1
+    except (LockTimeoutError, LockLostError) as e:
+        print(f"headwater load: {e}", file=sys.stderr)
         return 1
     return 0
 

@@ -19,6 +19,8 @@ Configuration (``loader.properties``)::
     fetchOffset.numRetries = 3                # failures in a row before the partition fails the run
     fetchOffset.retryIntervalMs = 1000
     audit.send.timeout.ms = 30000             # the audit events' send; a failure only delays them
+    loader.lock.zookeeper.connect = zk1:2181  # one load of the warehouse at a time, across hosts
+    loader.lock.timeout.ms = 3600000          # how long to wait for another load's lock
     failOnDataLoss = true                     # as Spark's Kafka source: offsets gone fail the run
     audit.cluster.alias = agg                 # the loaded cluster's alias in gap events (hop agg->warehouse)
 
@@ -38,6 +40,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from headwater.loader.lock import LockGuard
 from headwater.loader.offsets import EARLIEST, DataLoss, OffsetRange, resolve, to_json
 from headwater.loader.warehouse import LEGACY_STAGING, STAGING_PREFIX, Warehouse, run_name
 
@@ -64,6 +67,8 @@ class LoaderConfig:
     spark: dict[str, str] = field(default_factory=dict)
     read_delay_ms: int = 0  # headwater.test.read.delay.ms (tests only)
     audit_timeout_ms: int = 30000
+    lock_zookeeper: str | None = None  # loader.lock.zookeeper.connect: one load at a time across hosts
+    lock_timeout_ms: int = 3_600_000
     read_options: dict[str, str] = field(default_factory=dict)  # the data source's bounds, passed on
     fail_on_data_loss: bool = True
     cluster_alias: str = "agg"
@@ -118,6 +123,8 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         read_delay_ms=integer("headwater.test.read.delay.ms", 0),
         fail_on_data_loss=fail_on_data_loss == "true",
         audit_timeout_ms=integer("audit.send.timeout.ms", 30000),
+        lock_zookeeper=props.get("loader.lock.zookeeper.connect", "").strip() or None,
+        lock_timeout_ms=integer("loader.lock.timeout.ms", 3_600_000),
         read_options={k: props[k] for k in READ_OPTIONS if props.get(k)},
         cluster_alias=props.get("audit.cluster.alias", "agg").strip() or "agg",
     )
@@ -140,18 +147,19 @@ def spark_session(config: LoaderConfig) -> Any:
     return spark
 
 
-def run(config: LoaderConfig) -> dict[str, Any] | None:
+def run(config: LoaderConfig, guard: LockGuard | None = None) -> dict[str, Any] | None:
     """One load; returns the published manifest, or None when there was nothing new."""
     spark = spark_session(config)
     try:
-        return _load(spark, config)
+        return _load(spark, config, guard)
     finally:
         spark.stop()
 
 
-def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
+def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> dict[str, Any] | None:
+    """One run, under the warehouse's lock (``guard`` is checked before each publishing step)."""
     wh = Warehouse(spark, config.warehouse)
-    _recover(wh, config)
+    _recover(wh, config, guard)
     run, reached = _resume(wh)
 
     from headwater.client.admin import Admin
@@ -252,8 +260,10 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
         "losses": losses,
         "audit": audit + losses,
     }
-    wh.write_manifest(run, manifest, ".pending")
-    _publish(wh, run, manifest, config)
+    if guard:
+        guard.check()
+    wh.claim(run, manifest)
+    _publish(wh, run, manifest, config, guard)
     return manifest
 
 
@@ -392,9 +402,15 @@ def _gap_event(loss: DataLoss, run: int, config: LoaderConfig) -> dict[str, Any]
     }
 
 
-def _publish(wh: Warehouse, run: int, manifest: dict[str, Any], config: LoaderConfig) -> None:
+def _publish(
+    wh: Warehouse, run: int, manifest: dict[str, Any], config: LoaderConfig, guard: LockGuard | None = None
+) -> None:
+    if guard:
+        guard.check()
     for src, dst in manifest["files"]:
         wh.move(src, dst)
+    if guard:
+        guard.check()
     wh.commit(run)
     log.info("run %d published: %d rename(s); next run starts at its end offsets", run, len(manifest["files"]))
     _drop_staging(wh, run)
@@ -445,13 +461,13 @@ def _send_audit_events(bootstrap: str, events: list[dict[str, Any]], timeout: fl
             f.result(max(deadline - time.monotonic(), 0.001))
 
 
-def _recover(wh: Warehouse, config: LoaderConfig) -> None:
+def _recover(wh: Warehouse, config: LoaderConfig, guard: LockGuard | None = None) -> None:
     """Roll forward a publish a crash interrupted; drop the staging of runs that never published."""
     for name in wh.drop_partial_manifests():
         log.warning("dropped %s, a manifest a crash left half-written (never read)", name)
     for run in wh.manifests(".pending"):
         log.warning("run %d was interrupted while publishing: finishing it", run)
-        _publish(wh, run, wh.read_manifest(run, ".pending"), config)
+        _publish(wh, run, wh.read_manifest(run, ".pending"), config, guard)
     if config.audit_bootstrap:
         for run in wh.manifests():
             if not wh.audited(run):

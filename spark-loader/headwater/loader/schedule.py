@@ -5,23 +5,21 @@ The process stays up and starts one load every day at the given UTC time, each i
 memory are gone when it ends, and a failed run is logged and retried the next night without taking
 the scheduler down. A run the scheduler would start while another load of the same warehouse runs
 on this host (``make lab-load``, or a run that outlasted a day) waits for it: loads of one warehouse
-take :func:`warehouse_lock` first.
+take :func:`headwater.loader.lock.warehouse_lock` first (a ZooKeeper lock across hosts when
+``loader.lock.zookeeper.connect`` is set, else a file lock on this host).
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import fcntl
-import hashlib
 import logging
-import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+
+from headwater.loader.lock import warehouse_lock
 
 __all__ = ["next_run", "parse_time", "run_schedule", "warehouse_lock"]
 
@@ -41,23 +39,6 @@ def next_run(at: datetime.time, now: datetime.datetime) -> datetime.datetime:
     """The first instant at ``at`` (UTC) strictly after ``now``."""
     today = datetime.datetime.combine(now.date(), at.replace(tzinfo=None), tzinfo=datetime.UTC)
     return today if today > now else today + datetime.timedelta(days=1)
-
-
-@contextlib.contextmanager
-def warehouse_lock(warehouse: str) -> Iterator[None]:
-    """An exclusive lock per warehouse on this host (a file in the temp directory), held for a run."""
-    digest = hashlib.sha256(warehouse.encode()).hexdigest()[:16]
-    path = os.path.join(tempfile.gettempdir(), f"headwater-load-{digest}.lock")
-    with open(path, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("another load of %s runs on this host; waiting for it", warehouse)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def run_schedule(at: datetime.time, argv: Sequence[str]) -> int:

@@ -180,8 +180,16 @@ class Warehouse:
         if not self.audited(run):
             self.create_once(f"{MANIFESTS}/{run_name(run)}.audited", "")
 
+    def claim(self, run: int, manifest: dict[str, Any]) -> None:
+        """Write ``<run>.pending``, refusing a run number another load has published or is publishing."""
+        if self.exists(f"{MANIFESTS}/{run_name(run)}.json"):
+            raise FileExistsError(f"run {run} is published already (by another load of this warehouse?)")
+        self.write_manifest(run, manifest, ".pending")
+
     def commit(self, run: int) -> None:
         """``<run>.pending`` becomes ``<run>.json``: the run is published."""
         src, dst = self._p(f"{MANIFESTS}/{run_name(run)}.pending"), self._p(f"{MANIFESTS}/{run_name(run)}.json")
+        if self.fs.exists(dst):  # a local rename would replace it
+            raise FileExistsError(f"run {run} is published already (by another load of this warehouse?)")
         if not self.fs.rename(src, dst):
             raise OSError(f"could not commit the manifest of run {run}")
