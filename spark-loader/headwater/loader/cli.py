@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
         argv = ["-c", args.config, "--log-level", args.log_level]
         for o in args.override:
             argv += ["--override", o]
-        return run_schedule(at, argv)
+        return run_schedule(at, argv, config.run_timeout_ms / 1000.0)
     from headwater.loader.lock import LockLostError, LockTimeoutError, warehouse_lock
     from headwater.loader.offsets import DataLossError
 

@@ -21,6 +21,7 @@ Configuration (``loader.properties``)::
     audit.send.timeout.ms = 30000             # the audit events' send; a failure only delays them
     loader.lock.zookeeper.connect = zk1:2181  # one load of the warehouse at a time, across hosts
     loader.lock.timeout.ms = 3600000          # how long to wait for another load's lock
+    loader.run.timeout.ms = 21600000          # --schedule stops a run that takes longer
     failOnDataLoss = true                     # as Spark's Kafka source: offsets gone fail the run
     audit.cluster.alias = agg                 # the loaded cluster's alias in gap events (hop agg->warehouse)
 
@@ -69,6 +70,7 @@ class LoaderConfig:
     audit_timeout_ms: int = 30000
     lock_zookeeper: str | None = None  # loader.lock.zookeeper.connect: one load at a time across hosts
     lock_timeout_ms: int = 3_600_000
+    run_timeout_ms: int = 6 * 3_600_000  # --schedule stops a run that takes longer
     read_options: dict[str, str] = field(default_factory=dict)  # the data source's bounds, passed on
     fail_on_data_loss: bool = True
     cluster_alias: str = "agg"
@@ -125,6 +127,7 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         audit_timeout_ms=integer("audit.send.timeout.ms", 30000),
         lock_zookeeper=props.get("loader.lock.zookeeper.connect", "").strip() or None,
         lock_timeout_ms=integer("loader.lock.timeout.ms", 3_600_000),
+        run_timeout_ms=integer("loader.run.timeout.ms", 6 * 3_600_000),
         read_options={k: props[k] for k in READ_OPTIONS if props.get(k)},
         cluster_alias=props.get("audit.cluster.alias", "agg").strip() or "agg",
     )

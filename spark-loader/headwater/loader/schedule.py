@@ -11,8 +11,10 @@ take :func:`headwater.loader.lock.warehouse_lock` first (a ZooKeeper lock across
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -41,7 +43,29 @@ def next_run(at: datetime.time, now: datetime.datetime) -> datetime.datetime:
     return today if today > now else today + datetime.timedelta(days=1)
 
 
-def run_schedule(at: datetime.time, argv: Sequence[str]) -> int:
+def run_child(cmd: Sequence[str], timeout_s: float, child: list[subprocess.Popen[bytes]] | None = None) -> int:
+    """Run one load as a child process (its own process group: driver, JVM, Python workers) and
+    return its exit code; one that outlasts ``timeout_s`` is stopped (SIGTERM, then SIGKILL after
+    60 s) and counts as failed, so a stuck load never blocks the next nights silently."""
+    p = subprocess.Popen(list(cmd), start_new_session=True)
+    if child is not None:
+        child[:] = [p]
+    try:
+        return p.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        log.error("the nightly load ran longer than %.0f s (loader.run.timeout.ms): stopping it", timeout_s)
+        for sig, grace in ((signal.SIGTERM, 60.0), (signal.SIGKILL, 30.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, sig)
+            try:
+                p.wait(grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        return -1
+
+
+def run_schedule(at: datetime.time, argv: Sequence[str], run_timeout_s: float = 6 * 3600.0) -> int:
     """Start ``headwater load <argv>`` every day at ``at`` until SIGTERM or SIGINT; returns 0."""
     stop = threading.Event()
     child: list[subprocess.Popen[bytes]] = []
@@ -63,9 +87,7 @@ def run_schedule(at: datetime.time, argv: Sequence[str]) -> int:
         cmd = [sys.executable, "-m", "headwater.cli.main", "load", *argv]
         log.info("starting the nightly load: %s", " ".join(cmd))
         started = datetime.datetime.now(datetime.UTC)
-        p = subprocess.Popen(cmd)
-        child[:] = [p]
-        code = p.wait()
+        code = run_child(cmd, run_timeout_s, child)
         took = str(datetime.datetime.now(datetime.UTC) - started).split(".")[0]
         if code == 0:
             log.info("nightly load finished in %s", took)
