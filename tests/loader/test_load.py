@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -96,13 +97,30 @@ def test_killed_run_then_rerun_loads_every_record_exactly_once(
     assert _warehouse_rows(warehouse, "page-views") == []  # its staging is there, skipped by readers
     assert not list((warehouse / "_headwater" / "manifests").glob("*.json"))
 
-    # 2. The rerun loads everything, once.
+    # 2. The rerun is killed (SIGKILL) while publishing, between its two topics' renames: a reader
+    # sees the first topic (clicks) whole and nothing of the second; the run is not committed.
+    killer = _load(
+        config, "--override", "headwater.test.kill.after=rename:1", stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    out2 = killer.communicate(timeout=600)[0].decode(errors="replace")
+    assert killer.returncode == -signal.SIGKILL, out2[-4000:]
+    with contextlib.suppress(ProcessLookupError):  # its JVM, if it outlived the driver
+        os.killpg(killer.pid, signal.SIGKILL)
+    _wait(lambda: _group_gone(killer.pid), 60, "the killed driver's process group to end")
+    assert "page-views: 1500 record(s)" in out2
+    assert len(_warehouse_rows(warehouse, "clicks")) == 300
+    assert _warehouse_rows(warehouse, "page-views") == []
+    manifests = warehouse / "_headwater" / "manifests"
+    assert [p.name for p in manifests.iterdir() if not p.name.startswith(".")] == ["00000000000000000001.pending"]
+
+    # 2b. The next start finishes that publish; then every record is there, once.
     second = _load(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out2 = second.communicate(timeout=600)[0].decode(errors="replace")
     assert second.returncode == 0, out2[-4000:]
-    assert "never published" in out2  # the killed run's staging was dropped once run 1 committed
+    assert "run 1 was interrupted while publishing: finishing it" in out2
+    assert "never published" in out2  # the first killed run's staging was dropped once run 1 committed
+    assert "nothing new since run 1" in out2
     assert not list(warehouse.glob("*/_staging-*"))
-    assert "page-views: 1500 record(s)" in out2
     for topic, n in (("page-views", 1500), ("clicks", 300)):
         rows = _warehouse_rows(warehouse, topic)
         assert len(rows) == n

@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 import uuid
@@ -67,6 +68,7 @@ class LoaderConfig:
     min_partitions: int = 0
     spark: dict[str, str] = field(default_factory=dict)
     read_delay_ms: int = 0  # headwater.test.read.delay.ms (tests only)
+    test_kill_after: str = ""  # headwater.test.kill.after (tests only): "rename:<n>" or "commit"
     audit_timeout_ms: int = 30000
     lock_zookeeper: str | None = None  # loader.lock.zookeeper.connect: one load at a time across hosts
     lock_timeout_ms: int = 3_600_000
@@ -123,6 +125,7 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         min_partitions=integer("min.partitions", 0),
         spark={k: v for k, v in props.items() if k.startswith("spark.") and k != "spark.master"},
         read_delay_ms=integer("headwater.test.read.delay.ms", 0),
+        test_kill_after=props.get("headwater.test.kill.after", "").strip(),
         fail_on_data_loss=fail_on_data_loss == "true",
         audit_timeout_ms=integer("audit.send.timeout.ms", 30000),
         lock_zookeeper=props.get("loader.lock.zookeeper.connect", "").strip() or None,
@@ -415,14 +418,25 @@ def _publish(
 ) -> None:
     if guard:
         guard.check()
-    for src, dst in manifest["files"]:
+    for i, (src, dst) in enumerate(manifest["files"], 1):
         wh.move(src, dst)
+        _test_kill(config, f"rename:{i}")
     if guard:
         guard.check()
     wh.commit(run)
+    _test_kill(config, "commit")
     log.info("run %d published: %d rename(s); next run starts at its end offsets", run, len(manifest["files"]))
     _drop_staging(wh, run)
     _publish_audit(wh, run, manifest, config)
+
+
+def _test_kill(config: LoaderConfig, step: str) -> None:
+    """``headwater.test.kill.after`` (tests only): SIGKILL this process right after ``step``."""
+    if config.test_kill_after == step:
+        log.warning("headwater.test.kill.after=%s: killing this process (SIGKILL)", step)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _publish_audit(wh: Warehouse, run: int, manifest: dict[str, Any], config: LoaderConfig) -> None:
