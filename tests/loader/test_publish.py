@@ -23,7 +23,7 @@ import pytest
 
 from headwater.loader import job
 from headwater.loader.job import LoaderConfig
-from headwater.loader.warehouse import Warehouse
+from headwater.loader.warehouse import STAGING_PREFIX, Warehouse, run_name
 
 #: topic -> partition -> [start, end)
 RANGES = {"page-views": {0: (0, 40), 1: (100, 130)}, "clicks": {0: (7, 27)}}
@@ -120,6 +120,9 @@ def test_a_crash_at_any_step_of_publishing_loads_every_record_exactly_once(
     for k in range(1, steps + 1):
         root = tmp_path / f"crash-{k}"
         wh = Warehouse(spark, str(root))
+        # Another loader's live staging for the run after this one: recovery must leave it alone.
+        foreign = root / "clicks" / f"{STAGING_PREFIX}{run_name(2)}-elsewhere"
+        foreign.mkdir(parents=True)
         real = wh.fs
         wh.fs = faulty = FaultyFs(real, crash_at=k)
         sent.clear()
@@ -143,9 +146,9 @@ def test_a_crash_at_any_step_of_publishing_loads_every_record_exactly_once(
             assert wh.manifests() == [] and job._resume(wh) == (1, {}), where
             assert all(_visible(root, t) == [] for t in RANGES), where
             # Its staging stays (it could be another loader's, live) until a run takes its number.
-            assert sorted(run for _, run in wh.staging_dirs()) == [1, 1], where
+            assert sorted(run for _, run in wh.staging_dirs()) == [1, 1, 2], where
             _publish(wh, _config(root), token="retry")
-        assert wh.staging_dirs() == [], where
+        assert wh.staging_dirs() == [(f"clicks/{foreign.name}", 2)], where
         assert wh.manifests() == [1], where
         assert wh.audited(1), where
         assert sent, where  # the audit events went out (again, if the crash came after sending)
