@@ -15,8 +15,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "load",
         help="load the aggregate cluster into the Parquet warehouse (PySpark), exactly once",
         description="Read every matching topic-partition from where the last published run ended to "
-        "the log end offsets fixed at start, write Parquet under <warehouse>/<topic>/date=YYYY-MM-DD/, "
-        "publish data and offsets together, then the warehouse-tier audit counts.",
+        "the log end offsets fixed at start, write Parquet under <warehouse>/<topic>/run=<run>/date=YYYY-MM-DD/, "
+        "publish each topic with one rename and the offsets with the run's manifest (exactly once), then the "
+        "warehouse-tier audit counts. Offsets the cluster no longer holds fail the run unless failOnDataLoss=false.",
     )
     add_service_arguments(p, "loader.properties")
     p.add_argument(

@@ -1,10 +1,14 @@
 """``headwater load``: the nightly load of the aggregate cluster into the Parquet warehouse.
 
-As the paper's offline load and Camus do it: the end offsets of every topic-partition are fixed at
-job start; each run reads from where the last published run ended; the data and the offsets it
-reached become visible together or not at all (see :mod:`headwater.loader.warehouse`), so a failed
-or repeated run neither loses nor duplicates. After publishing, the run's warehouse-tier count
-events go to ``__audit`` (guids derived from the run, so a re-sent event is de-duplicated).
+As the paper's offline load and Camus do it: the offsets of every topic-partition are resolved once,
+at job start, and read exactly; each run reads from where the last committed run ended; each
+topic's data appears with one rename and the run's offsets with the commit of its manifest, and a
+publish a crash interrupted is rolled forward at the next start (see
+:mod:`headwater.loader.warehouse`), so a failed or repeated run neither loses nor duplicates.
+Offsets the cluster no longer holds fail the run unless ``failOnDataLoss = false`` (then the gap
+is recorded and audited). After publishing, the run's warehouse-tier count events (and gap
+events) go to ``__audit`` (guids derived from the run, so a re-sent event is de-duplicated); an
+audit outage only delays them. Loads of one warehouse take turns (:mod:`headwater.loader.lock`).
 
 Configuration (``loader.properties``)::
 
