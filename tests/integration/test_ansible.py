@@ -5,12 +5,15 @@ broker 1 of agg, the mirror, the audit service, the loader's timer). The tests r
 deployment: site.yml makes working clusters; a second run changes nothing; a record written in dc1
 reaches agg through the mirror and the audit service answers; a changed broker setting restarts
 dc1's brokers one at a time, the second only after the first is back in every ISR, while a
-producer with acks=all keeps writing and loses nothing.
+producer with acks=all keeps writing and loses nothing; with it comes a new build for dc1 (a new
+install label): each broker's new venv is installed in its own turn, its unit moves to it, and the
+old venv stays for rollback.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -55,7 +58,9 @@ class Deployment:
     def agg(self) -> str:
         return self.bootstrap("agg-a")
 
-    def inventory(self, dc1_broker_properties: dict[str, str] | None = None) -> Path:
+    def inventory(
+        self, dc1_broker_properties: dict[str, str] | None = None, dc1_vars: dict[str, str] | None = None
+    ) -> Path:
         """The test's inventory (YAML; written as JSON, which YAML reads): the example's layout."""
         h = self.fleet.hosts
 
@@ -85,6 +90,7 @@ class Deployment:
                             "headwater_datacenter": "dc1",
                             "broker_rack": "dc1",
                             "broker_properties_datacenter": dc1_broker_properties or {},
+                            **(dc1_vars or {}),
                         },
                         "hosts": {
                             "dc1-a": host("dc1-a", broker_id=1, zookeeper_myid=1),
@@ -316,8 +322,13 @@ def test_rolling_restart_loses_nothing(deployment: Deployment) -> None:
     writer.start()
     try:
         wait_for(lambda: len(writer.acked) > 100, 60, "the writer's first acknowledgements")
+        old_venv = {h: _unit_venv(hosts[h]) for h in ("dc1-a", "dc1-b")}
         started = time.monotonic()
-        run = deployment.apply(deployment.inventory(dc1_broker_properties={"num.partitions": "2"}))
+        run = deployment.apply(
+            deployment.inventory(
+                dc1_broker_properties={"num.partitions": "2"}, dc1_vars={"headwater_install_label": "rebuild-2"}
+            )
+        )
         finished = time.monotonic()
         wait_for(lambda: any(t > finished for t, _ in writer.acked[-50:]), 60, "acknowledgements after the run")
     finally:
@@ -354,6 +365,16 @@ def test_rolling_restart_loses_nothing(deployment: Deployment) -> None:
     assert any(t > started and missing for t, missing in monitor.samples), (
         "the monitor never saw a broker out of the ISR"
     )
+    # The upgrade: each broker runs from a new venv, installed in its own turn (the second's after
+    # the first was back), and the old venv is still there to roll back to.
+    new_venv = {h: _unit_venv(hosts[h]) for h in ("dc1-a", "dc1-b")}
+    for h in ("dc1-a", "dc1-b"):
+        assert new_venv[h] != old_venv[h], (h, old_venv[h], new_venv[h])
+        hosts[h].run("test", "-x", f"{old_venv[h]}/bin/headwater")
+        hosts[h].run("test", "-x", f"{new_venv[h]}/bin/headwater")
+    created = float(hosts[second].run("stat", "-c", "%Y", f"{new_venv[second]}/pyvenv.cfg"))
+    first_up_wall = time.time() - (time.monotonic() - first_up)
+    assert created >= first_up_wall - 1, f"{second}'s new venv was made before {first} was back"
     second_up = times[second][1]
     while_second_down = [m for t, m in monitor.samples if second_down < t < second_up and m is not None]
     first_id = {"dc1-a": 1, "dc1-b": 2}[first]
@@ -381,6 +402,13 @@ def test_rolling_restart_loses_nothing(deployment: Deployment) -> None:
     print(f"rolling restart: {len(writer.acked)} records acknowledged ({len(during)} while the brokers restarted), "
           f"{len(stored)} stored, run {finished - started:.0f} s")  # fmt: skip
     assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:5]}"
+
+
+def _unit_venv(host: Any) -> str:
+    """The venv the broker's unit runs from, e.g. /opt/headwater/venv-3f2a..."""
+    unit = host.run("cat", "/etc/systemd/system/headwater-broker.service")
+    (venv,) = set(re.findall(r"/opt/headwater/venv-[0-9a-f]+", unit))
+    return venv
 
 
 def test_ready_gate_waits_for_a_missing_replica(deployment: Deployment) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ BASE_TS = 1_700_000_000_000
 
 
 def _produce(
-    bootstrap: str, topic: str, n: int, start: int = 0
+    bootstrap: str, topic: str, n: int, start: int = 0, partition: int = -1
 ) -> dict[bytes, tuple[bytes, list[tuple[str, bytes]], int]]:
     sent = {}
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.codec": "lz4", "acks": "all"})
@@ -32,7 +33,7 @@ def _produce(
         dc = b"dc1" if i % 3 else b"dc2"
         key, value = f"member-{i % 17}".encode(), f"{topic}-{i}".encode()
         headers = [("origin.host", b"web-1"), ("origin.dc", dc), ("origin.created", str(ts).encode())]
-        p.produce(topic, key=key, value=value, headers=headers, timestamp=ts)
+        p.produce(topic, key=key, value=value, headers=headers, timestamp=ts, partition=partition)
         sent[value] = (key, headers, ts)
     assert p.flush(60) == 0
     return sent
@@ -66,6 +67,8 @@ def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def _warehouse_rows(root: Path, topic: str) -> list[dict[str, object]]:
+    if not (root / topic).exists():
+        return []
     return ds.dataset(root / topic, format="parquet", partitioning="hive").to_table().to_pylist()
 
 
@@ -86,21 +89,38 @@ def test_killed_run_then_rerun_loads_every_record_exactly_once(
     # 1. A run killed (SIGKILL, driver and JVM) while its tasks read: it published nothing.
     log1 = open(tmp_path / "run1.log", "wb")  # noqa: SIM115
     killed = _load(config, "--override", "headwater.test.read.delay.ms=300", stdout=log1, stderr=subprocess.STDOUT)
-    staging = warehouse / "_headwater" / "staging"
-    _wait(lambda: any(p.name == "_temporary" for p in staging.rglob("_temporary")), 180, "tasks writing to staging")
+    _wait(lambda: any(warehouse.glob("*/_staging-*/_temporary")), 180, "tasks writing to staging")
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait(30)
     _wait(lambda: _group_gone(killed.pid), 60, "the killed driver's process group to end")
     log1.close()
-    assert not (warehouse / "page-views").exists()
+    assert _warehouse_rows(warehouse, "page-views") == []  # its staging is there, skipped by readers
     assert not list((warehouse / "_headwater" / "manifests").glob("*.json"))
 
-    # 2. The rerun loads everything, once.
+    # 2. The rerun is killed (SIGKILL) while publishing, between its two topics' renames: a reader
+    # sees the first topic (clicks) whole and nothing of the second; the run is not committed.
+    killer = _load(
+        config, "--override", "headwater.test.kill.after=rename:1", stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    out2 = killer.communicate(timeout=600)[0].decode(errors="replace")
+    assert killer.returncode == -signal.SIGKILL, out2[-4000:]
+    with contextlib.suppress(ProcessLookupError):  # its JVM, if it outlived the driver
+        os.killpg(killer.pid, signal.SIGKILL)
+    _wait(lambda: _group_gone(killer.pid), 60, "the killed driver's process group to end")
+    assert "page-views: 1500 record(s)" in out2
+    assert len(_warehouse_rows(warehouse, "clicks")) == 300
+    assert _warehouse_rows(warehouse, "page-views") == []
+    manifests = warehouse / "_headwater" / "manifests"
+    assert [p.name for p in manifests.iterdir() if not p.name.startswith(".")] == ["00000000000000000001.pending"]
+
+    # 2b. The next start finishes that publish; then every record is there, once.
     second = _load(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out2 = second.communicate(timeout=600)[0].decode(errors="replace")
     assert second.returncode == 0, out2[-4000:]
-    assert "never published" in out2  # the killed run's staging was dropped
-    assert "page-views: 1500 record(s)" in out2
+    assert "run 1 was interrupted while publishing: finishing it" in out2
+    assert "never published" in out2  # the first killed run's staging was dropped once run 1 committed
+    assert "nothing new since run 1" in out2
+    assert not list(warehouse.glob("*/_staging-*"))
     for topic, n in (("page-views", 1500), ("clicks", 300)):
         rows = _warehouse_rows(warehouse, topic)
         assert len(rows) == n
@@ -120,8 +140,9 @@ def test_killed_run_then_rerun_loads_every_record_exactly_once(
     assert "nothing new since run 1" in out3
     assert sorted(p for p in warehouse.rglob("*") if p.is_file()) == files_before
 
-    # 4. New records: the next run takes only those.
-    sent.update(_produce(b.bootstrap, "page-views", 200, start=1500))
+    # 4. New records, in one partition only: the next run takes only those (the partitions with
+    # nothing new are not read again).
+    sent.update(_produce(b.bootstrap, "page-views", 200, start=1500, partition=0))
     fourth = _load(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out4 = fourth.communicate(timeout=600)[0].decode(errors="replace")
     assert fourth.returncode == 0, out4[-4000:]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from headwater.loader.schedule import next_run, parse_time, warehouse_lock
+from headwater.loader.lock import warehouse_lock
+from headwater.loader.schedule import next_run, parse_time
 
 UTC = datetime.UTC
 
@@ -66,3 +67,13 @@ def test_loads_of_one_warehouse_take_turns(tmp_path: Path) -> None:
 def _locked(warehouse: str, order: list[str]) -> None:
     with warehouse_lock(warehouse):
         order.append("second")
+
+
+def test_a_run_that_outlasts_its_timeout_is_stopped() -> None:
+    import time
+
+    from headwater.loader.schedule import run_child
+
+    started = time.monotonic()
+    code = run_child([sys.executable, "-c", "import time; time.sleep(600)"], timeout_s=1.0)
+    assert code != 0 and time.monotonic() - started < 60

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from headwater.loader.offsets import OffsetRange, split
@@ -62,6 +63,19 @@ def test_reads_every_record_with_spark_kafka_columns(spark: Any, broker_factory:
     assert sorted((r.partition, r.offset) for r in ranged) == [(0, o) for o in range(5, 15)] + [
         (1, o) for o in range(3)
     ]
+
+    # An explicit end the log does not reach is not quietly cut short: the read fails, naming it.
+    ends = {p: n for p, n in ((p, sum(1 for r in rows if r.partition == p)) for p in range(3))}
+    beyond = json.dumps({"views": {str(p): n + (10 if p == 1 else 0) for p, n in ends.items()}})
+    with pytest.raises(Exception, match=r"views-1 ends at \d+, beyond its log end offset"):
+        (
+            spark.read.format("headwater")
+            .option("kafka.bootstrap.servers", b.bootstrap)
+            .option("subscribe", "views")
+            .option("endingOffsets", beyond)
+            .load()
+            .collect()
+        )
 
 
 def test_split_keeps_every_offset_once() -> None:

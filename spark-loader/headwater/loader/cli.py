@@ -15,8 +15,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "load",
         help="load the aggregate cluster into the Parquet warehouse (PySpark), exactly once",
         description="Read every matching topic-partition from where the last published run ended to "
-        "the log end offsets fixed at start, write Parquet under <warehouse>/<topic>/date=YYYY-MM-DD/, "
-        "publish data and offsets together, then the warehouse-tier audit counts.",
+        "the log end offsets fixed at start, write Parquet under <warehouse>/<topic>/run=<run>/date=YYYY-MM-DD/, "
+        "publish each topic with one rename and the offsets with the run's manifest (exactly once), then the "
+        "warehouse-tier audit counts. Offsets the cluster no longer holds fail the run unless failOnDataLoss=false.",
     )
     add_service_arguments(p, "loader.properties")
     p.add_argument(
@@ -62,11 +63,19 @@ def _run(args: argparse.Namespace) -> int:
         argv = ["-c", args.config, "--log-level", args.log_level]
         for o in args.override:
             argv += ["--override", o]
-        return run_schedule(at, argv)
-    from headwater.loader.schedule import warehouse_lock
+        return run_schedule(at, argv, config.run_timeout_ms / 1000.0)
+    from headwater.loader.lock import LockLostError, LockTimeoutError, warehouse_lock
+    from headwater.loader.offsets import DataLossError
 
-    with warehouse_lock(config.warehouse):
-        run(config)
+    try:
+        with warehouse_lock(config.warehouse, config.lock_zookeeper, config.lock_timeout_ms) as guard:
+            run(config, guard)
+    except DataLossError as e:
+        print(f"headwater load: {e} (see docs/loader.md, 'After a data-loss failure')", file=sys.stderr)
+        return 1
+    except (LockTimeoutError, LockLostError) as e:
+        print(f"headwater load: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,10 +1,14 @@
 """``headwater load``: the nightly load of the aggregate cluster into the Parquet warehouse.
 
-As the paper's offline load and Camus do it: the end offsets of every topic-partition are fixed at
-job start; each run reads from where the last published run ended; the data and the offsets it
-reached become visible together or not at all (see :mod:`headwater.loader.warehouse`), so a failed
-or repeated run neither loses nor duplicates. After publishing, the run's warehouse-tier count
-events go to ``__audit`` (guids derived from the run, so a re-sent event is de-duplicated).
+As the paper's offline load and Camus do it: the offsets of every topic-partition are resolved once,
+at job start, and read exactly; each run reads from where the last committed run ended; each
+topic's data appears with one rename and the run's offsets with the commit of its manifest, and a
+publish a crash interrupted is rolled forward at the next start (see
+:mod:`headwater.loader.warehouse`), so a failed or repeated run neither loses nor duplicates.
+Offsets the cluster no longer holds fail the run unless ``failOnDataLoss = false`` (then the gap
+is recorded and audited). After publishing, the run's warehouse-tier count events (and gap
+events) go to ``__audit`` (guids derived from the run, so a re-sent event is de-duplicated); an
+audit outage only delays them. Loads of one warehouse take turns (:mod:`headwater.loader.lock`).
 
 Configuration (``loader.properties``)::
 
@@ -15,6 +19,15 @@ Configuration (``loader.properties``)::
     audit.bootstrap.servers = agg-broker1:9092
     audit.window.ms = 60000                   # the producers' window
     min.partitions = 0                        # split ranges for parallelism (Spark's minPartitions)
+    kafkaConsumer.pollTimeoutMs = 120000      # bounds each fetch of a partition's read
+    fetchOffset.numRetries = 3                # failures in a row before the partition fails the run
+    fetchOffset.retryIntervalMs = 1000
+    audit.send.timeout.ms = 30000             # the audit events' send; a failure only delays them
+    loader.lock.zookeeper.connect = zk1:2181  # one load of the warehouse at a time, across hosts
+    loader.lock.timeout.ms = 3600000          # how long to wait for another load's lock
+    loader.run.timeout.ms = 21600000          # --schedule stops a run that takes longer
+    failOnDataLoss = true                     # as Spark's Kafka source: offsets gone fail the run
+    audit.cluster.alias = agg                 # the loaded cluster's alias in gap events (hop agg->warehouse)
 
 Any ``spark.*`` property is passed to the Spark session.
 """
@@ -26,16 +39,22 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from headwater.loader.offsets import OffsetRange, resolve, to_json
-from headwater.loader.warehouse import STAGING, Warehouse, run_name
+from headwater.loader.lock import LockGuard
+from headwater.loader.offsets import EARLIEST, DataLoss, OffsetRange, resolve, to_json
+from headwater.loader.warehouse import LEGACY_STAGING, STAGING_PREFIX, Warehouse, run_name
 
 log = logging.getLogger("headwater.loader")
+
+
+#: the data source's per-partition bounds (Spark's names), taken from loader.properties as they are
+READ_OPTIONS = ("kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs")
 
 
 class LoaderConfigError(ValueError):
@@ -53,6 +72,14 @@ class LoaderConfig:
     min_partitions: int = 0
     spark: dict[str, str] = field(default_factory=dict)
     read_delay_ms: int = 0  # headwater.test.read.delay.ms (tests only)
+    test_kill_after: str = ""  # headwater.test.kill.after (tests only): "rename:<n>" or "commit"
+    audit_timeout_ms: int = 30000
+    lock_zookeeper: str | None = None  # loader.lock.zookeeper.connect: one load at a time across hosts
+    lock_timeout_ms: int = 3_600_000
+    run_timeout_ms: int = 6 * 3_600_000  # --schedule stops a run that takes longer
+    read_options: dict[str, str] = field(default_factory=dict)  # the data source's bounds, passed on
+    fail_on_data_loss: bool = True
+    cluster_alias: str = "agg"
 
 
 def parse_config(props: dict[str, str]) -> LoaderConfig:
@@ -83,6 +110,12 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         except ValueError:
             raise LoaderConfigError(f"{key}: {raw!r} is not an integer") from None
 
+    fail_on_data_loss = props.get("failOnDataLoss", "true").strip().lower()
+    if fail_on_data_loss not in ("true", "false"):
+        raise LoaderConfigError(f"failOnDataLoss: {fail_on_data_loss!r} is not true or false")
+    for key in READ_OPTIONS:
+        if integer(key, 0) < 0:
+            raise LoaderConfigError(f"{key}: must not be negative")
     window = integer("audit.window.ms", 60000)
     if window <= 0:
         raise LoaderConfigError(f"audit.window.ms: {window} must be positive")
@@ -96,6 +129,14 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         min_partitions=integer("min.partitions", 0),
         spark={k: v for k, v in props.items() if k.startswith("spark.") and k != "spark.master"},
         read_delay_ms=integer("headwater.test.read.delay.ms", 0),
+        test_kill_after=props.get("headwater.test.kill.after", "").strip(),
+        fail_on_data_loss=fail_on_data_loss == "true",
+        audit_timeout_ms=integer("audit.send.timeout.ms", 30000),
+        lock_zookeeper=props.get("loader.lock.zookeeper.connect", "").strip() or None,
+        lock_timeout_ms=integer("loader.lock.timeout.ms", 3_600_000),
+        run_timeout_ms=integer("loader.run.timeout.ms", 6 * 3_600_000),
+        read_options={k: props[k] for k in READ_OPTIONS if props.get(k)},
+        cluster_alias=props.get("audit.cluster.alias", "agg").strip() or "agg",
     )
 
 
@@ -116,28 +157,20 @@ def spark_session(config: LoaderConfig) -> Any:
     return spark
 
 
-def run(config: LoaderConfig) -> dict[str, Any] | None:
+def run(config: LoaderConfig, guard: LockGuard | None = None) -> dict[str, Any] | None:
     """One load; returns the published manifest, or None when there was nothing new."""
     spark = spark_session(config)
     try:
-        return _load(spark, config)
+        return _load(spark, config, guard)
     finally:
         spark.stop()
 
 
-def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
+def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> dict[str, Any] | None:
+    """One run, under the warehouse's lock (``guard`` is checked before each publishing step)."""
     wh = Warehouse(spark, config.warehouse)
-    _recover(wh, config)
-    done = wh.manifests()
-    last = wh.read_manifest(done[-1]) if done else None
-    run = (done[-1] + 1) if done else 1
-    reached: dict[str, dict[int, int]] = {}
-    if last:
-        for topic, parts in last["ranges"].items():
-            reached[topic] = {int(p): int(r[1]) for p, r in parts.items()}
-    for t, parts in (last or {}).get("reached", {}).items():  # topics whose ranges were empty in that run
-        for p, o in parts.items():
-            reached.setdefault(t, {}).setdefault(int(p), int(o))
+    _recover(wh, config, guard)
+    run, reached = _resume(wh)
 
     from headwater.client.admin import Admin
 
@@ -151,10 +184,27 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
     if not wanted:
         log.info("no topic matches %s: nothing to load", ", ".join(p.pattern for p in config.topics))
         return None
-    ranges = resolve(config.bootstrap, subscribe=wanted, starting=reached or "earliest", ending="latest")
-    ranges = [r for r in ranges if r.size > 0]
-    if not ranges:
-        log.info("nothing new since run %s: nothing written", done[-1] if done else "(none)")
+    # The one offset resolution of this run: the manifest records these ranges and the reads are
+    # given exactly these offsets (every partition of each topic, empty ranges too), which the data
+    # source honours or fails on.
+    plan = resolve(
+        config.bootstrap,
+        subscribe=wanted,
+        starting=reached or "earliest",
+        ending="latest",
+        missing_start=EARLIEST,
+        fail_on_data_loss=config.fail_on_data_loss,
+    )
+    planned = plan.ranges
+    for loss in plan.losses:
+        log.error(
+            "failOnDataLoss=false: %s; loading on from offset %d, the gap goes to the audit",
+            loss.describe(),
+            loss.log_start,
+        )
+    ranges = [r for r in planned if r.size > 0]
+    if not ranges and not plan.losses:
+        log.info("nothing new since run %s: nothing written", run - 1 if run > 1 else "(none)")
         return None
     log.info(
         "run %d: loading %d record(s) from %d partition(s) of %d topic(s) into %s (end offsets fixed now)",
@@ -164,16 +214,16 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
         len({r.topic for r in ranges}),
         config.warehouse,
     )
-    staging = f"{STAGING}/{run_name(run)}"
-    wh.delete(staging)
+    token = uuid.uuid4().hex[:12]  # this process's staging: no other loader's is ever touched by this run
     from pyspark.sql import functions as F
 
     files: list[list[str]] = []
     records: dict[str, int] = {}
+    by_partition: dict[str, dict[str, int]] = {}
     sizes: dict[str, int] = {}
     for topic in sorted({r.topic for r in ranges}):
         started = time.monotonic()
-        mine = [r for r in ranges if r.topic == topic]
+        mine = [r for r in planned if r.topic == topic]
         df = (
             spark.read.format("headwater")
             .option("kafka.bootstrap.servers", config.bootstrap)
@@ -181,19 +231,24 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
             .option("startingOffsets", to_json(mine, "start"))
             .option("endingOffsets", to_json(mine, "end"))
             .option("minPartitions", config.min_partitions)
+            .option("failOnDataLoss", "true")  # the plan above is final: offsets gone since then fail the run
             .option("headwater.test.read.delay.ms", config.read_delay_ms)
+            .options(**config.read_options)
             .load()
             .withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
         )
-        out = f"{staging}/{topic}"
+        out = _staging_of(run, topic, token)
         df.write.partitionBy("date").parquet(wh.path(out))
         staged = wh.files_under(out)
-        for rel in staged:
-            sub = rel[len(out) + 1 :]
-            directory, _, name = sub.rpartition("/")
-            files.append([rel, f"{topic}/{directory}/run-{run_name(run)}-{name}"])
-        written = spark.read.parquet(wh.path(out))
-        records[topic] = written.count()
+        files.extend(_moves(run, topic, token))
+        # No data file at all: every record of the ranges was compacted away (nothing to check or count).
+        counts = (
+            _check_read(spark.read.parquet(wh.path(out)), mine)
+            if staged
+            else {r.partition: 0 for r in mine if r.size > 0}
+        )
+        records[topic] = sum(counts.values())
+        by_partition[topic] = {str(p): n for p, n in sorted(counts.items())}
         sizes[topic] = sum(int(wh.fs.getFileStatus(wh._p(rel)).getLen()) for rel in staged)
         log.info(
             "run %d: %s: %d record(s), %d byte(s) of Parquet, offsets %s -> %s (%.1fs)",
@@ -205,21 +260,94 @@ def _load(spark: Any, config: LoaderConfig) -> dict[str, Any] | None:
             to_json(mine, "end"),
             time.monotonic() - started,
         )
-    audit = _audit_counts(spark, wh, staging, run, config)
+    audit = _audit_counts(spark, wh, [_staging_of(run, t, token) for t in sorted(records) if records[t]], run, config)
+    losses = [_gap_event(loss, run, config) for loss in plan.losses]
     manifest: dict[str, Any] = {
         "run": run,
         "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "ranges": _ranges_json(ranges),
+        "ranges": _ranges_json(planned),
         "reached": {t: {str(p): o for p, o in parts.items()} for t, parts in reached.items()},
         "files": files,
+        "staging": token,
         "records": records,
+        "partition_records": by_partition,
         "bytes": sizes,
-        "audit": audit,
-        "audit_published": False,
+        "losses": losses,
+        "audit": audit + losses,
     }
-    wh.write_manifest(run, manifest, ".pending")
-    _publish(wh, run, manifest, config)
+    if guard:
+        guard.check()
+    wh.claim(run, manifest)
+    _publish(wh, run, manifest, config, guard)
     return manifest
+
+
+def _resume(wh: Warehouse) -> tuple[int, dict[str, dict[int, int]]]:
+    """The next run's number and where each topic-partition resumes: the newest committed run's ends."""
+    done = wh.manifests()
+    if not done:
+        return 1, {}
+    last = wh.read_manifest(done[-1])
+    reached: dict[str, dict[int, int]] = {}
+    for topic, parts in last["ranges"].items():
+        reached[topic] = {int(p): int(r[1]) for p, r in parts.items()}
+    for t, parts in last.get("reached", {}).items():  # topics whose ranges were empty in that run
+        for p, o in parts.items():
+            reached.setdefault(t, {}).setdefault(int(p), int(o))
+    return done[-1] + 1, reached
+
+
+def _staging_of(run: int, topic: str, token: str) -> str:
+    """Where Spark writes one topic's part of a run: inside the topic's directory (so publishing is
+    one rename on the same file system), under a name Spark and pyarrow skip (leading ``_``, no
+    ``=``), with the run and the writing process's token (so no other run's staging is mistaken
+    for it)."""
+    return f"{topic}/{STAGING_PREFIX}{run_name(run)}-{token}"
+
+
+def _moves(run: int, topic: str, token: str) -> list[list[str]]:
+    """The one rename that publishes a topic's part of a run: its staging directory becomes
+    ``<topic>/run=<run>`` (hive partitioning: readers see the run whole or not at all)."""
+    return [[_staging_of(run, topic, token), f"{topic}/run={run_name(run)}"]]
+
+
+class ReadCheckError(RuntimeError):
+    """The staged data does not match the ranges the run planned (nothing is published)."""
+
+
+def _check_read(df: Any, ranges: list[OffsetRange]) -> dict[int, int]:
+    """Records per partition in the staged data, checked against the planned ranges.
+
+    Every record must lie in its partition's ``[start, end)`` with no offset twice, and no partition
+    outside the plan. Fewer records than offsets is allowed (a compacted topic, or transaction
+    markers) and logged; the reader itself fails when it cannot reach a range's end.
+    """
+    from pyspark.sql import functions as F
+
+    rows = (
+        df.groupBy("partition")
+        .agg(
+            F.count("*").alias("n"),
+            F.countDistinct("offset").alias("distinct"),
+            F.min("offset").alias("lo"),
+            F.max("offset").alias("hi"),
+        )
+        .collect()
+    )
+    planned = {r.partition: r for r in ranges}
+    counts = {r.partition: 0 for r in ranges if r.size > 0}
+    for row in rows:
+        r = planned.get(int(row.partition))
+        where = f"{r.topic if r else '?'}-{row.partition}"
+        if r is None or row.lo < r.start or row.hi >= r.end or row.n != row["distinct"]:
+            raise ReadCheckError(
+                f"{where}: read {row.n} record(s) ({row['distinct']} distinct offsets) in [{row.lo}, {row.hi}], "
+                f"the plan was {f'[{r.start}, {r.end})' if r else 'nothing'}: not publishing this run"
+            )
+        counts[r.partition] = int(row.n)
+        if row.n < r.size:
+            log.info("%s: %d of %d offsets hold records (compacted or transaction markers)", where, row.n, r.size)
+    return counts
 
 
 def _ranges_json(ranges: list[OffsetRange]) -> dict[str, dict[str, list[int]]]:
@@ -229,7 +357,7 @@ def _ranges_json(ranges: list[OffsetRange]) -> dict[str, dict[str, list[int]]]:
     return out
 
 
-def _audit_counts(spark: Any, wh: Warehouse, staging: str, run: int, config: LoaderConfig) -> list[dict[str, Any]]:
+def _audit_counts(spark: Any, wh: Warehouse, staged: list[str], run: int, config: LoaderConfig) -> list[dict[str, Any]]:
     """Warehouse-tier count events: records per topic, window of ``origin.created`` (the record
     timestamp when absent) and ``origin.dc`` ("unknown" when absent), from the staged Parquet."""
     from pyspark.sql import functions as F
@@ -237,8 +365,8 @@ def _audit_counts(spark: Any, wh: Warehouse, staging: str, run: int, config: Loa
     from headwater.client.audit import count_event
 
     df = None
-    for topic in wh.children(staging):
-        part = spark.read.parquet(wh.path(f"{staging}/{topic}")).select("topic", "timestamp", "headers")
+    for out in staged:
+        part = spark.read.parquet(wh.path(out)).select("topic", "timestamp", "headers")
         df = part if df is None else df.unionByName(part)
     if df is None:
         return []
@@ -269,41 +397,122 @@ def _audit_counts(spark: Any, wh: Warehouse, staging: str, run: int, config: Loa
     return sorted(events, key=lambda e: (e["topic"], e["window_start"], e["datacenter"]))
 
 
-def _publish(wh: Warehouse, run: int, manifest: dict[str, Any], config: LoaderConfig) -> None:
-    for src, dst in manifest["files"]:
+def _gap_event(loss: DataLoss, run: int, config: LoaderConfig) -> dict[str, Any]:
+    """A loss at the warehouse tier as the mirror's gap event (its shared format): exact offsets."""
+    return {
+        "type": "gap",
+        "guid": uuid.uuid5(
+            uuid.NAMESPACE_URL, f"headwater-load/{config.warehouse}/{run}/{loss.topic}/{loss.partition}/gap"
+        ).hex,
+        "tier": "warehouse",
+        "hop": f"{config.cluster_alias}->warehouse",
+        "datacenter": config.cluster_alias,
+        "topic": loss.topic,
+        "partition": loss.partition,
+        "from_offset": loss.from_offset,
+        "to_offset": loss.to_offset,
+        "records": loss.records,
+        "reason": loss.reason,
+        "detected_ms": int(time.time() * 1000),
+    }
+
+
+def _publish(
+    wh: Warehouse, run: int, manifest: dict[str, Any], config: LoaderConfig, guard: LockGuard | None = None
+) -> None:
+    if guard:
+        guard.check()
+    for i, (src, dst) in enumerate(manifest["files"], 1):
         wh.move(src, dst)
+        _test_kill(config, f"rename:{i}")
+    if guard:
+        guard.check()
     wh.commit(run)
-    wh.delete(f"{STAGING}/{run_name(run)}")
-    log.info("run %d published: %d file(s); next run starts at its end offsets", run, len(manifest["files"]))
+    _test_kill(config, "commit")
+    log.info("run %d published: %d rename(s); next run starts at its end offsets", run, len(manifest["files"]))
+    _drop_staging(wh, run)
     _publish_audit(wh, run, manifest, config)
 
 
+def _test_kill(config: LoaderConfig, step: str) -> None:
+    """``headwater.test.kill.after`` (tests only): SIGKILL this process right after ``step``."""
+    if config.test_kill_after == step:
+        log.warning("headwater.test.kill.after=%s: killing this process (SIGKILL)", step)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _publish_audit(wh: Warehouse, run: int, manifest: dict[str, Any], config: LoaderConfig) -> None:
-    if manifest.get("audit_published") or not config.audit_bootstrap:
+    """Send a committed run's audit events, once (``<run>.audited``).
+
+    The audit is secondary to the load: a failure (the audit cluster down) is logged at ERROR and
+    the run stays unaudited; every later start sends what is still unsent, and loads meanwhile.
+    """
+    if not config.audit_bootstrap or wh.audited(run):
         return
+    if not manifest.get("audit_published"):  # manifests before the .audited marker kept a flag inside
+        try:
+            _send_audit_events(config.audit_bootstrap, manifest["audit"], config.audit_timeout_ms / 1000.0)
+        except Exception as e:
+            log.error(
+                "run %d: its %d audit event(s) were not sent to %s (%s: %s); the load goes on, the next run sends them",
+                run,
+                len(manifest["audit"]),
+                config.audit_bootstrap,
+                type(e).__name__,
+                e,
+            )
+            return
+        log.info("run %d: %d warehouse-tier audit event(s) published to __audit", run, len(manifest["audit"]))
+    wh.mark_audited(run)
+
+
+def _send_audit_events(bootstrap: str, events: list[dict[str, Any]], timeout: float = 30.0) -> None:
+    """Every event to ``__audit``, acknowledged by all in-sync replicas within ``timeout`` seconds
+    (raises otherwise)."""
     from headwater.client.audit import AUDIT_TOPIC
     from headwater.client.sync import SyncProducer
 
-    with SyncProducer(config.audit_bootstrap, acks="all") as producer:
+    deadline = time.monotonic() + timeout
+    with SyncProducer(bootstrap, acks="all") as producer:
+        producer.start(timeout)
         futures = [
-            producer.send(AUDIT_TOPIC, json.dumps(e).encode(), key=e["topic"].encode()) for e in manifest["audit"]
+            producer.send(
+                AUDIT_TOPIC, json.dumps(e).encode(), key=(e["guid"] if e.get("type") == "gap" else e["topic"]).encode()
+            )
+            for e in events
         ]
         for f in futures:
-            f.result(60)
-    manifest["audit_published"] = True
-    wh.write_manifest(run, manifest, ".json")
-    log.info("run %d: %d warehouse-tier count event(s) published to %s", run, len(manifest["audit"]), AUDIT_TOPIC)
+            f.result(max(deadline - time.monotonic(), 0.001))
 
 
-def _recover(wh: Warehouse, config: LoaderConfig) -> None:
+def _recover(wh: Warehouse, config: LoaderConfig, guard: LockGuard | None = None) -> None:
     """Roll forward a publish a crash interrupted; drop the staging of runs that never published."""
+    for name in wh.drop_partial_manifests():
+        log.warning("dropped %s, a manifest a crash left half-written (never read)", name)
     for run in wh.manifests(".pending"):
         log.warning("run %d was interrupted while publishing: finishing it", run)
-        _publish(wh, run, wh.read_manifest(run, ".pending"), config)
-    for run in wh.manifests():
-        manifest = wh.read_manifest(run)
-        if not manifest.get("audit_published") and config.audit_bootstrap:
-            _publish_audit(wh, run, manifest, config)
-    for name in wh.children(STAGING):
+        _publish(wh, run, wh.read_manifest(run, ".pending"), config, guard)
+    if config.audit_bootstrap:
+        for run in wh.manifests():
+            if not wh.audited(run):
+                _publish_audit(wh, run, wh.read_manifest(run), config)
+    done = wh.manifests()
+    if done:
+        _drop_staging(wh, done[-1])
+
+
+def _drop_staging(wh: Warehouse, committed: int) -> None:
+    """Delete the staging of runs that can never publish: those numbered at most ``committed``
+    (that run number is taken: publishing it again fails on its existing ``.json``).
+
+    Staging of a later run number is left alone: it may belong to a load running elsewhere.
+    """
+    for rel, run in wh.staging_dirs():
+        if run <= committed:
+            log.warning("dropping the staging of run %d (%s), which never published (a failed or killed run)", run, rel)
+            wh.delete(rel)
+    for name in wh.children(LEGACY_STAGING):  # written by loaders before the per-topic staging
         log.warning("dropping the staging of run %s, which never published (a failed or killed run)", name)
-        wh.delete(f"{STAGING}/{name}")
+        wh.delete(f"{LEGACY_STAGING}/{name}")

@@ -49,13 +49,110 @@ def parse_spec(option: str, value: str | None, default: str) -> str | dict[str, 
         ) from None
 
 
-def _offset_for(spec: str | dict[str, dict[int, int]], topic: str, partition: int, default: int) -> int:
+def _offset_for(
+    spec: str | dict[str, dict[int, int]], option: str, topic: str, partition: int, missing: int | None = None
+) -> int:
     if spec == "earliest":
         return EARLIEST
     if spec == "latest":
         return LATEST
     assert isinstance(spec, dict)
-    return spec.get(topic, {}).get(partition, default)
+    if partition not in spec.get(topic, {}):  # as Spark's Kafka source: JSON offsets name every partition
+        if missing is not None:
+            return missing
+        raise OffsetSpecError(f"{option}: no offset for {topic}-{partition} (JSON offsets must name every partition)")
+    return spec[topic][partition]
+
+
+@dataclass(frozen=True)
+class DataLoss:
+    """Offsets a read was asked for that the partition no longer holds (as Spark's failOnDataLoss).
+
+    ``[from_offset, to_offset)`` is what is gone. Retention (or DeleteRecords) moved the log start
+    offset past the offset to read: the gap is exact. A topic deleted and re-created (or a log
+    truncated) leaves the offset to read above the new log end offset: what the old log held past
+    ``from_offset`` is unknown, so the range is empty and ``records`` 0.
+    """
+
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int
+    reason: str  # "source retention" or "topic re-created" (the gap event's reasons)
+    log_start: int
+    log_end: int
+
+    @property
+    def records(self) -> int:
+        return self.to_offset - self.from_offset
+
+    def describe(self) -> str:
+        tp = f"{self.topic}-{self.partition}"
+        if self.reason == "topic re-created":
+            return (
+                f"{tp}: the offset to read, {self.from_offset}, is above the log end offset {self.log_end}: "
+                f"the topic was re-created (or its log truncated); offsets from {self.from_offset} of the old "
+                f"log were never read, the new log holds [{self.log_start}, {self.log_end})"
+            )
+        return (
+            f"{tp}: offsets [{self.from_offset}, {self.to_offset}) are gone ({self.records} record(s)): "
+            f"the log start offset {self.log_start} is past the offset to read (retention or DeleteRecords)"
+        )
+
+
+class DataLossError(RuntimeError):
+    """Offsets to read are gone and ``failOnDataLoss`` is true (the default): nothing was read."""
+
+    def __init__(self, losses: list[DataLoss]) -> None:
+        self.losses = losses
+        super().__init__(
+            "data loss: "
+            + "; ".join(loss.describe() for loss in losses)
+            + ". Nothing was read. To read what remains and record the gap instead, set failOnDataLoss=false."
+        )
+
+
+def plan_range(
+    topic: str, partition: int, start: int, end: int, earliest: int, latest: int
+) -> tuple[OffsetRange, DataLoss | None]:
+    """The range ``[start, end)`` of one topic-partition whose log holds ``[earliest, latest)``,
+    and the data lost before it, if any.
+
+    ``start``/``end`` are offsets or EARLIEST/LATEST. An explicit start the log no longer holds is
+    a :class:`DataLoss` (the range then starts at the log start). An explicit end above the log end
+    offset, or a start above the end, cannot be honoured and raises :class:`OffsetSpecError`
+    naming the partition: a read never quietly returns less than asked.
+    """
+    tp = f"{topic}-{partition}"
+    if start < EARLIEST or end < EARLIEST:
+        raise OffsetSpecError(f"{tp}: offsets must be >= 0, -2 (earliest) or -1 (latest), not {start}/{end}")
+    e = latest if end == LATEST else earliest if end == EARLIEST else end
+    if e > latest:
+        raise OffsetSpecError(
+            f"endingOffsets: {tp} ends at {e}, beyond its log end offset {latest}: cannot read offsets that do not exist"
+        )
+    if start == EARLIEST:
+        s, loss = earliest, None
+    elif start == LATEST:
+        s, loss = latest, None
+    elif start > latest:
+        s, loss = earliest, DataLoss(topic, partition, start, start, "topic re-created", earliest, latest)
+    elif start < earliest:
+        gone_to = min(earliest, max(e, start))  # an explicit end below the log start: all of it is gone
+        s, loss = gone_to, DataLoss(topic, partition, start, gone_to, "source retention", earliest, latest)
+    else:
+        s, loss = start, None
+    if s > e:
+        raise OffsetSpecError(f"{tp}: the starting offset {s} is above the ending offset {e}")
+    return OffsetRange(topic, partition, s, e), loss
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The ranges to read (one per topic-partition, empty ones too) and the data lost before them."""
+
+    ranges: list[OffsetRange]
+    losses: list[DataLoss]
 
 
 async def _resolve(
@@ -64,7 +161,8 @@ async def _resolve(
     pattern: str | None,
     starting: str | dict[str, dict[int, int]],
     ending: str | dict[str, dict[int, int]],
-) -> list[OffsetRange]:
+    missing_start: int | None,
+) -> Plan:
     async with Admin(bootstrap) as admin:
         consumer = Consumer("", cluster=admin.cluster)
         if subscribe is not None:
@@ -74,16 +172,18 @@ async def _resolve(
             regex = re.compile(pattern)
             topics = [t for t in await admin.list_topics(include_internal=False) if regex.fullmatch(t)]
         ranges: list[OffsetRange] = []
+        losses: list[DataLoss] = []
         for topic in sorted(topics):
             for p in sorted(await consumer.partitions_for(topic)):
                 earliest = await consumer.earliest_offset(topic, p)
                 latest = await consumer.latest_offset(topic, p)
-                start = _offset_for(starting, topic, p, EARLIEST)
-                end = _offset_for(ending, topic, p, LATEST)
-                start = earliest if start == EARLIEST else latest if start == LATEST else max(start, earliest)
-                end = latest if end == LATEST else earliest if end == EARLIEST else min(end, latest)
-                ranges.append(OffsetRange(topic, p, start, max(end, start)))
-        return ranges
+                start = _offset_for(starting, "startingOffsets", topic, p, missing_start)
+                end = _offset_for(ending, "endingOffsets", topic, p)
+                r, loss = plan_range(topic, p, start, end, earliest, latest)
+                ranges.append(r)
+                if loss:
+                    losses.append(loss)
+        return Plan(ranges, losses)
 
 
 def resolve(
@@ -93,11 +193,22 @@ def resolve(
     pattern: str | None = None,
     starting: str | dict[str, dict[int, int]] = "earliest",
     ending: str | dict[str, dict[int, int]] = "latest",
-) -> list[OffsetRange]:
-    """The ranges to read, with end offsets fixed now (the high watermark when ``latest``)."""
+    missing_start: int | None = None,
+    fail_on_data_loss: bool = True,
+) -> Plan:
+    """The ranges to read, with end offsets fixed now (the high watermark when ``latest``).
+
+    ``missing_start``: the start of a partition that JSON ``starting`` does not name (the loader
+    passes EARLIEST for partitions never loaded); None makes that an error, as in Spark.
+    Offsets the log no longer holds raise :class:`DataLossError` when ``fail_on_data_loss``;
+    otherwise the ranges start at the log start and the plan lists the losses.
+    """
     if (subscribe is None) == (pattern is None):
         raise OffsetSpecError("exactly one of subscribe and subscribePattern must be set")
-    return asyncio.run(_resolve(bootstrap, subscribe, pattern, starting, ending))
+    plan = asyncio.run(_resolve(bootstrap, subscribe, pattern, starting, ending, missing_start))
+    if plan.losses and fail_on_data_loss:
+        raise DataLossError(plan.losses)
+    return plan
 
 
 def split(ranges: Iterable[OffsetRange], min_partitions: int) -> list[OffsetRange]:

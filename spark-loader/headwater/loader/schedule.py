@@ -5,23 +5,23 @@ The process stays up and starts one load every day at the given UTC time, each i
 memory are gone when it ends, and a failed run is logged and retried the next night without taking
 the scheduler down. A run the scheduler would start while another load of the same warehouse runs
 on this host (``make lab-load``, or a run that outlasted a day) waits for it: loads of one warehouse
-take :func:`warehouse_lock` first.
+take :func:`headwater.loader.lock.warehouse_lock` first (a ZooKeeper lock across hosts when
+``loader.lock.zookeeper.connect`` is set, else a file lock on this host).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-import fcntl
-import hashlib
 import logging
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+
+from headwater.loader.lock import warehouse_lock
 
 __all__ = ["next_run", "parse_time", "run_schedule", "warehouse_lock"]
 
@@ -43,24 +43,29 @@ def next_run(at: datetime.time, now: datetime.datetime) -> datetime.datetime:
     return today if today > now else today + datetime.timedelta(days=1)
 
 
-@contextlib.contextmanager
-def warehouse_lock(warehouse: str) -> Iterator[None]:
-    """An exclusive lock per warehouse on this host (a file in the temp directory), held for a run."""
-    digest = hashlib.sha256(warehouse.encode()).hexdigest()[:16]
-    path = os.path.join(tempfile.gettempdir(), f"headwater-load-{digest}.lock")
-    with open(path, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("another load of %s runs on this host; waiting for it", warehouse)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+def run_child(cmd: Sequence[str], timeout_s: float, child: list[subprocess.Popen[bytes]] | None = None) -> int:
+    """Run one load as a child process (its own process group: driver, JVM, Python workers) and
+    return its exit code; one that outlasts ``timeout_s`` is stopped (SIGTERM, then SIGKILL after
+    60 s) and counts as failed, so a stuck load never blocks the next nights silently."""
+    p = subprocess.Popen(list(cmd), start_new_session=True)
+    if child is not None:
+        child[:] = [p]
+    try:
+        return p.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        log.error("the nightly load ran longer than %.0f s (loader.run.timeout.ms): stopping it", timeout_s)
+        for sig, grace in ((signal.SIGTERM, 60.0), (signal.SIGKILL, 30.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, sig)
+            try:
+                p.wait(grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        return -1
 
 
-def run_schedule(at: datetime.time, argv: Sequence[str]) -> int:
+def run_schedule(at: datetime.time, argv: Sequence[str], run_timeout_s: float = 6 * 3600.0) -> int:
     """Start ``headwater load <argv>`` every day at ``at`` until SIGTERM or SIGINT; returns 0."""
     stop = threading.Event()
     child: list[subprocess.Popen[bytes]] = []
@@ -82,9 +87,7 @@ def run_schedule(at: datetime.time, argv: Sequence[str]) -> int:
         cmd = [sys.executable, "-m", "headwater.cli.main", "load", *argv]
         log.info("starting the nightly load: %s", " ".join(cmd))
         started = datetime.datetime.now(datetime.UTC)
-        p = subprocess.Popen(cmd)
-        child[:] = [p]
-        code = p.wait()
+        code = run_child(cmd, run_timeout_s, child)
         took = str(datetime.datetime.now(datetime.UTC) - started).split(".")[0]
         if code == 0:
             log.info("nightly load finished in %s", took)

@@ -7,12 +7,16 @@
           .option("startingOffsets", "earliest")             # latest, or {"t": {"0": 23}}
           .option("endingOffsets", "latest")
           .option("minPartitions", 8)
+          .option("failOnDataLoss", "true")                  # default; false: skip what is gone
           .load())
 
 Columns as Spark's Kafka source: ``key`` and ``value`` (binary), ``topic``, ``partition``,
 ``offset``, ``timestamp``, ``timestampType`` (0 CreateTime, 1 LogAppendTime) and ``headers``
-(array of key / value structs). Offsets are resolved once, when the DataFrame is planned; each input
-partition reads one topic-partition range (split further for ``minPartitions``) and hands Spark
+(array of key / value structs). Offsets are resolved once, when the DataFrame is planned. Explicit
+offsets are used as given: an end beyond the log end offset fails the read (it is never cut short
+quietly); a start the log no longer holds (retention, or a re-created topic) is data loss, which
+fails the read unless ``failOnDataLoss`` is false (then it reads from the log start and logs the
+gap), as Spark's Kafka source does. JSON offsets must name every partition. Each input partition reads one topic-partition range (split further for ``minPartitions``) and hands Spark
 Arrow record batches built column by column, one per fetch.
 
 ``headwater.test.read.delay.ms`` (tests only) sleeps that long after each fetch, so a test can
@@ -22,15 +26,19 @@ kill a job while its tasks run.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from headwater.loader.offsets import OffsetRange, parse_spec, resolve, split
+from headwater.loader.offsets import DataLoss, DataLossError, OffsetRange, parse_spec, resolve, split
+
+log = logging.getLogger("headwater.loader.source")
 
 SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
@@ -76,16 +84,25 @@ class HeadwaterReader(DataSourceReader):
             raise ValueError("option kafka.bootstrap.servers is required")
         subscribe = opts.get("subscribe")
         self.bootstrap = bootstrap
-        self.ranges = resolve(
+        raw = opts.get("failondataloss", "true").strip().lower()
+        if raw not in ("true", "false"):
+            raise ValueError(f"option failOnDataLoss: {raw!r} is not true or false")
+        self.fail_on_data_loss = raw == "true"
+        plan = resolve(
             bootstrap,
             subscribe=[t.strip() for t in subscribe.split(",") if t.strip()] if subscribe else None,
             pattern=opts.get("subscribepattern"),
             starting=parse_spec("startingOffsets", opts.get("startingoffsets"), "earliest"),
             ending=parse_spec("endingOffsets", opts.get("endingoffsets"), "latest"),
+            fail_on_data_loss=self.fail_on_data_loss,
         )
+        for loss in plan.losses:
+            log.warning("failOnDataLoss=false: %s; reading on from offset %d", loss.describe(), loss.log_start)
+        self.ranges = plan.ranges
         self.min_partitions = int(opts.get("minpartitions", "0") or 0)
         self.max_bytes = int(opts.get("fetch.max.bytes", str(4 * 1024 * 1024)))
         self.delay_ms = int(opts.get("headwater.test.read.delay.ms", "0"))
+        self.bounds = ReadBounds.from_options(opts)
 
     def partitions(self) -> list[InputPartition]:
         return [RangePartition(r) for r in split(self.ranges, self.min_partitions)]
@@ -93,33 +110,146 @@ class HeadwaterReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
         r = partition.range
-        yield from read_range(self.bootstrap, r, self.max_bytes, self.delay_ms)
+        yield from read_range(self.bootstrap, r, self.max_bytes, self.delay_ms, self.fail_on_data_loss, self.bounds)
 
 
-def read_range(bootstrap: str, r: OffsetRange, max_bytes: int = 4 << 20, delay_ms: int = 0) -> Iterator[pa.RecordBatch]:
-    """Arrow record batches of every record in ``r`` (one per fetch)."""
+class PartitionReadError(RuntimeError):
+    """A topic-partition could not be read within its bounds (the message says why, where)."""
+
+
+@dataclass(frozen=True)
+class ReadBounds:
+    """How long one topic-partition's read may wait, and how often it retries (Spark's names).
+
+    ``poll_timeout_ms`` (``kafkaConsumer.pollTimeoutMs``) bounds each leader look-up and fetch;
+    ``retries`` (``fetchOffset.numRetries``) consecutive failures, ``retry_interval_ms``
+    (``fetchOffset.retryIntervalMs``) apart, fail the partition's task with the last reason. A
+    partition therefore gives up after at most ``(retries + 1) * (poll_timeout + retry_interval)``
+    without progress, never hangs.
+    """
+
+    poll_timeout_ms: int = 120_000
+    retries: int = 3
+    retry_interval_ms: int = 1_000
+
+    @classmethod
+    def from_options(cls, opts: dict[str, str]) -> ReadBounds:
+        def number(key: str, default: int, least: int) -> int:
+            raw = opts.get(key.lower(), "")
+            try:
+                value = int(raw) if raw else default
+            except ValueError:
+                raise ValueError(f"option {key}: {raw!r} is not an integer") from None
+            if value < least:
+                raise ValueError(f"option {key}: {value} must be >= {least}")
+            return value
+
+        return cls(
+            number("kafkaConsumer.pollTimeoutMs", cls.poll_timeout_ms, 1),
+            number("fetchOffset.numRetries", cls.retries, 0),
+            number("fetchOffset.retryIntervalMs", cls.retry_interval_ms, 0),
+        )
+
+
+def read_range(
+    bootstrap: str,
+    r: OffsetRange,
+    max_bytes: int = 4 << 20,
+    delay_ms: int = 0,
+    fail_on_data_loss: bool = True,
+    bounds: ReadBounds = ReadBounds(),
+) -> Iterator[pa.RecordBatch]:
+    """Arrow record batches of every record in ``r`` (one per fetch).
+
+    Offsets that retention removes while the range is read are a :class:`DataLossError` (or, with
+    ``fail_on_data_loss`` false, skipped with a warning naming them), as in Spark's Kafka source.
+    A fetch that returns nothing below ``r.end`` while the high watermark is at or past it means
+    the cleaner removed the rest of the range (a compacted tail): the range is done. Errors and
+    timeouts are retried within ``bounds``, then raise :class:`PartitionReadError`.
+    """
+    from headwater.client import raw
     from headwater.client.cluster import Cluster
-    from headwater.client.raw import fetch_raw
+    from headwater.client.errors import OffsetOutOfRangeError
     from headwater.protocol.records.record import iter_batches
 
+    tp = f"{r.topic}-{r.partition}"
+    timeout = bounds.poll_timeout_ms / 1000.0
     loop = asyncio.new_event_loop()
     cluster = Cluster(bootstrap, client_id="headwater-loader", allow_auto_create_topics=False)
+
+    def bounded(coro: Any, what: str) -> Any:
+        try:
+            return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+        except TimeoutError:
+            raise _Retriable(f"{what} timed out after {bounds.poll_timeout_ms} ms") from None
+
     try:
         offset = r.start
-        backoff = 0.1
+        failures = 0
         while offset < r.end:
-            loop.run_until_complete(cluster.leader_for(r.topic, r.partition))
-            got, failed = loop.run_until_complete(
-                fetch_raw(cluster, [(r.topic, r.partition, offset)], max_bytes=max_bytes, max_wait_ms=0)
-            )
-            if (r.topic, r.partition) in failed:
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-                loop.run_until_complete(cluster.refresh([r.topic]))
+            try:
+                try:
+                    bounded(cluster.leader_for(r.topic, r.partition), "leader look-up")
+                    got, failed = bounded(
+                        raw.fetch_raw(
+                            cluster,
+                            [(r.topic, r.partition, offset)],
+                            max_bytes=max_bytes,
+                            max_wait_ms=0,
+                            timeout=timeout,
+                        ),
+                        "fetch",
+                    )
+                except OffsetOutOfRangeError:
+                    start = bounded(_log_start(cluster, r), "log start look-up")
+                    if start <= offset:
+                        raise _Retriable(f"OFFSET_OUT_OF_RANGE with the log start at {start}") from None
+                    loss = DataLoss(r.topic, r.partition, offset, min(start, r.end), "source retention", start, -1)
+                    if fail_on_data_loss:
+                        raise DataLossError([loss]) from None
+                    log.warning("failOnDataLoss=false: %s; reading on from offset %d", loss.describe(), start)
+                    offset = min(start, r.end)
+                    continue
+                except _Retriable:
+                    raise
+                except Exception as e:  # a connection error below the client's own handling
+                    if not _retriable(e):
+                        raise
+                    raise _Retriable(f"{type(e).__name__}: {e}") from None
+                if (r.topic, r.partition) in failed:
+                    raise _Retriable(f"error {failed[(r.topic, r.partition)].name}")
+                part = got[(r.topic, r.partition)]
+                if not part.batches:
+                    if part.high_watermark >= r.end:
+                        log.info(
+                            "%s: no records in [%d, %d) below the high watermark %d: the cleaner removed them "
+                            "(a compacted tail); the range is done",
+                            tp,
+                            offset,
+                            r.end,
+                            part.high_watermark,
+                        )
+                        break
+                    raise _Retriable(
+                        f"no data at offset {offset} and the high watermark {part.high_watermark} is below "
+                        f"the range end {r.end} (a leader behind the one the range was planned on?)"
+                    )
+            except _Retriable as e:
+                failures += 1
+                if failures > bounds.retries:
+                    raise PartitionReadError(
+                        f"{tp}: reading offset {offset} of [{r.start}, {r.end}) failed {failures} time(s) in a row, "
+                        f"last: {e} (kafkaConsumer.pollTimeoutMs={bounds.poll_timeout_ms}, "
+                        f"fetchOffset.numRetries={bounds.retries})"
+                    ) from None
+                log.warning("%s: offset %d: %s; retry %d of %d", tp, offset, e, failures, bounds.retries)
+                time.sleep(bounds.retry_interval_ms / 1000.0)
+                try:
+                    bounded(cluster.refresh([r.topic]), "metadata refresh")
+                except _Retriable:
+                    pass  # the next attempt's leader look-up is bounded and counted
                 continue
-            part = got[(r.topic, r.partition)]
-            if not part.batches:
-                raise RuntimeError(f"{r.topic}-{r.partition}: no data at offset {offset} below the range end {r.end}")
+            failures = 0
             cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
             for _, b in part.batches:
                 for h, records in iter_batches(b):
@@ -142,5 +272,26 @@ def read_range(bootstrap: str, r: OffsetRange, max_bytes: int = 4 << 20, delay_m
             if delay_ms:
                 time.sleep(delay_ms / 1000.0)
     finally:
-        loop.run_until_complete(cluster.close())
-        loop.close()
+        try:
+            loop.run_until_complete(asyncio.wait_for(cluster.close(), timeout))
+        finally:
+            loop.close()
+
+
+class _Retriable(Exception):
+    """One failed attempt of a partition's read (counted against fetchOffset.numRetries)."""
+
+
+def _retriable(e: BaseException) -> bool:
+    from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError
+    from headwater.protocol.errors import KafkaError
+
+    if isinstance(e, KafkaConnectionError | KafkaTimeoutError | OSError):
+        return True
+    return isinstance(e, KafkaError) and bool(getattr(e.code, "retriable", False))
+
+
+async def _log_start(cluster: Any, r: OffsetRange) -> int:
+    from headwater.client.consumer import Consumer
+
+    return await Consumer("", cluster=cluster).earliest_offset(r.topic, r.partition)
