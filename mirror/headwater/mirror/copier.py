@@ -1,0 +1,285 @@
+"""One source partition's copier: fetch from the source leader, produce into the target.
+
+::
+
+    fetch (raw) from the source leader at the next offset
+      -> fast path: the complete batches as they are (control batches dropped, producer state of
+         idempotent batches reset), produced raw with acks=all to the SAME partition number
+      -> re-partitioning path (partition counts differ, or a test fault is set): records decoded
+         and produced with acks=all to murmur2(key) % n (the Java client's choice; a null key keeps
+         its source partition modulo n), keys / values / headers / CreateTime kept
+      -> only when the target acknowledged every batch of the fetch does the partition's
+         acknowledged offset (``next_offset``) move past them.
+
+The :class:`Copier` holds the partition's state (next offset, committed offset, the target offset
+after its last acknowledged append); :meth:`Copier.run` is its loop. The mirror
+(:mod:`headwater.mirror.mirror`) starts and stops copiers and commits their offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from headwater.client.cluster import Cluster
+from headwater.client.consumer import EARLIEST, LATEST, Consumer
+from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, OffsetOutOfRangeError, UnknownTopicError
+from headwater.client.partitioner import murmur2, to_positive
+from headwater.client.raw import as_plain_batch, fetch_raw, produce_raw
+from headwater.mirror.config import MirrorConfig
+from headwater.mirror.copies import TargetCopies, scan_target, skip_copied
+from headwater.mirror.metrics import MirrorMetrics
+from headwater.mirror.plan import TopicPlan
+from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.records.header import ATTRIBUTES_OFFSET, BatchHeader
+from headwater.protocol.records.record import RecordInput, decode_batch, encode_batch
+
+if TYPE_CHECKING:
+    from headwater.mirror.mirror import FlowState
+
+__all__ = ["Copier", "TopicPartition", "batch_span"]
+
+log = logging.getLogger("headwater.mirror")
+
+TopicPartition = tuple[str, int]
+BACKOFF_MAX = 5.0
+_LAST_OFFSET_DELTA = ATTRIBUTES_OFFSET + 2
+
+
+def batch_span(batch: bytes | memoryview) -> int:
+    """How many offsets a batch takes in the log (last offset delta + 1)."""
+    return int.from_bytes(batch[_LAST_OFFSET_DELTA : _LAST_OFFSET_DELTA + 4], "big", signed=True) + 1
+
+
+class Copier:
+    """One owned source partition: its offsets and its copy loop."""
+
+    def __init__(
+        self,
+        flow: FlowState,
+        tp: TopicPartition,
+        *,
+        config: MirrorConfig,
+        target: Cluster,
+        metrics: MirrorMetrics,
+        next_offset: int,
+        committed: int,
+    ) -> None:
+        self.flow = flow
+        self.tp = tp
+        self.config = config
+        self.target = target
+        self.metrics = metrics
+        self.stop = asyncio.Event()
+        self.next_offset = next_offset  # the source offset after everything the target acknowledged
+        self.committed = committed  # what the group in ZooKeeper holds (-1: nothing yet)
+        self.task: asyncio.Task[None] | None = None
+        #: fast path: the target offset right after this copier's last acknowledged append (-1: unknown)
+        self.target_end = -1
+        #: fast path, after a change of owner: copies the previous owner made past the committed offset
+        self.copies: TargetCopies | None = None
+        self.resume_scan = False  # scan the target from target_end before the first fetch
+
+    @property
+    def plan(self) -> TopicPlan:
+        return self.flow.plans[self.tp[0]]
+
+    def fast_path(self) -> bool:
+        faults = self.config.drop_every or self.config.duplicate_every
+        return self.plan.identity and not self.config.always_repartition and not faults
+
+    async def reset_offset(self) -> int:
+        """The source offset ``auto.offset.reset`` points at (earliest or latest)."""
+        consumer = Consumer("", cluster=self.flow.source)
+        when = EARLIEST if self.config.auto_offset_reset == "earliest" else LATEST
+        return (await consumer.offsets_before(self.tp[0], self.tp[1], when, 1))[0]
+
+    async def run(self) -> None:
+        topic, partition = tp = self.tp
+        backoff = 0.1
+        name = self.flow.flow.name
+        while not self.stop.is_set():
+            try:
+                if self.resume_scan:
+                    # What did the previous owner copy past the committed offset before it stopped?
+                    self.copies, _ = await scan_target(self.target, self.plan.target_topic, partition, self.target_end)
+                    self.resume_scan = False
+                    if self.copies is None:
+                        log.warning("%s: %s-%d: too much to scan in the target; resuming at-least-once", name, *tp)
+                    self.copies = self.copies or None
+                got, failed = await fetch_raw(
+                    self.flow.source,
+                    [(topic, partition, self.next_offset)],
+                    max_bytes=self.config.fetch_max_bytes,
+                    max_wait_ms=self.config.fetch_max_wait_ms,
+                )
+                if tp in failed or tp not in got:
+                    await self.flow.source.refresh([topic])
+                    raise KafkaError(failed.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR), "fetch failed")
+                part = got[tp]
+                self.metrics.lag.labels(name, topic, str(partition)).set(max(part.high_watermark - self.next_offset, 0))
+                if not part.batches:
+                    backoff = 0.1
+                    continue
+                data = [(h, b) for h, b in part.batches if not h.is_control]
+                if data and self.copies is not None:
+                    data = self._skip_previous_copies(data)
+                if data:
+                    await self._deliver(data)
+                self.next_offset = max(self.next_offset, part.batches[-1][0].next_offset)
+                backoff = 0.1
+            except OffsetOutOfRangeError:
+                old = self.next_offset
+                self.next_offset = await self.reset_offset()
+                log.warning(
+                    "%s: %s-%d offset %d is out of range: reset to %d", name, topic, partition, old, self.next_offset
+                )
+            except (KafkaConnectionError, KafkaTimeoutError, KafkaError, UnknownTopicError) as e:
+                log.info("%s: %s-%d: %s; retrying in %.1fs", name, topic, partition, e, backoff)
+                try:
+                    await asyncio.wait_for(self.stop.wait(), backoff)
+                except TimeoutError:
+                    pass
+                backoff = min(backoff * 2, BACKOFF_MAX)
+
+    def _skip_previous_copies(self, data: list[tuple[BatchHeader, memoryview]]) -> list[tuple[BatchHeader, memoryview]]:
+        """Drop the leading batches the previous owner already copied into the target."""
+        assert self.copies is not None
+        n, end = skip_copied([as_plain_batch(h, b) for h, b in data], self.copies)
+        if n:
+            self.target_end = max(self.target_end, end)
+            records = sum(h.records_count for h, _ in data[:n])
+            self.metrics.skipped.labels(self.flow.flow.name, self.tp[0]).inc(records)
+            log.info(
+                "%s: %s-%d: %d batch(es), %d record(s) from offset %d were already copied by the previous owner: skipped",
+                self.flow.flow.name,
+                *self.tp,
+                n,
+                records,
+                data[0][0].base_offset,
+            )
+        if n < len(data):
+            self.copies = None  # the rest was never copied: a prefix only, so matching is over
+        return data[n:]
+
+    async def _deliver(self, batches: list[tuple[BatchHeader, memoryview]]) -> None:
+        """Produce the batches into the target until it acknowledged all of them (acks=all)."""
+        plan = self.plan
+        name = self.flow.flow.name
+        topic = self.tp[0]
+        if self.fast_path():
+            await self._produce_same_partition(
+                plan.target_topic, self.tp[1], [as_plain_batch(h, b) for h, b in batches]
+            )
+        else:
+            for partition, payload in self._repartition(plan, batches).items():
+                await self._produce(plan.target_topic, partition, payload)
+        count = sum(h.records_count for h, _ in batches)
+        self.metrics.records.labels(name, topic).inc(count)
+        self.metrics.bytes.labels(name, topic).inc(sum(len(b) for _, b in batches))
+        newest = max(h.max_timestamp for h, _ in batches)
+        if newest > 0:
+            self.metrics.latency.labels(name).observe(max(time.time() - newest / 1000.0, 0.0))
+
+    def _repartition(self, plan: TopicPlan, batches: list[tuple[BatchHeader, memoryview]]) -> dict[int, bytes]:
+        """Decode, choose each record's target partition as the Java client would, re-encode per
+        partition (same codec and timestamp type as the source batch). Applies the test faults."""
+        per_partition: dict[int, list[bytes]] = defaultdict(list)
+        n = plan.target_partitions
+        f = self.flow
+        for _, b in batches:
+            header, records = decode_batch(b)
+            out: dict[int, list[RecordInput]] = defaultdict(list)
+            for r in records:
+                f.records_seen += 1
+                copies = 1
+                if self.config.drop_every and f.records_seen % self.config.drop_every == 0:
+                    self.metrics.dropped.labels(f.flow.name).inc()
+                    continue
+                if self.config.duplicate_every and f.records_seen % self.config.duplicate_every == 0:
+                    self.metrics.duplicated.labels(f.flow.name).inc()
+                    copies = 2
+                target = to_positive(murmur2(r.key)) % n if r.key is not None else self.tp[1] % n
+                for _ in range(copies):
+                    out[target].append(RecordInput(r.key, r.value, r.timestamp, r.headers))
+            for target, recs in out.items():
+                per_partition[target].append(
+                    encode_batch(recs, compression=header.codec, timestamp_type=1 if header.attributes & 0x08 else 0)
+                )
+        return {p: b"".join(parts) for p, parts in per_partition.items()}
+
+    async def _produce_same_partition(self, topic: str, partition: int, batches: list[bytes | memoryview]) -> None:
+        """The fast path's produce: acks=all, retried until acknowledged; before a retry, the batches
+        an unanswered attempt did append (found in the target past ``target_end``) are dropped,
+        so a lost answer does not turn into a duplicate."""
+        backoff = 0.1
+        name = self.flow.flow.name
+        while batches:
+            try:
+                base = await produce_raw(self.target, topic, partition, b"".join(batches), acks=-1)
+                self.target_end = base + sum(batch_span(b) for b in batches)
+                return
+            except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
+                self.metrics.produce_errors.labels(name).inc()
+                level = logging.INFO if isinstance(e, KafkaError) and e.retriable else logging.WARNING
+                log.log(level, "%s: producing to %s-%d: %s; retrying in %.1fs", name, topic, partition, e, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX)
+            try:
+                await self.target.refresh([topic])
+                if self.target_end >= 0:
+                    n, end = await self._find_appended(topic, partition, self.target_end, batches)
+                    if n:
+                        log.info(
+                            "%s: %s-%d: %d of %d batch(es) of the unanswered produce are in the target: not sent again",
+                            name,
+                            topic,
+                            partition,
+                            n,
+                            len(batches),
+                        )
+                        self.target_end = max(self.target_end, end)
+                        batches = batches[n:]
+            except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
+                pass
+
+    async def _find_appended(
+        self, topic: str, partition: int, start: int, batches: list[bytes | memoryview]
+    ) -> tuple[int, int]:
+        """How many leading ``batches`` an unanswered produce appended (see :func:`skip_copied`):
+        scans until all are found or the high watermark stood still for three seconds (a new
+        leader's high watermark catches up with what it holds within a follower fetch or two)."""
+        last_hw, still = -2, 0
+        found = (0, -1)
+        for _ in range(60):
+            copies, hw = await scan_target(self.target, topic, partition, start)
+            found = skip_copied(batches, copies or {})
+            if found[0] == len(batches) or copies is None:
+                return found
+            still = still + 1 if hw == last_hw else 0
+            if still >= 3:
+                return found
+            last_hw = hw
+            await asyncio.sleep(1.0)
+        return found
+
+    async def _produce(self, topic: str, partition: int, payload: bytes) -> None:
+        backoff = 0.1
+        name = self.flow.flow.name
+        while True:
+            try:
+                await produce_raw(self.target, topic, partition, payload, acks=-1)
+                return
+            except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
+                self.metrics.produce_errors.labels(name).inc()
+                level = logging.INFO if isinstance(e, KafkaError) and e.retriable else logging.WARNING
+                log.log(level, "%s: producing to %s-%d: %s; retrying in %.1fs", name, topic, partition, e, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                try:
+                    await self.target.refresh([topic])
+                except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
+                    pass
