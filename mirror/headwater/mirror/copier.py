@@ -28,24 +28,29 @@ from headwater.client.cluster import Cluster
 from headwater.client.consumer import EARLIEST, LATEST, Consumer
 from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, OffsetOutOfRangeError, UnknownTopicError
 from headwater.client.partitioner import murmur2, to_positive
-from headwater.client.raw import as_plain_batch, fetch_raw, produce_raw
+from headwater.client.raw import as_plain_batch, produce_raw
 from headwater.mirror.config import MirrorConfig
 from headwater.mirror.copies import TargetCopies, scan_target, skip_copied
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan
-from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.errors import KafkaError
 from headwater.protocol.records.header import ATTRIBUTES_OFFSET, BatchHeader
 from headwater.protocol.records.record import RecordInput, decode_batch, encode_batch
+from headwater.service.supervisor import Unit
 
 if TYPE_CHECKING:
     from headwater.mirror.mirror import FlowState
 
-__all__ = ["Copier", "TopicPartition", "batch_span"]
+__all__ = ["STUCK_AFTER_S", "Copier", "TopicPartition", "batch_span"]
 
 log = logging.getLogger("headwater.mirror")
 
 TopicPartition = tuple[str, int]
 BACKOFF_MAX = 5.0
+#: consecutive failed fetches retried quietly (INFO) before the failure goes to the supervisor
+_RETRIES_BEFORE_FAILING = 8
+#: a copier that has neither fetched nor delivered for this long is reported stuck by /healthz
+STUCK_AFTER_S = 120.0
 _LAST_OFFSET_DELTA = ATTRIBUTES_OFFSET + 2
 
 
@@ -76,7 +81,7 @@ class Copier:
         self.stop = asyncio.Event()
         self.next_offset = next_offset  # the source offset after everything the target acknowledged
         self.committed = committed  # what the group in ZooKeeper holds (-1: nothing yet)
-        self.task: asyncio.Task[None] | None = None
+        self.unit_name = f"{flow.flow.name} {tp[0]}-{tp[1]}"
         #: fast path: the target offset right after this copier's last acknowledged append (-1: unknown)
         self.target_end = -1
         #: fast path, after a change of owner: copies the previous owner made past the committed offset
@@ -97,53 +102,72 @@ class Copier:
         when = EARLIEST if self.config.auto_offset_reset == "earliest" else LATEST
         return (await consumer.offsets_before(self.tp[0], self.tp[1], when, 1))[0]
 
-    async def run(self) -> None:
+    def describe(self) -> str:
+        """What the copier was doing, for the supervisor's ERROR line."""
+        return f"next offset {self.next_offset}, target end {self.target_end}"
+
+    async def run(self, unit: Unit) -> None:
+        """The copy loop, run by the mirror's supervisor: an exception that escapes is logged at
+        ERROR, counted and the loop started again with backoff (the offsets live on in this
+        object); :class:`FatalError` stops this partition only."""
         topic, partition = tp = self.tp
         backoff = 0.1
+        failures = 0
         name = self.flow.flow.name
-        while not self.stop.is_set():
-            try:
-                if self.resume_scan:
-                    # What did the previous owner copy past the committed offset before it stopped?
-                    self.copies, _ = await scan_target(self.target, self.plan.target_topic, partition, self.target_end)
-                    self.resume_scan = False
-                    if self.copies is None:
-                        log.warning("%s: %s-%d: too much to scan in the target; resuming at-least-once", name, *tp)
-                    self.copies = self.copies or None
-                got, failed = await fetch_raw(
-                    self.flow.source,
-                    [(topic, partition, self.next_offset)],
-                    max_bytes=self.config.fetch_max_bytes,
-                    max_wait_ms=self.config.fetch_max_wait_ms,
-                )
-                if tp in failed or tp not in got:
-                    await self.flow.source.refresh([topic])
-                    raise KafkaError(failed.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR), "fetch failed")
-                part = got[tp]
-                self.metrics.lag.labels(name, topic, str(partition)).set(max(part.high_watermark - self.next_offset, 0))
-                if not part.batches:
-                    backoff = 0.1
-                    continue
-                data = [(h, b) for h, b in part.batches if not h.is_control]
-                if data and self.copies is not None:
-                    data = self._skip_previous_copies(data)
-                if data:
-                    await self._deliver(data)
-                self.next_offset = max(self.next_offset, part.batches[-1][0].next_offset)
-                backoff = 0.1
-            except OffsetOutOfRangeError:
-                old = self.next_offset
-                self.next_offset = await self.reset_offset()
-                log.warning(
-                    "%s: %s-%d offset %d is out of range: reset to %d", name, topic, partition, old, self.next_offset
-                )
-            except (KafkaConnectionError, KafkaTimeoutError, KafkaError, UnknownTopicError) as e:
-                log.info("%s: %s-%d: %s; retrying in %.1fs", name, topic, partition, e, backoff)
+        try:
+            while not self.stop.is_set():
+                if self.next_offset < 0:  # nothing committed: where auto.offset.reset points
+                    self.next_offset = await self.reset_offset()
                 try:
-                    await asyncio.wait_for(self.stop.wait(), backoff)
-                except TimeoutError:
-                    pass
-                backoff = min(backoff * 2, BACKOFF_MAX)
+                    if self.resume_scan:
+                        # What did the previous owner copy past the committed offset before it stopped?
+                        self.copies, _ = await scan_target(
+                            self.target, self.plan.target_topic, partition, self.target_end
+                        )
+                        self.resume_scan = False
+                        if self.copies is None:
+                            log.warning("%s: %s-%d: too much to scan in the target; resuming at-least-once", name, *tp)
+                        self.copies = self.copies or None
+                    part = await self.flow.fetcher.fetch(tp, self.next_offset)
+                    unit.progress()
+                    self.metrics.lag.labels(name, topic, str(partition)).set(
+                        max(part.high_watermark - self.next_offset, 0)
+                    )
+                    failures, backoff = 0, 0.1
+                    if not part.batches:
+                        continue
+                    data = [(h, b) for h, b in part.batches if not h.is_control]
+                    if data and self.copies is not None:
+                        data = self._skip_previous_copies(data)
+                    if data:
+                        await self._deliver(data)
+                        unit.progress()
+                    self.next_offset = max(self.next_offset, part.batches[-1][0].next_offset)
+                except OffsetOutOfRangeError:
+                    old = self.next_offset
+                    self.next_offset = await self.reset_offset()
+                    log.warning(
+                        "%s: %s-%d offset %d is out of range: reset to %d",
+                        name,
+                        topic,
+                        partition,
+                        old,
+                        self.next_offset,
+                    )
+                except (KafkaConnectionError, KafkaTimeoutError, KafkaError, UnknownTopicError) as e:
+                    # A leader moving, a broker restarting: retried here a few times; then the
+                    # supervisor takes over (ERROR, counted, unhealthy while it backs off).
+                    failures += 1
+                    if failures > _RETRIES_BEFORE_FAILING:
+                        raise
+                    log.info("%s: %s-%d: %s; retrying in %.1fs", name, topic, partition, e, backoff)
+                    try:
+                        await asyncio.wait_for(self.stop.wait(), backoff)
+                    except TimeoutError:
+                        pass
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+        except _Stopped:
+            pass
 
     def _skip_previous_copies(self, data: list[tuple[BatchHeader, memoryview]]) -> list[tuple[BatchHeader, memoryview]]:
         """Drop the leading batches the previous owner already copied into the target."""
@@ -226,7 +250,7 @@ class Copier:
                 self.metrics.produce_errors.labels(name).inc()
                 level = logging.INFO if isinstance(e, KafkaError) and e.retriable else logging.WARNING
                 log.log(level, "%s: producing to %s-%d: %s; retrying in %.1fs", name, topic, partition, e, backoff)
-            await asyncio.sleep(backoff)
+            await self._pause(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX)
             try:
                 await self.target.refresh([topic])
@@ -263,7 +287,7 @@ class Copier:
             if still >= 3:
                 return found
             last_hw = hw
-            await asyncio.sleep(1.0)
+            await self._pause(1.0)
         return found
 
     async def _produce(self, topic: str, partition: int, payload: bytes) -> None:
@@ -277,9 +301,22 @@ class Copier:
                 self.metrics.produce_errors.labels(name).inc()
                 level = logging.INFO if isinstance(e, KafkaError) and e.retriable else logging.WARNING
                 log.log(level, "%s: producing to %s-%d: %s; retrying in %.1fs", name, topic, partition, e, backoff)
-                await asyncio.sleep(backoff)
+                await self._pause(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 try:
                     await self.target.refresh([topic])
                 except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
                     pass
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep before a retry; a copier told to stop gives up the retry (its offset has not
+        moved past what the target acknowledged, so the next owner starts from there)."""
+        try:
+            await asyncio.wait_for(self.stop.wait(), seconds)
+        except TimeoutError:
+            return
+        raise _Stopped
+
+
+class _Stopped(Exception):
+    """The copier was told to stop while it waited to retry."""

@@ -43,6 +43,13 @@ class MirrorMetrics:
             ["flow"],
             registry=r,
         )
+        self.plan_failures = Counter(
+            "headwater_mirror_topic_plan_failures",
+            "Attempts to plan a source topic (find or create its destination topic) that failed; the topic is "
+            "left out, the others go on",
+            ["flow", "topic"],
+            registry=r,
+        )
         self.lag = Gauge(
             "headwater_mirror_partition_lag",
             "Source high watermark minus the next offset to mirror",

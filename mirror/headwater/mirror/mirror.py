@@ -28,10 +28,12 @@ from dataclasses import dataclass, field
 from headwater.client.admin import Admin
 from headwater.client.cluster import Cluster
 from headwater.mirror.config import Flow, MirrorConfig
-from headwater.mirror.copier import BACKOFF_MAX, Copier, TopicPartition
+from headwater.mirror.copier import BACKOFF_MAX, STUCK_AFTER_S, Copier, TopicPartition
+from headwater.mirror.fetcher import SourceFetcher
 from headwater.mirror.group import ZkGroup, assign, new_consumer_id
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan, plan_topic
+from headwater.service.supervisor import HealthRegistry, Supervisor
 
 log = logging.getLogger("headwater.mirror")
 
@@ -42,6 +44,7 @@ class FlowState:
     group: ZkGroup
     source: Cluster
     source_admin: Admin
+    fetcher: SourceFetcher
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     plans: dict[str, TopicPlan] = field(default_factory=dict)
     copiers: dict[TopicPartition, Copier] = field(default_factory=dict)
@@ -61,6 +64,11 @@ class Mirror:
         self.target_admin = Admin("", cluster=self.target)
         self.flows: list[FlowState] = []
         self.started = False
+        #: what /healthz reports beside the flows' shares: copiers down or stuck, topics that cannot be planned
+        self.health_registry = HealthRegistry()
+        #: every copier runs under it: an exception is logged at ERROR, counted in
+        #: headwater_mirror_task_failures_total{flow} and the copier restarted with backoff
+        self.supervisor = Supervisor("mirror", self.health_registry, self.metrics.registry, label_names=("flow",))
 
     def reload_topics(self, fresh: MirrorConfig) -> None:
         """SIGHUP: take the topic lists of the re-read file for the flows that still exist (adding or
@@ -75,11 +83,14 @@ class Mirror:
     # -- health --------------------------------------------------------------------------------
 
     def health(self) -> tuple[bool, str]:
-        """Healthy once every flow has taken its share: it owns partitions, or none match yet."""
+        """Healthy once every flow has taken its share (it owns partitions, or none match yet) and
+        nothing is wrong: no owned partition without a live copier (failed, restarting, or stuck
+        for STUCK_AFTER_S), no topic that cannot be planned, no rebalance failing."""
         if not self.started:
             return False, "starting"
+        reasons = self.health_registry.reasons()
+        ok = not reasons
         parts = []
-        ok = True
         for f in self.flows:
             owned = sorted(f.copiers)
             if f.pending or (not owned and f.plans and f.healthy_reason != "no partitions assigned to this process"):
@@ -87,7 +98,7 @@ class Mirror:
             parts.append(
                 f"{f.flow.name}: {len(owned)} partition(s) owned, {len(f.pending)} pending; {f.healthy_reason}"
             )
-        return ok, "; ".join(parts)
+        return ok, "; ".join(reasons + parts)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -105,7 +116,10 @@ class Mirror:
                     [p.pattern for p in flow.topics],
                 )
                 source = Cluster(src.bootstrap, client_id="headwater-mirror", allow_auto_create_topics=False)
-                state = FlowState(flow, group, source, Admin("", cluster=source))
+                fetcher = SourceFetcher(
+                    source, max_bytes=self.config.fetch_max_bytes, max_wait_ms=self.config.fetch_max_wait_ms
+                )
+                state = FlowState(flow, group, source, Admin("", cluster=source), fetcher)
                 self.flows.append(state)
                 tasks.append(asyncio.ensure_future(self._run_flow(state, loop, stop)))
             tasks.append(asyncio.ensure_future(self._commit_loop(stop)))
@@ -135,6 +149,7 @@ class Mirror:
                 break
             except Exception as e:
                 f.healthy_reason = f"source ZooKeeper {f.group.zk_connect} unreachable: {e}"
+                self.health_registry.set_problem(f"{f.flow.name}: joining the group", f.healthy_reason)
                 log.warning(
                     "%s: cannot join the group in %s (%s); retrying in %.1fs",
                     f.flow.name,
@@ -149,6 +164,7 @@ class Mirror:
                 f.group = ZkGroup(f.group.zk_connect, f.group.group, f.group.consumer_id, f.group.subscription)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
+        self.health_registry.clear_problem(f"{f.flow.name}: joining the group")
         log.info("%s: joined group %s in %s as %s", f.flow.name, f.group.group, f.group.zk_connect, f.group.consumer_id)
         f.changed.set()
         while not stop.is_set():
@@ -159,8 +175,10 @@ class Mirror:
             f.changed.clear()
             try:
                 await self._rebalance(f)
-            except Exception as e:  # the source or target is unreachable: keep trying, keep other flows going
+                self.health_registry.clear_problem(f"{f.flow.name}: rebalance")
+            except Exception as e:  # the source ZooKeeper is unreachable: keep trying, keep other flows going
                 f.healthy_reason = f"rebalance failed: {e}"
+                self.health_registry.set_problem(f"{f.flow.name}: rebalance", f"failed, retrying: {e}")
                 log.warning("%s: rebalance failed (%s); retrying", f.flow.name, e)
                 await asyncio.sleep(1.0)
                 f.changed.set()
@@ -179,11 +197,9 @@ class Mirror:
             n = len(await asyncio.to_thread(g.partitions, t))
             if n == 0:
                 continue
-            plan = f.plans.get(t)
-            if plan is None or plan.source_partitions != n:
-                plan = await self._plan_topic(f, t, n)
-                f.plans[t] = plan
-            partitions.extend((t, p) for p in range(n))
+            plan = await self._plan(f, t, n)
+            if plan is not None:
+                partitions.extend((t, p) for p in range(plan.source_partitions))
         if g.consumer_id not in members:
             members = sorted({*members, g.consumer_id})  # our registration is on its way
         mine = assign(partitions, members, g.consumer_id)
@@ -212,6 +228,24 @@ class Mirror:
                 waiting,
             )
 
+    async def _plan(self, f: FlowState, topic: str, n: int) -> TopicPlan | None:
+        """The topic's plan for ``n`` source partitions. A topic that cannot be planned (the target
+        refuses to create it, or cannot be reached) is reported (ERROR, /healthz) and left out of
+        this rebalance -- the other topics go on -- or keeps its previous plan if it had one."""
+        plan = f.plans.get(topic)
+        if plan is not None and plan.source_partitions == n:
+            return plan
+        key = f"{f.flow.name}: topic {topic}"
+        try:
+            plan = await self._plan_topic(f, topic, n)
+        except Exception as e:
+            self.health_registry.set_problem(key, f"cannot be mirrored (retrying): {type(e).__name__}: {e}")
+            self.metrics.plan_failures.labels(f.flow.name, topic).inc()
+            return f.plans.get(topic)
+        self.health_registry.clear_problem(key)
+        f.plans[topic] = plan
+        return plan
+
     async def _plan_topic(self, f: FlowState, topic: str, source_partitions: int) -> TopicPlan:
         return await plan_topic(
             self.config, self.target, self.target_admin, f.source_admin, f.flow, topic, source_partitions
@@ -220,35 +254,45 @@ class Mirror:
     # -- copiers -------------------------------------------------------------------------------
 
     async def _start_copier(self, f: FlowState, tp: TopicPartition, committed: int | None) -> None:
+        """Start the partition's copier under the supervisor (from ``auto.offset.reset`` when
+        nothing is committed: the copier looks it up itself, supervised)."""
+        offset = committed if committed is not None and committed >= 0 else -1
         copier = Copier(
-            f, tp, config=self.config, target=self.target, metrics=self.metrics, next_offset=-1, committed=-1
+            f, tp, config=self.config, target=self.target, metrics=self.metrics, next_offset=offset, committed=offset
         )
-        offset = committed if committed is not None else await copier.reset_offset()
-        copier.next_offset = offset
-        copier.committed = offset if committed is not None else -1
-        if committed is not None and copier.fast_path():
+        if offset >= 0 and copier.fast_path():
             target = await asyncio.to_thread(f.group.read_target_offset, tp)
             if target is not None:
                 copier.target_end, copier.resume_scan = target, True
-        copier.task = asyncio.ensure_future(copier.run())
         f.copiers[tp] = copier
+        self.supervisor.start(
+            copier.unit_name,
+            copier.run,
+            labels={"flow": f.flow.name},
+            stuck_after_s=STUCK_AFTER_S,
+            detail=copier.describe,
+        )
 
     async def _stop_copier(self, f: FlowState, tp: TopicPartition, *, release: bool) -> None:
+        """Stop the copier (it finishes its in-flight produce), then, when handing the partition
+        over, commit its acknowledged offset and release the owner node. Never raises: a copier
+        that failed, or a commit that fails, does not hold up the hand-over of the others."""
         copier = f.copiers.pop(tp)
         copier.stop.set()
-        assert copier.task is not None
-        try:
-            await asyncio.wait_for(asyncio.shield(copier.task), 60)
-        except TimeoutError:
+        unit = self.supervisor.unit(copier.unit_name)
+        running = unit is not None and unit.state == "running"  # not failed, not in a restart's backoff
+        if running and not await self.supervisor.join(copier.unit_name, 60):
             log.warning("%s: copier of %s-%d did not stop within 60s: cancelling it", f.flow.name, *tp)
-            copier.task.cancel()
-            await asyncio.gather(copier.task, return_exceptions=True)
+        await self.supervisor.stop(copier.unit_name)
         if release:
             try:
                 await self._commit(f, tp, copier)
+            except Exception as e:
+                log.warning("%s: handing over %s-%d: commit failed: %s", f.flow.name, *tp, e)
+            try:
                 await asyncio.to_thread(f.group.release, tp)
             except Exception as e:
-                log.warning("%s: handing over %s-%d: %s", f.flow.name, *tp, e)
+                log.warning("%s: handing over %s-%d: releasing the owner node failed: %s", f.flow.name, *tp, e)
         for gauge in (self.metrics.lag, self.metrics.committed):
             try:
                 gauge.remove(f.flow.name, tp[0], str(tp[1]))
@@ -258,7 +302,7 @@ class Mirror:
     # -- offsets -------------------------------------------------------------------------------
 
     async def _commit(self, f: FlowState, tp: TopicPartition, c: Copier) -> None:
-        if c.next_offset != c.committed:
+        if c.next_offset >= 0 and c.next_offset != c.committed:
             offset = c.next_offset
             # read together (no await between): the target offset that goes with this source offset
             target = c.target_end if c.target_end >= 0 and c.copies is None and not c.resume_scan else None
@@ -287,8 +331,13 @@ class Mirror:
         for f in self.flows:
             for tp in list(f.copiers):
                 await self._stop_copier(f, tp, release=True)
+        await self.supervisor.stop_all()
         for f in self.flows:
-            await asyncio.to_thread(f.group.stop)
+            try:
+                await asyncio.to_thread(f.group.stop)
+            except Exception as e:
+                log.warning("%s: leaving the group: %s", f.flow.name, e)
+            await f.fetcher.close()
             await f.source.close()
         await self.target.close()
 
