@@ -34,14 +34,14 @@ from headwater.mirror.copies import TargetCopies, scan_target, skip_copied
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan
 from headwater.protocol.errors import KafkaError
-from headwater.protocol.records.header import ATTRIBUTES_OFFSET, BatchHeader
+from headwater.protocol.records.header import ATTRIBUTES_OFFSET, TIMESTAMP_TYPE_BIT, BatchHeader
 from headwater.protocol.records.record import RecordInput, decode_batch, encode_batch
 from headwater.service.supervisor import Unit
 
 if TYPE_CHECKING:
     from headwater.mirror.mirror import FlowState
 
-__all__ = ["STUCK_AFTER_S", "Copier", "TopicPartition", "batch_span"]
+__all__ = ["STUCK_AFTER_S", "Copier", "TopicPartition", "as_target_batch", "batch_span", "is_dense"]
 
 log = logging.getLogger("headwater.mirror")
 
@@ -57,6 +57,33 @@ _LAST_OFFSET_DELTA = ATTRIBUTES_OFFSET + 2
 def batch_span(batch: bytes | memoryview) -> int:
     """How many offsets a batch takes in the log (last offset delta + 1)."""
     return int.from_bytes(batch[_LAST_OFFSET_DELTA : _LAST_OFFSET_DELTA + 4], "big", signed=True) + 1
+
+
+def is_dense(h: BatchHeader) -> bool:
+    """Whether the batch's records fill its offset range (the log cleaner leaves gaps)."""
+    return h.records_count == h.last_offset_delta + 1
+
+
+def as_target_batch(h: BatchHeader, b: memoryview) -> bytes | memoryview | None:
+    """A fetched batch as the fast path produces it, None when there is nothing to produce.
+
+    A batch the source's log cleaner compacted keeps its offset range but lost records (offset
+    gaps); a broker refuses such a batch from a producer (CORRUPT_MESSAGE), so it is decoded and
+    re-encoded with dense offsets (same codec, timestamp type, timestamps, keys, values, headers),
+    as MirrorMaker 2 re-produces records. Re-encoding is deterministic, so a copy made this way is
+    still recognised in the target (:mod:`headwater.mirror.copies`). A batch the cleaner emptied
+    is left out. Any other batch is produced as it is (producer state reset: :func:`as_plain_batch`).
+    """
+    if is_dense(h):
+        return as_plain_batch(h, b)
+    if h.records_count == 0:
+        return None
+    _, records = decode_batch(b)
+    return encode_batch(
+        [RecordInput(r.key, r.value, r.timestamp, r.headers) for r in records],
+        compression=h.codec,
+        timestamp_type=1 if h.attributes & TIMESTAMP_TYPE_BIT else 0,
+    )
 
 
 class Copier:
@@ -87,6 +114,7 @@ class Copier:
         #: fast path, after a change of owner: copies the previous owner made past the committed offset
         self.copies: TargetCopies | None = None
         self.resume_scan = False  # scan the target from target_end before the first fetch
+        self._told_reencoded = False
 
     @property
     def plan(self) -> TopicPlan:
@@ -172,7 +200,10 @@ class Copier:
     def _skip_previous_copies(self, data: list[tuple[BatchHeader, memoryview]]) -> list[tuple[BatchHeader, memoryview]]:
         """Drop the leading batches the previous owner already copied into the target."""
         assert self.copies is not None
-        n, end = skip_copied([as_plain_batch(h, b) for h, b in data], self.copies)
+        produced = [(i, as_target_batch(h, b)) for i, (h, b) in enumerate(data)]
+        kept = [(i, p) for i, p in produced if p is not None]
+        matched, end = skip_copied([p for _, p in kept], self.copies)
+        n = len(data) if matched == len(kept) else kept[matched][0]
         if n:
             self.target_end = max(self.target_end, end)
             records = sum(h.records_count for h, _ in data[:n])
@@ -195,9 +226,7 @@ class Copier:
         name = self.flow.flow.name
         topic = self.tp[0]
         if self.fast_path():
-            await self._produce_same_partition(
-                plan.target_topic, self.tp[1], [as_plain_batch(h, b) for h, b in batches]
-            )
+            await self._produce_same_partition(plan.target_topic, self.tp[1], self._as_produced(batches))
         else:
             for partition, payload in self._repartition(plan, batches).items():
                 await self._produce(plan.target_topic, partition, payload)
@@ -207,6 +236,29 @@ class Copier:
         newest = max(h.max_timestamp for h, _ in batches)
         if newest > 0:
             self.metrics.latency.labels(name).observe(max(time.time() - newest / 1000.0, 0.0))
+
+    def _as_produced(self, batches: list[tuple[BatchHeader, memoryview]]) -> list[bytes | memoryview]:
+        """The fast path's batches as the target accepts them (see :func:`as_target_batch`)."""
+        out: list[bytes | memoryview] = []
+        reencoded = 0
+        for h, b in batches:
+            produced = as_target_batch(h, b)
+            if produced is not None:
+                out.append(produced)
+            if not is_dense(h):
+                reencoded += 1
+        if reencoded:
+            self.metrics.reencoded.labels(self.flow.flow.name, self.tp[0]).inc(reencoded)
+            if not self._told_reencoded:
+                self._told_reencoded = True
+                log.info(
+                    "%s: %s-%d: compacted batches (offset gaps left by the source's cleaner) are re-encoded with "
+                    "dense offsets (the first from source offset %d)",
+                    self.flow.flow.name,
+                    *self.tp,
+                    batches[0][0].base_offset,
+                )
+        return out
 
     def _repartition(self, plan: TopicPlan, batches: list[tuple[BatchHeader, memoryview]]) -> dict[int, bytes]:
         """Decode, choose each record's target partition as the Java client would, re-encode per

@@ -31,6 +31,13 @@ class MirrorMetrics:
             ["flow", "topic"],
             registry=r,
         )
+        self.reencoded = Counter(
+            "headwater_mirror_reencoded_batches",
+            "Fast-path batches re-encoded with dense offsets because the source's log cleaner left offset gaps in "
+            "them (compacted topics)",
+            ["flow", "topic"],
+            registry=r,
+        )
         self.dropped = Counter(
             "headwater_mirror_test_dropped_records",
             "Records dropped by headwater.test.drop.every (tests only)",
