@@ -33,10 +33,10 @@ from headwater.mirror.config import MirrorConfig
 from headwater.mirror.copies import TargetCopies, scan_target, skip_copied
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan
-from headwater.protocol.errors import KafkaError
+from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.header import ATTRIBUTES_OFFSET, TIMESTAMP_TYPE_BIT, BatchHeader
 from headwater.protocol.records.record import RecordInput, decode_batch, encode_batch
-from headwater.service.supervisor import Unit
+from headwater.service.supervisor import FatalError, Unit
 
 if TYPE_CHECKING:
     from headwater.mirror.mirror import FlowState
@@ -57,6 +57,41 @@ _LAST_OFFSET_DELTA = ATTRIBUTES_OFFSET + 2
 def batch_span(batch: bytes | memoryview) -> int:
     """How many offsets a batch takes in the log (last offset delta + 1)."""
     return int.from_bytes(batch[_LAST_OFFSET_DELTA : _LAST_OFFSET_DELTA + 4], "big", signed=True) + 1
+
+
+#: answers that say the produce was NOT appended: retried at once, without looking for it in the target
+NOT_APPENDED_ERRORS = frozenset(
+    {
+        ErrorCode.NOT_LEADER_FOR_PARTITION,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_ENOUGH_REPLICAS,  # checked before the append (unlike ..._AFTER_APPEND)
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
+#: answers retrying cannot fix: the partition's copier stops (FatalError: ERROR, counted, /healthz 503)
+FATAL_PRODUCE_ERRORS = frozenset(
+    {
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.RECORD_LIST_TOO_LARGE,
+        ErrorCode.CORRUPT_MESSAGE,  # batches are dense (re-encoded when cleaned): the source data is corrupt
+        ErrorCode.INVALID_TIMESTAMP,
+        ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+        ErrorCode.INVALID_REQUIRED_ACKS,
+        ErrorCode.INVALID_TOPIC_EXCEPTION,
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        ErrorCode.POLICY_VIOLATION,
+    }
+)
+#: at most this many scans (one a second) for the batches of an unanswered produce
+_SCAN_ROUNDS_MAX = 15
+
+
+def _not_appended(e: Exception) -> bool:
+    return isinstance(e, KafkaError) and e.code in NOT_APPENDED_ERRORS
 
 
 def is_dense(h: BatchHeader) -> bool:
@@ -288,30 +323,33 @@ class Copier:
         return {p: b"".join(parts) for p, parts in per_partition.items()}
 
     async def _produce_same_partition(self, topic: str, partition: int, batches: list[bytes | memoryview]) -> None:
-        """The fast path's produce: acks=all, retried until acknowledged; before a retry, the batches
-        an unanswered attempt did append (found in the target past ``target_end``) are dropped,
-        so a lost answer does not turn into a duplicate."""
+        """The fast path's produce: acks=all, retried until acknowledged. After an answer that does
+        not say whether the batches were appended (no answer, a timeout, an append not yet
+        replicated), the batches that attempt did append (found in the target past
+        ``target_end``) are dropped before the retry, so a lost answer does not turn into a
+        duplicate; after a definite "not appended" (NOT_LEADER_FOR_PARTITION ...) the retry goes
+        out at once, without that scan. An error retrying cannot fix raises FatalError."""
         backoff = 0.1
-        name = self.flow.flow.name
+        attempt = 0
         while batches:
+            attempt += 1
             try:
                 base = await produce_raw(self.target, topic, partition, b"".join(batches), acks=-1)
                 self.target_end = base + sum(batch_span(b) for b in batches)
                 return
             except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
-                self.metrics.produce_errors.labels(name).inc()
-                level = logging.INFO if isinstance(e, KafkaError) and e.retriable else logging.WARNING
-                log.log(level, "%s: producing to %s-%d: %s; retrying in %.1fs", name, topic, partition, e, backoff)
+                error: Exception = e
+                self._produce_failed(topic, partition, e, backoff, attempt)
             await self._pause(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX)
             try:
                 await self.target.refresh([topic])
-                if self.target_end >= 0:
+                if self.target_end >= 0 and not _not_appended(error):
                     n, end = await self._find_appended(topic, partition, self.target_end, batches)
                     if n:
                         log.info(
                             "%s: %s-%d: %d of %d batch(es) of the unanswered produce are in the target: not sent again",
-                            name,
+                            self.flow.flow.name,
                             topic,
                             partition,
                             n,
@@ -322,6 +360,28 @@ class Copier:
             except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
                 pass
 
+    def _produce_failed(self, topic: str, partition: int, e: Exception, backoff: float, attempt: int) -> None:
+        """Count and log a failed produce; raise FatalError when retrying cannot help."""
+        name = self.flow.flow.name
+        self.metrics.produce_errors.labels(name).inc()
+        if isinstance(e, KafkaError) and e.code in FATAL_PRODUCE_ERRORS:
+            raise FatalError(
+                f"the target refused {topic}-{partition} from source offset {self.next_offset}: {e.code.name} "
+                "(retrying cannot fix it: check the target topic's max.message.bytes / message.format and the "
+                "source batch; the partition stays stopped until the mirror restarts)"
+            ) from e
+        quiet = attempt <= 3 and isinstance(e, KafkaError) and e.retriable
+        log.log(
+            logging.INFO if quiet else logging.WARNING,
+            "%s: producing to %s-%d: %s; retrying in %.1fs (attempt %d)",
+            name,
+            topic,
+            partition,
+            e,
+            backoff,
+            attempt,
+        )
+
     async def _find_appended(
         self, topic: str, partition: int, start: int, batches: list[bytes | memoryview]
     ) -> tuple[int, int]:
@@ -330,7 +390,7 @@ class Copier:
         leader's high watermark catches up with what it holds within a follower fetch or two)."""
         last_hw, still = -2, 0
         found = (0, -1)
-        for _ in range(60):
+        for _ in range(_SCAN_ROUNDS_MAX):
             copies, hw = await scan_target(self.target, topic, partition, start)
             found = skip_copied(batches, copies or {})
             if found[0] == len(batches) or copies is None:
@@ -343,22 +403,22 @@ class Copier:
         return found
 
     async def _produce(self, topic: str, partition: int, payload: bytes) -> None:
+        """The re-partitioning path's produce: acks=all, retried until acknowledged (at-least-once)."""
         backoff = 0.1
-        name = self.flow.flow.name
+        attempt = 0
         while True:
+            attempt += 1
             try:
                 await produce_raw(self.target, topic, partition, payload, acks=-1)
                 return
             except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
-                self.metrics.produce_errors.labels(name).inc()
-                level = logging.INFO if isinstance(e, KafkaError) and e.retriable else logging.WARNING
-                log.log(level, "%s: producing to %s-%d: %s; retrying in %.1fs", name, topic, partition, e, backoff)
-                await self._pause(backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX)
-                try:
-                    await self.target.refresh([topic])
-                except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
-                    pass
+                self._produce_failed(topic, partition, e, backoff, attempt)
+            await self._pause(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX)
+            try:
+                await self.target.refresh([topic])
+            except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
+                pass
 
     async def _pause(self, seconds: float) -> None:
         """Sleep before a retry; a copier told to stop gives up the retry (its offset has not
