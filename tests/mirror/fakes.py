@@ -25,6 +25,7 @@ class FakeGroup:
     ) -> None:
         self.consumer_id = consumer_id
         self.session_lost = False
+        self.suspended = False
         self.topic_partitions = topics
         self.member_list = [consumer_id]
         self.owners: dict[TopicPartition, str] = {} if owners is None else owners
@@ -54,6 +55,9 @@ class FakeGroup:
         self.released.append(tp)
 
     def read_offset(self, tp: TopicPartition) -> int | None:
+        return self.offsets.get(tp)
+
+    def take_over(self, tp: TopicPartition) -> int | None:
         return self.offsets.get(tp)
 
     def read_target_offset(self, tp: TopicPartition) -> int | None:

@@ -203,6 +203,7 @@ class Copier:
                     if data and self.copies is not None:
                         data = self._skip_previous_copies(data)
                     if data:
+                        await self._wait_while_suspended()
                         await self._deliver(data)
                         unit.progress()
                     self.next_offset = max(self.next_offset, part.batches[-1][0].next_offset)
@@ -419,6 +420,18 @@ class Copier:
                 await self.target.refresh([topic])
             except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
                 pass
+
+    async def _wait_while_suspended(self) -> None:
+        """No produce while this member's ZooKeeper session may be expiring: another member may
+        own the partition by now (review finding 4). On LOST the mirror stops the copier."""
+        group = self.flow.group
+        if not group.suspended:
+            return
+        log.warning(
+            "%s: %s-%d: ZooKeeper connection lost: not producing until it is back", self.flow.flow.name, *self.tp
+        )
+        while group.suspended:
+            await self._pause(0.1)
 
     async def _pause(self, seconds: float) -> None:
         """Sleep before a retry; a copier told to stop gives up the retry (its offset has not

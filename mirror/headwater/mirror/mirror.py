@@ -30,7 +30,7 @@ from headwater.client.cluster import Cluster
 from headwater.mirror.config import Flow, MirrorConfig
 from headwater.mirror.copier import BACKOFF_MAX, STUCK_AFTER_S, Copier, TopicPartition
 from headwater.mirror.fetcher import SourceFetcher
-from headwater.mirror.group import ZkGroup, assign, new_consumer_id
+from headwater.mirror.group import FencedError, ZkGroup, assign, new_consumer_id
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan, plan_topic
 from headwater.service.supervisor import HealthRegistry, Supervisor
@@ -93,6 +93,9 @@ class Mirror:
         parts = []
         for f in self.flows:
             owned = sorted(f.copiers)
+            if f.group.suspended:
+                ok = False
+                reasons.append(f"{f.flow.name}: no connection to the source ZooKeeper: producing and committing paused")
             if f.pending or (not owned and f.plans and f.healthy_reason != "no partitions assigned to this process"):
                 ok = False
             parts.append(
@@ -210,7 +213,7 @@ class Mirror:
         for tp in sorted(mine - set(f.copiers)):
             if await asyncio.to_thread(g.claim, tp):
                 f.pending.discard(tp)
-                committed = await asyncio.to_thread(g.read_offset, tp)
+                committed = await asyncio.to_thread(g.take_over, tp)
                 await self._start_copier(f, tp, committed)
             else:
                 f.pending.add(tp)
@@ -312,9 +315,15 @@ class Mirror:
 
     async def _commit_all(self) -> None:
         for f in self.flows:
+            if f.group.suspended:
+                continue  # the session may expire: the next owner's offsets are not ours to write
             for tp, c in list(f.copiers.items()):
                 try:
                     await self._commit(f, tp, c)
+                except FencedError as e:
+                    log.error("%s: %s: stopping the copier of %s-%d", f.flow.name, e, *tp)
+                    c.stop.set()
+                    f.changed.set()
                 except Exception as e:
                     log.warning("%s: committing %s-%d: %s", f.flow.name, *tp, e)
 
