@@ -60,6 +60,9 @@ class FakeGroup:
     def take_over(self, tp: TopicPartition) -> int | None:
         return self.offsets.get(tp)
 
+    def has_target_offsets(self, topic: str) -> bool:
+        return False
+
     def read_target_offset(self, tp: TopicPartition) -> int | None:
         return None
 

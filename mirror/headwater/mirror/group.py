@@ -248,6 +248,13 @@ class ZkGroup:
     def _target_path(self, tp: TopicPartition) -> str:
         return f"/consumers/{self.group}/mirror-target/{tp[0]}/{tp[1]}"
 
+    def has_target_offsets(self, topic: str) -> bool:
+        """Whether the fast path (partition for partition) ever committed for this topic."""
+        try:
+            return bool(self.zk.get_children(f"/consumers/{self.group}/mirror-target/{topic}"))
+        except NoNodeError:
+            return False
+
     def read_target_offset(self, tp: TopicPartition) -> int | None:
         """The target offset committed with the source offset (None: not known)."""
         try:

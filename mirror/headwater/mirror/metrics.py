@@ -57,6 +57,13 @@ class MirrorMetrics:
             ["flow", "topic"],
             registry=r,
         )
+        self.partition_count_mismatch = Gauge(
+            "headwater_mirror_partition_count_mismatch",
+            "Source partitions of a topic mirrored partition for partition that the target topic lacks (not mirrored "
+            "until the target topic is grown); 0 when the counts match",
+            ["flow", "topic"],
+            registry=r,
+        )
         self.lag = Gauge(
             "headwater_mirror_partition_lag",
             "Source high watermark minus the next offset to mirror",

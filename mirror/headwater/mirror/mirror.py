@@ -202,7 +202,7 @@ class Mirror:
                 continue
             plan = await self._plan(f, t, n)
             if plan is not None:
-                partitions.extend((t, p) for p in range(plan.source_partitions))
+                partitions.extend((t, p) for p in range(plan.mirrored_partitions))
         if g.consumer_id not in members:
             members = sorted({*members, g.consumer_id})  # our registration is on its way
         mine = assign(partitions, members, g.consumer_id)
@@ -235,19 +235,50 @@ class Mirror:
         """The topic's plan for ``n`` source partitions. A topic that cannot be planned (the target
         refuses to create it, or cannot be reached) is reported (ERROR, /healthz) and left out of
         this rebalance -- the other topics go on -- or keeps its previous plan if it had one."""
-        plan = f.plans.get(topic)
-        if plan is not None and plan.source_partitions == n:
-            return plan
+        previous = f.plans.get(topic)
+        if previous is not None and previous.source_partitions == n and not previous.target_short:
+            return previous
         key = f"{f.flow.name}: topic {topic}"
         try:
             plan = await self._plan_topic(f, topic, n)
+            if plan.target_partitions < n and (
+                (previous is not None and previous.identity)
+                or await asyncio.to_thread(f.group.has_target_offsets, topic)
+            ):
+                plan.target_short = True  # it was mirrored partition for partition: keep that
         except Exception as e:
             self.health_registry.set_problem(key, f"cannot be mirrored (retrying): {type(e).__name__}: {e}")
             self.metrics.plan_failures.labels(f.flow.name, topic).inc()
-            return f.plans.get(topic)
+            return previous
         self.health_registry.clear_problem(key)
+        self._report_partition_counts(f, topic, plan)
+        if not plan.identity and (previous is None or previous.identity):
+            log.warning(
+                "%s: %s has %d partition(s) in the source and %s has %d in the target: records are re-partitioned "
+                "by key",
+                f.flow.name,
+                topic,
+                plan.source_partitions,
+                plan.target_topic,
+                plan.target_partitions,
+            )
         f.plans[topic] = plan
         return plan
+
+    def _report_partition_counts(self, f: FlowState, topic: str, plan: TopicPlan) -> None:
+        key = f"{f.flow.name}: topic {topic} partitions"
+        missing = plan.source_partitions - plan.target_partitions if plan.target_short else 0
+        self.metrics.partition_count_mismatch.labels(f.flow.name, topic).set(missing)
+        if missing:
+            self.health_registry.set_problem(
+                key,
+                f"the source has {plan.source_partitions} partition(s), the target topic {plan.target_topic} "
+                f"{plan.target_partitions}: source partitions {plan.target_partitions}..{plan.source_partitions - 1} "
+                f"are NOT mirrored (the others keep their partition numbers); add partitions to {plan.target_topic} "
+                f"in the target (kafka-topics --alter --partitions {plan.source_partitions})",
+            )
+        else:
+            self.health_registry.clear_problem(key)
 
     async def _plan_topic(self, f: FlowState, topic: str, source_partitions: int) -> TopicPlan:
         return await plan_topic(

@@ -39,10 +39,20 @@ class TopicPlan:
     target_topic: str
     source_partitions: int
     target_partitions: int
+    #: the source gained partitions the target topic does not have (it was mirrored partition for
+    #: partition before): the partitions both have stay on the identity mapping, the others wait
+    #: until the target topic is grown; never a silent switch to re-partitioning (MM2 grows the
+    #: target; CreatePartitions is not available to the mirror yet)
+    target_short: bool = False
 
     @property
     def identity(self) -> bool:
-        return self.source_partitions == self.target_partitions
+        return self.source_partitions == self.target_partitions or self.target_short
+
+    @property
+    def mirrored_partitions(self) -> int:
+        """How many source partitions (0..n-1) are copied."""
+        return min(self.source_partitions, self.target_partitions) if self.target_short else self.source_partitions
 
 
 async def plan_topic(
@@ -91,14 +101,4 @@ async def plan_topic(
         await target_admin.wait_for_topic(target_topic, timeout=60)
         tm = target.topics.get(target_topic)
     target_partitions = len(tm.partitions) if tm is not None else source_partitions
-    plan = TopicPlan(target_topic, source_partitions, target_partitions)
-    if not plan.identity:
-        log.warning(
-            "%s: %s has %d partition(s) in the source and %s has %d in the target: records are re-partitioned by key",
-            flow.name,
-            topic,
-            source_partitions,
-            target_topic,
-            target_partitions,
-        )
-    return plan
+    return TopicPlan(target_topic, source_partitions, target_partitions)
