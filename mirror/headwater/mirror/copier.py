@@ -30,7 +30,7 @@ from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, Off
 from headwater.client.partitioner import murmur2, to_positive
 from headwater.client.raw import as_plain_batch, produce_raw
 from headwater.mirror.config import MirrorConfig
-from headwater.mirror.copies import TargetCopies, scan_target, skip_copied
+from headwater.mirror.copies import ScanBudget, TargetCopies, scan_target, skip_copied
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan
 from headwater.protocol.errors import ErrorCode, KafkaError
@@ -134,6 +134,7 @@ class Copier:
         metrics: MirrorMetrics,
         next_offset: int,
         committed: int,
+        scan_budget: ScanBudget | None = None,
     ) -> None:
         self.flow = flow
         self.tp = tp
@@ -149,6 +150,8 @@ class Copier:
         #: fast path, after a change of owner: copies the previous owner made past the committed offset
         self.copies: TargetCopies | None = None
         self.resume_scan = False  # scan the target from target_end before the first fetch
+        self.scan_budget = scan_budget or ScanBudget(config.resume_scan_max_bytes, config.resume_scan_total_max_bytes)
+        self._holds_scan_slot = False  # while ``copies`` is held
         self._told_reencoded = False
 
     @property
@@ -183,14 +186,7 @@ class Copier:
                     self.next_offset = await self.reset_offset()
                 try:
                     if self.resume_scan:
-                        # What did the previous owner copy past the committed offset before it stopped?
-                        self.copies, _ = await scan_target(
-                            self.target, self.plan.target_topic, partition, self.target_end
-                        )
-                        self.resume_scan = False
-                        if self.copies is None:
-                            log.warning("%s: %s-%d: too much to scan in the target; resuming at-least-once", name, *tp)
-                        self.copies = self.copies or None
+                        await self._resume_scan()
                     part = await self.flow.fetcher.fetch(tp, self.next_offset)
                     unit.progress()
                     self.metrics.lag.labels(name, topic, str(partition)).set(
@@ -232,6 +228,42 @@ class Copier:
                     backoff = min(backoff * 2, BACKOFF_MAX)
         except _Stopped:
             pass
+        finally:
+            self._drop_copies()
+
+    async def _resume_scan(self) -> None:
+        """What did the previous owner copy past the committed offset before it stopped? (Held
+        until the first batch not found, within the mirror's scan budget.)"""
+        if not self._holds_scan_slot:
+            await self.scan_budget.acquire()
+            self._holds_scan_slot = True
+        copies, _ = await scan_target(
+            self.target,
+            self.plan.target_topic,
+            self.tp[1],
+            self.target_end,
+            max_held_bytes=self.scan_budget.max_bytes,
+        )
+        self.resume_scan = False
+        if copies is None:
+            self.metrics.scans_abandoned.labels(self.flow.flow.name).inc()
+            log.warning(
+                "%s: %s-%d: more than resume.scan.max.bytes (%d) to scan in the target from offset %d; resuming "
+                "at-least-once",
+                self.flow.flow.name,
+                *self.tp,
+                self.scan_budget.max_bytes,
+                self.target_end,
+            )
+        self.copies = copies or None
+        if self.copies is None:
+            self._drop_copies()
+
+    def _drop_copies(self) -> None:
+        self.copies = None
+        if self._holds_scan_slot:
+            self._holds_scan_slot = False
+            self.scan_budget.release()
 
     def _skip_previous_copies(self, data: list[tuple[BatchHeader, memoryview]]) -> list[tuple[BatchHeader, memoryview]]:
         """Drop the leading batches the previous owner already copied into the target."""
@@ -253,7 +285,7 @@ class Copier:
                 data[0][0].base_offset,
             )
         if n < len(data):
-            self.copies = None  # the rest was never copied: a prefix only, so matching is over
+            self._drop_copies()  # the rest was never copied: a prefix only, so matching is over
         return data[n:]
 
     async def _deliver(self, batches: list[tuple[BatchHeader, memoryview]]) -> None:
@@ -392,7 +424,13 @@ class Copier:
         last_hw, still = -2, 0
         found = (0, -1)
         for _ in range(_SCAN_ROUNDS_MAX):
-            copies, hw = await scan_target(self.target, topic, partition, start)
+            await self.scan_budget.acquire()
+            try:
+                copies, hw = await scan_target(
+                    self.target, topic, partition, start, max_held_bytes=self.scan_budget.max_bytes
+                )
+            finally:
+                self.scan_budget.release()
             found = skip_copied(batches, copies or {})
             if found[0] == len(batches) or copies is None:
                 return found

@@ -29,6 +29,7 @@ from headwater.client.admin import Admin
 from headwater.client.cluster import Cluster
 from headwater.mirror.config import Flow, MirrorConfig
 from headwater.mirror.copier import BACKOFF_MAX, STUCK_AFTER_S, Copier, TopicPartition
+from headwater.mirror.copies import ScanBudget
 from headwater.mirror.fetcher import SourceFetcher
 from headwater.mirror.group import FencedError, ZkGroup, assign, new_consumer_id
 from headwater.mirror.metrics import MirrorMetrics
@@ -68,6 +69,8 @@ class Mirror:
         self.health_registry = HealthRegistry()
         #: every copier runs under it: an exception is logged at ERROR, counted in
         #: headwater_mirror_task_failures_total{flow} and the copier restarted with backoff
+        #: resume scans hold their target batches within this (review finding 8)
+        self.scan_budget = ScanBudget(config.resume_scan_max_bytes, config.resume_scan_total_max_bytes)
         self.supervisor = Supervisor("mirror", self.health_registry, self.metrics.registry, label_names=("flow",))
 
     def reload_topics(self, fresh: MirrorConfig) -> None:
@@ -120,7 +123,10 @@ class Mirror:
                 )
                 source = Cluster(src.bootstrap, client_id="headwater-mirror", allow_auto_create_topics=False)
                 fetcher = SourceFetcher(
-                    source, max_bytes=self.config.fetch_max_bytes, max_wait_ms=self.config.fetch_max_wait_ms
+                    source,
+                    max_bytes=self.config.fetch_max_bytes,
+                    max_wait_ms=self.config.fetch_max_wait_ms,
+                    in_flight=self.config.fetch_max_in_flight,
                 )
                 state = FlowState(flow, group, source, Admin("", cluster=source), fetcher)
                 self.flows.append(state)
@@ -292,7 +298,14 @@ class Mirror:
         nothing is committed: the copier looks it up itself, supervised)."""
         offset = committed if committed is not None and committed >= 0 else -1
         copier = Copier(
-            f, tp, config=self.config, target=self.target, metrics=self.metrics, next_offset=offset, committed=offset
+            f,
+            tp,
+            config=self.config,
+            target=self.target,
+            metrics=self.metrics,
+            next_offset=offset,
+            committed=offset,
+            scan_budget=self.scan_budget,
         )
         if offset >= 0 and copier.fast_path():
             target = await asyncio.to_thread(f.group.read_target_offset, tp)
