@@ -463,12 +463,15 @@ class Copier:
         """No produce while this member's ZooKeeper session may be expiring: another member may
         own the partition by now (review finding 4). On LOST the mirror stops the copier."""
         group = self.flow.group
-        if not group.suspended:
+        if group.may_produce():
             return
         log.warning(
-            "%s: %s-%d: ZooKeeper connection lost: not producing until it is back", self.flow.flow.name, *self.tp
+            "%s: %s-%d: no recent contact with the source ZooKeeper (this member's session may expire): not "
+            "producing until it is back",
+            self.flow.flow.name,
+            *self.tp,
         )
-        while group.suspended:
+        while not group.may_produce():
             await self._pause(0.1)
 
     async def _pause(self, seconds: float) -> None:

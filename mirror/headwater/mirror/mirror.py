@@ -52,6 +52,7 @@ class FlowState:
     pending: set[TopicPartition] = field(default_factory=set)  # ours, still held by another member
     records_seen: int = 0  # for the test faults
     healthy_reason: str = "starting"
+    joined: bool = False  # the group's ZooKeeper session is up (then its lease counts)
 
 
 class Mirror:
@@ -96,9 +97,12 @@ class Mirror:
         parts = []
         for f in self.flows:
             owned = sorted(f.copiers)
-            if f.group.suspended:
+            if f.joined and not f.group.may_produce():
                 ok = False
-                reasons.append(f"{f.flow.name}: no connection to the source ZooKeeper: producing and committing paused")
+                reasons.append(
+                    f"{f.flow.name}: no recent contact with the source ZooKeeper (the session may expire): producing "
+                    "and committing paused"
+                )
             if f.pending or (not owned and f.plans and f.healthy_reason != "no partitions assigned to this process"):
                 ok = False
             parts.append(
@@ -174,6 +178,7 @@ class Mirror:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
         self.health_registry.clear_problem(f"{f.flow.name}: joining the group")
+        f.joined = True
         log.info("%s: joined group %s in %s as %s", f.flow.name, f.group.group, f.group.zk_connect, f.group.consumer_id)
         f.changed.set()
         while not stop.is_set():
@@ -359,7 +364,7 @@ class Mirror:
 
     async def _commit_all(self) -> None:
         for f in self.flows:
-            if f.group.suspended:
+            if not f.group.may_produce():
                 continue  # the session may expire: the next owner's offsets are not ours to write
             for tp, c in list(f.copiers.items()):
                 try:
