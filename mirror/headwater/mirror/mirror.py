@@ -201,8 +201,7 @@ class Mirror:
         g = f.group
         if g.session_lost:
             log.warning("%s: ZooKeeper session lost: stopping every copier and registering again", f.flow.name)
-            for tp in list(f.copiers):
-                await self._stop_copier(f, tp, release=False)
+            await self._stop_copiers(f, list(f.copiers), release=False)
             await asyncio.to_thread(g.register)
         members, topics, deleting = await asyncio.to_thread(lambda: (g.members(), g.topics(), g.deleting()))
         wanted = [t for t in topics if f.flow.matches(t) and t not in deleting]
@@ -218,8 +217,7 @@ class Mirror:
             members = sorted({*members, g.consumer_id})  # our registration is on its way
         mine = assign(partitions, members, g.consumer_id)
         before = set(f.copiers)
-        for tp in sorted(before - mine):
-            await self._stop_copier(f, tp, release=True)
+        await self._stop_copiers(f, sorted(before - mine), release=True)
         f.pending &= mine
         for tp in sorted(mine - set(f.copiers)):
             if await asyncio.to_thread(g.claim, tp):
@@ -325,6 +323,13 @@ class Mirror:
             detail=copier.describe,
         )
 
+    async def _stop_copiers(self, f: FlowState, tps: list[TopicPartition], *, release: bool) -> None:
+        """Stop several copiers at once: each finishes its in-flight produce at the same time as
+        the others, so a hand-over waits for the slowest, not for the sum."""
+        for tp in tps:
+            f.copiers[tp].stop.set()
+        await asyncio.gather(*(self._stop_copier(f, tp, release=release) for tp in tps))
+
     async def _stop_copier(self, f: FlowState, tp: TopicPartition, *, release: bool) -> None:
         """Stop the copier (it finishes its in-flight produce), then, when handing the partition
         over, commit its acknowledged offset and release the owner node. Never raises: a copier
@@ -387,8 +392,7 @@ class Mirror:
 
     async def _shutdown(self) -> None:
         for f in self.flows:
-            for tp in list(f.copiers):
-                await self._stop_copier(f, tp, release=True)
+            await self._stop_copiers(f, list(f.copiers), release=True)
         await self.supervisor.stop_all()
         for f in self.flows:
             try:
