@@ -19,9 +19,11 @@ after its last acknowledged append); :meth:`Copier.run` is its loop. The mirror
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from headwater.client.cluster import Cluster
@@ -33,7 +35,7 @@ from headwater.mirror.config import MirrorConfig
 from headwater.mirror.copies import ScanBudget, TargetCopies, scan_target, skip_copied
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan
-from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.errors import DecodeError, ErrorCode, KafkaError
 from headwater.protocol.records.header import ATTRIBUTES_OFFSET, TIMESTAMP_TYPE_BIT, BatchHeader
 from headwater.protocol.records.record import RecordInput, decode_batch, encode_batch
 from headwater.service.supervisor import FatalError, Unit
@@ -92,6 +94,20 @@ _SCAN_ROUNDS_MAX = 15
 
 def _not_appended(e: Exception) -> bool:
     return isinstance(e, KafkaError) and e.code in NOT_APPENDED_ERRORS
+
+
+@contextlib.contextmanager
+def _source_batches_decode(tp: TopicPartition, batches: list[tuple[BatchHeader, memoryview]]) -> Iterator[None]:
+    """A source batch that cannot be decoded (bad CRC, malformed records, an unknown codec) will
+    not decode on a retry either: FatalError stops the partition, naming the offsets."""
+    try:
+        yield
+    except (KafkaError, DecodeError) as e:
+        raise FatalError(
+            f"a source batch of {tp[0]}-{tp[1]} between offsets {batches[0][0].base_offset} and "
+            f"{batches[-1][0].last_offset} cannot be decoded: {e} (the partition stays stopped until the mirror "
+            "restarts; inspect the source log)"
+        ) from e
 
 
 def is_dense(h: BatchHeader) -> bool:
@@ -199,7 +215,7 @@ class Copier:
                     if data and self.copies is not None:
                         data = self._skip_previous_copies(data)
                     if data:
-                        await self._wait_while_suspended()
+                        await self._wait_for_lease()
                         await self._deliver(data)
                         unit.progress()
                     self.next_offset = max(self.next_offset, part.batches[-1][0].next_offset)
@@ -293,10 +309,12 @@ class Copier:
         plan = self.plan
         name = self.flow.flow.name
         topic = self.tp[0]
-        if self.fast_path():
-            await self._produce_same_partition(plan.target_topic, self.tp[1], self._as_produced(batches))
+        with _source_batches_decode(self.tp, batches):
+            produced = self._as_produced(batches) if self.fast_path() else self._repartition(plan, batches)
+        if isinstance(produced, list):
+            await self._produce_same_partition(plan.target_topic, self.tp[1], produced)
         else:
-            for partition, payload in self._repartition(plan, batches).items():
+            for partition, payload in produced.items():
                 await self._produce(plan.target_topic, partition, payload)
         count = sum(h.records_count for h, _ in batches)
         self.metrics.records.labels(name, topic).inc(count)
@@ -459,7 +477,7 @@ class Copier:
             except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
                 pass
 
-    async def _wait_while_suspended(self) -> None:
+    async def _wait_for_lease(self) -> None:
         """No produce while this member's ZooKeeper session may be expiring: another member may
         own the partition by now (review finding 4). On LOST the mirror stops the copier."""
         group = self.flow.group
