@@ -90,7 +90,7 @@ def test_the_lease_runs_out_while_zookeeper_cannot_be_reached(zk_connect: str) -
         cut = time.monotonic()
         while a.may_produce():
             time.sleep(0.05)
-        assert time.monotonic() - cut <= group_module.LEASE_S + 0.5
+        assert time.monotonic() - cut <= group_module.LEASE_S + 2.0
         assert group_module.LEASE_S < group_module.SESSION_TIMEOUT_S / 2
     finally:
         a.stop()
