@@ -72,3 +72,34 @@ def test_one_fetch_per_broker_and_errors_stay_with_their_partition(monkeypatch: 
         await f.close()
 
     asyncio.run(main())
+
+
+def test_fetch_max_in_flight_lets_a_second_round_go_out_while_the_first_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    requests: list[dict[TopicPartition, int]] = []
+    release = asyncio.Event()
+
+    async def fetch_from_node(
+        cluster: object, node: int, parts: dict[TopicPartition, int], **kwargs: object
+    ) -> dict[TopicPartition, RawPartition | KafkaError]:
+        requests.append(dict(parts))
+        await release.wait()
+        return {tp: RawPartition([], offset, 0) for tp, offset in parts.items()}
+
+    monkeypatch.setattr(fetcher_module, "fetch_from_node", fetch_from_node)
+
+    async def main() -> None:
+        source = FakeSource({("t", 0): 1, ("t", 1): 1, ("t", 2): 1})
+        f = SourceFetcher(cast(Any, source), max_bytes=1 << 20, max_wait_ms=500, in_flight=2)
+        first = asyncio.ensure_future(f.fetch(("t", 0), 1))
+        await asyncio.sleep(0.01)
+        second = asyncio.ensure_future(f.fetch(("t", 1), 2))  # the second round goes out at once
+        await asyncio.sleep(0.01)
+        third = asyncio.ensure_future(f.fetch(("t", 2), 3))  # both rounds busy: it waits
+        await asyncio.sleep(0.01)
+        assert requests == [{("t", 0): 1}, {("t", 1): 2}]
+        release.set()
+        await asyncio.gather(first, second, third)
+        assert requests[2] == {("t", 2): 3}
+        await f.close()
+
+    asyncio.run(main())
