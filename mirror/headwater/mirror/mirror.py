@@ -12,6 +12,12 @@ re-mirrors at most what was acknowledged since the last commit: duplicates bound
 interval, never a loss. A partition moving to another process is handed over cleanly: the copier
 finishes its in-flight produce, the offset is committed, and only then is the owner node released.
 
+Every copier runs under the services' supervisor (:mod:`headwater.service.supervisor`): a copier
+that raises is logged at ERROR, counted and restarted; one that raises FatalError stays stopped;
+``/healthz`` answers 503 with the reasons while an owned partition has no live copier, a topic
+cannot be planned, or the member has lost touch with its source ZooKeeper (see
+:mod:`headwater.mirror.group` for the lease and the commit fencing).
+
 Destination topics are created with the source's partition count and its non-default configs
 (retention, ``cleanup.policy``, ``max.message.bytes`` ...). New source topics matching a flow
 are picked up from ZooKeeper's ``/brokers/topics`` watch within seconds, without a restart;
