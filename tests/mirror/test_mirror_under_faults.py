@@ -169,6 +169,12 @@ def test_leader_moves_and_a_suspended_mirror_lose_and_reorder_nothing(
         watcher.join(10)
         grows(f"mirror {z} resumed")
         report.append(f"mirror {z} /healthz after SIGCONT: {statuses.count(503)} x 503, then 200")
+    except BaseException:
+        for m in mirrors:  # a failure above: no mirror (a SIGSTOPped one included) outlives the test
+            if m.proc is not None and m.proc.poll() is None:
+                m.proc.send_signal(signal.SIGCONT)
+            m.stop()
+        raise
     finally:
         writer.stop.set()
         writer.thread.join(240)
