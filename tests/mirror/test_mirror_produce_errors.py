@@ -101,14 +101,16 @@ def test_not_leader_is_retried_at_once_without_a_scan(monkeypatch: pytest.Monkey
     asyncio.run(main())
 
 
-def test_message_too_large_stops_the_partition_loudly(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("wire_code", [10, 87], ids=["MESSAGE_TOO_LARGE", "INVALID_RECORD"])
+def test_a_refusal_retrying_cannot_fix_stops_the_partition_loudly(
+    wire_code: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     sent: list[float] = []
+    code = ErrorCode.of(wire_code)
 
     async def produce_raw(*args: object, **kwargs: object) -> int:
         sent.append(time.monotonic())
-        raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE, "producing to orders-0: MESSAGE_TOO_LARGE")
+        raise KafkaError(code, f"producing to orders-0: {code.name}")
 
     monkeypatch.setattr(copier_module, "produce_raw", produce_raw)
 
@@ -124,7 +126,7 @@ def test_message_too_large_stops_the_partition_loudly(
         assert c.next_offset == 10, "nothing acknowledged"
         ok, why = m.health()
         assert not ok and "dc1->agg orders-0: failed: the target refused orders-0 from source offset 10" in why
-        assert "MESSAGE_TOO_LARGE" in why
+        assert code.name in why
         assert m.metrics.registry.get_sample_value("headwater_mirror_task_failures_total", {"flow": "dc1->agg"}) == 1.0
         assert any(r.levelno == logging.ERROR and "not restarted" in r.getMessage() for r in caplog.records)
         t0 = time.monotonic()

@@ -94,6 +94,14 @@ class ErrorCode(IntEnum):
     PREFERRED_LEADER_NOT_AVAILABLE = 80
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
+    # Codes of Kafka releases after 2.3: Headwater never sends them, but a peer (a newer target
+    # cluster the mirror writes into) may, and they must keep their names rather than read as
+    # UNKNOWN_SERVER_ERROR.
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+    ELECTION_NOT_NEEDED = 84
+    NO_REASSIGNMENT_IN_PROGRESS = 85
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
+    INVALID_RECORD = 87
 
     @property
     def retriable(self) -> bool:

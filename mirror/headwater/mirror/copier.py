@@ -79,6 +79,7 @@ FATAL_PRODUCE_ERRORS = frozenset(
         ErrorCode.RECORD_LIST_TOO_LARGE,
         ErrorCode.CORRUPT_MESSAGE,  # batches are dense (re-encoded when cleaned): the source data is corrupt
         ErrorCode.INVALID_TIMESTAMP,
+        ErrorCode.INVALID_RECORD,  # a newer target's record validation (KIP-467)
         ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
         ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
         ErrorCode.INVALID_REQUIRED_ACKS,
