@@ -34,6 +34,8 @@ from headwater.broker.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     stop_replica,
     sync_group,
     update_metadata,
@@ -61,6 +63,8 @@ from headwater.protocol.apis import (
     OFFSET_FETCH,
     OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
     STOP_REPLICA,
     SYNC_GROUP,
     UPDATE_METADATA,
@@ -77,6 +81,7 @@ class RequestContext:
     header: RequestHeader
     listener_name: str
     peer: str
+    principal: str = "User:ANONYMOUS"  # KafkaPrincipal of the connection (SASL user or TLS subject)
 
     @property
     def version(self) -> int:
@@ -114,6 +119,8 @@ HANDLERS: dict[int, Handler] = {
     OFFSET_FETCH.key: offset_fetch.handle,
     SYNC_GROUP.key: sync_group.handle,
     INIT_PRODUCER_ID.key: init_producer_id.handle,
+    SASL_HANDSHAKE.key: sasl_handshake.handle,
+    SASL_AUTHENTICATE.key: sasl_authenticate.handle,
 }
 
 __all__ = ["HANDLERS", "RequestContext", "api_versions_fallback"]

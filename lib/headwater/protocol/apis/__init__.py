@@ -4,7 +4,8 @@ The advertised snapshot is Kafka 2.3's (see docs/protocol.md for the reasoning);
 declares one API. ``API_BY_KEY`` is what the broker advertises in ApiVersions. ``ALL_APIS`` is
 in key order; LeaderAndIsr, StopReplica, UpdateMetadata and ControlledShutdown are the
 inter-broker (controller) APIs of the ZooKeeper era; OffsetCommit through DeleteGroups are the group
-coordinator's.
+coordinator's; SaslHandshake and SaslAuthenticate are answered by the connection's SASL gate
+before a client is authenticated.
 """
 
 from headwater.protocol.apis.api_versions import API_VERSIONS
@@ -28,6 +29,8 @@ from headwater.protocol.apis.offset_commit import OFFSET_COMMIT
 from headwater.protocol.apis.offset_fetch import OFFSET_FETCH
 from headwater.protocol.apis.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from headwater.protocol.apis.produce import PRODUCE
+from headwater.protocol.apis.sasl_authenticate import SASL_AUTHENTICATE
+from headwater.protocol.apis.sasl_handshake import SASL_HANDSHAKE
 from headwater.protocol.apis.stop_replica import STOP_REPLICA
 from headwater.protocol.apis.sync_group import SYNC_GROUP
 from headwater.protocol.apis.update_metadata import UPDATE_METADATA
@@ -51,12 +54,14 @@ ALL_APIS: tuple[Api, ...] = (
     SYNC_GROUP,
     DESCRIBE_GROUPS,
     LIST_GROUPS,
+    SASL_HANDSHAKE,
     API_VERSIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
     INIT_PRODUCER_ID,
     OFFSET_FOR_LEADER_EPOCH,
     DESCRIBE_CONFIGS,
+    SASL_AUTHENTICATE,
     DELETE_GROUPS,
 )
 
@@ -86,6 +91,8 @@ __all__ = [
     "OFFSET_FETCH",
     "OFFSET_FOR_LEADER_EPOCH",
     "PRODUCE",
+    "SASL_AUTHENTICATE",
+    "SASL_HANDSHAKE",
     "STOP_REPLICA",
     "SYNC_GROUP",
     "UPDATE_METADATA",
