@@ -34,10 +34,11 @@ from headwater.broker.group.coordinator import GroupCoordinator
 from headwater.broker.handlers import HANDLERS, RequestContext, api_versions_fallback
 from headwater.broker.metadata_cache import MetadataCache
 from headwater.broker.metrics import BrokerMetrics
-from headwater.broker.network import CloseConnection, Connection, Response, SocketServer
+from headwater.broker.network import ClientConnection, CloseConnection, RequestHandler, Response, SocketServer
 from headwater.broker.producer_ids import ProducerIdManager
 from headwater.broker.purgatory import Purgatory
 from headwater.broker.replica_manager import ReplicaManager
+from headwater.broker.sasl import SaslGate
 from headwater.broker.storage.cleaner import CleanStats
 from headwater.broker.storage.clock import Clock, SystemClock
 from headwater.broker.storage.fs import FileSystem, OsFileSystem
@@ -46,6 +47,7 @@ from headwater.broker.zk import ZooKeeper
 from headwater.protocol.apis import CONTROLLED_SHUTDOWN
 from headwater.protocol.errors import DecodeError, ErrorCode
 from headwater.protocol.frames import UnsupportedRequest, decode_request, encode_response
+from headwater.scram import ScramCredential, credential_from_user_config, user_config_path
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +74,23 @@ class KafkaBroker:
         self.groups = GroupCoordinator(self)
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.log_manager: LogManager | None = None
-        self.server = SocketServer(config.listeners, self.handle_frame, config.socket_request_max_bytes)
+        first_handlers: dict[str, RequestHandler] = {}
+        ssl_contexts = {}
+        for name, sec in config.security.items():
+            if sec.ssl is not None:
+                ssl_contexts[name] = sec.ssl.server_context(name)
+            if sec.uses_sasl:
+                gate = SaslGate(
+                    sec,
+                    self.handle_frame,
+                    self._scram_credential,
+                    config.connection_failed_authentication_delay_ms / 1000.0,
+                    self.metrics.count_authentication,
+                )
+                first_handlers[name] = gate.handle
+        self.server = SocketServer(
+            config.listeners, self.handle_frame, config.socket_request_max_bytes, first_handlers, ssl_contexts
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
         self.cluster_id = "headwater"
         self.stopping = asyncio.Event()
@@ -154,6 +172,16 @@ class KafkaBroker:
         except Exception:
             got = await self.zk.get_json("/cluster/id")
             return str(got[0]["id"]) if got and isinstance(got[0], dict) else new_id
+
+    async def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """Read at each authentication: a changed or deleted user applies to the next connection."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = await self.zk.call(self.zk.client.get, user_config_path(user))
+        except NoNodeError:
+            return None
+        return credential_from_user_config(data, mechanism)
 
     def advertised(self) -> list[Listener]:
         """Advertised listeners with port 0 replaced by the port actually bound."""
@@ -265,7 +293,9 @@ class KafkaBroker:
                     remaining = await self.controller.controlled_shutdown(self.broker_id, self.broker_epoch)
                 elif controller_id >= 0 and controller_id in self.cache.brokers:
                     host, port = self.cache.brokers[controller_id].endpoints[cfg.inter_broker_listener_name]
-                    conn = BrokerConnection(host, port, f"broker-{self.broker_id}-shutdown")
+                    conn = BrokerConnection(
+                        host, port, f"broker-{self.broker_id}-shutdown", security=cfg.inter_broker_security
+                    )
                     try:
                         resp = await conn.request(
                             CONTROLLED_SHUTDOWN,
@@ -322,7 +352,7 @@ class KafkaBroker:
 
     # -- requests -------------------------------------------------------------------------------
 
-    async def handle_frame(self, conn: Connection, frame: memoryview) -> Response:
+    async def handle_frame(self, conn: ClientConnection, frame: memoryview) -> Response:
         started = time.perf_counter()
         try:
             header, api, body = decode_request(frame)
@@ -334,7 +364,7 @@ class KafkaBroker:
             raise CloseConnection(f"malformed request: {e}") from None
         handler = HANDLERS[api.key]
         try:
-            response = await handler(self, RequestContext(header, conn.listener.name, conn.peer), body)
+            response = await handler(self, RequestContext(header, conn.listener.name, conn.peer, conn.principal), body)
         except CloseConnection:
             raise
         except Exception as e:
