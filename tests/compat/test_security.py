@@ -20,12 +20,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from kazoo.client import KazooClient
 
+from headwater.cli.main import main as cli_main
 from headwater.protocol.apis import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.frames import decode_response, encode_request
-from headwater.scram import make_credential, user_config_json
 from headwater.testing.cluster import LocalBroker
 from headwater.testing.tls import TestCA
 from headwater.testing.zookeeper import ZooKeeperServer, free_port
@@ -49,18 +48,22 @@ class Secured:
 
 
 def add_scram_user(zk_connect: str, user: str, password: str, mechanism: str = "SCRAM-SHA-512") -> None:
-    zk = KazooClient(hosts=zk_connect)
-    zk.start(timeout=30)
-    try:
-        path = f"/config/users/{user}"
-        value = user_config_json({mechanism: make_credential(mechanism, password).to_kafka()})
-        if zk.exists(path):
-            zk.set(path, value)
-        else:
-            zk.create(path, value, makepath=True)
-    finally:
-        zk.stop()
-        zk.close()
+    """With the CLI, as an operator would (kafka-configs' form)."""
+    code = cli_main(
+        [
+            "configs",
+            "--zookeeper",
+            zk_connect,
+            "--alter",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            user,
+            "--add-config",
+            f"{mechanism}=[iterations=4096,password={password}]",
+        ]
+    )
+    assert code == 0
 
 
 @pytest.fixture(scope="module")
@@ -354,3 +357,50 @@ def test_inter_broker_traffic_over_sasl_ssl_with_client_certificates(
     finally:
         for b in reversed(brokers):
             b.stop()
+
+
+def test_headwater_client_with_kafka_client_properties(secured: Secured) -> None:
+    """Headwater's own client: TLS fetches (no sendfile on that path) and SASL logins, from Kafka's
+    client property names; a wrong password is KafkaAuthenticationError with Kafka's message."""
+    import asyncio
+
+    from headwater.client import Admin, Consumer, Producer
+    from headwater.client.errors import KafkaAuthenticationError
+
+    scram = {
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(secured.ca.ca_file),
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "alice",
+        "sasl.password": "alice-pw",
+    }
+    plain = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "carol"}
+
+    async def go() -> None:
+        for name, listener, props in (
+            ("hw-scram", "SASL_SSL", scram),
+            ("hw-ssl", "SSL", {"security.protocol": "SSL", "ssl.ca.location": str(secured.ca.ca_file)}),
+            ("hw-plain", "SASL_PLAINTEXT", {**plain, "sasl.password": "carol-pw"}),
+        ):
+            bootstrap = secured.bootstrap(listener)
+            async with Admin(bootstrap, security=props) as admin:
+                await admin.create_topic(name, 1, 1, {})
+                await admin.wait_for_topic(name, timeout=60)
+            async with Producer(bootstrap, security=props, linger_ms=2) as producer:
+                for i in range(300):
+                    await producer.send(name, b"x" * 200 + str(i).encode())
+                await producer.flush()
+            got: list[bytes] = []
+            async with Consumer(bootstrap, security=props) as consumer:
+                offset = 0
+                while len(got) < 300:
+                    records, _ = await consumer.fetch(name, 0, offset, max_wait_ms=200)
+                    got.extend(bytes(r.value) for r in records)
+                    if records:
+                        offset = records[-1].offset + 1
+            assert got == [b"x" * 200 + str(i).encode() for i in range(300)], name
+        with pytest.raises(KafkaAuthenticationError, match="invalid credentials"):
+            async with Admin(secured.bootstrap("SASL_PLAINTEXT"), security={**plain, "sasl.password": "no"}) as admin:
+                await admin.wait_for_topic("hw-plain", timeout=10)
+
+    asyncio.run(asyncio.wait_for(go(), 240))

@@ -18,11 +18,9 @@ import struct
 from collections import deque
 
 from headwater.broker.security import ClientSecurity
-from headwater.protocol.apis import SASL_AUTHENTICATE, SASL_HANDSHAKE
-from headwater.protocol.errors import ErrorCode
 from headwater.protocol.frames import decode_response, encode_request
 from headwater.protocol.schema import Api, Message
-from headwater.scram import ScramClient, ScramError
+from headwater.sasl_client import SaslAuthenticationError, authenticate
 
 log = logging.getLogger(__name__)
 
@@ -72,30 +70,17 @@ class BrokerConnection:
         if sec is not None and sec.sasl_mechanism:
             try:
                 await asyncio.wait_for(self._authenticate(sec), self.connect_timeout_s * 2)
-            except (TimeoutError, ScramError, BrokerConnectionError) as e:
+            except (TimeoutError, SaslAuthenticationError, BrokerConnectionError) as e:
                 self.close()
                 raise BrokerConnectionError(
                     f"SASL {sec.sasl_mechanism} authentication to {self.host}:{self.port} failed: {e}"
                 ) from None
 
     async def _authenticate(self, sec: ClientSecurity) -> None:
-        mech = sec.sasl_mechanism or ""
-        hs = await self._send(SASL_HANDSHAKE, {"mechanism": mech}, 1)
-        if hs["error_code"] != ErrorCode.NONE:
-            raise BrokerConnectionError(f"SaslHandshake: error {hs['error_code']} (broker offers {hs['mechanisms']})")
+        async def roundtrip(api: Api, version: int, body: Message) -> Message:
+            return await self._send(api, body, version)
 
-        async def token(data: bytes) -> bytes:
-            resp = await self._send(SASL_AUTHENTICATE, {"auth_bytes": data}, 1)
-            if resp["error_code"] != ErrorCode.NONE:
-                raise BrokerConnectionError(f"SaslAuthenticate: {resp['error_message']}")
-            return bytes(resp["auth_bytes"])
-
-        if mech == "PLAIN":
-            await token(f"\0{sec.username}\0{sec.password}".encode())
-            return
-        scram = ScramClient(mech, sec.username, sec.password)
-        server_first = await token(scram.first())
-        scram.verify(await token(scram.final(server_first)))
+        await authenticate(roundtrip, sec.sasl_mechanism or "", sec.username, sec.password)
 
     def _send(self, api: Api, body: Message, version: int) -> asyncio.Future[Message]:
         """Write one request (the caller holds the lock or is connecting); the future of its answer."""
