@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from headwater.broker.authorizer import AUTHORIZER_CLASSES
 from headwater.broker.security import (
     PROTOCOLS,
     ClientSecurity,
@@ -123,6 +124,9 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_max_size: int = 2**31 - 1
     connection_failed_authentication_delay_ms: int = 100
+    authorizer_class_name: str = ""
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
     prometheus_port: int | None = None
     prometheus_host: str = "0.0.0.0"
     log_defaults: LogConfig = field(default_factory=LogConfig)
@@ -193,6 +197,9 @@ _BROKER_PROPS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int),
     "group.max.size": ("group_max_size", _int),
     "connection.failed.authentication.delay.ms": ("connection_failed_authentication_delay_ms", _int),
+    "authorizer.class.name": ("authorizer_class_name", str),
+    "super.users": ("super_users", lambda v: frozenset(u.strip() for u in v.split(";") if u.strip())),
+    "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", _bool),
     # not a Kafka property: Kafka exposes metrics over JMX; we serve Prometheus directly
     "prometheus.port": ("prometheus_port", _int),
     "prometheus.host": ("prometheus_host", str),
@@ -355,6 +362,11 @@ def config_from_props(props: dict[str, str]) -> BrokerConfig:
         unknown=unknown,
         **values,
     )
+    if cfg.authorizer_class_name and cfg.authorizer_class_name.strip() not in AUTHORIZER_CLASSES:
+        raise ConfigError(
+            f"authorizer.class.name={cfg.authorizer_class_name}: only Kafka's ACL authorizer is built "
+            f"({' or '.join(AUTHORIZER_CLASSES)})"
+        )
     if cfg.message_max_bytes > cfg.socket_request_max_bytes:
         raise ConfigError("message.max.bytes must not exceed socket.request.max.bytes")
     return cfg

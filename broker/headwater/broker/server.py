@@ -27,6 +27,7 @@ from typing import Any
 from kazoo.client import KazooState
 
 from headwater.broker import zk as zkpaths
+from headwater.broker.authorizer import Authorizer, Refused, authorize
 from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
 from headwater.broker.config import BrokerConfig, Listener, topic_log_config
 from headwater.broker.controller.controller import Controller
@@ -74,6 +75,12 @@ class KafkaBroker:
         self.groups = GroupCoordinator(self)
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.log_manager: LogManager | None = None
+        #: ACLs (authorizer.class.name); None: every request is allowed and nothing is checked
+        self.authorizer = (
+            Authorizer(self.zk, config.super_users, config.allow_everyone_if_no_acl_found)
+            if config.authorizer_class_name
+            else None
+        )
         first_handlers: dict[str, RequestHandler] = {}
         ssl_contexts = {}
         for name, sec in config.security.items():
@@ -119,6 +126,8 @@ class KafkaBroker:
         )
         self.log_manager.high_watermark_of = self.replicas.high_watermark_of  # retention stops at the HW
         self.log_manager.on_cleaned = self._count_cleaning
+        if self.authorizer is not None:
+            await self.authorizer.start()
         await self.server.start()
         if cfg.prometheus_port is not None:
             port = self.metrics.serve(cfg.prometheus_port, cfg.prometheus_host)
@@ -363,8 +372,19 @@ class KafkaBroker:
         except DecodeError as e:
             raise CloseConnection(f"malformed request: {e}") from None
         handler = HANDLERS[api.key]
+        ctx = RequestContext(header, conn.listener.name, conn.peer, conn.principal)
+        post = None
+        if self.authorizer is not None:
+            try:
+                denied, body, post = authorize(self.authorizer, api.key, ctx, body)
+            except Refused as e:
+                raise CloseConnection(f"{api.name}: {e}") from None
+            if denied is not None:
+                return encode_response(header.correlation_id, api, header.api_version, denied)
         try:
-            response = await handler(self, RequestContext(header, conn.listener.name, conn.peer, conn.principal), body)
+            response = await handler(self, ctx, body)
+            if post is not None and response is not None:
+                response = post(response)
         except CloseConnection:
             raise
         except Exception as e:
