@@ -165,3 +165,77 @@ class AclCache:
         if any(a.permission == "Deny" and applies(a, {op, "All"}) for a in acls):
             return False
         return any(a.permission == "Allow" and applies(a, ops) for a in acls)
+
+
+# -- the wire's int8 codes (DescribeAcls, CreateAcls, DeleteAcls) ---------------------------------
+
+RESOURCE_TYPE_CODES = {"Topic": 2, "Group": 3, "Cluster": 4, "TransactionalId": 5, "DelegationToken": 6}
+OPERATION_CODES = {op: code for code, op in enumerate(OPERATIONS, start=2)}  # All=2 ... IdempotentWrite=12
+PERMISSION_CODES = {"Deny": 2, "Allow": 3}
+PATTERN_CODES = {"LITERAL": 3, "PREFIXED": 4}
+ANY, MATCH = 1, 2
+
+
+def _by_code(table: dict[str, int], code: int, what: str) -> str:
+    for name, c in table.items():
+        if c == code:
+            return name
+    raise AclError(f"{what} code {code} is not valid here")
+
+
+def binding_from_wire(
+    resource_type_code: int, name: str, pattern_code: int, principal: str, host: str, op_code: int, perm_code: int
+) -> tuple[Resource, Acl]:
+    """A CreateAcls creation as (resource, ACL); AclError for ANY/UNKNOWN codes or a bad principal."""
+    if ":" not in principal:
+        raise AclError(f"principal {principal!r} must be TYPE:NAME")
+    res = Resource(
+        _by_code(RESOURCE_TYPE_CODES, resource_type_code, "resource type"),
+        name,
+        _by_code(PATTERN_CODES, pattern_code, "pattern type"),
+    )
+    if res.type == "Cluster" and name != CLUSTER_NAME:
+        raise AclError(f"the cluster resource is named {CLUSTER_NAME}")
+    acl = Acl(
+        principal,
+        _by_code(PERMISSION_CODES, perm_code, "permission type"),
+        _by_code(OPERATION_CODES, op_code, "operation"),
+        host,
+    )
+    return res, acl
+
+
+@dataclass(frozen=True)
+class AclFilter:
+    """DescribeAcls / DeleteAcls filters: None or ANY matches everything."""
+
+    resource_type: int
+    name: str | None
+    pattern: int
+    principal: str | None
+    host: str | None
+    operation: int
+    permission: int
+
+    def matches(self, res: Resource, acl: Acl) -> bool:
+        if self.resource_type != ANY and RESOURCE_TYPE_CODES.get(res.type) != self.resource_type:
+            return False
+        if self.pattern == MATCH:
+            if self.name is not None and not (
+                res.name == WILDCARD
+                or (res.pattern == "LITERAL" and res.name == self.name)
+                or (res.pattern == "PREFIXED" and self.name.startswith(res.name))
+            ):
+                return False
+        else:
+            if self.pattern != ANY and PATTERN_CODES.get(res.pattern) != self.pattern:
+                return False
+            if self.name is not None and res.name != self.name:
+                return False
+        if self.principal is not None and acl.principal != self.principal:
+            return False
+        if self.host is not None and acl.host != self.host:
+            return False
+        if self.operation != ANY and OPERATION_CODES.get(acl.operation) != self.operation:
+            return False
+        return self.permission == ANY or PERMISSION_CODES.get(acl.permission) == self.permission

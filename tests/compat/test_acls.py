@@ -13,8 +13,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from headwater.cli.main import main as cli_main
 from headwater.client.connection import BrokerConnection
@@ -230,5 +240,57 @@ def test_least_privilege_principals(zookeeper: ZooKeeperServer, tmp_path: Path) 
         wait_for(lambda: bob_produce_error(sasl) == ErrorCode.NONE, "bob's new ACL never applied")
         # ... and it is listed
         acls(zk, "--list", "--topic", "orders")
+
+        # the ACL APIs through a stock AdminClient: the super user may, bob may not
+        read_for_bob = AclBinding(
+            ResourceType.TOPIC,
+            "orders",
+            ResourcePatternType.LITERAL,
+            "User:bob",
+            "*",
+            AclOperation.READ,
+            AclPermissionType.ALLOW,
+        )
+        admin.create_acls([read_for_bob])[read_for_bob].result(30)
+        everything_on_orders = AclBindingFilter(
+            ResourceType.TOPIC,
+            "orders",
+            ResourcePatternType.LITERAL,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+        wait_for(lambda: read_for_bob in admin.describe_acls(everything_on_orders).result(30), "CreateAcls not visible")
+        described = admin.describe_acls(everything_on_orders).result(30)
+        assert {(b.principal, b.operation) for b in described} == {
+            ("User:alice", AclOperation.WRITE),
+            ("User:alice", AclOperation.READ),
+            ("User:bob", AclOperation.WRITE),
+            ("User:bob", AclOperation.READ),
+        }
+        bob_admin = AdminClient(bob)
+        refused = AclBinding(
+            ResourceType.TOPIC,
+            "secret",
+            ResourcePatternType.LITERAL,
+            "User:bob",
+            "*",
+            AclOperation.ALL,
+            AclPermissionType.ALLOW,
+        )
+        with pytest.raises(KafkaException) as e:
+            bob_admin.create_acls([refused])[refused].result(30)
+        assert e.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        bobs = AclBindingFilter(
+            ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob", None, AclOperation.ANY, AclPermissionType.ANY
+        )
+        assert {b.name for b in admin.describe_acls(bobs).result(30)} == {"orders"}  # nothing on secret
+        deleted = admin.delete_acls([bobs])[bobs].result(30)
+        assert {(b.name, b.operation) for b in deleted} == {
+            ("orders", AclOperation.READ),
+            ("orders", AclOperation.WRITE),
+        }
+        wait_for(lambda: bob_produce_error(sasl) == ErrorCode.TOPIC_AUTHORIZATION_FAILED, "DeleteAcls never applied")
     finally:
         broker.stop()

@@ -43,7 +43,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from headwater.acls import (
     CLUSTER_NAME,
@@ -52,10 +52,12 @@ from headwater.acls import (
     LITERAL_ROOT,
     PREFIXED_ROOT,
     RESOURCE_TYPES,
+    Acl,
     AclCache,
     AclError,
     Resource,
     decode_acls,
+    encode_acls,
 )
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
@@ -121,6 +123,33 @@ class Authorizer:
                         acls[res] = entries
         self.cache.acls = acls
         log.info("loaded %d ACLs on %d resources", sum(len(v) for v in acls.values()), len(acls))
+
+    async def change(self, res: Resource, add: list[Acl], remove: list[Acl]) -> None:
+        """Add and remove ACLs of one resource in ZooKeeper (compare-and-set on the node's version),
+        then write Kafka's change notification; every broker (this one too) reloads from it."""
+        client = self.zk.client
+        for _ in range(20):
+            try:
+                data, stat = await self.zk.call(client.get, res.zk_path())
+                current, version = decode_acls(data), stat.version
+            except NoNodeError:
+                current, version = [], None
+            updated = [a for a in current if a not in remove] + [a for a in add if a not in current]
+            if updated == current:
+                return
+            try:
+                if version is None:
+                    await self.zk.call(client.create, res.zk_path(), encode_acls(updated), makepath=True)
+                elif updated:
+                    await self.zk.call(client.set, res.zk_path(), encode_acls(updated), version=version)
+                else:
+                    await self.zk.call(client.delete, res.zk_path(), version=version)
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # another writer got there first: read again
+            parent, value = res.change_notification()
+            await self.zk.call(client.create, f"{parent}/acl_changes_", value, sequence=True, makepath=True)
+            return
+        raise RuntimeError(f"could not update ACLs of {res} after 20 attempts (concurrent writers)")
 
     def allowed(self, ctx: RequestContext, operation: str, resource_type: str, name: str) -> bool:
         host = ctx.peer.rsplit(":", 1)[0]

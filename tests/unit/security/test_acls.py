@@ -53,3 +53,18 @@ def test_zookeeper_formats() -> None:
         operation("Fly")
     with pytest.raises(AclError):
         decode_acls(b'{"version":1,"acls":[{"principal":"User:a","permissionType":"Maybe","operation":"Read"}]}')
+
+
+def test_wire_codes_and_filters() -> None:
+    from headwater.acls import ANY, MATCH, AclFilter, binding_from_wire
+
+    res, acl = binding_from_wire(2, "orders", 4, "User:alice", "*", 3, 3)  # Topic, PREFIXED, READ, ALLOW
+    assert (res, acl) == (Resource("Topic", "orders", "PREFIXED"), Acl("User:alice", "Allow", "Read"))
+    for bad in ((1, "x", 3, "User:a", "*", 3, 3), (2, "x", 3, "alice", "*", 3, 3), (4, "c", 3, "User:a", "*", 9, 3)):
+        with pytest.raises(AclError):
+            binding_from_wire(*bad)  # ANY type, principal without a type, cluster not named kafka-cluster
+    everything = AclFilter(ANY, None, ANY, None, None, ANY, ANY)
+    assert everything.matches(res, acl)
+    match = AclFilter(2, "orders-eu", MATCH, None, None, ANY, ANY)  # which ACLs apply to topic orders-eu
+    assert match.matches(res, acl) and not match.matches(Resource("Topic", "orders"), acl)
+    assert not AclFilter(ANY, None, ANY, "User:bob", None, ANY, ANY).matches(res, acl)

@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING, Any
 from headwater.broker.handlers import (
     api_versions,
     controlled_shutdown,
+    create_acls,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_topics,
+    describe_acls,
     describe_configs,
     describe_groups,
     fetch,
@@ -44,9 +47,12 @@ from headwater.broker.handlers.api_versions import api_versions_fallback
 from headwater.protocol.apis import (
     API_VERSIONS,
     CONTROLLED_SHUTDOWN,
+    CREATE_ACLS,
     CREATE_TOPICS,
+    DELETE_ACLS,
     DELETE_GROUPS,
     DELETE_TOPICS,
+    DESCRIBE_ACLS,
     DESCRIBE_CONFIGS,
     DESCRIBE_GROUPS,
     FETCH,
@@ -121,6 +127,9 @@ HANDLERS: dict[int, Handler] = {
     INIT_PRODUCER_ID.key: init_producer_id.handle,
     SASL_HANDSHAKE.key: sasl_handshake.handle,
     SASL_AUTHENTICATE.key: sasl_authenticate.handle,
+    DESCRIBE_ACLS.key: describe_acls.handle,
+    CREATE_ACLS.key: create_acls.handle,
+    DELETE_ACLS.key: delete_acls.handle,
 }
 
 __all__ = ["HANDLERS", "RequestContext", "api_versions_fallback"]

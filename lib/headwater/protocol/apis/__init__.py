@@ -10,9 +10,12 @@ before a client is authenticated.
 
 from headwater.protocol.apis.api_versions import API_VERSIONS
 from headwater.protocol.apis.controlled_shutdown import CONTROLLED_SHUTDOWN
+from headwater.protocol.apis.create_acls import CREATE_ACLS
 from headwater.protocol.apis.create_topics import CREATE_TOPICS
+from headwater.protocol.apis.delete_acls import DELETE_ACLS
 from headwater.protocol.apis.delete_groups import DELETE_GROUPS
 from headwater.protocol.apis.delete_topics import DELETE_TOPICS
+from headwater.protocol.apis.describe_acls import DESCRIBE_ACLS
 from headwater.protocol.apis.describe_configs import DESCRIBE_CONFIGS
 from headwater.protocol.apis.describe_groups import DESCRIBE_GROUPS
 from headwater.protocol.apis.fetch import FETCH
@@ -60,6 +63,9 @@ ALL_APIS: tuple[Api, ...] = (
     DELETE_TOPICS,
     INIT_PRODUCER_ID,
     OFFSET_FOR_LEADER_EPOCH,
+    DESCRIBE_ACLS,
+    CREATE_ACLS,
+    DELETE_ACLS,
     DESCRIBE_CONFIGS,
     SASL_AUTHENTICATE,
     DELETE_GROUPS,
@@ -72,9 +78,12 @@ __all__ = [
     "API_BY_KEY",
     "API_VERSIONS",
     "CONTROLLED_SHUTDOWN",
+    "CREATE_ACLS",
     "CREATE_TOPICS",
+    "DELETE_ACLS",
     "DELETE_GROUPS",
     "DELETE_TOPICS",
+    "DESCRIBE_ACLS",
     "DESCRIBE_CONFIGS",
     "DESCRIBE_GROUPS",
     "FETCH",
