@@ -192,7 +192,11 @@ class SaslGate:
                 if exchange.step == 0:
                     exchange.scram = ScramServer(mech)
                     user = exchange.scram.client_first(token)
-                    credential = await self.credentials(user, mech)
+                    try:
+                        credential = await self.credentials(user, mech)
+                    except Exception as e:  # ZooKeeper unreachable: not the client's fault, not a failed login
+                        log.error("cannot read the SCRAM credentials of %r: %r", user, e)
+                        raise CloseConnection(f"cannot read the SCRAM credentials of {user!r}: {e!r}") from None
                     if credential is None:
                         raise AuthenticationFailed("Authentication failed: Invalid user credentials")
                     exchange.step = 1

@@ -25,6 +25,7 @@ import uuid
 from typing import Any
 
 from kazoo.client import KazooState
+from kazoo.exceptions import NoNodeError
 
 from headwater.broker import zk as zkpaths
 from headwater.broker.authorizer import Authorizer, Refused, authorize
@@ -184,8 +185,6 @@ class KafkaBroker:
 
     async def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         """Read at each authentication: a changed or deleted user applies to the next connection."""
-        from kazoo.exceptions import NoNodeError
-
         try:
             data, _ = await self.zk.call(self.zk.client.get, user_config_path(user))
         except NoNodeError:

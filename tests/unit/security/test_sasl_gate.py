@@ -139,3 +139,20 @@ def test_other_requests_unknown_mechanisms_and_second_handshakes_close() -> None
         assert answer(SASL_HANDSHAKE, 1, conn.sent)["error_code"] == ErrorCode.ILLEGAL_SASL_STATE
 
     asyncio.run(go())
+
+
+def test_unreadable_credentials_close_without_counting_a_failed_login() -> None:
+    async def broken(user: str, mechanism: str) -> ScramCredential | None:
+        raise ConnectionError("ZooKeeper connection lost")
+
+    async def go() -> None:
+        results: list[tuple[str, bool]] = []
+        sec = ListenerSecurity("SASL_PLAINTEXT", "SASL_PLAINTEXT", None, ("SCRAM-SHA-256",))
+        g, conn = SaslGate(sec, authenticated, broken, 0.0, lambda m, ok: results.append((m, ok))), FakeConnection()
+        await g.handle(conn, frame(SASL_HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-256"}))
+        client = ScramClient("SCRAM-SHA-256", "alice", "alice-pw")
+        with pytest.raises(CloseConnection, match="cannot read the SCRAM credentials"):
+            await g.handle(conn, frame(SASL_AUTHENTICATE, 1, {"auth_bytes": client.first()}))
+        assert results == [] and conn.principal == ANONYMOUS
+
+    asyncio.run(go())
