@@ -98,3 +98,10 @@ def test_client_auth_needs_a_truststore(pki: tuple[TestCA, Path]) -> None:
         )
     with pytest.raises(ConfigError, match=re.escape("check ssl.key.password")):
         config_from_props(props(listeners="SSL://:9093", **{"ssl.keystore.location": str(keystore)}))
+
+
+def test_certificate_subject_as_kafka_prints_it() -> None:
+    from headwater.broker.network import certificate_principal
+
+    subject = ((("countryName", "US"),), (("organizationName", "Example"),), (("commonName", "client"),))
+    assert certificate_principal({"subject": subject}) == "CN=client,O=Example,C=US"
