@@ -17,6 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from headwater.broker.authorizer import AUTHORIZER_CLASSES
+from headwater.broker.security import (
+    PROTOCOLS,
+    ClientSecurity,
+    ListenerSecurity,
+    SecurityConfigError,
+    inter_broker_security,
+    is_security_property,
+    listener_security,
+)
 from headwater.broker.storage.log import LogConfig
 from headwater.properties import parse_properties
 
@@ -113,9 +123,17 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1800000
     group_initial_rebalance_delay_ms: int = 3000
     group_max_size: int = 2**31 - 1
+    connection_failed_authentication_delay_ms: int = 100
+    authorizer_class_name: str = ""
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
     prometheus_port: int | None = None
     prometheus_host: str = "0.0.0.0"
     log_defaults: LogConfig = field(default_factory=LogConfig)
+    #: listener name -> its security protocol, TLS and SASL settings (security.py)
+    security: dict[str, ListenerSecurity] = field(default_factory=dict)
+    #: how this broker's connections to other brokers secure themselves (None: PLAINTEXT)
+    inter_broker_security: ClientSecurity | None = None
     raw: dict[str, str] = field(default_factory=dict)
     unknown: list[str] = field(default_factory=list)
 
@@ -178,6 +196,10 @@ _BROKER_PROPS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int),
     "group.max.size": ("group_max_size", _int),
+    "connection.failed.authentication.delay.ms": ("connection_failed_authentication_delay_ms", _int),
+    "authorizer.class.name": ("authorizer_class_name", str),
+    "super.users": ("super_users", lambda v: frozenset(u.strip() for u in v.split(";") if u.strip())),
+    "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", _bool),
     # not a Kafka property: Kafka exposes metrics over JMX; we serve Prometheus directly
     "prometheus.port": ("prometheus_port", _int),
     "prometheus.host": ("prometheus_host", str),
@@ -277,7 +299,7 @@ def config_from_props(props: dict[str, str]) -> BrokerConfig:
                 values[attr] = parse(raw)
             except ValueError as e:
                 raise ConfigError(f"{key}={raw!r}: {e}") from None
-        elif key not in _HANDLED_ELSEWHERE:
+        elif key not in _HANDLED_ELSEWHERE and not is_security_property(key):
             unknown.append(key)
     if "zookeeper.connect" not in props:
         raise ConfigError("zookeeper.connect is required (for example zookeeper.connect=localhost:2181)")
@@ -304,17 +326,22 @@ def config_from_props(props: dict[str, str]) -> BrokerConfig:
                 raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL")
             n, proto = item.split(":", 1)
             proto_map[n.strip().upper()] = proto.strip().upper()
+    security: dict[str, ListenerSecurity] = {}
     for lst in listeners:
-        proto_map.setdefault(lst.name, lst.name if lst.name in ("PLAINTEXT", "SSL") else "PLAINTEXT")
-        if proto_map[lst.name] != "PLAINTEXT":
-            raise ConfigError(
-                f"listener {lst.name}: security protocol {proto_map[lst.name]} is not supported (PLAINTEXT only)"
-            )
+        proto_map.setdefault(lst.name, lst.name if lst.name in PROTOCOLS else "PLAINTEXT")
+        try:
+            security[lst.name] = listener_security(props, lst.name, proto_map[lst.name])
+        except SecurityConfigError as e:
+            raise ConfigError(str(e)) from None
     inter = props.get("inter.broker.listener.name", "").upper() or (
         "PLAINTEXT" if "PLAINTEXT" in names else listeners[0].name
     )
     if inter not in names:
         raise ConfigError(f"inter.broker.listener.name: {inter} is not one of the listeners {sorted(names)}")
+    try:
+        inter_security = inter_broker_security(security[inter], props)
+    except SecurityConfigError as e:
+        raise ConfigError(str(e)) from None
 
     dirs_raw = props.get("log.dirs") or props.get("log.dir") or "/tmp/kafka-logs"
     log_dirs = [d.strip() for d in dirs_raw.split(",") if d.strip()]
@@ -327,12 +354,19 @@ def config_from_props(props: dict[str, str]) -> BrokerConfig:
         advertised_listeners=advertised,
         listener_security_protocol_map=proto_map,
         inter_broker_listener_name=inter,
+        security=security,
+        inter_broker_security=inter_security,
         log_dirs=log_dirs,
         log_defaults=log_defaults,
         raw=dict(props),
         unknown=unknown,
         **values,
     )
+    if cfg.authorizer_class_name and cfg.authorizer_class_name.strip() not in AUTHORIZER_CLASSES:
+        raise ConfigError(
+            f"authorizer.class.name={cfg.authorizer_class_name}: only Kafka's ACL authorizer is built "
+            f"({' or '.join(AUTHORIZER_CLASSES)})"
+        )
     if cfg.message_max_bytes > cfg.socket_request_max_bytes:
         raise ConfigError("message.max.bytes must not exceed socket.request.max.bytes")
     return cfg

@@ -103,6 +103,13 @@ class BrokerMetrics:
         self.cleaner_last_clean_seconds = Gauge(
             "kafka_log_logcleaner_lastcleantimesecs", "Duration of the last cleaning", registry=r
         )
+        # Kafka's successful-authentication-total / failed-authentication-total, by mechanism
+        self.authentications = Counter(
+            "kafka_server_socket_server_authentications",
+            "SASL authentications, by mechanism and result (success | failure)",
+            ["mechanism", "result"],
+            registry=r,
+        )
         self._partition_labels: set[tuple[str, str]] = set()
         self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._topic_in_children: dict[str, tuple[Any, Any]] = {}
@@ -123,6 +130,9 @@ class BrokerMetrics:
         if child is None:
             child = self._topic_out_children[topic] = self.bytes_out.labels(topic)
         return child
+
+    def count_authentication(self, mechanism: str, succeeded: bool) -> None:
+        self.authentications.labels(mechanism, "success" if succeeded else "failure").inc()
 
     def request_children(self, api: str, version: int) -> tuple[Any, Any]:
         """(requests counter, latency histogram) of one API and version, resolved once: ``labels()``

@@ -6,6 +6,14 @@ flight); pipelined requests wait in the socket buffer. Response parts that are
 :class:`FileRegion` s (Fetch record data) leave with ``os.sendfile`` straight from the
 segment file: zero copy. The frame size is checked against ``socket.request.max.bytes``
 before a buffer of that size exists.
+
+TLS listeners (SSL, SASL_SSL) are served by :class:`TlsConnection` over asyncio streams with
+Python's ``ssl``: bytes must pass through the TLS library, so record data is read from the
+segment file and written (no sendfile there). PLAINTEXT keeps the raw-socket path untouched.
+
+SASL listeners start each connection with a gate as its handler (broker/sasl.py); once the client
+authenticated, the gate swaps in the broker's handler, so an authenticated connection does no
+per-request security work. ``principal`` is the connection's KafkaPrincipal (``User:alice``).
 """
 
 from __future__ import annotations
@@ -14,7 +22,10 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
+import struct
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from headwater.broker.config import Listener
 from headwater.protocol.errors import DecodeError
@@ -26,11 +37,37 @@ log = logging.getLogger(__name__)
 Response = list[bytes | FileRegion] | None
 #: (connection, frame) -> response parts, or None for no response (acks=0), or raises
 #: CloseConnection.
-RequestHandler = Callable[["Connection", memoryview], Awaitable[Response]]
+RequestHandler = Callable[["ClientConnection", memoryview], Awaitable[Response]]
+
+ANONYMOUS = "User:ANONYMOUS"
+_SIZE = struct.Struct(">i")
+
+
+class ClientConnection(Protocol):
+    """What a request handler may use of a connection, plain or TLS."""
+
+    listener: Listener
+    peer: str
+    principal: str
+    handler: RequestHandler
+    closed: bool
+
+    async def send(self, parts: list[bytes | FileRegion]) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class CloseConnection(Exception):
-    """Raised by a request handler to close the connection (what Kafka does for bad requests)."""
+    """Raised by a request handler to close the connection (what Kafka does for bad requests).
+
+    ``logged``: the handler already logged why (a failed authentication is logged once, at INFO).
+    """
+
+    def __init__(self, message: str, logged: bool = False) -> None:
+        super().__init__(message)
+        self.logged = logged
 
 
 class Connection:
@@ -56,6 +93,7 @@ class Connection:
             self.peer = f"{peer[0]}:{peer[1]}"
         except OSError:
             self.peer = "?"
+        self.principal = ANONYMOUS
         self.closed = False
         self._out: list[bytes] = []  # queued response bytes, in order
         self._flush_scheduled = False
@@ -92,7 +130,8 @@ class Connection:
                     try:
                         response = await self.handler(self, frame)
                     except CloseConnection as e:
-                        log.warning("closing connection from %s: %s", self.peer, e)
+                        if not e.logged:
+                            log.warning("closing connection from %s: %s", self.peer, e)
                         return
                     if response is not None:
                         await self.send(response)
@@ -188,6 +227,117 @@ class Connection:
                 pass
 
 
+class TlsConnection:
+    """One connection on a TLS listener, over an asyncio stream (the TLS handshake is done).
+
+    Requests are answered one at a time, in order, as on :class:`Connection`. Record data
+    (FileRegions) is read from the segment with ``os.pread`` and written through TLS: sendfile
+    cannot encrypt. A client certificate, when the listener asked for one and got it, names the
+    principal (``User:CN=client,OU=...``) until SASL authenticates someone else.
+    """
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        listener: Listener,
+        handler: RequestHandler,
+        max_request_bytes: int,
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.listener = listener
+        self.handler = handler
+        self.max_request_bytes = max_request_bytes
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.principal = ANONYMOUS
+        cert = writer.get_extra_info("peercert")
+        if cert:
+            self.principal = "User:" + certificate_principal(cert)
+        self.closed = False
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    head = await self.reader.readexactly(4)
+                except asyncio.IncompleteReadError:
+                    return
+                (size,) = _SIZE.unpack(head)
+                if size < 0 or size > self.max_request_bytes:
+                    log.warning(
+                        "closing connection from %s on %s: frame of %d bytes exceeds %d (socket.request.max.bytes)",
+                        self.peer,
+                        self.listener.name,
+                        size,
+                        self.max_request_bytes,
+                    )
+                    return
+                frame = await self.reader.readexactly(size)
+                try:
+                    response = await self.handler(self, memoryview(frame))
+                except CloseConnection as e:
+                    if not e.logged:
+                        log.warning("closing connection from %s: %s", self.peer, e)
+                    return
+                if response is not None:
+                    await self.send(response)
+        except (ConnectionError, OSError, asyncio.IncompleteReadError) as e:
+            log.debug("connection from %s ended: %s", self.peer, e)
+        except asyncio.CancelledError:
+            raise
+        finally:
+            self.close()
+
+    async def send(self, parts: list[bytes | FileRegion]) -> None:
+        for part in parts:
+            if isinstance(part, FileRegion):
+                await self._send_region(part)
+            else:
+                self.writer.write(part)
+        await self.writer.drain()  # returns at once unless the transport's buffer is above its high mark
+
+    async def _send_region(self, region: FileRegion, chunk: int = 1 << 20) -> None:
+        fd = region.file.fileno()
+        offset, remaining = region.position, region.size
+        while remaining > 0:
+            data = os.pread(fd, min(chunk, remaining), offset)
+            if not data:
+                raise ConnectionError(f"segment ended {remaining} bytes early while sending to {self.peer}")
+            self.writer.write(data)
+            offset += len(data)
+            remaining -= len(data)
+            await self.writer.drain()
+
+    async def flush(self) -> None:
+        await self.writer.drain()
+        if self.closed:
+            raise ConnectionError(f"connection from {self.peer} closed")
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.writer.close()
+
+
+def certificate_principal(cert: dict[str, object]) -> str:
+    """A peer certificate's subject as Kafka prints an X.500 name: most specific part first
+    (``CN=client,OU=eng,O=Example``)."""
+    short = {
+        "commonName": "CN",
+        "organizationalUnitName": "OU",
+        "organizationName": "O",
+        "localityName": "L",
+        "stateOrProvinceName": "ST",
+        "countryName": "C",
+        "emailAddress": "EMAILADDRESS",
+    }
+    subject = cert.get("subject") or ()
+    parts = [f"{short.get(k, k)}={v}" for rdn in subject for k, v in rdn]  # type: ignore[attr-defined]
+    return ",".join(reversed(parts))
+
+
 async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
     fut: asyncio.Future[None] = loop.create_future()
     fd = sock.fileno()
@@ -206,13 +356,25 @@ async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Non
 class SocketServer:
     """Accepts connections on every configured listener."""
 
-    def __init__(self, listeners: list[Listener], handler: RequestHandler, max_request_bytes: int) -> None:
+    def __init__(
+        self,
+        listeners: list[Listener],
+        handler: RequestHandler,
+        max_request_bytes: int,
+        first_handlers: dict[str, RequestHandler] | None = None,
+        ssl_contexts: dict[str, ssl.SSLContext] | None = None,
+    ) -> None:
+        """``first_handlers``: a listener's handler for new connections (the SASL gate) when not
+        ``handler``; ``ssl_contexts``: the listeners served with TLS."""
         self.listeners = listeners
         self.handler = handler
         self.max_request_bytes = max_request_bytes
+        self.first_handlers = first_handlers or {}
+        self.ssl_contexts = ssl_contexts or {}
         self._servers: list[socket.socket] = []
+        self._tls_servers: list[asyncio.AbstractServer] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        self._connections: set[Connection] = set()
+        self._connections: set[Connection | TlsConnection] = set()
         self.bound_ports: dict[str, int] = {}
 
     async def start(self) -> None:
@@ -235,10 +397,32 @@ class SocketServer:
                 raise OSError(e.errno, f"cannot listen on {lst.url()}: {e.strerror}") from None
             srv.listen(512)
             srv.setblocking(False)
-            self._servers.append(srv)
             self.bound_ports[lst.name] = srv.getsockname()[1]
-            self._spawn(self._accept_loop(loop, srv, lst))
-            log.info("listening on %s (%s)", lst.url(), srv.getsockname()[:2])
+            ctx = self.ssl_contexts.get(lst.name)
+            if ctx is not None:
+                self._tls_servers.append(await self._start_tls(srv, lst, ctx))
+            else:
+                self._servers.append(srv)
+                self._spawn(self._accept_loop(loop, srv, lst))
+            log.info("listening on %s (%s)%s", lst.url(), srv.getsockname()[:2], " with TLS" if ctx is not None else "")
+
+    async def _start_tls(self, srv: socket.socket, lst: Listener, ctx: ssl.SSLContext) -> asyncio.AbstractServer:
+        handler = self.first_handlers.get(lst.name, self.handler)
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = TlsConnection(reader, writer, lst, handler, self.max_request_bytes)
+            self._connections.add(conn)
+            try:
+                await conn.run()
+            finally:
+                self._connections.discard(conn)
+
+        # A failed TLS handshake (a plaintext client, an untrusted certificate) never reaches
+        # ``serve``: the transport closes it.
+        return await asyncio.start_server(serve, sock=srv, ssl=ctx, ssl_handshake_timeout=10.0)
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -246,6 +430,7 @@ class SocketServer:
         task.add_done_callback(self._tasks.discard)
 
     async def _accept_loop(self, loop: asyncio.AbstractEventLoop, srv: socket.socket, lst: Listener) -> None:
+        first_handler = self.first_handlers.get(lst.name, self.handler)
         while True:
             try:
                 sock, _ = await loop.sock_accept(srv)
@@ -255,7 +440,7 @@ class SocketServer:
                 continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Connection(sock, lst, self.handler, self.max_request_bytes)
+            conn = Connection(sock, lst, first_handler, self.max_request_bytes)
             self._connections.add(conn)
 
             async def serve(conn: Connection = conn) -> None:
@@ -273,5 +458,7 @@ class SocketServer:
         await asyncio.gather(*tasks, return_exceptions=True)
         for srv in self._servers:
             srv.close()
+        for tls in self._tls_servers:
+            tls.close()
         for conn in list(self._connections):
             conn.close()

@@ -84,7 +84,12 @@ class ReplicaFetcher:
         self.partitions: dict[TP, FetchState] = {}
         self.wake = asyncio.Event()
         cfg = broker.config
-        self.conn = BrokerConnection(endpoint[0], endpoint[1], f"broker-{broker.broker_id}-fetcher-{leader_id}")
+        self.conn = BrokerConnection(
+            endpoint[0],
+            endpoint[1],
+            f"broker-{broker.broker_id}-fetcher-{leader_id}",
+            security=cfg.inter_broker_security,
+        )
         self.max_wait_ms = cfg.replica_fetch_wait_max_ms
         self.backoff_s = cfg.replica_fetch_backoff_ms / 1000.0
         self.closed = False

@@ -25,8 +25,10 @@ import uuid
 from typing import Any
 
 from kazoo.client import KazooState
+from kazoo.exceptions import NoNodeError
 
 from headwater.broker import zk as zkpaths
+from headwater.broker.authorizer import Authorizer, Refused, authorize
 from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
 from headwater.broker.config import BrokerConfig, Listener, topic_log_config
 from headwater.broker.controller.controller import Controller
@@ -34,10 +36,11 @@ from headwater.broker.group.coordinator import GroupCoordinator
 from headwater.broker.handlers import HANDLERS, RequestContext, api_versions_fallback
 from headwater.broker.metadata_cache import MetadataCache
 from headwater.broker.metrics import BrokerMetrics
-from headwater.broker.network import CloseConnection, Connection, Response, SocketServer
+from headwater.broker.network import ClientConnection, CloseConnection, RequestHandler, Response, SocketServer
 from headwater.broker.producer_ids import ProducerIdManager
 from headwater.broker.purgatory import Purgatory
 from headwater.broker.replica_manager import ReplicaManager
+from headwater.broker.sasl import SaslGate
 from headwater.broker.storage.cleaner import CleanStats
 from headwater.broker.storage.clock import Clock, SystemClock
 from headwater.broker.storage.fs import FileSystem, OsFileSystem
@@ -46,6 +49,7 @@ from headwater.broker.zk import ZooKeeper
 from headwater.protocol.apis import CONTROLLED_SHUTDOWN
 from headwater.protocol.errors import DecodeError, ErrorCode
 from headwater.protocol.frames import UnsupportedRequest, decode_request, encode_response
+from headwater.scram import ScramCredential, credential_from_user_config, user_config_path
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +76,29 @@ class KafkaBroker:
         self.groups = GroupCoordinator(self)
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.log_manager: LogManager | None = None
-        self.server = SocketServer(config.listeners, self.handle_frame, config.socket_request_max_bytes)
+        #: ACLs (authorizer.class.name); None: every request is allowed and nothing is checked
+        self.authorizer = (
+            Authorizer(self.zk, config.super_users, config.allow_everyone_if_no_acl_found)
+            if config.authorizer_class_name
+            else None
+        )
+        first_handlers: dict[str, RequestHandler] = {}
+        ssl_contexts = {}
+        for name, sec in config.security.items():
+            if sec.ssl is not None:
+                ssl_contexts[name] = sec.ssl.server_context(name)
+            if sec.uses_sasl:
+                gate = SaslGate(
+                    sec,
+                    self.handle_frame,
+                    self._scram_credential,
+                    config.connection_failed_authentication_delay_ms / 1000.0,
+                    self.metrics.count_authentication,
+                )
+                first_handlers[name] = gate.handle
+        self.server = SocketServer(
+            config.listeners, self.handle_frame, config.socket_request_max_bytes, first_handlers, ssl_contexts
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
         self.cluster_id = "headwater"
         self.stopping = asyncio.Event()
@@ -101,6 +127,8 @@ class KafkaBroker:
         )
         self.log_manager.high_watermark_of = self.replicas.high_watermark_of  # retention stops at the HW
         self.log_manager.on_cleaned = self._count_cleaning
+        if self.authorizer is not None:
+            await self.authorizer.start()
         await self.server.start()
         if cfg.prometheus_port is not None:
             port = self.metrics.serve(cfg.prometheus_port, cfg.prometheus_host)
@@ -154,6 +182,14 @@ class KafkaBroker:
         except Exception:
             got = await self.zk.get_json("/cluster/id")
             return str(got[0]["id"]) if got and isinstance(got[0], dict) else new_id
+
+    async def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """Read at each authentication: a changed or deleted user applies to the next connection."""
+        try:
+            data, _ = await self.zk.call(self.zk.client.get, user_config_path(user))
+        except NoNodeError:
+            return None
+        return credential_from_user_config(data, mechanism)
 
     def advertised(self) -> list[Listener]:
         """Advertised listeners with port 0 replaced by the port actually bound."""
@@ -265,7 +301,9 @@ class KafkaBroker:
                     remaining = await self.controller.controlled_shutdown(self.broker_id, self.broker_epoch)
                 elif controller_id >= 0 and controller_id in self.cache.brokers:
                     host, port = self.cache.brokers[controller_id].endpoints[cfg.inter_broker_listener_name]
-                    conn = BrokerConnection(host, port, f"broker-{self.broker_id}-shutdown")
+                    conn = BrokerConnection(
+                        host, port, f"broker-{self.broker_id}-shutdown", security=cfg.inter_broker_security
+                    )
                     try:
                         resp = await conn.request(
                             CONTROLLED_SHUTDOWN,
@@ -322,7 +360,7 @@ class KafkaBroker:
 
     # -- requests -------------------------------------------------------------------------------
 
-    async def handle_frame(self, conn: Connection, frame: memoryview) -> Response:
+    async def handle_frame(self, conn: ClientConnection, frame: memoryview) -> Response:
         started = time.perf_counter()
         try:
             header, api, body = decode_request(frame)
@@ -333,8 +371,19 @@ class KafkaBroker:
         except DecodeError as e:
             raise CloseConnection(f"malformed request: {e}") from None
         handler = HANDLERS[api.key]
+        ctx = RequestContext(header, conn.listener.name, conn.peer, conn.principal)
+        post = None
+        if self.authorizer is not None:
+            try:
+                denied, body, post = authorize(self.authorizer, api.key, ctx, body)
+            except Refused as e:
+                raise CloseConnection(f"{api.name}: {e}") from None
+            if denied is not None:
+                return encode_response(header.correlation_id, api, header.api_version, denied)
         try:
-            response = await handler(self, RequestContext(header, conn.listener.name, conn.peer), body)
+            response = await handler(self, ctx, body)
+            if post is not None and response is not None:
+                response = post(response)
         except CloseConnection:
             raise
         except Exception as e:

@@ -20,6 +20,7 @@ import asyncio
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from headwater.broker.authorizer import Authorizer
     from headwater.broker.config import BrokerConfig
     from headwater.broker.controller.controller import Controller
     from headwater.broker.group.coordinator import GroupCoordinator
@@ -50,6 +51,7 @@ class HandlerServices(Protocol):
     controller: Controller
     groups: GroupCoordinator
     producer_ids: ProducerIdManager
+    authorizer: Authorizer | None  # None: authorizer.class.name is not set
 
     def metadata_changed(self) -> None:
         """An UpdateMetadata was applied: wake whoever waits for it."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from headwater.client.cluster import Cluster, PartitionMetadata
 from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
+from headwater.client.security import ClientSecurity
 from headwater.protocol.apis import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Api, Message
@@ -95,6 +96,7 @@ class Admin:
         retry_backoff_ms: int = 100,
         retries: int = 5,
         cluster: Cluster | None = None,
+        security: ClientSecurity | Mapping[str, str] | None = None,
     ) -> None:
         self.retries = retries
         self.retry_backoff = retry_backoff_ms / 1000.0
@@ -102,6 +104,7 @@ class Admin:
         self._owns_cluster = cluster is None
         self.cluster = cluster or Cluster(
             bootstrap,
+            security=security,
             client_id=client_id,
             connect_timeout=connect_timeout_ms / 1000.0,
             request_timeout=self.request_timeout,

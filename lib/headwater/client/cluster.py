@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from headwater.client.connection import DEFAULT_CLIENT_ID, BrokerConnection, parse_address
 from headwater.client.discovery import brokers_from_zookeeper, is_zookeeper_bootstrap
-from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
+from headwater.client.errors import KafkaAuthenticationError, KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
+from headwater.client.security import ClientSecurity
 from headwater.protocol.apis import METADATA
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Api, Message
@@ -89,7 +90,15 @@ class Cluster:
         metadata_timeout: float = 60.0,
         unknown_topic_timeout: float = 5.0,
         allow_auto_create_topics: bool = True,
+        security: ClientSecurity | Mapping[str, str] | None = None,
     ) -> None:
+        """``security``: a :class:`ClientSecurity`, or Kafka client properties (``security.protocol``,
+        ``ssl.ca.location``, ``sasl.mechanism``, ``sasl.username``, ``sasl.password``, ...)."""
+        self.security = (
+            security
+            if isinstance(security, ClientSecurity) or security is None
+            else ClientSecurity.from_properties(security)
+        )
         #: a ``zk://`` bootstrap: brokers are looked up in ZooKeeper (see headwater.client.discovery)
         self.zookeeper_bootstrap = (
             bootstrap if isinstance(bootstrap, str) and is_zookeeper_bootstrap(bootstrap) else None
@@ -126,6 +135,7 @@ class Cluster:
             client_id=self.client_id,
             connect_timeout=self.connect_timeout,
             request_timeout=self.request_timeout,
+            security=self.security,
         )
 
     async def connection(self, node_id: int) -> BrokerConnection:
@@ -174,18 +184,21 @@ class Cluster:
         candidates = list(self.bootstrap) + [
             (b.host, b.port) for b in self.brokers.values() if (b.host, b.port) not in self.bootstrap
         ]
+        refused = 0  # logins the brokers refused: credentials, not reachability, are wrong
         for host, port in candidates:
             conn = self._new_connection(host, port, None)
             try:
                 await conn.connect()
             except (KafkaConnectionError, KafkaTimeoutError) as e:
                 errors.append(str(e))
+                refused += isinstance(e, KafkaAuthenticationError)
                 continue
             self._bootstrap_conn = conn
             return conn
+        error = KafkaAuthenticationError if refused and refused == len(errors) else KafkaConnectionError
         if len(errors) == 1:
-            raise KafkaConnectionError(errors[0])
-        raise KafkaConnectionError("could not reach any bootstrap broker: " + "; ".join(errors))
+            raise error(errors[0])
+        raise error("could not reach any bootstrap broker: " + "; ".join(errors))
 
     async def request(
         self,

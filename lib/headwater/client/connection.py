@@ -6,6 +6,10 @@ pipelined: each gets the next correlation id and is written at once; one reader 
 responses, which a Kafka broker sends in request order, to their waiters. A Produce with acks=0
 gets no response at all (``expect_response=False``).
 
+With a :class:`~headwater.client.security.ClientSecurity` the connection speaks TLS and, for
+SASL, authenticates right after ApiVersions (SaslHandshake v1 + SaslAuthenticate); a refused
+login raises :class:`KafkaAuthenticationError` and is not retried by the connection.
+
 Any transport failure (refused, reset, EOF, a malformed frame, a correlation id out of order)
 closes the connection and fails every waiting request with :class:`KafkaConnectionError`.
 """
@@ -19,11 +23,13 @@ import itertools
 import logging
 import struct
 
-from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError
+from headwater.client.errors import KafkaAuthenticationError, KafkaConnectionError, KafkaTimeoutError
+from headwater.client.security import ClientSecurity
 from headwater.protocol.apis import API_VERSIONS
 from headwater.protocol.errors import DecodeError, ErrorCode, KafkaError
 from headwater.protocol.frames import decode_response, encode_request
 from headwater.protocol.schema import Api, Message
+from headwater.sasl_client import SaslAuthenticationError, authenticate
 
 log = logging.getLogger("headwater.client")
 
@@ -78,7 +84,10 @@ class BrokerConnection:
         connect_timeout: float = 10.0,
         request_timeout: float = 30.0,
         max_response_bytes: int = 1 << 30,
+        security: ClientSecurity | None = None,
     ) -> None:
+        self.security = security
+        self._ssl = security.ssl_context() if security is not None else None
         self.host = host
         self.port = port
         self.node_id = node_id
@@ -122,15 +131,27 @@ class BrokerConnection:
             return
         try:
             async with asyncio.timeout(self.connect_timeout):
-                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host, self.port, ssl=self._ssl, server_hostname=self.host if self._ssl else None
+                )
                 self._read_task = asyncio.create_task(self._read_loop(), name=f"headwater-reader-{self.address}")
                 self._connected = True
                 response = await self._send(API_VERSIONS, 0, {}, expect_response=True, timeout=None)
+                sec = self.security
+                if sec is not None and sec.uses_sasl and sec.sasl_mechanism:
+
+                    async def roundtrip(api: Api, version: int, body: Message) -> Message:
+                        return await self._send(api, version, body, expect_response=True, timeout=None)
+
+                    await authenticate(roundtrip, sec.sasl_mechanism, sec.sasl_username, sec.sasl_password)
         except TimeoutError:
             await self.close()
             raise KafkaTimeoutError(
                 f"could not connect to broker {self.address} within {self.connect_timeout:g}s"
             ) from None
+        except SaslAuthenticationError as e:
+            await self.close()
+            raise KafkaAuthenticationError(f"SASL authentication to broker {self.address} failed: {e}") from None
         except OSError as e:
             await self.close()
             reason = e.strerror or str(e) or type(e).__name__

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -23,6 +23,7 @@ from headwater.client.errors import (
     UnknownTopicError,
 )
 from headwater.client.raw import fetch_body
+from headwater.client.security import ClientSecurity
 from headwater.protocol.apis import FETCH, LIST_OFFSETS
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.record import read_record_set
@@ -85,6 +86,7 @@ class Consumer:
         retries: int = 10,
         isolation_level: int = 0,
         cluster: Cluster | None = None,
+        security: ClientSecurity | Mapping[str, str] | None = None,
     ) -> None:
         self.retry_backoff = retry_backoff_ms / 1000.0
         self.request_timeout = request_timeout_ms / 1000.0
@@ -93,6 +95,7 @@ class Consumer:
         self._owns_cluster = cluster is None
         self.cluster = cluster or Cluster(
             bootstrap,
+            security=security,
             client_id=client_id,
             connect_timeout=connect_timeout_ms / 1000.0,
             request_timeout=self.request_timeout,

@@ -10,6 +10,7 @@ from headwater.protocol.errors import ErrorCode, KafkaError
 
 __all__ = [
     "ErrorCode",
+    "KafkaAuthenticationError",
     "KafkaConnectionError",
     "KafkaError",
     "KafkaTimeoutError",
@@ -20,6 +21,10 @@ __all__ = [
 
 class KafkaConnectionError(ConnectionError):
     """A broker could not be reached, or its connection broke or spoke nonsense."""
+
+
+class KafkaAuthenticationError(KafkaConnectionError):
+    """The broker refused this client's TLS or SASL credentials (SASL_AUTHENTICATION_FAILED)."""
 
 
 class KafkaTimeoutError(TimeoutError):

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from headwater.client.cluster import Cluster
 from headwater.client.consumer import Consumer
 from headwater.client.errors import KafkaError, KafkaTimeoutError
+from headwater.client.security import ClientSecurity
 from headwater.protocol.apis import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
@@ -90,9 +91,16 @@ def decode_assignment(data: bytes) -> tuple[TopicPartition, ...]:
 class GroupAdmin:
     """Reads and changes consumer groups through their coordinators."""
 
-    def __init__(self, bootstrap: str | Sequence[str], *, timeout_s: float = 30.0, client_id: str = "headwater-groups"):
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        timeout_s: float = 30.0,
+        client_id: str = "headwater-groups",
+        security: ClientSecurity | Mapping[str, str] | None = None,
+    ):
         self.timeout_s = timeout_s
-        self.cluster = Cluster(bootstrap, client_id=client_id, allow_auto_create_topics=False)
+        self.cluster = Cluster(bootstrap, client_id=client_id, allow_auto_create_topics=False, security=security)
         self._consumer = Consumer(bootstrap, cluster=self.cluster)
 
     async def __aenter__(self) -> GroupAdmin:

@@ -29,13 +29,14 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from headwater.client.cluster import STALE_METADATA_ERRORS, Cluster
 from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
 from headwater.client.partitioner import DefaultPartitioner, Partitioner
 from headwater.client.record_future import BatchOutcome, RecordFuture, RecordMetadata
+from headwater.client.security import ClientSecurity
 from headwater.protocol.apis import INIT_PRODUCER_ID, PRODUCE
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.compression import Codec, codec_from_name
@@ -139,6 +140,7 @@ class Producer:
         key_serializer: Serializer | None = None,
         value_serializer: Serializer | None = None,
         cluster: Cluster | None = None,
+        security: ClientSecurity | Mapping[str, str] | None = None,
         enable_idempotence: bool = False,
     ) -> None:
         self.acks = parse_acks(acks if acks is not None else ("all" if enable_idempotence else 1))
@@ -162,6 +164,7 @@ class Producer:
         self._owns_cluster = cluster is None
         self.cluster = cluster or Cluster(
             bootstrap,
+            security=security,
             client_id=client_id,
             connect_timeout=connect_timeout_ms / 1000.0,
             request_timeout=request_timeout_ms / 1000.0,

@@ -64,6 +64,11 @@ _OLD_MODULES = {  # key -> (module, request list, response list)
     15: ("admin", "DescribeGroupsRequest", "DescribeGroupsResponse"),
     16: ("admin", "ListGroupsRequest", "ListGroupsResponse"),
     42: ("admin", "DeleteGroupsRequest", "DeleteGroupsResponse"),
+    29: ("admin", "DescribeAclsRequest", "DescribeAclsResponse"),
+    30: ("admin", "CreateAclsRequest", "CreateAclsResponse"),
+    31: ("admin", "DeleteAclsRequest", "DeleteAclsResponse"),
+    17: ("sasl_handshake", "SaslHandshakeRequest", "SaslHandshakeResponse"),
+    36: ("sasl_authenticate", "SaslAuthenticateRequest", "SaslAuthenticateResponse"),
 }
 _NEW_MODULES = {
     0: "kafka.protocol.producer",
@@ -86,6 +91,11 @@ _NEW_MODULES = {
     15: "kafka.protocol.admin",
     16: "kafka.protocol.admin",
     42: "kafka.protocol.admin",
+    29: "kafka.protocol.admin",
+    30: "kafka.protocol.admin",
+    31: "kafka.protocol.admin",
+    17: "kafka.protocol.sasl",
+    36: "kafka.protocol.sasl",
 }
 # The controller APIs: kafka-python (a client) has no encoder for them, so their goldens are the
 # hand-checked hex dumps below, which must cover every request and response structure.

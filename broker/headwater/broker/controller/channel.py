@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 
 from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
+from headwater.broker.security import ClientSecurity
 from headwater.protocol.schema import Api, Message
 
 log = logging.getLogger(__name__)
@@ -26,9 +27,11 @@ REQUEST_TIMEOUT_S = 10.0
 
 
 class BrokerChannel:
-    def __init__(self, broker_id: int, host: str, port: int, client_id: str) -> None:
+    def __init__(
+        self, broker_id: int, host: str, port: int, client_id: str, security: ClientSecurity | None = None
+    ) -> None:
         self.broker_id = broker_id
-        self.conn = BrokerConnection(host, port, client_id)
+        self.conn = BrokerConnection(host, port, client_id, security=security)
         self.queue: asyncio.Queue[tuple[Api, Message, Callable[[Message], None] | None]] = asyncio.Queue()
         self.closed = False
         self.task = asyncio.ensure_future(self._run())
@@ -69,13 +72,14 @@ class BrokerChannel:
 
 
 class ControllerChannel:
-    def __init__(self, client_id: str) -> None:
+    def __init__(self, client_id: str, security: ClientSecurity | None = None) -> None:
         self.client_id = client_id
+        self.security = security
         self.channels: dict[int, BrokerChannel] = {}
 
     def add_broker(self, broker_id: int, host: str, port: int) -> None:
         if broker_id not in self.channels:
-            self.channels[broker_id] = BrokerChannel(broker_id, host, port, self.client_id)
+            self.channels[broker_id] = BrokerChannel(broker_id, host, port, self.client_id, self.security)
 
     async def remove_broker(self, broker_id: int) -> None:
         ch = self.channels.pop(broker_id, None)

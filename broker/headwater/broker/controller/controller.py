@@ -152,7 +152,7 @@ class Controller:
         self._generation += 1
         log.info("[Controller id=%d] elected controller with epoch %d", self.broker_id, self.epoch)
         self.broker.metrics.active_controller.set(1)
-        self.channel = ControllerChannel(f"controller-{self.broker_id}")
+        self.channel = ControllerChannel(f"controller-{self.broker_id}", self.broker.config.inter_broker_security)
         await self._on_became_controller()
 
     async def _read_epoch(self) -> tuple[int, int]:

@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING, Any
 from headwater.broker.handlers import (
     api_versions,
     controlled_shutdown,
+    create_acls,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_topics,
+    describe_acls,
     describe_configs,
     describe_groups,
     fetch,
@@ -34,6 +37,8 @@ from headwater.broker.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     stop_replica,
     sync_group,
     update_metadata,
@@ -42,9 +47,12 @@ from headwater.broker.handlers.api_versions import api_versions_fallback
 from headwater.protocol.apis import (
     API_VERSIONS,
     CONTROLLED_SHUTDOWN,
+    CREATE_ACLS,
     CREATE_TOPICS,
+    DELETE_ACLS,
     DELETE_GROUPS,
     DELETE_TOPICS,
+    DESCRIBE_ACLS,
     DESCRIBE_CONFIGS,
     DESCRIBE_GROUPS,
     FETCH,
@@ -61,6 +69,8 @@ from headwater.protocol.apis import (
     OFFSET_FETCH,
     OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
     STOP_REPLICA,
     SYNC_GROUP,
     UPDATE_METADATA,
@@ -77,6 +87,7 @@ class RequestContext:
     header: RequestHeader
     listener_name: str
     peer: str
+    principal: str = "User:ANONYMOUS"  # KafkaPrincipal of the connection (SASL user or TLS subject)
 
     @property
     def version(self) -> int:
@@ -114,6 +125,11 @@ HANDLERS: dict[int, Handler] = {
     OFFSET_FETCH.key: offset_fetch.handle,
     SYNC_GROUP.key: sync_group.handle,
     INIT_PRODUCER_ID.key: init_producer_id.handle,
+    SASL_HANDSHAKE.key: sasl_handshake.handle,
+    SASL_AUTHENTICATE.key: sasl_authenticate.handle,
+    DESCRIBE_ACLS.key: describe_acls.handle,
+    CREATE_ACLS.key: create_acls.handle,
+    DELETE_ACLS.key: delete_acls.handle,
 }
 
 __all__ = ["HANDLERS", "RequestContext", "api_versions_fallback"]

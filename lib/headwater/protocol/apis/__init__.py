@@ -4,14 +4,18 @@ The advertised snapshot is Kafka 2.3's (see docs/protocol.md for the reasoning);
 declares one API. ``API_BY_KEY`` is what the broker advertises in ApiVersions. ``ALL_APIS`` is
 in key order; LeaderAndIsr, StopReplica, UpdateMetadata and ControlledShutdown are the
 inter-broker (controller) APIs of the ZooKeeper era; OffsetCommit through DeleteGroups are the group
-coordinator's.
+coordinator's; SaslHandshake and SaslAuthenticate are answered by the connection's SASL gate
+before a client is authenticated.
 """
 
 from headwater.protocol.apis.api_versions import API_VERSIONS
 from headwater.protocol.apis.controlled_shutdown import CONTROLLED_SHUTDOWN
+from headwater.protocol.apis.create_acls import CREATE_ACLS
 from headwater.protocol.apis.create_topics import CREATE_TOPICS
+from headwater.protocol.apis.delete_acls import DELETE_ACLS
 from headwater.protocol.apis.delete_groups import DELETE_GROUPS
 from headwater.protocol.apis.delete_topics import DELETE_TOPICS
+from headwater.protocol.apis.describe_acls import DESCRIBE_ACLS
 from headwater.protocol.apis.describe_configs import DESCRIBE_CONFIGS
 from headwater.protocol.apis.describe_groups import DESCRIBE_GROUPS
 from headwater.protocol.apis.fetch import FETCH
@@ -28,6 +32,8 @@ from headwater.protocol.apis.offset_commit import OFFSET_COMMIT
 from headwater.protocol.apis.offset_fetch import OFFSET_FETCH
 from headwater.protocol.apis.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from headwater.protocol.apis.produce import PRODUCE
+from headwater.protocol.apis.sasl_authenticate import SASL_AUTHENTICATE
+from headwater.protocol.apis.sasl_handshake import SASL_HANDSHAKE
 from headwater.protocol.apis.stop_replica import STOP_REPLICA
 from headwater.protocol.apis.sync_group import SYNC_GROUP
 from headwater.protocol.apis.update_metadata import UPDATE_METADATA
@@ -51,12 +57,17 @@ ALL_APIS: tuple[Api, ...] = (
     SYNC_GROUP,
     DESCRIBE_GROUPS,
     LIST_GROUPS,
+    SASL_HANDSHAKE,
     API_VERSIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
     INIT_PRODUCER_ID,
     OFFSET_FOR_LEADER_EPOCH,
+    DESCRIBE_ACLS,
+    CREATE_ACLS,
+    DELETE_ACLS,
     DESCRIBE_CONFIGS,
+    SASL_AUTHENTICATE,
     DELETE_GROUPS,
 )
 
@@ -67,9 +78,12 @@ __all__ = [
     "API_BY_KEY",
     "API_VERSIONS",
     "CONTROLLED_SHUTDOWN",
+    "CREATE_ACLS",
     "CREATE_TOPICS",
+    "DELETE_ACLS",
     "DELETE_GROUPS",
     "DELETE_TOPICS",
+    "DESCRIBE_ACLS",
     "DESCRIBE_CONFIGS",
     "DESCRIBE_GROUPS",
     "FETCH",
@@ -86,6 +100,8 @@ __all__ = [
     "OFFSET_FETCH",
     "OFFSET_FOR_LEADER_EPOCH",
     "PRODUCE",
+    "SASL_AUTHENTICATE",
+    "SASL_HANDSHAKE",
     "STOP_REPLICA",
     "SYNC_GROUP",
     "UPDATE_METADATA",

@@ -1,0 +1,236 @@
+"""The SASL gate: what a connection on a SASL listener may do before it authenticated.
+
+Kafka 2.3's order: ApiVersions (optional, any number), SaslHandshake (v0 or v1, once), then the
+mechanism's tokens -- inside SaslAuthenticate requests after a v1 handshake, as raw size-prefixed
+frames after a v0 handshake. Any other request before authentication closes the connection, as
+Kafka's SaslServerAuthenticator does.
+
+On success the connection's principal becomes ``User:<name>`` and its handler becomes the
+broker's own, so an authenticated connection pays nothing per request. On failure the client
+gets SASL_AUTHENTICATION_FAILED (v1) and the connection is closed after
+``connection.failed.authentication.delay.ms``: each guess costs a connection and that delay, and
+the broker does no key derivation for a guess (SCRAM's PBKDF2 runs on the client).
+
+Mechanisms: PLAIN (RFC 4616; users from the listener's JAAS config), SCRAM-SHA-256/512 (RFC
+5802/7677; credentials read from ZooKeeper at each authentication, so a changed or deleted user
+applies to the next connection without a restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import struct
+import weakref
+from collections.abc import Awaitable, Callable
+
+from headwater.broker.network import ClientConnection, CloseConnection, RequestHandler, Response
+from headwater.broker.security import ListenerSecurity
+from headwater.protocol.apis import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from headwater.protocol.errors import DecodeError, ErrorCode
+from headwater.protocol.frames import RequestHeader, UnsupportedRequest, decode_request, encode_response
+from headwater.scram import MECHANISMS as SCRAM_MECHANISMS
+from headwater.scram import ScramCredential, ScramError, ScramServer
+
+log = logging.getLogger(__name__)
+
+#: (user, mechanism) -> the user's SCRAM credential, or None when unknown
+CredentialLookup = Callable[[str, str], Awaitable[ScramCredential | None]]
+
+_SIZE = struct.Struct(">i")
+
+
+class AuthenticationFailed(Exception):
+    """The client's credentials are wrong; the text goes to the client."""
+
+
+class _Exchange:
+    """One connection's progress through SASL."""
+
+    __slots__ = ("mechanism", "raw_tokens", "scram", "step", "user")
+
+    def __init__(self, mechanism: str, raw_tokens: bool) -> None:
+        self.mechanism = mechanism
+        self.raw_tokens = raw_tokens
+        self.scram: ScramServer | None = None
+        self.step = 0
+        self.user = ""
+
+
+class SaslGate:
+    """The first handler of every connection on one SASL listener."""
+
+    def __init__(
+        self,
+        security: ListenerSecurity,
+        authenticated_handler: RequestHandler,
+        credentials: CredentialLookup,
+        failed_delay_s: float,
+        on_result: Callable[[str, bool], None] | None = None,
+    ) -> None:
+        self.security = security
+        self.next = authenticated_handler
+        self.credentials = credentials
+        self.failed_delay_s = failed_delay_s
+        self.on_result = on_result  # (mechanism, succeeded): for metrics
+        # a connection that goes away mid-exchange takes its entry with it
+        self._exchanges: weakref.WeakKeyDictionary[ClientConnection, _Exchange] = weakref.WeakKeyDictionary()
+
+    async def handle(self, conn: ClientConnection, frame: memoryview) -> Response:
+        exchange = self._exchanges.get(conn)
+        if exchange is not None and exchange.raw_tokens:
+            return await self._raw_token(conn, exchange, bytes(frame))
+        try:
+            header, api, body = decode_request(frame)
+        except UnsupportedRequest as e:
+            if e.header.api_key == API_VERSIONS.key:  # the KIP-511 fallback answer
+                return await self.next(conn, frame)
+            self._forget(conn)
+            raise CloseConnection(f"{e.message} before SASL authentication") from None
+        except DecodeError as e:
+            self._forget(conn)
+            raise CloseConnection(f"malformed request before SASL authentication: {e}") from None
+        if api.key == API_VERSIONS.key:
+            return await self.next(conn, frame)
+        if api.key == SASL_HANDSHAKE.key:
+            return await self._handshake(conn, header, body["mechanism"])
+        if api.key == SASL_AUTHENTICATE.key and exchange is not None:
+            return await self._authenticate(conn, exchange, header, bytes(body["auth_bytes"]))
+        self._forget(conn)
+        raise CloseConnection(
+            f"unexpected {api.name} request from {conn.peer} on {self.security.listener} before SASL authentication"
+        )
+
+    def _forget(self, conn: ClientConnection) -> None:
+        self._exchanges.pop(conn, None)
+
+    async def _handshake(self, conn: ClientConnection, header: RequestHeader, mechanism: str) -> Response:
+        enabled = list(self.security.sasl_mechanisms)
+        if conn in self._exchanges:
+            await self._answer_and_close(
+                conn,
+                encode_response(
+                    header.correlation_id,
+                    SASL_HANDSHAKE,
+                    header.api_version,
+                    {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": enabled},
+                ),
+            )
+            raise CloseConnection("SaslHandshake received twice")
+        if mechanism not in enabled:
+            await self._answer_and_close(
+                conn,
+                encode_response(
+                    header.correlation_id,
+                    SASL_HANDSHAKE,
+                    header.api_version,
+                    {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM, "mechanisms": enabled},
+                ),
+            )
+            raise CloseConnection(f"unsupported SASL mechanism {mechanism!r} (enabled: {enabled})")
+        self._exchanges[conn] = _Exchange(mechanism, raw_tokens=header.api_version == 0)
+        return encode_response(
+            header.correlation_id,
+            SASL_HANDSHAKE,
+            header.api_version,
+            {"error_code": ErrorCode.NONE, "mechanisms": enabled},
+        )
+
+    async def _authenticate(
+        self, conn: ClientConnection, exchange: _Exchange, header: RequestHeader, token: bytes
+    ) -> Response:
+        try:
+            reply, user = await self._step(exchange, token)
+        except AuthenticationFailed as e:
+            body = {
+                "error_code": ErrorCode.SASL_AUTHENTICATION_FAILED,
+                "error_message": str(e),
+                "auth_bytes": b"",
+                "session_lifetime_ms": 0,
+            }
+            await self._fail(conn, exchange, e)
+            await self._answer_and_close(
+                conn, encode_response(header.correlation_id, SASL_AUTHENTICATE, header.api_version, body)
+            )
+            raise CloseConnection(f"SASL {exchange.mechanism} authentication failed: {e}", logged=True) from None
+        if user is not None:
+            self._succeed(conn, exchange, user)
+        body = {"error_code": ErrorCode.NONE, "error_message": None, "auth_bytes": reply, "session_lifetime_ms": 0}
+        return encode_response(header.correlation_id, SASL_AUTHENTICATE, header.api_version, body)
+
+    async def _raw_token(self, conn: ClientConnection, exchange: _Exchange, token: bytes) -> Response:
+        """After a v0 handshake: tokens without Kafka headers; a failure can only close."""
+        try:
+            reply, user = await self._step(exchange, token)
+        except AuthenticationFailed as e:
+            await self._fail(conn, exchange, e)
+            raise CloseConnection(f"SASL {exchange.mechanism} authentication failed: {e}", logged=True) from None
+        if user is not None:
+            self._succeed(conn, exchange, user)
+        return [_SIZE.pack(len(reply)) + reply]
+
+    async def _step(self, exchange: _Exchange, token: bytes) -> tuple[bytes, str | None]:
+        """One token in: the reply token, and the user once authenticated."""
+        mech = exchange.mechanism
+        invalid = f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mech}"
+        if mech == "PLAIN":
+            parts = token.split(b"\0")
+            if len(parts) != 3:
+                raise AuthenticationFailed("Invalid SASL/PLAIN response: expected 3 tokens")
+            authzid, user_b, password_b = (p.decode(errors="replace") for p in parts)
+            expected = self.security.plain_users.get(user_b)
+            if expected is None or not hmac.compare_digest(expected.encode(), password_b.encode()):
+                raise AuthenticationFailed(invalid)
+            if authzid and authzid != user_b:
+                raise AuthenticationFailed(
+                    "Authentication failed: Client requested an authorization id that is different from username"
+                )
+            return b"", user_b
+        if mech in SCRAM_MECHANISMS:
+            try:
+                if exchange.step == 0:
+                    exchange.scram = ScramServer(mech)
+                    user = exchange.scram.client_first(token)
+                    try:
+                        credential = await self.credentials(user, mech)
+                    except Exception as e:  # ZooKeeper unreachable: not the client's fault, not a failed login
+                        log.error("cannot read the SCRAM credentials of %r: %r", user, e)
+                        raise CloseConnection(f"cannot read the SCRAM credentials of {user!r}: {e!r}") from None
+                    if credential is None:
+                        raise AuthenticationFailed("Authentication failed: Invalid user credentials")
+                    exchange.step = 1
+                    exchange.user = user
+                    return exchange.scram.server_first(credential), None
+                if exchange.step == 1 and exchange.scram is not None:
+                    exchange.step = 2
+                    return exchange.scram.client_final(token), exchange.user
+            except ScramError as e:
+                raise AuthenticationFailed(invalid if "credentials" in str(e) else f"{invalid}: {e}") from None
+            raise AuthenticationFailed("SCRAM exchange already complete")
+        raise AuthenticationFailed(f"unsupported mechanism {mech}")
+
+    def _succeed(self, conn: ClientConnection, exchange: _Exchange, user: str) -> None:
+        self._forget(conn)
+        conn.principal = f"User:{user}"
+        conn.handler = self.next
+        if self.on_result is not None:
+            self.on_result(exchange.mechanism, True)
+        log.debug("%s authenticated as User:%s with %s", conn.peer, user, exchange.mechanism)
+
+    async def _fail(self, conn: ClientConnection, exchange: _Exchange, error: Exception) -> None:
+        self._forget(conn)
+        if self.on_result is not None:
+            self.on_result(exchange.mechanism, False)
+        log.info(
+            "Failed authentication with %s on %s (%s: %s)", conn.peer, self.security.listener, exchange.mechanism, error
+        )
+        await asyncio.sleep(self.failed_delay_s)
+
+    async def _answer_and_close(self, conn: ClientConnection, parts: Response) -> None:
+        if parts:
+            await conn.send(parts)
+        try:
+            await conn.flush()
+        except ConnectionError:
+            pass

@@ -1,0 +1,296 @@
+"""ACLs against a real broker with confluent-kafka: least privilege over SASL/PLAIN principals.
+
+``alice`` may write and read ``orders`` and use group ``orders-app``; ``bob`` has nothing until an
+ACL is added while the broker runs. PLAINTEXT (the test harness's listener, and the
+inter-broker one) is User:ANONYMOUS, a super user here, as Kafka deployments make their
+inter-broker principal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from headwater.cli.main import main as cli_main
+from headwater.client.connection import BrokerConnection
+from headwater.client.security import ClientSecurity
+from headwater.protocol.apis import FETCH, PRODUCE
+from headwater.protocol.errors import ErrorCode
+from headwater.protocol.records.record import encode_batch
+from headwater.testing.cluster import LocalBroker
+from headwater.testing.zookeeper import ZooKeeperServer, free_port
+
+JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'user_admin="admin-pw" user_alice="alice-pw" user_bob="bob-pw";'
+)
+
+
+def acls(zk: str, *args: str) -> None:
+    assert cli_main(["acls", "--zookeeper", zk, *args]) == 0
+
+
+def conf(port: int, user: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": f"127.0.0.1:{port}",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": f"{user}-pw",
+    }
+
+
+def producer(c: dict[str, Any], timeout: float = 10) -> Producer:
+    """One per principal for the whole test: librdkafka's handle teardown in the middle of the
+    test (a Producer per call) left a stray Python exception set."""
+    return Producer(
+        {**c, "linger.ms": 5, "message.timeout.ms": int(timeout * 1000), "topic.metadata.refresh.interval.ms": 1000}
+    )
+
+
+def produce(p: Producer, topic: str, count: int, timeout: float = 30) -> list[Any]:
+    results: list[Any] = []
+    for i in range(count):
+        try:
+            p.produce(topic, value=f"{i}".encode(), on_delivery=lambda err, msg: results.append(err))
+        except KafkaException as e:  # librdkafka remembers a refused topic until its next metadata refresh
+            results.append(e.args[0])
+    p.flush(timeout + 30)
+    return results
+
+
+def as_bob(port: int, api: Any, version: int, body: dict[str, Any]) -> dict[str, Any]:
+    """One request on bob's own authenticated connection (Headwater's client): the raw answer."""
+
+    async def go() -> dict[str, Any]:
+        sec = ClientSecurity.from_properties(
+            {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": "bob",
+                "sasl.password": "bob-pw",
+            }
+        )
+        conn = BrokerConnection("127.0.0.1", port, security=sec)
+        await conn.connect()
+        try:
+            return await conn.request(api, body, version)
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
+def bob_fetch_error(port: int) -> int:
+    partition = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+    body = {
+        "replica_id": -1,
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "topics": [{"topic": "orders", "partitions": [partition]}],
+    }
+    [topic] = as_bob(port, FETCH, 10, body)["responses"]
+    assert topic["partitions"][0]["records"] is None
+    return int(topic["partitions"][0]["error_code"])
+
+
+def bob_produce_error(port: int) -> int:
+    batch = encode_batch([(None, b"from-bob", int(time.time() * 1000), ())])
+    body = {
+        "acks": 1,
+        "timeout_ms": 10000,
+        "topics": [{"name": "orders", "partitions": [{"partition_index": 0, "records": batch}]}],
+    }
+    [topic] = as_bob(port, PRODUCE, 7, body)["responses"]
+    return int(topic["partitions"][0]["error_code"])
+
+
+def test_least_privilege_principals(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    zk = f"{zookeeper.connect}/acls-{int(time.time() * 1000)}"
+    broker = LocalBroker(tmp_path, 0, zk)
+    sasl = free_port()
+    broker.properties.update(
+        {
+            "listeners": f"PLAINTEXT://127.0.0.1:{broker.port},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+            "authorizer.class.name": "kafka.security.auth.SimpleAclAuthorizer",
+            "super.users": "User:admin;User:ANONYMOUS",
+            "offsets.topic.replication.factor": 1,
+            "offsets.topic.num.partitions": 1,
+            "group.initial.rebalance.delay.ms": 0,
+        }
+    )
+    broker.start(timeout=90)
+    try:
+        admin = AdminClient(conf(sasl, "admin"))
+        for t in ("orders", "secret"):
+            admin.create_topics([NewTopic(t, 1, 1)])[t].result(60)
+        acls(
+            zk,
+            "--add",
+            "--allow-principal",
+            "User:alice",
+            "--operation",
+            "Write",
+            "--operation",
+            "Read",
+            "--topic",
+            "orders",
+        )
+        acls(zk, "--add", "--allow-principal", "User:alice", "--operation", "Read", "--group", "orders-app")
+
+        def wait_for(check: Any, what: str, timeout: float = 60) -> None:
+            deadline = time.monotonic() + timeout
+            while not check():
+                assert time.monotonic() < deadline, what
+                time.sleep(0.5)
+
+        # the broker reloads ACLs from the change notification
+        alice = conf(sasl, "alice")
+        alice_producer = producer(alice)
+        wait_for(lambda: produce(alice_producer, "orders", 1, timeout=5) == [None], "alice's Write ACL never applied")
+        assert produce(alice_producer, "orders", 49) == [None] * 49
+
+        # Metadata lists only what alice may describe
+        topics = Producer(alice).list_topics(timeout=30).topics
+        assert "orders" in topics and "secret" not in topics
+
+        # a group consumer with exactly the ACLs it needs
+        c = Consumer(
+            {**alice, "group.id": "orders-app", "auto.offset.reset": "earliest", "enable.partition.eof": False}
+        )
+        c.subscribe(["orders"])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 90
+        try:
+            while len(got) < 50 and time.monotonic() < deadline:
+                msg = c.poll(0.5)
+                if msg is not None and msg.error() is None:
+                    got.append(msg.value())
+            c.commit(asynchronous=False)
+        finally:
+            c.close()
+        assert sorted(int(v) for v in got) == [0, *range(49)]
+
+        # alice may not join another group
+        errors: list[Any] = []
+        c = Consumer({**alice, "group.id": "not-hers", "error_cb": errors.append, "enable.partition.eof": False})
+        c.subscribe(["orders"])
+        deadline = time.monotonic() + 60
+        seen: list[Any] = []
+        try:
+            while time.monotonic() < deadline and not any(
+                e.code() == KafkaError.GROUP_AUTHORIZATION_FAILED for e in seen + errors
+            ):
+                msg = c.poll(0.5)
+                if msg is not None and msg.error() is not None:
+                    seen.append(msg.error())
+        finally:
+            c.close()
+        assert any(e.code() == KafkaError.GROUP_AUTHORIZATION_FAILED for e in seen + errors), seen + errors
+
+        # bob: no Write (nothing written), no Read
+        bob = conf(sasl, "bob")
+        failed = produce(producer(bob), "orders", 5, timeout=10)
+        assert failed and all(e is not None and e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED for e in failed), (
+            failed
+        )
+        cb = Consumer({**bob, "group.id": "bob", "enable.partition.eof": False})
+        cb.assign([TopicPartition("orders", 0, 0)])
+        denied_codes = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED}
+        fetch_errors: list[Any] = []
+        deadline = time.monotonic() + 60
+        try:  # librdkafka reports the first refusal it meets (its group lookup or the topic)
+            while not fetch_errors and time.monotonic() < deadline:
+                msg = cb.poll(0.5)
+                if msg is not None:
+                    assert msg.error() is not None, "bob read a record"
+                    fetch_errors.append(msg.error())
+        finally:
+            cb.close()
+        assert fetch_errors and fetch_errors[0].code() in denied_codes, fetch_errors
+        watermarks = Consumer({**alice, "group.id": "orders-app"})
+        try:
+            _, high = watermarks.get_watermark_offsets(TopicPartition("orders", 0), timeout=30)
+        finally:
+            watermarks.close()
+        assert high == 50  # bob wrote nothing
+
+        assert bob_fetch_error(sasl) == ErrorCode.TOPIC_AUTHORIZATION_FAILED  # the Fetch itself, on the wire
+
+        # granted while running: bob may now write (raw Produce on his own connection)
+        assert bob_produce_error(sasl) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        acls(zk, "--add", "--allow-principal", "User:bob", "--operation", "Write", "--topic", "orders")
+        wait_for(lambda: bob_produce_error(sasl) == ErrorCode.NONE, "bob's new ACL never applied")
+        # ... and it is listed
+        acls(zk, "--list", "--topic", "orders")
+
+        # the ACL APIs through a stock AdminClient: the super user may, bob may not
+        read_for_bob = AclBinding(
+            ResourceType.TOPIC,
+            "orders",
+            ResourcePatternType.LITERAL,
+            "User:bob",
+            "*",
+            AclOperation.READ,
+            AclPermissionType.ALLOW,
+        )
+        admin.create_acls([read_for_bob])[read_for_bob].result(30)
+        everything_on_orders = AclBindingFilter(
+            ResourceType.TOPIC,
+            "orders",
+            ResourcePatternType.LITERAL,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+        wait_for(lambda: read_for_bob in admin.describe_acls(everything_on_orders).result(30), "CreateAcls not visible")
+        described = admin.describe_acls(everything_on_orders).result(30)
+        assert {(b.principal, b.operation) for b in described} == {
+            ("User:alice", AclOperation.WRITE),
+            ("User:alice", AclOperation.READ),
+            ("User:bob", AclOperation.WRITE),
+            ("User:bob", AclOperation.READ),
+        }
+        bob_admin = AdminClient(bob)
+        refused = AclBinding(
+            ResourceType.TOPIC,
+            "secret",
+            ResourcePatternType.LITERAL,
+            "User:bob",
+            "*",
+            AclOperation.ALL,
+            AclPermissionType.ALLOW,
+        )
+        with pytest.raises(KafkaException) as e:
+            bob_admin.create_acls([refused])[refused].result(30)
+        assert e.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        bobs = AclBindingFilter(
+            ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob", None, AclOperation.ANY, AclPermissionType.ANY
+        )
+        assert {b.name for b in admin.describe_acls(bobs).result(30)} == {"orders"}  # nothing on secret
+        deleted = admin.delete_acls([bobs])[bobs].result(30)
+        assert {(b.name, b.operation) for b in deleted} == {
+            ("orders", AclOperation.READ),
+            ("orders", AclOperation.WRITE),
+        }
+        wait_for(lambda: bob_produce_error(sasl) == ErrorCode.TOPIC_AUTHORIZATION_FAILED, "DeleteAcls never applied")
+    finally:
+        broker.stop()

@@ -1,0 +1,77 @@
+"""SCRAM math against RFC 7677's worked example, and both sides of the exchange against each other."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from headwater.scram import (
+    ScramClient,
+    ScramCredential,
+    ScramError,
+    ScramServer,
+    credential_from_user_config,
+    make_credential,
+    user_config_json,
+)
+
+# RFC 7677 section 3: user "user", password "pencil".
+CLIENT_NONCE = "rOprNGfwEbeRWgbNEkqO"
+SERVER_NONCE = "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+RFC_CLIENT_FINAL = (
+    b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+)
+RFC_SERVER_FINAL = b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+
+
+def test_rfc7677_client_and_server() -> None:
+    cred = make_credential("SCRAM-SHA-256", "pencil", 4096, SALT)
+    client = ScramClient("SCRAM-SHA-256", "user", "pencil", nonce=CLIENT_NONCE)
+    server = ScramServer("SCRAM-SHA-256", nonce=SERVER_NONCE)
+    assert client.first() == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
+    assert server.client_first(client.first()) == "user"
+    server_first = server.server_first(cred)
+    assert server_first == b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+    final = client.final(server_first)
+    assert final == RFC_CLIENT_FINAL
+    assert server.client_final(final) == RFC_SERVER_FINAL
+    client.verify(RFC_SERVER_FINAL)
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_wrong_password_is_refused_and_kafka_format_roundtrips(mechanism: str) -> None:
+    cred = make_credential(mechanism, "alice-secret")
+    stored = user_config_json({mechanism: cred.to_kafka()})
+    doc = json.loads(stored)
+    assert doc["version"] == 1 and doc["config"][mechanism].startswith("salt=")
+    assert doc["config"][mechanism].endswith(",iterations=4096")
+    again = credential_from_user_config(stored, mechanism)
+    assert again == cred
+    assert credential_from_user_config(stored, "SCRAM-SHA-1") is None
+
+    ok = ScramClient(mechanism, "alice", "alice-secret")
+    server = ScramServer(mechanism)
+    server.client_first(ok.first())
+    ok.verify(server.client_final(ok.final(server.server_first(cred))))
+
+    bad = ScramClient(mechanism, "alice", "guess")
+    server = ScramServer(mechanism)
+    server.client_first(bad.first())
+    with pytest.raises(ScramError, match="invalid credentials"):
+        server.client_final(bad.final(server.server_first(cred)))
+
+
+def test_malformed_messages_and_weak_iterations() -> None:
+    server = ScramServer("SCRAM-SHA-512")
+    for token in (b"", b"garbage", b"p=tls-unique,,n=a,r=b", b"n,,r=abc", b"\xff\xfe"):
+        with pytest.raises(ScramError):
+            ScramServer("SCRAM-SHA-512").client_first(token)
+    with pytest.raises(ScramError):
+        server.client_final(b"c=biws,r=x,p=AAAA")  # before server-first
+    with pytest.raises(ScramError, match="at least 4096"):
+        make_credential("SCRAM-SHA-512", "pw", iterations=1000)
+    with pytest.raises(ScramError):
+        ScramCredential.from_kafka("salt=AAAA,iterations=x")
