@@ -15,6 +15,8 @@ Tables (SQLite by default, PostgreSQL by DSN; the same SQL)::
     audit_gaps      guid -> tier, hop, datacenter, topic, partition, from_offset, to_offset, records,
                     reason, detected_ms, received_ms, payload, delivered_ms, attempts, next_attempt_ms
     audit_stats     name -> value                                  (rejected events, ...)
+    audit_completion (topic, window_start, datacenter, tier) -> completed_ms, latency_ms
+                    when the tier's count first reached the producers' (see service.py)
 
 Schema changes are additive (CREATE ... IF NOT EXISTS, ADD COLUMN when missing), so a store written
 by an older version opens and is migrated in place.
@@ -66,6 +68,10 @@ _SCHEMA = [
         partition INTEGER NOT NULL, from_offset BIGINT NOT NULL, to_offset BIGINT NOT NULL, records BIGINT NOT NULL,
         reason TEXT NOT NULL, detected_ms BIGINT NOT NULL, received_ms BIGINT NOT NULL, payload TEXT,
         delivered_ms BIGINT, attempts INTEGER NOT NULL DEFAULT 0, next_attempt_ms BIGINT NOT NULL DEFAULT 0)""",
+    """CREATE TABLE IF NOT EXISTS audit_completion (
+        topic TEXT NOT NULL, window_start BIGINT NOT NULL, datacenter TEXT NOT NULL, tier TEXT NOT NULL,
+        completed_ms BIGINT NOT NULL, latency_ms BIGINT NOT NULL,
+        PRIMARY KEY (topic, window_start, datacenter, tier))""",
     "CREATE INDEX IF NOT EXISTS audit_events_by_dc ON audit_events (tier, datacenter)",
     "CREATE INDEX IF NOT EXISTS audit_events_by_window ON audit_events (tier, topic, window_start, datacenter)",
     "CREATE INDEX IF NOT EXISTS audit_gaps_by_topic ON audit_gaps (topic, detected_ms)",
@@ -107,6 +113,7 @@ class CountRow:
     count: int
     unaudited: int
     late: int
+    updated_ms: int = 0  # the last write to this count
 
 
 @dataclass(frozen=True)
@@ -557,7 +564,34 @@ class Store:
             )
         )
 
+    def record_completion(self, key: CountKey, completed_ms: int, latency_ms: int) -> bool:
+        """True the first time a (window, datacenter, tier) is recorded as having reached 100 %."""
+
+        def tx(cur: Any) -> bool:
+            cur.execute(
+                self._sql(
+                    "INSERT INTO audit_completion (topic, window_start, datacenter, tier, completed_ms, latency_ms) "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (topic, window_start, datacenter, tier) DO NOTHING"
+                ),
+                (*key, completed_ms, latency_ms),
+            )
+            return bool(cur.rowcount == 1)
+
+        return bool(self._write(tx))
+
     # -- reads ---------------------------------------------------------------------------------
+
+    def completions(self, topic: str | None = None, since: int | None = None) -> dict[CountKey, int]:
+        """Per (topic, window, datacenter, tier): ms after the window's end at which the tier reached 100 %."""
+        sql = "SELECT topic, window_start, datacenter, tier, latency_ms FROM audit_completion WHERE 1 = 1"
+        args: list[Any] = []
+        if topic is not None:
+            sql += " AND topic = ?"
+            args.append(topic)
+        if since is not None:
+            sql += " AND window_start >= ?"
+            args.append(since)
+        return {(t, int(w), dc, tier): int(lat) for t, w, dc, tier, lat in self._query(sql, tuple(args))}
 
     def offsets(self, cluster: str) -> dict[TopicPartition, int]:
         rows = self._query("SELECT topic, partition, next_offset FROM audit_offsets WHERE cluster = ?", (cluster,))
@@ -571,7 +605,10 @@ class Store:
         return out
 
     def counts(self, topic: str | None = None, since: int | None = None, until: int | None = None) -> list[CountRow]:
-        sql = "SELECT topic, window_start, datacenter, tier, count, unaudited, late FROM audit_counts WHERE 1 = 1"
+        sql = (
+            "SELECT topic, window_start, datacenter, tier, count, unaudited, late, updated_ms FROM audit_counts "
+            "WHERE 1 = 1"
+        )
         args: list[Any] = []
         if topic is not None:
             sql += " AND topic = ?"
@@ -583,8 +620,8 @@ class Store:
             sql += " AND window_start < ?"
             args.append(until)
         return [
-            CountRow(t, int(w), dc, tier, int(n), int(u), int(late))
-            for t, w, dc, tier, n, u, late in self._query(sql + " ORDER BY window_start", tuple(args))
+            CountRow(t, int(w), dc, tier, int(n), int(u), int(late), int(upd))
+            for t, w, dc, tier, n, u, late, upd in self._query(sql + " ORDER BY window_start", tuple(args))
         ]
 
     def warehouse_reach(self) -> dict[str, int]:

@@ -1,6 +1,10 @@
 """The audit service's HTTP side (aiohttp): the dashboard, the JSON API, /metrics and /healthz.
 
-- ``GET /`` — for one topic (``?topic=``), a grid of windows by (datacenter, tier): green complete,
+- ``GET /`` — the overview (overview.py): every topic x datacenter x tier over the last ``?hours=``
+  (default 6), worst first, with absolute counts, the first bad window, the hop, the mirrors' gaps
+  and one headline; "updated Xs ago" and a reload every 15 s by a small inline script.
+  ``GET /api/v1/overview[?hours=&limit=&offset=&gaps_limit=&gaps_offset=]`` — the same as JSON, paged.
+- ``GET /topic?topic=`` (and ``/?topic=``, the old deep link) — for one topic, a grid of windows by (datacenter, tier): green complete,
   red loss with the missing count, amber duplicates, blue late, grey open; each cell links to the
   window's drill-down; a chart of records per window per tier (inline SVG); refreshes every 10 s.
 - ``GET /window?topic=&window_start=&datacenter=`` — every tier of one window and the producer
@@ -24,6 +28,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from headwater.audit.overview import SEVERITY
 from headwater.audit.reconcile import PRODUCER, Completeness
 from headwater.audit.store import Gap
 
@@ -36,6 +41,7 @@ _COLORS = {
     "late": "#1565c0",
     "open": "#9e9e9e",
     "unaudited": "#6d4c41",
+    "stale": "#757575",
 }
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -45,7 +51,23 @@ table.grid { border-collapse: collapse; font-size: 0.85em; }
 .grid td.cell a { color: white; text-decoration: none; display: block; }
 .legend span { display: inline-block; padding: 2px 8px; margin-right: 4px; color: white; border-radius: 3px; }
 nav a { margin-right: 1em; } .muted { color: #777; }
+.headline { font-size: 1.4em; padding: 6px 12px; color: white; display: inline-block; border-radius: 4px; }
+.headline.ok { background: #2e7d32; } .headline.bad { background: #c62828; }
+table.strip { border-collapse: collapse; font-size: 0.85em; }
+.strip td, .strip th { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: left; white-space: nowrap; }
+.strip td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.strip td.status { color: white; font-weight: bold; }
 """
+
+# "updated Xs ago", ticking; the page reloads itself every 15 s (no external script: the lab is offline).
+_TICKER = """<script>
+(function () {
+  var el = document.getElementById("updated");
+  var at = Number(el.dataset.generated);
+  function tick() { el.textContent = "updated " + Math.max(0, Math.round((Date.now() - at) / 1000)) + "s ago"; }
+  tick(); setInterval(tick, 1000); setTimeout(function () { location.reload(); }, 15000);
+})();
+</script>"""
 
 
 def _fmt_time(ms: int) -> str:
@@ -54,6 +76,10 @@ def _fmt_time(ms: int) -> str:
 
 def _page(title: str, body: str, refresh: bool = True) -> web.Response:
     meta = '<meta http-equiv="refresh" content="10">' if refresh else ""
+    return _html(title, body, meta)
+
+
+def _html(title: str, body: str, meta: str = "") -> web.Response:
     return web.Response(
         text=f"<!doctype html><html><head><meta charset='utf-8'>{meta}<title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body>{body}</body></html>",
@@ -81,6 +107,100 @@ def _ms(request: web.Request, name: str, required: bool = False) -> int | None:
     if not -MAX_MS <= value < MAX_MS:  # negative: records without a timestamp (-1) are counted in window -window.ms
         raise web.HTTPBadRequest(text=f"{name}: {raw[:40]} is out of range (-2^62 to 2^62 ms)")
     return value
+
+
+def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"{name}: {raw[:40]!r} is not an integer") from None
+    if not low <= value <= high:
+        raise web.HTTPBadRequest(text=f"{name}: {value} is out of range ({low} to {high})")
+    return value
+
+
+def _overview_args(request: web.Request) -> dict[str, int]:
+    return {
+        "hours": _int(request, "hours", 6, 1, 24 * 90),
+        "limit": _int(request, "limit", 200, 1, 1000),
+        "offset": _int(request, "offset", 0, 0, 2**31),
+        "gaps_limit": _int(request, "gaps_limit", 50, 1, 1000),
+        "gaps_offset": _int(request, "gaps_offset", 0, 0, 2**31),
+    }
+
+
+def _overview_page(data: dict[str, Any]) -> str:
+    cls = "ok" if data["healthy"] else "bad"
+    rows = []
+    for e in data["entries"]:
+        first = _fmt_time(e["first_problem_window"]) if e["first_problem_window"] is not None else ""
+        status = e["status"]
+        title = html.escape(e["stale_reason"] or "")
+        link = _href("/topic", topic=e["topic"])
+        rows.append(
+            f'<tr class="entry {status}"><td class="status" style="background:{_COLORS.get(status, "#999")}" '
+            f'title="{title}">{status}</td><td class="topic"><a href="{link}">{html.escape(e["topic"])}</a></td>'
+            f'<td class="dc">{html.escape(e["datacenter"])}</td><td class="tier">{html.escape(e["tier"])}</td>'
+            f'<td class="num missing">{e["missing"]}</td><td class="num duplicated">{e["duplicated"]}</td>'
+            f'<td class="num late">{e["late"]}</td><td class="first">{first}</td>'
+            f'<td class="hop">{html.escape(e["hop"] or "")}</td><td class="why muted">{title}</td></tr>'
+        )
+    more = ""
+    if data["offset"] + len(data["entries"]) < data["total"]:
+        nxt = _href("/", hours=data["hours"], offset=data["offset"] + data["limit"], limit=data["limit"])
+        more = f'<p><a href="{nxt}">next {data["limit"]} of {data["total"]}</a></p>'
+    gaps = "".join(
+        f'<tr><td>{html.escape(g["topic"])}-{g["partition"]}</td><td class="hop">{html.escape(g["hop"])}</td>'
+        f'<td class="num">{g["from_offset"]}</td><td class="num">{g["to_offset"] - 1}</td>'
+        f'<td class="num">{g["records"]}</td><td>{html.escape(g["reason"])}</td>'
+        f"<td>{html.escape(g['tier'])}</td><td>{_fmt_time(g['detected_ms'])}</td></tr>"
+        for g in data["gaps"]
+    )
+    gap_table = (
+        f'<h2>Gaps reported by mirrors and the loader ({data["gaps_total"]})</h2><table class="strip" id="gaps">'
+        "<tr><th>partition</th><th>hop</th><th>first offset</th><th>last offset</th><th>records</th>"
+        f"<th>reason</th><th>tier</th><th>detected</th></tr>{gaps}</table>"
+        if data["gaps_total"]
+        else ""
+    )
+    legend = "".join(f'<span style="background:{_COLORS[s]}">{s}</span>' for s in SEVERITY if s in _COLORS)
+    hours = " ".join(f'<a href="{_href("/", hours=h)}">{h} h</a>' for h in (1, 6, 24, 72))
+    return (
+        f'<h1>Headwater audit</h1><p><span id="headline" class="headline {cls}">{html.escape(data["headline"])}</span> '
+        f'<span id="updated" class="muted" data-generated="{data["generated_ms"]}">updated 0s ago</span></p>'
+        f'<nav>last {data["hours"]} h · {hours} · <a href="/api/v1/overview?hours={data["hours"]}">JSON</a></nav>'
+        f'<p class="legend">{legend}</p>'
+        '<table class="strip" id="overview"><tr><th>status</th><th>topic</th><th>datacenter</th><th>tier</th>'
+        "<th>missing</th><th>duplicated</th><th>late</th><th>problem since (window, UTC)</th><th>hop</th>"
+        f"<th></th></tr>{''.join(rows)}</table>{more}{gap_table}"
+        '<p class="muted">Absolute record counts over the windows shown; the hop is where the counts first '
+        "differ (producer → datacenter → aggregate → warehouse). Stale: the tier's counter is down or behind, "
+        f"so its windows cannot be judged.</p>{_TICKER}"
+    )
+
+
+def _latency_table(rows: list[Completeness], completions: dict[tuple[str, int, str, str], int]) -> str:
+    """Per window and (datacenter, tier): seconds after the window's end at which the tier reached 100 %."""
+    if not completions:
+        return ""
+    columns = sorted({(dc, t) for (_, _, dc, t) in completions}, key=lambda c: (c[0], c[1]))
+    windows = sorted({w for (_, w, _, _) in completions}, reverse=True)[:40]
+    head = "".join(f"<th>{html.escape(dc)}<br>{html.escape(t)}</th>" for dc, t in columns)
+    body = []
+    for w in windows:
+        cells = []
+        for dc, t in columns:
+            lat = next((v for (_, ww, d, tt), v in completions.items() if ww == w and d == dc and tt == t), None)
+            cells.append(f"<td>{'' if lat is None else f'{lat / 1000:+.1f} s'}</td>")
+        body.append(f"<tr><th>{_fmt_time(w)}</th>{''.join(cells)}</tr>")
+    return (
+        '<h2>Tier completion latency</h2><p class="muted">When each tier reached 100 %, relative to the '
+        "window's end (negative: before it ended).</p>"
+        f'<table class="grid" id="latency"><tr><th>window (UTC)</th>{head}</tr>{"".join(body)}</table>'
+    )
 
 
 def _gaps_table(gaps: list[Gap]) -> str:
@@ -140,18 +260,34 @@ def make_app(
     health: Callable[[], tuple[bool, str]],
     gaps_for: Callable[[str | None], Awaitable[list[Gap]]] | None = None,
     recent_for: Callable[[str], Awaitable[list[Completeness]]] | None = None,
+    *,
+    overview_for: Callable[..., Awaitable[dict[str, Any]]] | None = None,
+    completions_for: Callable[[str], Awaitable[dict[tuple[str, int, str, str], int]]] | None = None,
 ) -> web.Application:
-    """``recent_for(topic)``: the dashboard's rows (its latest windows); default: all of ``rows_for``."""
+    """``recent_for(topic)``: the dashboard's rows (its latest windows); default: all of ``rows_for``.
+    ``overview_for(hours, limit, offset, gaps_limit, gaps_offset)``: the overview's data (overview.py);
+    without it ``/`` is the first topic's page."""
     app = web.Application()
 
     async def gaps(topic: str | None) -> list[Gap]:
         return await gaps_for(topic) if gaps_for is not None else []
 
+    async def landing(request: web.Request) -> web.Response:
+        if request.query.get("topic") or overview_for is None:
+            return await dashboard(request)
+        data = await overview_for(**_overview_args(request))
+        return _html(f"Headwater audit: {data['headline']}", _overview_page(data))
+
+    async def overview_api(request: web.Request) -> web.Response:
+        if overview_for is None:
+            raise web.HTTPNotFound(text="no overview")
+        return web.json_response(await overview_for(**_overview_args(request)))
+
     async def dashboard(request: web.Request) -> web.Response:
         names = await topics()
         topic = request.query.get("topic") or (names[0] if names else None)
-        nav = " ".join(
-            f'<a href="{_href("/", topic=t)}">{"<b>" if t == topic else ""}{html.escape(t)}{"</b>" if t == topic else ""}</a>'
+        nav = '<a href="/">overview</a> ' + " ".join(
+            f'<a href="{_href("/topic", topic=t)}">{"<b>" if t == topic else ""}{html.escape(t)}{"</b>" if t == topic else ""}</a>'
             for t in names
         )
         legend = "".join(f'<span style="background:{c}">{s}</span>' for s, c in _COLORS.items())
@@ -184,6 +320,7 @@ def make_app(
             f'<p class="legend">{legend}</p>{_chart(rows)}'
             f'<table class="grid"><tr><th>window (UTC)</th>{head}</tr>{"".join(body)}</table>'
             "<p class=\"muted\">Counts per window of the records' creation time; expected = the producers' count events.</p>"
+            f"{_latency_table(rows, await completions_for(topic) if completions_for is not None else {})}"
             f"{_gaps_table(await gaps(topic))}",
         )
 
@@ -207,7 +344,7 @@ def make_app(
         )
         return _page(
             f"{topic} {dc} {_fmt_time(start)}",
-            f'<p><a href="{_href("/", topic=topic)}">← {html.escape(topic)}</a></p>'
+            f'<p><a href="{_href("/topic", topic=topic)}">← {html.escape(topic)}</a></p>'
             f"<h1>{html.escape(topic)} · {html.escape(dc)} · window {_fmt_time(start)}</h1>"
             '<table class="grid" id="tiers"><tr><th>tier</th><th>count</th><th>expected</th><th>status</th>'
             f"<th>missing</th><th>late</th></tr>{tiers}</table>"
@@ -241,7 +378,9 @@ def make_app(
 
     app.add_routes(
         [
-            web.get("/", dashboard),
+            web.get("/", landing),
+            web.get("/topic", dashboard),
+            web.get("/api/v1/overview", overview_api),
             web.get("/window", window),
             web.get("/api/v1/completeness", completeness),
             web.get("/api/v1/topics", topics_api),

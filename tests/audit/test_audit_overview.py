@@ -1,0 +1,145 @@
+"""The overview (issue 25): every topic x datacenter x tier, worst first, absolute counts, the first
+bad window, the hop, gaps, stale tiers; the JSON API, paged. A real SQLite store, the real app."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from tests.audit.dashboard_data import W, app, gap, now_window, run, service, write
+
+
+async def _get(client: TestClient, path: str, **params: str) -> Any:
+    r = await client.get(path, params=params)
+    assert r.status == 200, await r.text()
+    return await r.json() if path.startswith("/api") else await r.text()
+
+
+def test_a_healthy_store_is_all_healthy(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    now = now_window()
+    write(s, "views", [now - 10 * W, now - 9 * W, now - 8 * W])
+
+    async def scenario() -> None:
+        async with TestClient(TestServer(app(s))) as client:
+            data = await _get(client, "/api/v1/overview")
+            assert data["headline"] == "all healthy" and data["healthy"] and data["problems"] == 0
+            got = {(e["datacenter"], e["tier"]): e["status"] for e in data["entries"]}
+            assert got == {(dc, t): "complete" for dc in ("dc1", "dc2") for t in (dc, "agg", "warehouse")}
+            page = await _get(client, "/")
+            assert 'id="headline" class="headline ok">all healthy<' in page
+            assert "data-generated=" in page and "updated" in page
+
+    run(scenario())
+    s.store.close()
+
+
+def test_loss_and_duplicates_are_shown_with_absolute_counts_first_window_and_hop(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    now = now_window()
+    windows = [now - 10 * W, now - 9 * W]
+    write(s, "views", windows)  # healthy
+    # clicks: window 8 is fine, window 7 lost 24 of dc1's records between dc1 and agg (so the
+    # warehouse misses them too), and dc2's local tier counted 5 twice (carried on to agg)
+    write(s, "clicks", [now - 8 * W])
+    write(
+        s,
+        "clicks",
+        [now - 7 * W, now - 6 * W],
+        tiers={"dc1": {"agg": 976, "warehouse": 976}, "dc2": {"dc2": 1005, "agg": 1005, "warehouse": 1005}},
+    )
+    gap(s, "clicks")
+
+    async def scenario() -> None:
+        async with TestClient(TestServer(app(s))) as client:
+            data = await _get(client, "/api/v1/overview", hours="2")
+            assert data["headline"] == f"{data['problems']} problems" and not data["healthy"]
+            by = {(e["topic"], e["datacenter"], e["tier"]): e for e in data["entries"]}
+            agg = by[("clicks", "dc1", "agg")]
+            assert (agg["status"], agg["missing"], agg["duplicated"], agg["hop"]) == ("loss", 24, 0, "dc1->agg")
+            assert agg["first_problem_window"] == now - 7 * W
+            wh = by[("clicks", "dc1", "warehouse")]
+            assert (wh["status"], wh["missing"], wh["hop"]) == ("loss", 24, "dc1->agg")  # where it first appeared
+            assert by[("clicks", "dc1", "dc1")]["status"] == "complete"
+            dup = by[("clicks", "dc2", "dc2")]
+            assert (dup["status"], dup["duplicated"], dup["hop"]) == ("duplicates", 5, "producer->dc2")
+            assert by[("clicks", "dc2", "agg")]["hop"] == "producer->dc2"
+            assert data["entries"][0]["status"] == "loss"  # worst first
+            statuses = [e["status"] for e in data["entries"]]
+            assert statuses.index("complete") > max(i for i, x in enumerate(statuses) if x != "complete")
+            assert data["problems"] == 6  # dc1: agg and warehouse lost; dc2: dc2, agg, warehouse doubled; a gap
+            assert [g["from_offset"] for g in data["gaps"]] == [1200] and data["gaps"][0]["hop"] == "dc2->agg"
+            # paged
+            page2 = await _get(client, "/api/v1/overview", hours="2", limit="2", offset="2")
+            assert page2["total"] == data["total"] and page2["entries"] == data["entries"][2:4]
+            html = await _get(client, "/", hours="2")
+            assert 'class="headline bad"' in html
+            assert '<td class="num missing">24</td>' in html and "dc1-&gt;agg" in html
+            for bad in ({"hours": "x"}, {"hours": "0"}, {"limit": "-1"}):
+                r = await client.get("/api/v1/overview", params=bad)
+                assert r.status == 400
+            topic_page = await _get(client, "/", topic="clicks")  # the old deep link still opens the topic
+            assert 'table class="grid"' in topic_page
+
+    run(scenario())
+    s.store.close()
+
+
+def test_a_stopped_or_lagging_tier_is_stale_not_green(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    now = now_window()
+    write(s, "views", [now - 10 * W, now - 9 * W])
+    agg = next(c for c in s.counters if c.alias == "agg")
+    agg.watermarks = {k: int(time.time() * 1000) - 10 * W for k in agg.watermarks}  # 10 windows behind
+
+    async def scenario() -> None:
+        async with TestClient(TestServer(app(s))) as client:
+            data = await _get(client, "/api/v1/overview")
+            by = {(e["datacenter"], e["tier"]): e for e in data["entries"]}
+            assert by[("dc1", "agg")]["status"] == "stale"
+            assert "counted up to" in by[("dc1", "agg")]["stale_reason"]
+            assert data["stale"]["agg"] and not data["healthy"]
+            # the producer tier (every __audit) is stale too: the local tiers cannot be judged either
+            assert by[("dc1", "dc1")]["status"] == "stale"
+            assert by[("dc1", "warehouse")]["status"] == "stale"  # its counts come through __audit too
+            assert by[("dc1", "agg")]["missing"] == 0  # nothing made up
+            agg.store_error = "database is locked"
+            data = await _get(client, "/api/v1/overview")
+            assert "store unavailable" in data["stale"]["agg"]
+
+    run(scenario())
+    s.store.close()
+
+
+def test_tier_completion_latency_is_stored_once_shown_and_exported(tmp_path: Path) -> None:
+    s = service(tmp_path)
+    w = now_window() - 10 * W
+    end = w + W
+    # producer, dc1 and dc2 complete 30 s after the window's end; agg counted nothing by then ...
+    write(s, "views", [w], tiers={"dc1": {"agg": 0}, "dc2": {"agg": 0}}, updated_ms=end + 30_000)
+    # ... and reached 100 % at 4 minutes: "the agg tier is 4 minutes behind"
+    s.store.apply("agg", {}, {("views", w, dc, "agg"): (1000, 0) for dc in ("dc1", "dc2")}, end + 240_000, 0)
+
+    async def scenario() -> None:
+        await s.check()
+        await s.check()  # observed once, not per pass
+        done = s.store.completions("views")
+        assert done[("views", w, "dc1", "agg")] == 240_000 and done[("views", w, "dc1", "dc1")] == 30_000
+        assert ("views", w, "dc1", "warehouse") not in done  # the warehouse has not counted it yet
+        async with TestClient(TestServer(app(s))) as client:
+            metrics = await (await client.get("/metrics")).text()
+
+            def bucket(tier: str, le: str) -> float:
+                line = f'headwater_audit_tier_completion_seconds_bucket{{le="{le}",tier="{tier}",topic="views"}} '
+                return float(next(x for x in metrics.splitlines() if x.startswith(line)).split()[-1])
+
+            assert bucket("agg", "120.0") == 0 and bucket("agg", "300.0") == 2  # both datacenters' windows
+            assert bucket("dc1", "30.0") == 1 and bucket("dc2", "30.0") == 1
+            page = await _get(client, "/topic", topic="views")
+            assert 'id="latency"' in page and "+240.0 s" in page and "+30.0 s" in page
+
+    run(scenario())
+    s.store.close()
