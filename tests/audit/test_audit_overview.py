@@ -143,3 +143,49 @@ def test_tier_completion_latency_is_stored_once_shown_and_exported(tmp_path: Pat
 
     run(scenario())
     s.store.close()
+
+
+def test_retention_prunes_old_windows_and_keeps_undelivered_alerts(tmp_path: Path) -> None:
+    import pytest
+
+    from headwater.audit.config import AuditConfigError, parse
+    from headwater.audit.store import Gap, PendingAlert, Rejected
+
+    with pytest.raises(AuditConfigError, match=r"retention.days: 0 is below the minimum of 1"):
+        parse({"clusters": "dc1", "dc1.bootstrap.servers": "h:1", "retention.days": "0"})
+    s = service(tmp_path)
+    assert s.config.retention_days == 30
+    store = s.store
+    now = int(time.time() * 1000)
+    old, new = now_window() - 31 * 86_400_000, now_window() - 10 * W
+    write(s, "views", [old, new])
+    store.apply("dc1", {}, {}, old, 0, rejected=[Rejected("__audit", 0, 7, "not JSON", b"x")])
+    for w in (old, new):
+        store.record_completion(("views", w, "dc1", "dc1"), w + W, 1000)
+    store.record_alert(("views", old, "dc1", "agg"), "loss", old, "sent")
+    store.alert_delivered(PendingAlert("window", ("views", old, "dc1", "agg"), "sent", 0), old, "sent")
+    store.record_alert(("views", old, "dc2", "agg"), "loss", old, "never delivered")
+    old_gaps = [Gap(g * 32, "agg", "dc1->agg", "dc1", "views", 0, 0, 10, 10, "source retention", old) for g in "ab"]
+    store.apply("agg", {}, {}, old, 0, gaps=old_gaps)
+    store.set_gap_payload("a" * 32, "sent")
+    store.alert_delivered(PendingAlert("gap", ("a" * 32,), "sent", 0), old, "sent")
+    store.set_gap_payload("b" * 32, "never delivered")
+
+    deleted = run(s.prune(now))
+    assert deleted == {
+        "audit_counts": 8,  # producer, local, agg, warehouse for dc1 and dc2
+        "audit_events": 2,  # the producers' events of dc1 and dc2
+        "audit_completion": 1,
+        "audit_alerts": 1,
+        "audit_gaps": 1,
+        "audit_rejected": 1,
+    }
+    assert {r.window_start for r in store.counts("views")} == {new}
+    assert set(store.completions("views")) == {("views", new, "dc1", "dc1")}
+    assert store.alerted() == {("views", old, "dc2", "agg"): "loss"}  # still to be delivered
+    assert [g.guid for g in store.gaps()] == ["b" * 32]
+    assert store.rejected() == []
+    assert run(s.prune(now)) == dict.fromkeys(deleted, 0)
+    metrics = s.registry.get_sample_value("headwater_audit_pruned_rows_total", {"table": "audit_counts"})
+    assert metrics == 8
+    store.close()

@@ -37,6 +37,7 @@ _BALANCED = ("complete", "late")
 COMPLETION_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
 ALERT_TIMEOUT_S = 10.0
 ALERT_MAX_BACKOFF_MS = 300_000
+PRUNE_INTERVAL_S = 3600.0
 
 
 def _when(ms: int) -> str:
@@ -90,6 +91,12 @@ class AuditService:
             "per topic and tier; observed once per window and datacenter",
             ["topic", "tier"],
             buckets=COMPLETION_BUCKETS,
+            registry=self.registry,
+        )
+        self._pruned = Counter(
+            "headwater_audit_pruned_rows",
+            "Store rows deleted because they are older than retention.days, per table",
+            ["table"],
             registry=self.registry,
         )
         self.http_port: int | None = None
@@ -259,6 +266,7 @@ class AuditService:
         http = ClientSession(timeout=ClientTimeout(total=ALERT_TIMEOUT_S))
         self.supervisor.start("reconcile", self._watch, labels={"tier": "-"})
         self.supervisor.start("alerts", lambda unit: self._deliver_loop(unit, http), labels={"tier": "-"})
+        self.supervisor.start("retention", self._prune_loop, labels={"tier": "-"})
         try:
             await stop.wait()
         finally:
@@ -373,6 +381,28 @@ class AuditService:
             r.count,
             r.expected or 0,
         )
+
+    async def prune(self, now_ms: int | None = None) -> dict[str, int]:
+        """Delete what is older than ``retention.days`` (Store.prune); logs and counts what went."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        before = now - self.config.retention_days * 86_400_000
+        deleted = await asyncio.to_thread(self.store.prune, before)
+        for table, n in deleted.items():
+            self._pruned.labels(table).inc(n)
+        if any(deleted.values()):
+            log.info(
+                "retention: deleted what is older than %s (retention.days %d): %s",
+                _when(before),
+                self.config.retention_days,
+                ", ".join(f"{n} from {t}" for t, n in deleted.items() if n),
+            )
+        return deleted
+
+    async def _prune_loop(self, unit: Unit) -> None:
+        while True:
+            await self.prune()
+            unit.progress()
+            await asyncio.sleep(PRUNE_INTERVAL_S)
 
     async def _deliver_loop(self, unit: Unit, http: ClientSession) -> None:
         while True:

@@ -579,6 +579,30 @@ class Store:
 
         return bool(self._write(tx))
 
+    def prune(self, before_ms: int) -> dict[str, int]:
+        """Delete what is older than ``before_ms``: counts, count events, completion latencies and
+        alerts of windows that started before it, gaps detected and rejected events received before
+        it. Alerts and gaps not yet delivered to the webhook are kept (the outbox loses nothing; an
+        alert without a payload was written by an older version and is never sent).
+        Offsets and watermarks are never pruned. Returns the rows deleted per table."""
+        deletes = [
+            ("audit_counts", "window_start < ?"),
+            ("audit_events", "window_start < ?"),
+            ("audit_completion", "window_start < ?"),
+            ("audit_alerts", "window_start < ? AND (delivered_ms IS NOT NULL OR payload IS NULL)"),
+            ("audit_gaps", "detected_ms < ? AND delivered_ms IS NOT NULL"),
+            ("audit_rejected", "received_ms < ?"),
+        ]
+
+        def tx(cur: Any) -> dict[str, int]:
+            out = {}
+            for table, where in deletes:
+                cur.execute(self._sql(f"DELETE FROM {table} WHERE {where}"), (before_ms,))
+                out[table] = max(int(cur.rowcount), 0)
+            return out
+
+        return dict(self._write(tx))
+
     # -- reads ---------------------------------------------------------------------------------
 
     def completions(self, topic: str | None = None, since: int | None = None) -> dict[CountKey, int]:

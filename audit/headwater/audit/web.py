@@ -46,8 +46,8 @@ _COLORS = {
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.5em; }
-table.grid { border-collapse: collapse; font-size: 0.85em; }
-.grid th, .grid td { border: 1px solid #ddd; padding: 3px 6px; text-align: center; white-space: nowrap; }
+table.grid, table.latency { border-collapse: collapse; font-size: 0.85em; }
+.grid th, .grid td, .latency th, .latency td { border: 1px solid #ddd; padding: 3px 6px; text-align: center; white-space: nowrap; }
 .grid td.cell a { color: white; text-decoration: none; display: block; }
 .legend span { display: inline-block; padding: 2px 8px; margin-right: 4px; color: white; border-radius: 3px; }
 nav a { margin-right: 1em; } .muted { color: #777; }
@@ -199,7 +199,7 @@ def _latency_table(rows: list[Completeness], completions: dict[tuple[str, int, s
     return (
         '<h2>Tier completion latency</h2><p class="muted">When each tier reached 100 %, relative to the '
         "window's end (negative: before it ended).</p>"
-        f'<table class="grid" id="latency"><tr><th>window (UTC)</th>{head}</tr>{"".join(body)}</table>'
+        f'<table class="latency" id="latency"><tr><th>window (UTC)</th>{head}</tr>{"".join(body)}</table>'
     )
 
 
