@@ -133,6 +133,10 @@ def test_injected_loss_duplicates_and_a_lagging_tier_show_on_the_overview(tmp_pa
             await page.locator("#overview tr.entry td.topic a", has_text="clicks").first.click()
             await page.wait_for_selector("#latency")
             assert "+4.0 s" in await page.locator("#latency").inner_text()  # dc1 reached 100 % 4 s after the end
+            # the chart has a labelled time axis and a red point where agg lost records
+            assert await page.locator("svg.chart text.xlabel").text_content() == "window start (UTC)"
+            assert await page.locator("svg.chart text.xtick").count() >= 2
+            assert "24 missing" in (await page.locator("svg.chart circle.loss title").first.text_content() or "")
             await page.screenshot(path=str(tmp_path / "topic-latency.png"), full_page=True)
 
             # agg's counter falls 3 windows behind: its rows turn stale (not green), reason shown

@@ -189,3 +189,35 @@ def test_retention_prunes_old_windows_and_keeps_undelivered_alerts(tmp_path: Pat
     metrics = s.registry.get_sample_value("headwater_audit_pruned_rows_total", {"table": "audit_counts"})
     assert metrics == 8
     store.close()
+
+
+def test_the_topic_chart_has_a_time_axis_markers_open_windows_and_deep_links(tmp_path: Path) -> None:
+    import re
+
+    s = service(tmp_path)
+    now = now_window()
+    write(s, "clicks", [now - 5 * W, now - 4 * W])
+    write(s, "clicks", [now - 3 * W], tiers={"dc1": {"agg": 976}})  # agg lost 24
+    write(s, "clicks", [now - 2 * W])
+    write(s, "clicks", [now], per_dc=300)  # the current window: open, counted so far
+
+    async def scenario() -> None:
+        async with TestClient(TestServer(app(s))) as client:
+            page = await _get(client, "/topic", topic="clicks")
+            svg = page[page.index('<svg class="chart"') : page.index("</svg>")]
+            labels = re.findall(r'<text class="xtick"[^>]*>(\d\d:\d\d)</text>', svg)
+            assert labels and labels[0] == time.strftime("%H:%M", time.gmtime((now - 5 * W) / 1000))
+            assert "window start (UTC)" in svg and "records per window" in svg
+            assert re.search(r'<circle class="loss"[^>]*><title>agg [^<]*: 24 missing</title>', svg)
+            assert '<polyline class="open"' in svg and "open, 600 counted so far" in svg  # not a drop
+            assert "duplicates" not in re.findall(r'<circle class="(\w+)"', svg)
+            # a deep link to a time range: only those windows
+            deep = await _get(client, "/topic", topic="clicks", **{"from": str(now - 3 * W), "to": str(now - 2 * W)})
+            grid = deep[deep.index('<table class="grid"') :]
+            assert grid.count("<tr><th>20") == 1  # one window row
+            assert time.strftime("%H:%M:%S", time.gmtime((now - 3 * W) / 1000)) in grid
+            r = await client.get("/topic", params={"topic": "clicks", "from": "yesterday"})
+            assert r.status == 400 and "from" in await r.text()
+
+    run(scenario())
+    s.store.close()

@@ -4,7 +4,9 @@
   (default 6), worst first, with absolute counts, the first bad window, the hop, the mirrors' gaps
   and one headline; "updated Xs ago" and a reload every 15 s by a small inline script.
   ``GET /api/v1/overview[?hours=&limit=&offset=&gaps_limit=&gaps_offset=]`` — the same as JSON, paged.
-- ``GET /topic?topic=`` (and ``/?topic=``, the old deep link) — for one topic, a grid of windows by (datacenter, tier): green complete,
+- ``GET /topic?topic=[&from=ms&to=ms]`` (and ``/?topic=``, the old deep link) — for one topic (its
+  latest 40 windows, or the range given), a chart (server-side SVG, time axis), the tier completion
+  latency, and a grid of windows by (datacenter, tier): green complete,
   red loss with the missing count, amber duplicates, blue late, grey open; each cell links to the
   window's drill-down; a chart of records per window per tier (inline SVG); refreshes every 10 s.
 - ``GET /window?topic=&window_start=&datacenter=`` — every tier of one window and the producer
@@ -30,7 +32,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from headwater.audit.overview import SEVERITY
 from headwater.audit.reconcile import PRODUCER, Completeness
-from headwater.audit.store import Gap
+from headwater.audit.store import UNAUDITED_DC, Gap
 
 MAX_MS = 2**62
 
@@ -182,6 +184,16 @@ def _overview_page(data: dict[str, Any]) -> str:
     )
 
 
+def _ranges(topic: str) -> str:
+    """Links to the last 1, 6 and 24 hours of ``topic`` (deep links with ``from``)."""
+    now = int(time.time() * 1000)
+    links = [f'<a href="{_href("/topic", topic=topic)}">latest 40 windows</a>']
+    links += [
+        f'<a href="{_href("/topic", topic=topic, **{"from": now - h * 3_600_000})}">{h} h</a>' for h in (1, 6, 24)
+    ]
+    return " · ".join(links)
+
+
 def _latency_table(rows: list[Completeness], completions: dict[tuple[str, int, str, str], int]) -> str:
     """Per window and (datacenter, tier): seconds after the window's end at which the tier reached 100 %."""
     if not completions:
@@ -227,29 +239,103 @@ def _cell_text(r: Completeness) -> str:
     return f"{r.completeness * 100:.0f}%"
 
 
+def _nice(top: int) -> int:
+    """A round axis maximum at or above ``top`` (1, 2 or 5 times a power of ten)."""
+    step = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * step >= top:
+                return m * step
+        step *= 10
+
+
 def _chart(rows: list[Completeness]) -> str:
-    """Records per window per tier (summed over datacenters), as an inline SVG line chart."""
+    """Records per window per tier (summed over datacenters) as an inline SVG line chart, drawn on
+    the server (no script, no external assets): a labelled time axis (UTC) and count axis; closed
+    windows as a solid line; open windows (still being counted) dashed with hollow points, so the
+    newest window does not look like a drop; a red point where a tier lost records, amber where it
+    holds duplicates, each with a tooltip of the absolute count."""
     series: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    state: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in rows:
+        if r.datacenter == UNAUDITED_DC:
+            continue
         series[r.tier][r.window_start] += r.count
-    windows = sorted({r.window_start for r in rows})
+        st = state[(r.tier, r.window_start)]
+        st[r.status] += 1
+        st["missing"] += r.missing if r.status == "loss" else 0
+        st["duplicated"] += r.count - (r.expected or 0) if r.status == "duplicates" else 0
+    windows = sorted({w for s in series.values() for w in s})
     if len(windows) < 2:
         return ""
-    width, height, pad = 720, 200, 30
-    top = max((v for s in series.values() for v in s.values()), default=1) or 1
-    x = {w: pad + i * (width - 2 * pad) / (len(windows) - 1) for i, w in enumerate(windows)}
-    palette = ["#37474f", "#2e7d32", "#1565c0", "#6a1b9a", "#ef8f00", "#c62828", "#00838f"]
-    lines, legend = [], []
+    width, height, left, right, top_pad, bottom = 760, 240, 60, 20, 28, 44
+    plot_w, plot_h = width - left - right, height - top_pad - bottom
+    top = _nice(max((v for s in series.values() for v in s.values()), default=1) or 1)
+    span = windows[-1] - windows[0]
+
+    def x(w: int) -> float:
+        return left + (w - windows[0]) * plot_w / span
+
+    def y(v: int) -> float:
+        return top_pad + plot_h - v * plot_h / top
+
+    palette = ["#37474f", "#2e7d32", "#1565c0", "#6a1b9a", "#00838f", "#ad1457", "#5d4037"]
+    parts = [
+        f'<line x1="{left}" y1="{top_pad + plot_h}" x2="{left + plot_w}" y2="{top_pad + plot_h}" stroke="#999"/>',
+        f'<line x1="{left}" y1="{top_pad}" x2="{left}" y2="{top_pad + plot_h}" stroke="#999"/>',
+    ]
+    for v in (0, top // 2, top):  # the count axis
+        parts.append(
+            f'<text class="ytick" x="{left - 6}" y="{y(v) + 4:.1f}" font-size="11" fill="#666" text-anchor="end">{v}</text>'
+            f'<line x1="{left}" y1="{y(v):.1f}" x2="{left + plot_w}" y2="{y(v):.1f}" stroke="#eee"/>'
+        )
+    ticks = windows[:: max(1, len(windows) // 6)]
+    for w in ticks:  # the time axis
+        label = time.strftime("%H:%M" if span < 86_400_000 else "%m-%d %H:%M", time.gmtime(w / 1000))
+        parts.append(
+            f'<line x1="{x(w):.1f}" y1="{top_pad + plot_h}" x2="{x(w):.1f}" y2="{top_pad + plot_h + 4}" stroke="#999"/>'
+            f'<text class="xtick" x="{x(w):.1f}" y="{top_pad + plot_h + 16}" font-size="11" fill="#666" '
+            f'text-anchor="middle">{label}</text>'
+        )
+    parts.append(
+        f'<text class="xlabel" x="{left + plot_w / 2}" y="{height - 6}" font-size="11" fill="#444" '
+        'text-anchor="middle">window start (UTC)</text>'
+        f'<text class="ylabel" x="12" y="{top_pad + plot_h / 2}" font-size="11" fill="#444" text-anchor="middle" '
+        f'transform="rotate(-90 12 {top_pad + plot_h / 2})">records per window</text>'
+    )
     for i, (tier, points) in enumerate(sorted(series.items())):
         color = palette[i % len(palette)]
-        pts = " ".join(f"{x[w]:.1f},{height - pad - points.get(w, 0) * (height - 2 * pad) / top:.1f}" for w in windows)
-        lines.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{pts}"/>')
-        legend.append(f'<text x="{pad + i * 110}" y="14" fill="{color}" font-size="12">{html.escape(tier)}</text>')
-    axis = (
-        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#999"/>'
-        f'<text x="2" y="{pad}" font-size="11" fill="#666">{top}</text>'
+        ws = [w for w in windows if w in points]
+        closed = [w for w in ws if state[(tier, w)].get("open", 0) == 0]
+        opened = [w for w in ws if w not in closed]
+        if closed:
+            pts = " ".join(f"{x(w):.1f},{y(points[w]):.1f}" for w in closed)
+            parts.append(f'<polyline class="closed" fill="none" stroke="{color}" stroke-width="2" points="{pts}"/>')
+        if opened:
+            first = [closed[-1]] if closed and closed[-1] < opened[0] else []
+            pts = " ".join(f"{x(w):.1f},{y(points[w]):.1f}" for w in first + opened)
+            parts.append(
+                f'<polyline class="open" fill="none" stroke="{color}" stroke-width="1.5" stroke-dasharray="4 3" points="{pts}"/>'
+            )
+            for w in opened:
+                parts.append(
+                    f'<circle class="open" cx="{x(w):.1f}" cy="{y(points[w]):.1f}" r="3" fill="white" stroke="{color}">'
+                    f"<title>{html.escape(tier)} {_fmt_time(w)}: open, {points[w]} counted so far</title></circle>"
+                )
+        for w in closed:
+            st = state[(tier, w)]
+            for status, n in (("duplicates", st["duplicated"]), ("loss", st["missing"])):  # loss on top
+                if st.get(status):
+                    what = f"{n} missing" if status == "loss" else f"{n} duplicated"
+                    parts.append(
+                        f'<circle class="{status}" cx="{x(w):.1f}" cy="{y(points[w]):.1f}" r="5" '
+                        f'fill="{_COLORS[status]}"><title>{html.escape(tier)} {_fmt_time(w)}: {what}</title></circle>'
+                    )
+        parts.append(f'<text x="{left + i * 110}" y="14" fill="{color}" font-size="12">{html.escape(tier)}</text>')
+    return (
+        f'<svg class="chart" width="{width}" height="{height}" role="img" '
+        f'aria-label="records per window and tier">{"".join(parts)}</svg>'
     )
-    return f'<svg width="{width}" height="{height}" role="img" aria-label="records per window">{axis}{"".join(lines)}{"".join(legend)}</svg>'
 
 
 def make_app(
@@ -293,8 +379,13 @@ def make_app(
         legend = "".join(f'<span style="background:{c}">{s}</span>' for s, c in _COLORS.items())
         if topic is None:
             return _page("Headwater audit", "<h1>Headwater audit</h1><p>No audited records counted yet.</p>")
-        recent = await recent_for(topic) if recent_for is not None else await rows_for(topic, None, None)
-        windows = sorted({r.window_start for r in recent}, reverse=True)[:40]
+        since, until = _ms(request, "from"), _ms(request, "to")
+        if since is not None or until is not None:  # a deep link: ?topic=&from=&to= (ms)
+            recent = await rows_for(topic, since, until)
+            windows = sorted({r.window_start for r in recent}, reverse=True)[:500]
+        else:
+            recent = await recent_for(topic) if recent_for is not None else await rows_for(topic, None, None)
+            windows = sorted({r.window_start for r in recent}, reverse=True)[:40]
         shown = set(windows)
         rows = [r for r in recent if r.window_start in shown]
         columns = sorted({(r.datacenter, r.tier) for r in rows}, key=lambda c: (c[0], c[1] != PRODUCER, c[1]))
@@ -317,7 +408,7 @@ def make_app(
         return _page(
             f"Headwater audit: {topic}",
             f"<h1>Headwater audit — {html.escape(topic)}</h1><nav>{nav}</nav>"
-            f'<p class="legend">{legend}</p>{_chart(rows)}'
+            f'<p class="legend">{legend}</p><p class="range">{_ranges(topic)}</p>{_chart(rows)}'
             f'<table class="grid"><tr><th>window (UTC)</th>{head}</tr>{"".join(body)}</table>'
             "<p class=\"muted\">Counts per window of the records' creation time; expected = the producers' count events.</p>"
             f"{_latency_table(rows, await completions_for(topic) if completions_for is not None else {})}"
