@@ -125,6 +125,7 @@ def test_injected_loss_duplicates_and_a_lagging_tier_show_on_the_overview(tmp_pa
                 ("dc2", "warehouse", "7", "producer->dc2"),
             }
             assert {r["status"] for r in rows if r["topic"] == "views"} == {"complete"}
+            assert await page.locator("#alerts tr.alert.loss").count() == 2  # agg and warehouse of dc1
             gap_row = await page.locator("#gaps tr", has_text="clicks-3").inner_text()
             assert "dc2->agg" in gap_row and "1200" in gap_row and "1499" in gap_row and "300" in gap_row
             await page.screenshot(path=str(tmp_path / "overview-problems.png"), full_page=True)

@@ -54,9 +54,14 @@ def test_loss_and_duplicates_are_shown_with_absolute_counts_first_window_and_hop
     gap(s, "clicks")
 
     async def scenario() -> None:
+        assert await s.check() == 6  # five window alerts and the gap, as the running service records them
         async with TestClient(TestServer(app(s))) as client:
             data = await _get(client, "/api/v1/overview", hours="2")
             assert data["headline"] == f"{data['problems']} problems" and not data["healthy"]
+            assert data["alerts_active"] == 5
+            loss = [a for a in data["alerts"] if a["status"] == "loss" and a["tier"] == "agg"]
+            assert [(a["topic"], a["datacenter"], a["window_start"]) for a in loss] == [("clicks", "dc1", now - 7 * W)]
+            assert loss[0]["delivered_ms"] is None and loss[0]["sent"]  # pending delivery
             by = {(e["topic"], e["datacenter"], e["tier"]): e for e in data["entries"]}
             agg = by[("clicks", "dc1", "agg")]
             assert (agg["status"], agg["missing"], agg["duplicated"], agg["hop"]) == ("loss", 24, 0, "dc1->agg")
@@ -77,6 +82,7 @@ def test_loss_and_duplicates_are_shown_with_absolute_counts_first_window_and_hop
             assert page2["total"] == data["total"] and page2["entries"] == data["entries"][2:4]
             html = await _get(client, "/", hours="2")
             assert 'class="headline bad"' in html
+            assert "<h2>Alerts (5 active)</h2>" in html and '<td class="delivery">pending</td>' in html
             assert '<td class="num missing">24</td>' in html and "dc1-&gt;agg" in html
             for bad in ({"hours": "x"}, {"hours": "0"}, {"limit": "-1"}):
                 r = await client.get("/api/v1/overview", params=bad)

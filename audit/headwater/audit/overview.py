@@ -114,6 +114,7 @@ def build(
     offset: int = 0,
     gaps_limit: int = 50,
     gaps_offset: int = 0,
+    alerts: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """``stale``: tier -> why its data is stale (the producer tier stands for every ``__audit``)."""
     rows = [r for r in rows if r.datacenter != UNAUDITED_DC]
@@ -163,6 +164,9 @@ def build(
         "entries": [e.as_json() for e in ordered[offset : offset + limit]],
         "gaps_total": len(recent_gaps),
         "gaps": [_gap_json(g) for g in recent_gaps[gaps_offset : gaps_offset + gaps_limit]],
+        # the window alerts of those hours, newest first: active = loss/duplicates not since resolved
+        "alerts": alerts or [],
+        "alerts_active": sum(1 for a in alerts or [] if a["status"] in ("loss", "duplicates")),
     }
 
 

@@ -195,6 +195,7 @@ class AuditService:
         stale = self.stale_tiers(now)
         rows = await self.rows_async(None, now - hours * 3_600_000, None)
         gaps = await asyncio.to_thread(self.store.gaps, None, 10_000)
+        alerts = await asyncio.to_thread(self.store.recent_alerts, now - hours * 3_600_000)
         return overview.build(
             rows,
             gaps,
@@ -205,6 +206,7 @@ class AuditService:
             offset=offset,
             gaps_limit=gaps_limit,
             gaps_offset=gaps_offset,
+            alerts=alerts,
         )
 
     async def completions(self, topic: str) -> dict[tuple[str, int, str, str], int]:

@@ -605,6 +605,28 @@ class Store:
 
     # -- reads ---------------------------------------------------------------------------------
 
+    def recent_alerts(self, since_ms: int, limit: int = 100) -> list[dict[str, Any]]:
+        """The window alerts recorded since ``since_ms``, newest first, with their delivery state."""
+        rows = self._query(
+            "SELECT topic, window_start, datacenter, tier, status, alerted_ms, delivered_ms, attempts, payload "
+            "FROM audit_alerts WHERE alerted_ms >= ? ORDER BY alerted_ms DESC LIMIT ?",
+            (since_ms, limit),
+        )
+        return [
+            {
+                "topic": t,
+                "window_start": int(w),
+                "datacenter": dc,
+                "tier": tier,
+                "status": st,
+                "alerted_ms": int(at),
+                "delivered_ms": None if d is None else int(d),
+                "attempts": int(a),
+                "sent": p is not None,
+            }
+            for t, w, dc, tier, st, at, d, a, p in rows
+        ]
+
     def completions(self, topic: str | None = None, since: int | None = None) -> dict[CountKey, int]:
         """Per (topic, window, datacenter, tier): ms after the window's end at which the tier reached 100 %."""
         sql = "SELECT topic, window_start, datacenter, tier, latency_ms FROM audit_completion WHERE 1 = 1"

@@ -168,6 +168,27 @@ def _overview_page(data: dict[str, Any]) -> str:
         if data["gaps_total"]
         else ""
     )
+    alert_rows = []
+    for a in data["alerts"]:
+        if a["delivered_ms"] is not None:
+            delivery = f"delivered {_fmt_time(a['delivered_ms'])}"
+        elif not a["sent"]:
+            delivery = "logged only"
+        else:
+            delivery = f"pending ({a['attempts']} failed attempt(s))" if a["attempts"] else "pending"
+        alert_rows.append(
+            f'<tr class="alert {a["status"]}"><td class="status" style="background:{_COLORS.get(a["status"], "#2e7d32")}">'
+            f"{html.escape(a['status'])}</td><td>{html.escape(a['topic'])}</td><td>{html.escape(a['datacenter'])}</td>"
+            f"<td>{html.escape(a['tier'])}</td><td>{_fmt_time(a['window_start'])}</td>"
+            f'<td>{_fmt_time(a["alerted_ms"])}</td><td class="delivery">{html.escape(delivery)}</td></tr>'
+        )
+    alert_table = (
+        f'<h2>Alerts ({data["alerts_active"]} active)</h2><table class="strip" id="alerts"><tr><th>alert</th>'
+        "<th>topic</th><th>datacenter</th><th>tier</th><th>window</th><th>raised</th><th>webhook</th></tr>"
+        f"{''.join(alert_rows)}</table>"
+        if alert_rows
+        else ""
+    )
     legend = "".join(f'<span style="background:{_COLORS[s]}">{s}</span>' for s in SEVERITY if s in _COLORS)
     hours = " ".join(f'<a href="{_href("/", hours=h)}">{h} h</a>' for h in (1, 6, 24, 72))
     return (
@@ -177,7 +198,7 @@ def _overview_page(data: dict[str, Any]) -> str:
         f'<p class="legend">{legend}</p>'
         '<table class="strip" id="overview"><tr><th>status</th><th>topic</th><th>datacenter</th><th>tier</th>'
         "<th>missing</th><th>duplicated</th><th>late</th><th>problem since (window, UTC)</th><th>hop</th>"
-        f"<th></th></tr>{''.join(rows)}</table>{more}{gap_table}"
+        f"<th></th></tr>{''.join(rows)}</table>{more}{alert_table}{gap_table}"
         '<p class="muted">Absolute record counts over the windows shown; the hop is where the counts first '
         "differ (producer → datacenter → aggregate → warehouse). Stale: the tier's counter is down or behind, "
         f"so its windows cannot be judged.</p>{_TICKER}"
