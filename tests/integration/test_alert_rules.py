@@ -76,3 +76,87 @@ def test_alert_rules_parse_load_and_fire(
     (tmp_path / "alerts.yml").write_text(broken)
     code, out = _promtool(docker_client, prometheus_image, run_id, tmp_path, "check", "rules", "alerts.yml")
     assert code != 0 and "FAILED" in out, out
+
+
+def test_a_loss_fires_HeadwaterAuditLoss_in_the_lab_prometheus(
+    docker_client: docker.DockerClient, prometheus_image: str, run_id: str, tmp_path: Path
+) -> None:
+    """End to end: the real audit app (a loss written into its store, one reconciliation pass)
+    scraped by the lab image's Prometheus with alerts.yml; the alert fires with its labels."""
+    import asyncio
+    import json
+    import time
+    import urllib.request
+
+    from aiohttp import web
+
+    from tests.audit.dashboard_data import W, app, now_window, service, write
+    from tests.integration.containers import free_port
+
+    s = service(tmp_path)
+    now = now_window()
+    write(s, "clicks", [now - 3 * W])
+    write(s, "clicks", [now - 2 * W], tiers={"dc1": {"agg": 976}})  # the last closed window lost 24 at agg
+    prom_port = free_port()
+
+    async def scenario() -> dict[str, object]:
+        await s.check()  # sets headwater_audit_completeness{topic="clicks",tier="agg"} = 1976/2000
+        runner = web.AppRunner(app(s), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        audit_port = runner.addresses[0][1]
+        conf = tmp_path / "prom"
+        conf.mkdir()
+        (conf / "alerts.yml").write_text((COMPOSE / "alerts.yml").read_text())
+        (conf / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "rule_files: [/etc/prometheus/alerts.yml]\n"
+            "scrape_configs:\n"
+            f"  - job_name: audit\n    static_configs: [{{targets: ['127.0.0.1:{audit_port}']}}]\n"
+        )
+        container = await asyncio.to_thread(
+            docker_client.containers.run,
+            prometheus_image,
+            [
+                "--config.file=/etc/prometheus/prometheus.yml",
+                "--storage.tsdb.path=/tmp/prometheus",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+            ],
+            volumes={str(conf): {"bind": "/etc/prometheus", "mode": "ro"}},
+            user="0",
+            network_mode="host",  # to scrape the app on this host's loopback; it listens on loopback only
+            labels={RUN_LABEL: run_id},
+            detach=True,
+        )
+
+        def firing() -> dict[str, object] | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/api/v1/alerts", timeout=5) as r:
+                    alerts = json.load(r)["data"]["alerts"]
+            except OSError:
+                return None
+            return next(
+                (a for a in alerts if a["labels"]["alertname"] == "HeadwaterAuditLoss" and a["state"] == "firing"),
+                None,
+            )
+
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                got = await asyncio.to_thread(firing)
+                if got is not None:
+                    return got
+                await asyncio.sleep(1)
+            logs = (await asyncio.to_thread(container.logs, tail=40)).decode(errors="replace")
+            raise AssertionError(f"HeadwaterAuditLoss did not fire in 120 s; Prometheus said:\n{logs}")
+        finally:
+            await asyncio.to_thread(container.remove, force=True)
+            await runner.cleanup()
+
+    alert = asyncio.run(scenario())
+    s.store.close()
+    labels = alert["labels"]
+    assert isinstance(labels, dict)
+    assert (labels["topic"], labels["tier"], labels["severity"]) == ("clicks", "agg", "page")
+    assert "98.8%" in str(alert["annotations"])  # 1976 of 2000 records
