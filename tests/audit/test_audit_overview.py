@@ -61,7 +61,7 @@ def test_loss_and_duplicates_are_shown_with_absolute_counts_first_window_and_hop
             assert data["alerts_active"] == 5
             loss = [a for a in data["alerts"] if a["status"] == "loss" and a["tier"] == "agg"]
             assert [(a["topic"], a["datacenter"], a["window_start"]) for a in loss] == [("clicks", "dc1", now - 7 * W)]
-            assert loss[0]["delivered_ms"] is None and loss[0]["sent"]  # pending delivery
+            assert loss[0]["delivered_ms"] is None and loss[0]["sent"] and not loss[0]["webhook"]
             by = {(e["topic"], e["datacenter"], e["tier"]): e for e in data["entries"]}
             agg = by[("clicks", "dc1", "agg")]
             assert (agg["status"], agg["missing"], agg["duplicated"], agg["hop"]) == ("loss", 24, 0, "dc1->agg")
@@ -82,7 +82,8 @@ def test_loss_and_duplicates_are_shown_with_absolute_counts_first_window_and_hop
             assert page2["total"] == data["total"] and page2["entries"] == data["entries"][2:4]
             html = await _get(client, "/", hours="2")
             assert 'class="headline bad"' in html
-            assert "<h2>Alerts (5 active)</h2>" in html and '<td class="delivery">pending</td>' in html
+            assert "<h2>Alerts (5 active)</h2>" in html
+            assert '<td class="delivery">logged (no alert.webhook.url)</td>' in html  # none configured here
             assert '<td class="num missing">24</td>' in html and "dc1-&gt;agg" in html
             for bad in ({"hours": "x"}, {"hours": "0"}, {"limit": "-1"}):
                 r = await client.get("/api/v1/overview", params=bad)

@@ -170,7 +170,9 @@ def _overview_page(data: dict[str, Any]) -> str:
     )
     alert_rows = []
     for a in data["alerts"]:
-        if a["delivered_ms"] is not None:
+        if not a.get("webhook", True):
+            delivery = "logged (no alert.webhook.url)"
+        elif a["delivered_ms"] is not None:
             delivery = f"delivered {_fmt_time(a['delivered_ms'])}"
         elif not a["sent"]:
             delivery = "logged only"
