@@ -211,8 +211,8 @@ class AuditService:
             alerts=alerts,
         )
 
-    async def completions(self, topic: str) -> dict[tuple[str, int, str, str], int]:
-        return await asyncio.to_thread(self.store.completions, topic)
+    async def completions(self, topic: str, since: int, until: int) -> dict[tuple[str, int, str, str], int]:
+        return await asyncio.to_thread(self.store.completions, topic, since, until)
 
     def health(self) -> tuple[bool, str]:
         """Healthy while every unit runs and no counter waits for the store; the text names each tier's
@@ -348,22 +348,26 @@ class AuditService:
         was last written; stored once, observed once in the histogram."""
         producers = {(r.topic, r.window_start, r.datacenter): r for r in rows if r.tier == PRODUCER}
         done = await asyncio.to_thread(self.store.completions, None, min((r.window_start for r in rows), default=0))
+        found: dict[tuple[str, int, str, str], tuple[int, int]] = {}
         for r in rows:
             p = producers.get((r.topic, r.window_start, r.datacenter))
+            key = (r.topic, r.window_start, r.datacenter, r.tier)
             if (
                 r.tier == PRODUCER
                 or p is None
                 or p.status == "open"
                 or not p.count
                 or r.count != p.count
-                or (r.topic, r.window_start, r.datacenter, r.tier) in done
+                or key in done
             ):
                 continue
             completed = max(r.updated_ms, p.updated_ms)
-            latency = completed - r.window_end
-            key = (r.topic, r.window_start, r.datacenter, r.tier)
-            if await asyncio.to_thread(self.store.record_completion, key, completed, latency):
-                self._completion.labels(r.topic, r.tier).observe(max(latency, 0) / 1000)
+            found[key] = (completed, completed - r.window_end)
+        if not found:
+            return
+        recorded = await asyncio.to_thread(self.store.record_completions, found)
+        for key in recorded:
+            self._completion.labels(key[0], key[3]).observe(max(found[key][1], 0) / 1000)
 
     def _log_alert(self, r: Completeness, status: str) -> None:
         where = f"topic {r.topic}, window {_when(r.window_start)}, datacenter {r.datacenter}, tier {r.tier}"

@@ -564,20 +564,29 @@ class Store:
             )
         )
 
+    def record_completions(self, found: Mapping[CountKey, tuple[int, int]]) -> list[CountKey]:
+        """Record when each (window, datacenter, tier) reached 100 % ((completed_ms, latency_ms)), in
+        one transaction; returns the keys recorded now (not already there)."""
+
+        def tx(cur: Any) -> list[CountKey]:
+            out = []
+            for key, (completed_ms, latency_ms) in found.items():
+                cur.execute(
+                    self._sql(
+                        "INSERT INTO audit_completion (topic, window_start, datacenter, tier, completed_ms, latency_ms) "
+                        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (topic, window_start, datacenter, tier) DO NOTHING"
+                    ),
+                    (*key, completed_ms, latency_ms),
+                )
+                if cur.rowcount == 1:
+                    out.append(key)
+            return out
+
+        return list(self._write(tx))
+
     def record_completion(self, key: CountKey, completed_ms: int, latency_ms: int) -> bool:
         """True the first time a (window, datacenter, tier) is recorded as having reached 100 %."""
-
-        def tx(cur: Any) -> bool:
-            cur.execute(
-                self._sql(
-                    "INSERT INTO audit_completion (topic, window_start, datacenter, tier, completed_ms, latency_ms) "
-                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (topic, window_start, datacenter, tier) DO NOTHING"
-                ),
-                (*key, completed_ms, latency_ms),
-            )
-            return bool(cur.rowcount == 1)
-
-        return bool(self._write(tx))
+        return bool(self.record_completions({key: (completed_ms, latency_ms)}))
 
     def prune(self, before_ms: int) -> dict[str, int]:
         """Delete what is older than ``before_ms``: counts, count events, completion latencies and
@@ -627,7 +636,9 @@ class Store:
             for t, w, dc, tier, st, at, d, a, p in rows
         ]
 
-    def completions(self, topic: str | None = None, since: int | None = None) -> dict[CountKey, int]:
+    def completions(
+        self, topic: str | None = None, since: int | None = None, until: int | None = None
+    ) -> dict[CountKey, int]:
         """Per (topic, window, datacenter, tier): ms after the window's end at which the tier reached 100 %."""
         sql = "SELECT topic, window_start, datacenter, tier, latency_ms FROM audit_completion WHERE 1 = 1"
         args: list[Any] = []
@@ -637,6 +648,9 @@ class Store:
         if since is not None:
             sql += " AND window_start >= ?"
             args.append(since)
+        if until is not None:
+            sql += " AND window_start < ?"
+            args.append(until)
         return {(t, int(w), dc, tier): int(lat) for t, w, dc, tier, lat in self._query(sql, tuple(args))}
 
     def offsets(self, cluster: str) -> dict[TopicPartition, int]:

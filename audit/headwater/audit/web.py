@@ -217,18 +217,20 @@ def _ranges(topic: str) -> str:
     return " · ".join(links)
 
 
-def _latency_table(rows: list[Completeness], completions: dict[tuple[str, int, str, str], int]) -> str:
-    """Per window and (datacenter, tier): seconds after the window's end at which the tier reached 100 %."""
-    if not completions:
+def _latency_table(windows: list[int], completions: dict[tuple[str, int, str, str], int]) -> str:
+    """Per window shown and (datacenter, tier): seconds after the window's end at which the tier
+    reached 100 %."""
+    by = {(w, dc, t): v for (_, w, dc, t), v in completions.items()}
+    shown = [w for w in windows if any(k[0] == w for k in by)]
+    if not shown:
         return ""
-    columns = sorted({(dc, t) for (_, _, dc, t) in completions}, key=lambda c: (c[0], c[1]))
-    windows = sorted({w for (_, w, _, _) in completions}, reverse=True)[:40]
+    columns = sorted({(dc, t) for (_, dc, t) in by})
     head = "".join(f"<th>{html.escape(dc)}<br>{html.escape(t)}</th>" for dc, t in columns)
     body = []
-    for w in windows:
+    for w in shown:
         cells = []
         for dc, t in columns:
-            lat = next((v for (_, ww, d, tt), v in completions.items() if ww == w and d == dc and tt == t), None)
+            lat = by.get((w, dc, t))
             cells.append(f"<td>{'' if lat is None else f'{lat / 1000:+.1f} s'}</td>")
         body.append(f"<tr><th>{_fmt_time(w)}</th>{''.join(cells)}</tr>")
     return (
@@ -371,9 +373,10 @@ def make_app(
     recent_for: Callable[[str], Awaitable[list[Completeness]]] | None = None,
     *,
     overview_for: Callable[..., Awaitable[dict[str, Any]]] | None = None,
-    completions_for: Callable[[str], Awaitable[dict[tuple[str, int, str, str], int]]] | None = None,
+    completions_for: Callable[[str, int, int], Awaitable[dict[tuple[str, int, str, str], int]]] | None = None,
 ) -> web.Application:
     """``recent_for(topic)``: the dashboard's rows (its latest windows); default: all of ``rows_for``.
+    ``completions_for(topic, from, to)``: the tier completion latencies of those windows (ms);
     ``overview_for(hours, limit, offset, gaps_limit, gaps_offset)``: the overview's data (overview.py);
     without it ``/`` is the first topic's page."""
     app = web.Application()
@@ -434,7 +437,7 @@ def make_app(
             f'<p class="legend">{legend}</p><p class="range">{_ranges(topic)}</p>{_chart(rows)}'
             f'<table class="grid"><tr><th>window (UTC)</th>{head}</tr>{"".join(body)}</table>'
             "<p class=\"muted\">Counts per window of the records' creation time; expected = the producers' count events.</p>"
-            f"{_latency_table(rows, await completions_for(topic) if completions_for is not None else {})}"
+            f"{_latency_table(windows, await completions_for(topic, windows[-1], windows[0] + 1) if completions_for is not None and windows else {})}"
             f"{_gaps_table(await gaps(topic))}",
         )
 
