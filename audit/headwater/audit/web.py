@@ -126,7 +126,7 @@ def _int(request: web.Request, name: str, default: int, low: int, high: int) -> 
 
 def _overview_args(request: web.Request) -> dict[str, int]:
     return {
-        "hours": _int(request, "hours", 6, 1, 24 * 90),
+        "hours": _int(request, "hours", 6, 1, 24 * 7),  # a week: one reconciliation over every topic
         "limit": _int(request, "limit", 200, 1, 1000),
         "offset": _int(request, "offset", 0, 0, 2**31),
         "gaps_limit": _int(request, "gaps_limit", 50, 1, 1000),
