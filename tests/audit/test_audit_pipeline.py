@@ -166,6 +166,25 @@ def test_every_tier_complete_loss_and_duplicates_exact_and_restart_safe(pipeline
         assert "duplicates" in {r["status"] for r in doubled_rows() if r["tier"] == "agg"}
         wait_for(lambda: "AUDIT LOSS: topic views-drop" in audit.log(), 60, "the loss alert line", audit)
 
+        # The overview of the live service says the same: the loss at agg, on the hop into agg,
+        # exactly the dropped count; the duplicates; views healthy; no tier stale
+        seen: list[dict[str, Any]] = []
+
+        def fresh() -> bool:  # a counter round can stall past window + grace on a loaded machine
+            seen.append(_get(f"http://127.0.0.1:{port}/api/v1/overview?hours=24"))
+            return bool(seen[-1]["stale"] == {})
+
+        wait_for(fresh, 60, "no tier stale on the overview", audit)
+        ov = seen[-1]
+        by = {(e["topic"], e["datacenter"], e["tier"]): e for e in ov["entries"]}
+        drop = [by[("views-drop", dc, "agg")] for dc in ("dc1", "dc2")]
+        assert sum(e["missing"] for e in drop) == _metric(drop_port, "headwater_mirror_test_dropped_records_total")
+        assert {e["hop"] for e in drop if e["missing"]} <= {"dc1->agg", "dc2->agg"}
+        dup = [by[("views-dup", dc, "agg")] for dc in ("dc1", "dc2")]
+        assert sum(e["duplicated"] for e in dup) == _metric(dup_port, "headwater_mirror_test_duplicated_records_total")
+        assert {e["status"] for k, e in by.items() if k[0] == "views"} <= {"complete", "late", "open"}
+        assert ov["headline"] == f"{ov['problems']} problems" and ov["problems"] >= 2
+
         _browser_drills_into_a_red_window(port, p["tmp"] / "dashboard.png")
     finally:
         audit.stop()

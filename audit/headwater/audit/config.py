@@ -44,6 +44,7 @@ class AuditConfig:
     webhook_url: str | None = None
     fetch_max_wait_ms: int = 500
     aggregates: frozenset[str] | None = None  # aggregate.clusters; None: the clusters not named like a DC
+    retention_days: int = 30  # windows (and their events, alerts, gaps) older than this are pruned
 
     def audited(self, topic: str) -> bool:
         return any(p.fullmatch(topic) for p in self.topics)
@@ -109,6 +110,7 @@ def parse(raw: dict[str, str]) -> AuditConfig:
         webhook_url=props.get("alert.webhook.url") or None,
         fetch_max_wait_ms=integer("fetch.max.wait.ms", 500, 0),
         aggregates=aggregates,
+        retention_days=integer("retention.days", 30, 1),
     )
 
 

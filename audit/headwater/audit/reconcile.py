@@ -47,6 +47,7 @@ class Completeness:
     completeness: float | None
     status: str
     late: int = 0
+    updated_ms: int = 0  # the last write to this tier's count (0: none)
 
     @property
     def missing(self) -> int:
@@ -102,7 +103,9 @@ def reconcile(
         end = start + window_ms
         if dc == UNAUDITED_DC:
             for tier, r in sorted(tiers.items()):
-                out.append(Completeness(topic, start, end, dc, tier, r.count, None, None, "unaudited", r.late))
+                out.append(
+                    Completeness(topic, start, end, dc, tier, r.count, None, None, "unaudited", r.late, r.updated_ms)
+                )
             continue
         producer = tiers.get(PRODUCER)
         expected = producer.count if producer is not None else 0
@@ -113,6 +116,7 @@ def reconcile(
             row = tiers.get(tier)
             count = row.count if row is not None else 0
             late = row.late if row is not None else 0
+            updated = row.updated_ms if row is not None else 0
             if not closed(tier, topic, end):
                 status = "open"
             elif count < expected:
@@ -124,5 +128,5 @@ def reconcile(
             else:
                 status = "complete"
             ratio = count / expected if expected else (1.0 if count == 0 else None)
-            out.append(Completeness(topic, start, end, dc, tier, count, expected, ratio, status, late))
+            out.append(Completeness(topic, start, end, dc, tier, count, expected, ratio, status, late, updated))
     return out

@@ -19,8 +19,9 @@ import time
 from typing import Any
 
 from aiohttp import ClientSession, ClientTimeout, web
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from headwater.audit import overview
 from headwater.audit.config import AuditConfig
 from headwater.audit.counter import TierCounter
 from headwater.audit.reconcile import PRODUCER, WAREHOUSE, Completeness, reconcile
@@ -32,8 +33,11 @@ log = logging.getLogger("headwater.audit")
 
 _ALERTING = ("loss", "duplicates")
 _BALANCED = ("complete", "late")
+# headwater_audit_tier_completion_seconds: seconds after a window's end at which a tier reached 100 %
+COMPLETION_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
 ALERT_TIMEOUT_S = 10.0
 ALERT_MAX_BACKOFF_MS = 300_000
+PRUNE_INTERVAL_S = 3600.0
 
 
 def _when(ms: int) -> str:
@@ -80,6 +84,20 @@ class AuditService:
         )
         self._alerts_pending = Gauge(
             "headwater_audit_alerts_pending", "Alerts not yet delivered to the webhook", registry=self.registry
+        )
+        self._completion = Histogram(
+            "headwater_audit_tier_completion_seconds",
+            "Seconds after a window's end at which a tier's count reached the producers' (100 %), "
+            "per topic and tier; observed once per window and datacenter",
+            ["topic", "tier"],
+            buckets=COMPLETION_BUCKETS,
+            registry=self.registry,
+        )
+        self._pruned = Counter(
+            "headwater_audit_pruned_rows",
+            "Store rows deleted because they are older than retention.days, per table",
+            ["table"],
+            registry=self.registry,
         )
         self.http_port: int | None = None
 
@@ -145,6 +163,57 @@ class AuditService:
             return []
         return await self.rows_async(topic, newest - (windows - 1) * self.config.window_ms, None)
 
+    def stale_tiers(self, now_ms: int | None = None) -> dict[str, str]:
+        """Tier -> why its counts cannot be trusted to be current: its counter is restarting, failed,
+        stopped, waiting for the store, has counted nothing yet, or its watermark is more than a
+        window plus the grace behind the clock (it lags: windows that should have closed cannot).
+        The producer tier is stale when any cluster's ``__audit`` is."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        behind_ms = self.config.window_ms + self.config.grace_ms
+        out: dict[str, str] = {}
+        for c in self.counters:
+            unit = self.health_registry.units.get(f"counter {c.alias}")
+            if unit is not None and unit.state != "running":
+                out[c.alias] = f"counter {unit.state}{': ' + unit.reason if unit.reason else ''}"
+            elif c.store_error:
+                out[c.alias] = f"store unavailable: {c.store_error}"
+            elif not c.watermarks:
+                out[c.alias] = "nothing counted yet"
+            else:
+                oldest = min(c.watermarks.values())
+                if now - oldest > behind_ms:
+                    out[c.alias] = f"counted up to {(now - oldest) // 1000} s ago (lag {c.lag} records)"
+            if c.alias in out and PRODUCER not in out:
+                out[PRODUCER] = f"{c.alias}: {out[c.alias]}"
+        return out
+
+    async def overview(
+        self, hours: int, limit: int = 200, offset: int = 0, gaps_limit: int = 50, gaps_offset: int = 0
+    ) -> dict[str, Any]:
+        """The overview page's data (see overview.py): the last ``hours`` of every topic."""
+        now = int(time.time() * 1000)
+        stale = self.stale_tiers(now)
+        rows = await self.rows_async(None, now - hours * 3_600_000, None)
+        gaps = await asyncio.to_thread(self.store.gaps, None, 10_000)
+        alerts = await asyncio.to_thread(self.store.recent_alerts, now - hours * 3_600_000)
+        for a in alerts:  # without a webhook an alert is "delivered" once logged: say so
+            a["webhook"] = self.config.webhook_url is not None
+        return overview.build(
+            rows,
+            gaps,
+            stale,
+            now_ms=now,
+            hours=hours,
+            limit=limit,
+            offset=offset,
+            gaps_limit=gaps_limit,
+            gaps_offset=gaps_offset,
+            alerts=alerts,
+        )
+
+    async def completions(self, topic: str, since: int, until: int) -> dict[tuple[str, int, str, str], int]:
+        return await asyncio.to_thread(self.store.completions, topic, since, until)
+
     def health(self) -> tuple[bool, str]:
         """Healthy while every unit runs and no counter waits for the store; the text names each tier's
         counter: its state, the offsets it counted (summed over partitions) and its lag."""
@@ -174,6 +243,8 @@ class AuditService:
             self.health,
             lambda t: asyncio.to_thread(self.store.gaps, t),
             self.recent_rows,
+            overview_for=self.overview,
+            completions_for=self.completions,
         )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -199,6 +270,7 @@ class AuditService:
         http = ClientSession(timeout=ClientTimeout(total=ALERT_TIMEOUT_S))
         self.supervisor.start("reconcile", self._watch, labels={"tier": "-"})
         self.supervisor.start("alerts", lambda unit: self._deliver_loop(unit, http), labels={"tier": "-"})
+        self.supervisor.start("retention", self._prune_loop, labels={"tier": "-"})
         try:
             await stop.wait()
         finally:
@@ -263,11 +335,39 @@ class AuditService:
             )
             await asyncio.to_thread(self.store.set_gap_payload, g.guid, json.dumps(_gap_json(g)))
             recorded += 1
+        await self._record_completions(rows)
         for (topic, tier), rs in last_closed.items():
             expected = sum(r.expected or 0 for r in rs)
             count = sum(r.count for r in rs)
             self._completeness.labels(topic, tier).set(count / expected if expected else 1.0)
         return recorded
+
+    async def _record_completions(self, rows: list[Completeness]) -> None:
+        """Tier completion latency: once the producer tier has closed a window (its expected count is
+        final) and a tier's count equals it, that tier reached 100 % when the later of the two counts
+        was last written; stored once, observed once in the histogram."""
+        producers = {(r.topic, r.window_start, r.datacenter): r for r in rows if r.tier == PRODUCER}
+        done = await asyncio.to_thread(self.store.completions, None, min((r.window_start for r in rows), default=0))
+        found: dict[tuple[str, int, str, str], tuple[int, int]] = {}
+        for r in rows:
+            p = producers.get((r.topic, r.window_start, r.datacenter))
+            key = (r.topic, r.window_start, r.datacenter, r.tier)
+            if (
+                r.tier == PRODUCER
+                or p is None
+                or p.status == "open"
+                or not p.count
+                or r.count != p.count
+                or key in done
+            ):
+                continue
+            completed = max(r.updated_ms, p.updated_ms)
+            found[key] = (completed, completed - r.window_end)
+        if not found:
+            return
+        recorded = await asyncio.to_thread(self.store.record_completions, found)
+        for key in recorded:
+            self._completion.labels(key[0], key[3]).observe(max(found[key][1], 0) / 1000)
 
     def _log_alert(self, r: Completeness, status: str) -> None:
         where = f"topic {r.topic}, window {_when(r.window_start)}, datacenter {r.datacenter}, tier {r.tier}"
@@ -289,6 +389,28 @@ class AuditService:
             r.count,
             r.expected or 0,
         )
+
+    async def prune(self, now_ms: int | None = None) -> dict[str, int]:
+        """Delete what is older than ``retention.days`` (Store.prune); logs and counts what went."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        before = now - self.config.retention_days * 86_400_000
+        deleted = await asyncio.to_thread(self.store.prune, before)
+        for table, n in deleted.items():
+            self._pruned.labels(table).inc(n)
+        if any(deleted.values()):
+            log.info(
+                "retention: deleted what is older than %s (retention.days %d): %s",
+                _when(before),
+                self.config.retention_days,
+                ", ".join(f"{n} from {t}" for t, n in deleted.items() if n),
+            )
+        return deleted
+
+    async def _prune_loop(self, unit: Unit) -> None:
+        while True:
+            await self.prune()
+            unit.progress()
+            await asyncio.sleep(PRUNE_INTERVAL_S)
 
     async def _deliver_loop(self, unit: Unit, http: ClientSession) -> None:
         while True:

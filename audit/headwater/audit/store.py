@@ -15,6 +15,8 @@ Tables (SQLite by default, PostgreSQL by DSN; the same SQL)::
     audit_gaps      guid -> tier, hop, datacenter, topic, partition, from_offset, to_offset, records,
                     reason, detected_ms, received_ms, payload, delivered_ms, attempts, next_attempt_ms
     audit_stats     name -> value                                  (rejected events, ...)
+    audit_completion (topic, window_start, datacenter, tier) -> completed_ms, latency_ms
+                    when the tier's count first reached the producers' (see service.py)
 
 Schema changes are additive (CREATE ... IF NOT EXISTS, ADD COLUMN when missing), so a store written
 by an older version opens and is migrated in place.
@@ -66,6 +68,10 @@ _SCHEMA = [
         partition INTEGER NOT NULL, from_offset BIGINT NOT NULL, to_offset BIGINT NOT NULL, records BIGINT NOT NULL,
         reason TEXT NOT NULL, detected_ms BIGINT NOT NULL, received_ms BIGINT NOT NULL, payload TEXT,
         delivered_ms BIGINT, attempts INTEGER NOT NULL DEFAULT 0, next_attempt_ms BIGINT NOT NULL DEFAULT 0)""",
+    """CREATE TABLE IF NOT EXISTS audit_completion (
+        topic TEXT NOT NULL, window_start BIGINT NOT NULL, datacenter TEXT NOT NULL, tier TEXT NOT NULL,
+        completed_ms BIGINT NOT NULL, latency_ms BIGINT NOT NULL,
+        PRIMARY KEY (topic, window_start, datacenter, tier))""",
     "CREATE INDEX IF NOT EXISTS audit_events_by_dc ON audit_events (tier, datacenter)",
     "CREATE INDEX IF NOT EXISTS audit_events_by_window ON audit_events (tier, topic, window_start, datacenter)",
     "CREATE INDEX IF NOT EXISTS audit_gaps_by_topic ON audit_gaps (topic, detected_ms)",
@@ -107,6 +113,7 @@ class CountRow:
     count: int
     unaudited: int
     late: int
+    updated_ms: int = 0  # the last write to this count
 
 
 @dataclass(frozen=True)
@@ -557,7 +564,94 @@ class Store:
             )
         )
 
+    def record_completions(self, found: Mapping[CountKey, tuple[int, int]]) -> list[CountKey]:
+        """Record when each (window, datacenter, tier) reached 100 % ((completed_ms, latency_ms)), in
+        one transaction; returns the keys recorded now (not already there)."""
+
+        def tx(cur: Any) -> list[CountKey]:
+            out = []
+            for key, (completed_ms, latency_ms) in found.items():
+                cur.execute(
+                    self._sql(
+                        "INSERT INTO audit_completion (topic, window_start, datacenter, tier, completed_ms, latency_ms) "
+                        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (topic, window_start, datacenter, tier) DO NOTHING"
+                    ),
+                    (*key, completed_ms, latency_ms),
+                )
+                if cur.rowcount == 1:
+                    out.append(key)
+            return out
+
+        return list(self._write(tx))
+
+    def record_completion(self, key: CountKey, completed_ms: int, latency_ms: int) -> bool:
+        """True the first time a (window, datacenter, tier) is recorded as having reached 100 %."""
+        return bool(self.record_completions({key: (completed_ms, latency_ms)}))
+
+    def prune(self, before_ms: int) -> dict[str, int]:
+        """Delete what is older than ``before_ms``: counts, count events, completion latencies and
+        alerts of windows that started before it, gaps detected and rejected events received before
+        it. Alerts and gaps not yet delivered to the webhook are kept (the outbox loses nothing; an
+        alert without a payload was written by an older version and is never sent).
+        Offsets and watermarks are never pruned. Returns the rows deleted per table."""
+        deletes = [
+            ("audit_counts", "window_start < ?"),
+            ("audit_events", "window_start < ?"),
+            ("audit_completion", "window_start < ?"),
+            ("audit_alerts", "window_start < ? AND (delivered_ms IS NOT NULL OR payload IS NULL)"),
+            ("audit_gaps", "detected_ms < ? AND delivered_ms IS NOT NULL"),
+            ("audit_rejected", "received_ms < ?"),
+        ]
+
+        def tx(cur: Any) -> dict[str, int]:
+            out = {}
+            for table, where in deletes:
+                cur.execute(self._sql(f"DELETE FROM {table} WHERE {where}"), (before_ms,))
+                out[table] = max(int(cur.rowcount), 0)
+            return out
+
+        return dict(self._write(tx))
+
     # -- reads ---------------------------------------------------------------------------------
+
+    def recent_alerts(self, since_ms: int, limit: int = 100) -> list[dict[str, Any]]:
+        """The window alerts recorded since ``since_ms``, newest first, with their delivery state."""
+        rows = self._query(
+            "SELECT topic, window_start, datacenter, tier, status, alerted_ms, delivered_ms, attempts, payload "
+            "FROM audit_alerts WHERE alerted_ms >= ? ORDER BY alerted_ms DESC LIMIT ?",
+            (since_ms, limit),
+        )
+        return [
+            {
+                "topic": t,
+                "window_start": int(w),
+                "datacenter": dc,
+                "tier": tier,
+                "status": st,
+                "alerted_ms": int(at),
+                "delivered_ms": None if d is None else int(d),
+                "attempts": int(a),
+                "sent": p is not None,
+            }
+            for t, w, dc, tier, st, at, d, a, p in rows
+        ]
+
+    def completions(
+        self, topic: str | None = None, since: int | None = None, until: int | None = None
+    ) -> dict[CountKey, int]:
+        """Per (topic, window, datacenter, tier): ms after the window's end at which the tier reached 100 %."""
+        sql = "SELECT topic, window_start, datacenter, tier, latency_ms FROM audit_completion WHERE 1 = 1"
+        args: list[Any] = []
+        if topic is not None:
+            sql += " AND topic = ?"
+            args.append(topic)
+        if since is not None:
+            sql += " AND window_start >= ?"
+            args.append(since)
+        if until is not None:
+            sql += " AND window_start < ?"
+            args.append(until)
+        return {(t, int(w), dc, tier): int(lat) for t, w, dc, tier, lat in self._query(sql, tuple(args))}
 
     def offsets(self, cluster: str) -> dict[TopicPartition, int]:
         rows = self._query("SELECT topic, partition, next_offset FROM audit_offsets WHERE cluster = ?", (cluster,))
@@ -571,7 +665,10 @@ class Store:
         return out
 
     def counts(self, topic: str | None = None, since: int | None = None, until: int | None = None) -> list[CountRow]:
-        sql = "SELECT topic, window_start, datacenter, tier, count, unaudited, late FROM audit_counts WHERE 1 = 1"
+        sql = (
+            "SELECT topic, window_start, datacenter, tier, count, unaudited, late, updated_ms FROM audit_counts "
+            "WHERE 1 = 1"
+        )
         args: list[Any] = []
         if topic is not None:
             sql += " AND topic = ?"
@@ -583,8 +680,8 @@ class Store:
             sql += " AND window_start < ?"
             args.append(until)
         return [
-            CountRow(t, int(w), dc, tier, int(n), int(u), int(late))
-            for t, w, dc, tier, n, u, late in self._query(sql + " ORDER BY window_start", tuple(args))
+            CountRow(t, int(w), dc, tier, int(n), int(u), int(late), int(upd))
+            for t, w, dc, tier, n, u, late, upd in self._query(sql + " ORDER BY window_start", tuple(args))
         ]
 
     def warehouse_reach(self) -> dict[str, int]:

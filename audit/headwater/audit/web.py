@@ -1,6 +1,12 @@
 """The audit service's HTTP side (aiohttp): the dashboard, the JSON API, /metrics and /healthz.
 
-- ``GET /`` — for one topic (``?topic=``), a grid of windows by (datacenter, tier): green complete,
+- ``GET /`` — the overview (overview.py): every topic x datacenter x tier over the last ``?hours=``
+  (default 6), worst first, with absolute counts, the first bad window, the hop, the mirrors' gaps
+  and one headline; "updated Xs ago" and a reload every 15 s by a small inline script.
+  ``GET /api/v1/overview[?hours=&limit=&offset=&gaps_limit=&gaps_offset=]`` — the same as JSON, paged.
+- ``GET /topic?topic=[&from=ms&to=ms]`` (and ``/?topic=``, the old deep link) — for one topic (its
+  latest 40 windows, or the range given), a chart (server-side SVG, time axis), the tier completion
+  latency, and a grid of windows by (datacenter, tier): green complete,
   red loss with the missing count, amber duplicates, blue late, grey open; each cell links to the
   window's drill-down; a chart of records per window per tier (inline SVG); refreshes every 10 s.
 - ``GET /window?topic=&window_start=&datacenter=`` — every tier of one window and the producer
@@ -24,8 +30,9 @@ from urllib.parse import urlencode
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from headwater.audit.overview import SEVERITY
 from headwater.audit.reconcile import PRODUCER, Completeness
-from headwater.audit.store import Gap
+from headwater.audit.store import UNAUDITED_DC, Gap
 
 MAX_MS = 2**62
 
@@ -36,16 +43,33 @@ _COLORS = {
     "late": "#1565c0",
     "open": "#9e9e9e",
     "unaudited": "#6d4c41",
+    "stale": "#757575",
 }
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.5em; }
-table.grid { border-collapse: collapse; font-size: 0.85em; }
-.grid th, .grid td { border: 1px solid #ddd; padding: 3px 6px; text-align: center; white-space: nowrap; }
+table.grid, table.latency { border-collapse: collapse; font-size: 0.85em; }
+.grid th, .grid td, .latency th, .latency td { border: 1px solid #ddd; padding: 3px 6px; text-align: center; white-space: nowrap; }
 .grid td.cell a { color: white; text-decoration: none; display: block; }
 .legend span { display: inline-block; padding: 2px 8px; margin-right: 4px; color: white; border-radius: 3px; }
 nav a { margin-right: 1em; } .muted { color: #777; }
+.headline { font-size: 1.4em; padding: 6px 12px; color: white; display: inline-block; border-radius: 4px; }
+.headline.ok { background: #2e7d32; } .headline.bad { background: #c62828; }
+table.strip { border-collapse: collapse; font-size: 0.85em; }
+.strip td, .strip th { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: left; white-space: nowrap; }
+.strip td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.strip td.status { color: white; font-weight: bold; }
 """
+
+# "updated Xs ago", ticking; the page reloads itself every 15 s (no external script: the lab is offline).
+_TICKER = """<script>
+(function () {
+  var el = document.getElementById("updated");
+  var at = Number(el.dataset.generated);
+  function tick() { el.textContent = "updated " + Math.max(0, Math.round((Date.now() - at) / 1000)) + "s ago"; }
+  tick(); setInterval(tick, 1000); setTimeout(function () { location.reload(); }, 15000);
+})();
+</script>"""
 
 
 def _fmt_time(ms: int) -> str:
@@ -54,6 +78,10 @@ def _fmt_time(ms: int) -> str:
 
 def _page(title: str, body: str, refresh: bool = True) -> web.Response:
     meta = '<meta http-equiv="refresh" content="10">' if refresh else ""
+    return _html(title, body, meta)
+
+
+def _html(title: str, body: str, meta: str = "") -> web.Response:
     return web.Response(
         text=f"<!doctype html><html><head><meta charset='utf-8'>{meta}<title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body>{body}</body></html>",
@@ -83,6 +111,135 @@ def _ms(request: web.Request, name: str, required: bool = False) -> int | None:
     return value
 
 
+def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"{name}: {raw[:40]!r} is not an integer") from None
+    if not low <= value <= high:
+        raise web.HTTPBadRequest(text=f"{name}: {value} is out of range ({low} to {high})")
+    return value
+
+
+def _overview_args(request: web.Request) -> dict[str, int]:
+    return {
+        "hours": _int(request, "hours", 6, 1, 24 * 7),  # a week: one reconciliation over every topic
+        "limit": _int(request, "limit", 200, 1, 1000),
+        "offset": _int(request, "offset", 0, 0, 2**31),
+        "gaps_limit": _int(request, "gaps_limit", 50, 1, 1000),
+        "gaps_offset": _int(request, "gaps_offset", 0, 0, 2**31),
+    }
+
+
+def _overview_page(data: dict[str, Any]) -> str:
+    cls = "ok" if data["healthy"] else "bad"
+    rows = []
+    for e in data["entries"]:
+        first = _fmt_time(e["first_problem_window"]) if e["first_problem_window"] is not None else ""
+        status = e["status"]
+        title = html.escape(e["stale_reason"] or "")
+        link = _href("/topic", topic=e["topic"])
+        rows.append(
+            f'<tr class="entry {status}"><td class="status" style="background:{_COLORS.get(status, "#999")}" '
+            f'title="{title}">{status}</td><td class="topic"><a href="{link}">{html.escape(e["topic"])}</a></td>'
+            f'<td class="dc">{html.escape(e["datacenter"])}</td><td class="tier">{html.escape(e["tier"])}</td>'
+            f'<td class="num missing">{e["missing"]}</td><td class="num duplicated">{e["duplicated"]}</td>'
+            f'<td class="num late">{e["late"]}</td><td class="first">{first}</td>'
+            f'<td class="hop">{html.escape(e["hop"] or "")}</td><td class="why muted">{title}</td></tr>'
+        )
+    more = ""
+    if data["offset"] + len(data["entries"]) < data["total"]:
+        nxt = _href("/", hours=data["hours"], offset=data["offset"] + data["limit"], limit=data["limit"])
+        more = f'<p><a href="{nxt}">next {data["limit"]} of {data["total"]}</a></p>'
+    gaps = "".join(
+        f'<tr><td>{html.escape(g["topic"])}-{g["partition"]}</td><td class="hop">{html.escape(g["hop"])}</td>'
+        f'<td class="num">{g["from_offset"]}</td><td class="num">{g["to_offset"] - 1}</td>'
+        f'<td class="num">{g["records"]}</td><td>{html.escape(g["reason"])}</td>'
+        f"<td>{html.escape(g['tier'])}</td><td>{_fmt_time(g['detected_ms'])}</td></tr>"
+        for g in data["gaps"]
+    )
+    gap_table = (
+        f'<h2>Gaps reported by mirrors and the loader ({data["gaps_total"]})</h2><table class="strip" id="gaps">'
+        "<tr><th>partition</th><th>hop</th><th>first offset</th><th>last offset</th><th>records</th>"
+        f"<th>reason</th><th>tier</th><th>detected</th></tr>{gaps}</table>"
+        if data["gaps_total"]
+        else ""
+    )
+    alert_rows = []
+    for a in data["alerts"]:
+        if not a.get("webhook", True):
+            delivery = "logged (no alert.webhook.url)"
+        elif a["delivered_ms"] is not None:
+            delivery = f"delivered {_fmt_time(a['delivered_ms'])}"
+        elif not a["sent"]:
+            delivery = "logged only"
+        else:
+            delivery = f"pending ({a['attempts']} failed attempt(s))" if a["attempts"] else "pending"
+        alert_rows.append(
+            f'<tr class="alert {a["status"]}"><td class="status" style="background:{_COLORS.get(a["status"], "#2e7d32")}">'
+            f"{html.escape(a['status'])}</td><td>{html.escape(a['topic'])}</td><td>{html.escape(a['datacenter'])}</td>"
+            f"<td>{html.escape(a['tier'])}</td><td>{_fmt_time(a['window_start'])}</td>"
+            f'<td>{_fmt_time(a["alerted_ms"])}</td><td class="delivery">{html.escape(delivery)}</td></tr>'
+        )
+    alert_table = (
+        f'<h2>Alerts ({data["alerts_active"]} active)</h2><table class="strip" id="alerts"><tr><th>alert</th>'
+        "<th>topic</th><th>datacenter</th><th>tier</th><th>window</th><th>raised</th><th>webhook</th></tr>"
+        f"{''.join(alert_rows)}</table>"
+        if alert_rows
+        else ""
+    )
+    legend = "".join(f'<span style="background:{_COLORS[s]}">{s}</span>' for s in SEVERITY if s in _COLORS)
+    hours = " ".join(f'<a href="{_href("/", hours=h)}">{h} h</a>' for h in (1, 6, 24, 72))
+    return (
+        f'<h1>Headwater audit</h1><p><span id="headline" class="headline {cls}">{html.escape(data["headline"])}</span> '
+        f'<span id="updated" class="muted" data-generated="{data["generated_ms"]}">updated 0s ago</span></p>'
+        f'<nav>last {data["hours"]} h · {hours} · <a href="/api/v1/overview?hours={data["hours"]}">JSON</a></nav>'
+        f'<p class="legend">{legend}</p>'
+        '<table class="strip" id="overview"><tr><th>status</th><th>topic</th><th>datacenter</th><th>tier</th>'
+        "<th>missing</th><th>duplicated</th><th>late</th><th>problem since (window, UTC)</th><th>hop</th>"
+        f"<th></th></tr>{''.join(rows)}</table>{more}{alert_table}{gap_table}"
+        '<p class="muted">Absolute record counts over the windows shown; the hop is where the counts first '
+        "differ (producer → datacenter → aggregate → warehouse). Stale: the tier's counter is down or behind, "
+        f"so its windows cannot be judged.</p>{_TICKER}"
+    )
+
+
+def _ranges(topic: str) -> str:
+    """Links to the last 1, 6 and 24 hours of ``topic`` (deep links with ``from``)."""
+    now = int(time.time() * 1000)
+    links = [f'<a href="{_href("/topic", topic=topic)}">latest 40 windows</a>']
+    links += [
+        f'<a href="{_href("/topic", topic=topic, **{"from": now - h * 3_600_000})}">{h} h</a>' for h in (1, 6, 24)
+    ]
+    return " · ".join(links)
+
+
+def _latency_table(windows: list[int], completions: dict[tuple[str, int, str, str], int]) -> str:
+    """Per window shown and (datacenter, tier): seconds after the window's end at which the tier
+    reached 100 %."""
+    by = {(w, dc, t): v for (_, w, dc, t), v in completions.items()}
+    shown = [w for w in windows if any(k[0] == w for k in by)]
+    if not shown:
+        return ""
+    columns = sorted({(dc, t) for (_, dc, t) in by})
+    head = "".join(f"<th>{html.escape(dc)}<br>{html.escape(t)}</th>" for dc, t in columns)
+    body = []
+    for w in shown:
+        cells = []
+        for dc, t in columns:
+            lat = by.get((w, dc, t))
+            cells.append(f"<td>{'' if lat is None else f'{lat / 1000:+.1f} s'}</td>")
+        body.append(f"<tr><th>{_fmt_time(w)}</th>{''.join(cells)}</tr>")
+    return (
+        '<h2>Tier completion latency</h2><p class="muted">When each tier reached 100 %, relative to the '
+        "window's end (negative: before it ended).</p>"
+        f'<table class="latency" id="latency"><tr><th>window (UTC)</th>{head}</tr>{"".join(body)}</table>'
+    )
+
+
 def _gaps_table(gaps: list[Gap]) -> str:
     if not gaps:
         return ""
@@ -107,29 +264,103 @@ def _cell_text(r: Completeness) -> str:
     return f"{r.completeness * 100:.0f}%"
 
 
+def _nice(top: int) -> int:
+    """A round axis maximum at or above ``top`` (1, 2 or 5 times a power of ten)."""
+    step = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * step >= top:
+                return m * step
+        step *= 10
+
+
 def _chart(rows: list[Completeness]) -> str:
-    """Records per window per tier (summed over datacenters), as an inline SVG line chart."""
+    """Records per window per tier (summed over datacenters) as an inline SVG line chart, drawn on
+    the server (no script, no external assets): a labelled time axis (UTC) and count axis; closed
+    windows as a solid line; open windows (still being counted) dashed with hollow points, so the
+    newest window does not look like a drop; a red point where a tier lost records, amber where it
+    holds duplicates, each with a tooltip of the absolute count."""
     series: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    state: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in rows:
+        if r.datacenter == UNAUDITED_DC:
+            continue
         series[r.tier][r.window_start] += r.count
-    windows = sorted({r.window_start for r in rows})
+        st = state[(r.tier, r.window_start)]
+        st[r.status] += 1
+        st["missing"] += r.missing if r.status == "loss" else 0
+        st["duplicated"] += r.count - (r.expected or 0) if r.status == "duplicates" else 0
+    windows = sorted({w for s in series.values() for w in s})
     if len(windows) < 2:
         return ""
-    width, height, pad = 720, 200, 30
-    top = max((v for s in series.values() for v in s.values()), default=1) or 1
-    x = {w: pad + i * (width - 2 * pad) / (len(windows) - 1) for i, w in enumerate(windows)}
-    palette = ["#37474f", "#2e7d32", "#1565c0", "#6a1b9a", "#ef8f00", "#c62828", "#00838f"]
-    lines, legend = [], []
+    width, height, left, right, top_pad, bottom = 760, 240, 60, 20, 28, 44
+    plot_w, plot_h = width - left - right, height - top_pad - bottom
+    top = _nice(max((v for s in series.values() for v in s.values()), default=1) or 1)
+    span = windows[-1] - windows[0]
+
+    def x(w: int) -> float:
+        return left + (w - windows[0]) * plot_w / span
+
+    def y(v: int) -> float:
+        return top_pad + plot_h - v * plot_h / top
+
+    palette = ["#37474f", "#2e7d32", "#1565c0", "#6a1b9a", "#00838f", "#ad1457", "#5d4037"]
+    parts = [
+        f'<line x1="{left}" y1="{top_pad + plot_h}" x2="{left + plot_w}" y2="{top_pad + plot_h}" stroke="#999"/>',
+        f'<line x1="{left}" y1="{top_pad}" x2="{left}" y2="{top_pad + plot_h}" stroke="#999"/>',
+    ]
+    for v in (0, top // 2, top):  # the count axis
+        parts.append(
+            f'<text class="ytick" x="{left - 6}" y="{y(v) + 4:.1f}" font-size="11" fill="#666" text-anchor="end">{v}</text>'
+            f'<line x1="{left}" y1="{y(v):.1f}" x2="{left + plot_w}" y2="{y(v):.1f}" stroke="#eee"/>'
+        )
+    ticks = windows[:: max(1, len(windows) // 6)]
+    for w in ticks:  # the time axis
+        label = time.strftime("%H:%M" if span < 86_400_000 else "%m-%d %H:%M", time.gmtime(w / 1000))
+        parts.append(
+            f'<line x1="{x(w):.1f}" y1="{top_pad + plot_h}" x2="{x(w):.1f}" y2="{top_pad + plot_h + 4}" stroke="#999"/>'
+            f'<text class="xtick" x="{x(w):.1f}" y="{top_pad + plot_h + 16}" font-size="11" fill="#666" '
+            f'text-anchor="middle">{label}</text>'
+        )
+    parts.append(
+        f'<text class="xlabel" x="{left + plot_w / 2}" y="{height - 6}" font-size="11" fill="#444" '
+        'text-anchor="middle">window start (UTC)</text>'
+        f'<text class="ylabel" x="12" y="{top_pad + plot_h / 2}" font-size="11" fill="#444" text-anchor="middle" '
+        f'transform="rotate(-90 12 {top_pad + plot_h / 2})">records per window</text>'
+    )
     for i, (tier, points) in enumerate(sorted(series.items())):
         color = palette[i % len(palette)]
-        pts = " ".join(f"{x[w]:.1f},{height - pad - points.get(w, 0) * (height - 2 * pad) / top:.1f}" for w in windows)
-        lines.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{pts}"/>')
-        legend.append(f'<text x="{pad + i * 110}" y="14" fill="{color}" font-size="12">{html.escape(tier)}</text>')
-    axis = (
-        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#999"/>'
-        f'<text x="2" y="{pad}" font-size="11" fill="#666">{top}</text>'
+        ws = [w for w in windows if w in points]
+        closed = [w for w in ws if state[(tier, w)].get("open", 0) == 0]
+        opened = [w for w in ws if w not in closed]
+        if closed:
+            pts = " ".join(f"{x(w):.1f},{y(points[w]):.1f}" for w in closed)
+            parts.append(f'<polyline class="closed" fill="none" stroke="{color}" stroke-width="2" points="{pts}"/>')
+        if opened:
+            first = [closed[-1]] if closed and closed[-1] < opened[0] else []
+            pts = " ".join(f"{x(w):.1f},{y(points[w]):.1f}" for w in first + opened)
+            parts.append(
+                f'<polyline class="open" fill="none" stroke="{color}" stroke-width="1.5" stroke-dasharray="4 3" points="{pts}"/>'
+            )
+            for w in opened:
+                parts.append(
+                    f'<circle class="open" cx="{x(w):.1f}" cy="{y(points[w]):.1f}" r="3" fill="white" stroke="{color}">'
+                    f"<title>{html.escape(tier)} {_fmt_time(w)}: open, {points[w]} counted so far</title></circle>"
+                )
+        for w in closed:
+            st = state[(tier, w)]
+            for status, n in (("duplicates", st["duplicated"]), ("loss", st["missing"])):  # loss on top
+                if st.get(status):
+                    what = f"{n} missing" if status == "loss" else f"{n} duplicated"
+                    parts.append(
+                        f'<circle class="{status}" cx="{x(w):.1f}" cy="{y(points[w]):.1f}" r="5" '
+                        f'fill="{_COLORS[status]}"><title>{html.escape(tier)} {_fmt_time(w)}: {what}</title></circle>'
+                    )
+        parts.append(f'<text x="{left + i * 110}" y="14" fill="{color}" font-size="12">{html.escape(tier)}</text>')
+    return (
+        f'<svg class="chart" width="{width}" height="{height}" role="img" '
+        f'aria-label="records per window and tier">{"".join(parts)}</svg>'
     )
-    return f'<svg width="{width}" height="{height}" role="img" aria-label="records per window">{axis}{"".join(lines)}{"".join(legend)}</svg>'
 
 
 def make_app(
@@ -140,25 +371,47 @@ def make_app(
     health: Callable[[], tuple[bool, str]],
     gaps_for: Callable[[str | None], Awaitable[list[Gap]]] | None = None,
     recent_for: Callable[[str], Awaitable[list[Completeness]]] | None = None,
+    *,
+    overview_for: Callable[..., Awaitable[dict[str, Any]]] | None = None,
+    completions_for: Callable[[str, int, int], Awaitable[dict[tuple[str, int, str, str], int]]] | None = None,
 ) -> web.Application:
-    """``recent_for(topic)``: the dashboard's rows (its latest windows); default: all of ``rows_for``."""
+    """``recent_for(topic)``: the dashboard's rows (its latest windows); default: all of ``rows_for``.
+    ``completions_for(topic, from, to)``: the tier completion latencies of those windows (ms);
+    ``overview_for(hours, limit, offset, gaps_limit, gaps_offset)``: the overview's data (overview.py);
+    without it ``/`` is the first topic's page."""
     app = web.Application()
 
     async def gaps(topic: str | None) -> list[Gap]:
         return await gaps_for(topic) if gaps_for is not None else []
 
+    async def landing(request: web.Request) -> web.Response:
+        if request.query.get("topic") or overview_for is None:
+            return await dashboard(request)
+        data = await overview_for(**_overview_args(request))
+        return _html(f"Headwater audit: {data['headline']}", _overview_page(data))
+
+    async def overview_api(request: web.Request) -> web.Response:
+        if overview_for is None:
+            raise web.HTTPNotFound(text="no overview")
+        return web.json_response(await overview_for(**_overview_args(request)))
+
     async def dashboard(request: web.Request) -> web.Response:
         names = await topics()
         topic = request.query.get("topic") or (names[0] if names else None)
-        nav = " ".join(
-            f'<a href="{_href("/", topic=t)}">{"<b>" if t == topic else ""}{html.escape(t)}{"</b>" if t == topic else ""}</a>'
+        nav = '<a href="/">overview</a> ' + " ".join(
+            f'<a href="{_href("/topic", topic=t)}">{"<b>" if t == topic else ""}{html.escape(t)}{"</b>" if t == topic else ""}</a>'
             for t in names
         )
         legend = "".join(f'<span style="background:{c}">{s}</span>' for s, c in _COLORS.items())
         if topic is None:
             return _page("Headwater audit", "<h1>Headwater audit</h1><p>No audited records counted yet.</p>")
-        recent = await recent_for(topic) if recent_for is not None else await rows_for(topic, None, None)
-        windows = sorted({r.window_start for r in recent}, reverse=True)[:40]
+        since, until = _ms(request, "from"), _ms(request, "to")
+        if since is not None or until is not None:  # a deep link: ?topic=&from=&to= (ms)
+            recent = await rows_for(topic, since, until)
+            windows = sorted({r.window_start for r in recent}, reverse=True)[:500]
+        else:
+            recent = await recent_for(topic) if recent_for is not None else await rows_for(topic, None, None)
+            windows = sorted({r.window_start for r in recent}, reverse=True)[:40]
         shown = set(windows)
         rows = [r for r in recent if r.window_start in shown]
         columns = sorted({(r.datacenter, r.tier) for r in rows}, key=lambda c: (c[0], c[1] != PRODUCER, c[1]))
@@ -181,9 +434,10 @@ def make_app(
         return _page(
             f"Headwater audit: {topic}",
             f"<h1>Headwater audit — {html.escape(topic)}</h1><nav>{nav}</nav>"
-            f'<p class="legend">{legend}</p>{_chart(rows)}'
+            f'<p class="legend">{legend}</p><p class="range">{_ranges(topic)}</p>{_chart(rows)}'
             f'<table class="grid"><tr><th>window (UTC)</th>{head}</tr>{"".join(body)}</table>'
             "<p class=\"muted\">Counts per window of the records' creation time; expected = the producers' count events.</p>"
+            f"{_latency_table(windows, await completions_for(topic, windows[-1], windows[0] + 1) if completions_for is not None and windows else {})}"
             f"{_gaps_table(await gaps(topic))}",
         )
 
@@ -207,7 +461,7 @@ def make_app(
         )
         return _page(
             f"{topic} {dc} {_fmt_time(start)}",
-            f'<p><a href="{_href("/", topic=topic)}">← {html.escape(topic)}</a></p>'
+            f'<p><a href="{_href("/topic", topic=topic)}">← {html.escape(topic)}</a></p>'
             f"<h1>{html.escape(topic)} · {html.escape(dc)} · window {_fmt_time(start)}</h1>"
             '<table class="grid" id="tiers"><tr><th>tier</th><th>count</th><th>expected</th><th>status</th>'
             f"<th>missing</th><th>late</th></tr>{tiers}</table>"
@@ -241,7 +495,9 @@ def make_app(
 
     app.add_routes(
         [
-            web.get("/", dashboard),
+            web.get("/", landing),
+            web.get("/topic", dashboard),
+            web.get("/api/v1/overview", overview_api),
             web.get("/window", window),
             web.get("/api/v1/completeness", completeness),
             web.get("/api/v1/topics", topics_api),
