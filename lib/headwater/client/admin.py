@@ -1,4 +1,4 @@
-"""Topic administration: create, delete, list, describe, and read topic configs.
+"""Topic administration: create, delete, grow (CreatePartitions), list, describe, and read topic configs.
 
 CreateTopics and DeleteTopics go to the controller (the Metadata response names it); a
 NOT_CONTROLLER answer refreshes the metadata and retries. Descriptions come from Metadata,
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from headwater.client.cluster import Cluster, PartitionMetadata
 from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
-from headwater.protocol.apis import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS
+from headwater.protocol.apis import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Api, Message
 
@@ -186,6 +186,31 @@ class Admin:
                 raise UnknownTopicError(name)
             raise error
 
+    async def create_partitions(
+        self,
+        new_counts: Mapping[str, int],
+        *,
+        assignments: Mapping[str, list[list[int]]] | None = None,
+        timeout_ms: int = 30000,
+        validate_only: bool = False,
+    ) -> dict[str, KafkaError | None]:
+        """Grow topics to the given total partition counts (CreatePartitions); per topic, None or its
+        KafkaError (INVALID_PARTITIONS when the count is not above the current one, ...).
+        ``assignments`` optionally gives one replica list per new partition."""
+        body: Message = {
+            "topics": [
+                {"name": name, "count": count, "assignments": _partition_assignments(assignments, name)}
+                for name, count in new_counts.items()
+            ],
+            "timeout_ms": timeout_ms,
+            "validate_only": validate_only,
+        }
+
+        def entries(response: Message) -> list[tuple[str, int, str | None]]:
+            return [(t["name"], t["error_code"], t.get("error_message")) for t in response["results"]]
+
+        return await self._admin_call(CREATE_PARTITIONS, body, entries, list(new_counts), timeout_ms)
+
     async def _admin_call(
         self,
         api: Api,
@@ -295,6 +320,12 @@ class Admin:
                 state = "ready" if exists else "deleted"
                 raise KafkaTimeoutError(f"topic {name!r} was not {state} within {timeout:g}s")
             await asyncio.sleep(self.retry_backoff)
+
+
+def _partition_assignments(assignments: Mapping[str, list[list[int]]] | None, name: str) -> list[Message] | None:
+    if assignments is None or name not in assignments:
+        return None
+    return [{"broker_ids": list(replicas)} for replicas in assignments[name]]
 
 
 def _create_entry(t: NewTopic) -> Message:

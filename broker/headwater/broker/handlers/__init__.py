@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from headwater.broker.handlers import (
     api_versions,
     controlled_shutdown,
+    create_partitions,
     create_topics,
     delete_groups,
     delete_topics,
@@ -42,6 +43,7 @@ from headwater.broker.handlers.api_versions import api_versions_fallback
 from headwater.protocol.apis import (
     API_VERSIONS,
     CONTROLLED_SHUTDOWN,
+    CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_GROUPS,
     DELETE_TOPICS,
@@ -114,6 +116,7 @@ HANDLERS: dict[int, Handler] = {
     OFFSET_FETCH.key: offset_fetch.handle,
     SYNC_GROUP.key: sync_group.handle,
     INIT_PRODUCER_ID.key: init_producer_id.handle,
+    CREATE_PARTITIONS.key: create_partitions.handle,
 }
 
 __all__ = ["HANDLERS", "RequestContext", "api_versions_fallback"]

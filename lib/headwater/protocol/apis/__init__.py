@@ -9,6 +9,7 @@ coordinator's.
 
 from headwater.protocol.apis.api_versions import API_VERSIONS
 from headwater.protocol.apis.controlled_shutdown import CONTROLLED_SHUTDOWN
+from headwater.protocol.apis.create_partitions import CREATE_PARTITIONS
 from headwater.protocol.apis.create_topics import CREATE_TOPICS
 from headwater.protocol.apis.delete_groups import DELETE_GROUPS
 from headwater.protocol.apis.delete_topics import DELETE_TOPICS
@@ -57,6 +58,7 @@ ALL_APIS: tuple[Api, ...] = (
     INIT_PRODUCER_ID,
     OFFSET_FOR_LEADER_EPOCH,
     DESCRIBE_CONFIGS,
+    CREATE_PARTITIONS,
     DELETE_GROUPS,
 )
 
@@ -67,6 +69,7 @@ __all__ = [
     "API_BY_KEY",
     "API_VERSIONS",
     "CONTROLLED_SHUTDOWN",
+    "CREATE_PARTITIONS",
     "CREATE_TOPICS",
     "DELETE_GROUPS",
     "DELETE_TOPICS",
