@@ -11,10 +11,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewPartitions
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions
 
 from headwater.testing.zookeeper import ZooKeeperServer
 from tests.cluster.harness import Cluster
@@ -23,7 +24,14 @@ from tests.cluster.util import create_topic
 
 @pytest.fixture(scope="module")
 def ops_cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("ops"), "127.0.0.1", zookeeper.port, "/ops-cluster", 3)
+    c = Cluster(
+        tmp_path_factory.mktemp("ops"),
+        "127.0.0.1",
+        zookeeper.port,
+        "/ops-cluster",
+        3,
+        log_retention_check_interval_ms=500,
+    )
     try:
         yield c.start()
     finally:
@@ -147,3 +155,122 @@ def test_create_partitions_used_by_producers_and_a_consumer_group(ops_cluster: C
     finally:
         consumer.close()
     assert seen == acked  # every record once, from the partition it was written to
+
+
+def _segment_files(c: Cluster, broker: int, topic: str, partition: int = 0) -> list[str]:
+    d = Path(c.brokers[broker].log_dir) / f"{topic}-{partition}"
+    return sorted(f.name for f in d.glob("*.log"))
+
+
+def _zk_config(c: Cluster, topic: str) -> dict[str, str]:
+    data, _ = c.zk.get(f"/config/topics/{topic}")
+    value = json.loads(data)
+    assert value["version"] == 1
+    return dict(value["config"])
+
+
+def _config_changes(c: Cluster) -> dict[str, dict[str, object]]:
+    return {n: json.loads(c.zk.get(f"/config/changes/{n}")[0]) for n in c.zk.get_children("/config/changes")}
+
+
+def test_alter_configs_live_on_every_broker(ops_cluster: Cluster) -> None:
+    c = ops_cluster
+    topic = "retained"
+    create_topic(c, topic, partitions=1, rf=3, min_isr=1, configs={"segment.bytes": "1024"})
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+
+    # records two hours old, over many 1 KiB segments, on all three replicas
+    old = int(time.time() * 1000) - 2 * 3600 * 1000
+    producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(40):
+        producer.produce(topic, value=b"x" * 100 + str(i).encode(), partition=0, timestamp=old)
+        assert producer.flush(60) == 0  # one batch per record: a batch never spans segments
+    for b in c.brokers:
+        c.wait_for(lambda b=b: len(_segment_files(c, b, topic)) >= 3, 60, f"broker {b} to hold several segments")
+    low, high = _consumer_watermarks(c, topic)
+    assert (low, high) == (0, 40)
+    changes_before = _config_changes(c)
+
+    # invalid or unknown values: INVALID_CONFIG, nothing stored, no change notification
+    for bad in ({"retention.ms": "soon"}, {"no.such.config": "1"}, {"cleanup.policy": "shred"}):
+        fut = admin.alter_configs([ConfigResource(ConfigResource.Type.TOPIC, topic, set_config=bad)])
+        with pytest.raises(KafkaException) as refused:
+            fut[resource].result(60)
+        assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG, bad
+    assert _zk_config(c, topic) == {"segment.bytes": "1024", "min.insync.replicas": "1"}
+    assert _config_changes(c) == changes_before
+
+    # retention lowered live: the old segments go on every replica, without a restart
+    new = {"segment.bytes": "1024", "min.insync.replicas": "1", "retention.ms": "60000"}
+    fut = admin.alter_configs([ConfigResource(ConfigResource.Type.TOPIC, topic, set_config=new)])
+    fut[resource].result(60)
+    assert _zk_config(c, topic) == new
+    added = {n: v for n, v in _config_changes(c).items() if n not in changes_before}
+    assert list(added.values()) == [{"version": 2, "entity_path": f"topics/{topic}"}]
+    assert all(n.startswith("config_change_") and len(n) == len("config_change_") + 10 for n in added)
+    for b in c.brokers:
+        c.wait_for(lambda b=b: len(_segment_files(c, b, topic)) == 1, 90, f"broker {b} to delete the old segments")
+    first_kept = {int(_segment_files(c, b, topic)[0].split(".")[0]) for b in c.brokers}
+    assert len(first_kept) == 1 and 0 < min(first_kept) < 40, first_kept  # the active segment stays
+    c.wait_for(lambda: _consumer_watermarks(c, topic) == (min(first_kept), 40), 60, "the log start offset to move")
+
+    # DescribeConfigs says where each value comes from
+    described = admin.describe_configs([resource])[resource].result(60)
+    assert described["retention.ms"].value == "60000"
+    assert described["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert described["flush.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+
+    # the CLI (kafka-configs, IncrementalAlterConfigs): other overrides stay; min.insync.replicas is live
+    out = _cli(
+        "configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "topics", "--entity-name", topic,
+        "--add-config", "min.insync.replicas=4,cleanup.policy=[compact,delete]", "--delete-config", "segment.bytes",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert _zk_config(c, topic) == {
+        "min.insync.replicas": "4",
+        "retention.ms": "60000",
+        "cleanup.policy": "compact,delete",
+    }
+    refused_cli = _cli(
+        "configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "topics", "--entity-name", topic,
+        "--add-config", "retention.ms=-5x",
+    )  # fmt: skip
+    assert refused_cli.returncode == 1 and "INVALID_CONFIG" in refused_cli.stderr
+    assert _zk_config(c, topic)["retention.ms"] == "60000"
+    c.wait_for(lambda: _produce_error(c, topic) == KafkaError.NOT_ENOUGH_REPLICAS, 60, "min.insync.replicas=4 to apply")
+    out = _cli(
+        "configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "topics", "--entity-name", topic,
+        "--add-config", "min.insync.replicas=2",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    c.wait_for(lambda: _produce_error(c, topic) is None, 60, "min.insync.replicas=2 to apply")
+    described_cli = _cli(
+        "configs", "--bootstrap-server", c.bootstrap, "--describe", "--entity-type", "topics", "--entity-name", topic
+    )
+    assert described_cli.returncode == 0, described_cli.stderr
+    assert described_cli.stdout.strip() == (
+        f"Configs for topic '{topic}' are cleanup.policy=compact,delete,min.insync.replicas=2,retention.ms=60000"
+    )
+
+
+def _consumer_watermarks(c: Cluster, topic: str) -> tuple[int, int]:
+    from confluent_kafka import TopicPartition
+
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "watermarks"})
+    try:
+        low, high = cons.get_watermark_offsets(TopicPartition(topic, 0), timeout=20)
+    finally:
+        cons.close()
+    return int(low), int(high)
+
+
+def _produce_error(c: Cluster, topic: str) -> int | None:
+    """The error code of one acks=all record sent without retries (None: acknowledged)."""
+    result: list[object] = []
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "retries": 0, "linger.ms": 0})
+    p.produce(topic, key=b"probe", value=b"probe", partition=0, on_delivery=lambda err, msg: result.append(err))
+    p.flush(30)
+    assert len(result) == 1
+    err = result[0]
+    return None if err is None else int(err.code())  # type: ignore[attr-defined]

@@ -1,4 +1,5 @@
-"""Topic administration: create, delete, grow (CreatePartitions), list, describe, and read topic configs.
+"""Topic administration: create, delete, grow (CreatePartitions), list, describe, read and change
+topic configs (DescribeConfigs, IncrementalAlterConfigs).
 
 CreateTopics and DeleteTopics go to the controller (the Metadata response names it); a
 NOT_CONTROLLER answer refreshes the metadata and retries. Descriptions come from Metadata,
@@ -15,7 +16,13 @@ from dataclasses import dataclass, field
 
 from headwater.client.cluster import Cluster, PartitionMetadata
 from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
-from headwater.protocol.apis import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS
+from headwater.protocol.apis import (
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+)
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Api, Message
 
@@ -305,6 +312,31 @@ class Admin:
                     is_sensitive=bool(c.get("is_sensitive")),
                 )
         return out
+
+    async def alter_topic_configs(
+        self,
+        topic: str,
+        set_configs: Mapping[str, str] | None = None,
+        delete_configs: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Set and delete (back to the default) some of a topic's config overrides, leaving the
+        others (IncrementalAlterConfigs). Raises the KafkaError the broker answered:
+        INVALID_CONFIG for an unknown key or a bad value (then nothing is stored)."""
+        configs = [{"name": k, "config_operation": 0, "value": v} for k, v in (set_configs or {}).items()]
+        configs += [{"name": k, "config_operation": 1, "value": None} for k in delete_configs]
+        body: Message = {
+            "resources": [{"resource_type": _RESOURCE_TOPIC, "resource_name": topic, "configs": configs}],
+            "validate_only": validate_only,
+        }
+        response = await self.cluster.request(None, INCREMENTAL_ALTER_CONFIGS, body)
+        for r in response["responses"]:
+            code = ErrorCode.of(r["error_code"])
+            if code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise UnknownTopicError(topic)
+            if code is not ErrorCode.NONE:
+                raise KafkaError(code, r.get("error_message") or f"altering configs of {topic!r}: {code.name}")
 
     async def wait_for_topic(self, name: str, *, timeout: float = 30.0, exists: bool = True) -> None:
         """Wait until every partition of ``name`` has a leader (or, ``exists=False``, until it is gone)."""

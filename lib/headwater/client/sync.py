@@ -339,6 +339,16 @@ class SyncAdmin(_Facade):
             self.admin.create_partitions(dict(new_counts), timeout_ms=timeout_ms, validate_only=validate_only)
         )
 
+    def alter_topic_configs(
+        self,
+        topic: str,
+        set_configs: Mapping[str, str] | None = None,
+        delete_configs: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        self._run(self.admin.alter_topic_configs(topic, set_configs, list(delete_configs), validate_only=validate_only))
+
     def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 30000) -> dict[str, KafkaError | None]:
         return self._run(self.admin.delete_topics(list(names), timeout_ms=timeout_ms))
 

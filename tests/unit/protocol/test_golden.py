@@ -65,6 +65,7 @@ _OLD_MODULES = {  # key -> (module, request list, response list)
     16: ("admin", "ListGroupsRequest", "ListGroupsResponse"),
     42: ("admin", "DeleteGroupsRequest", "DeleteGroupsResponse"),
     37: ("admin", "CreatePartitionsRequest", "CreatePartitionsResponse"),
+    33: ("admin", "AlterConfigsRequest", "AlterConfigsResponse"),
 }
 _NEW_MODULES = {
     0: "kafka.protocol.producer",
@@ -88,6 +89,8 @@ _NEW_MODULES = {
     16: "kafka.protocol.admin",
     42: "kafka.protocol.admin",
     37: "kafka.protocol.admin",
+    33: "kafka.protocol.admin",
+    44: "kafka.protocol.admin",
 }
 # The controller APIs: kafka-python (a client) has no encoder for them, so their goldens are the
 # hand-checked hex dumps below, which must cover every request and response structure.
@@ -96,10 +99,11 @@ _NO_KAFKA_PYTHON = {LEADER_AND_ISR.key, STOP_REPLICA.key, UPDATE_METADATA.key, C
 
 # kafka-python's hand-written CreatePartitionsRequest nests count and assignment in a
 # "new_partitions" struct (same bytes, other shape): its JSON-driven class is the reference there.
-_OLD_CLASS_OTHER_SHAPE = {37}
+_OLD_CLASS_OTHER_SHAPE = {37, 44}  # 44 IncrementalAlterConfigs: no hand-written class at all
 
 # kafka-python's ListGroupsRequest_v2 says API_VERSION = 1 (its schema is v0's, which is right).
-_OLD_CLASS_MISNUMBERED = {(16, "request", 2)}
+# Its AlterConfigsResponse list holds AlterConfigsRequest_v1 where the v1 response belongs.
+_OLD_CLASS_MISNUMBERED = {(16, "request", 2), (33, "response", 1)}
 
 
 def _old_class(api: Api, kind: str, version: int) -> Any:

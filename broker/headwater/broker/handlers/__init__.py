@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from headwater.broker.handlers import (
+    alter_configs,
     api_versions,
     controlled_shutdown,
     create_partitions,
@@ -24,6 +25,7 @@ from headwater.broker.handlers import (
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leader_and_isr,
@@ -41,6 +43,7 @@ from headwater.broker.handlers import (
 )
 from headwater.broker.handlers.api_versions import api_versions_fallback
 from headwater.protocol.apis import (
+    ALTER_CONFIGS,
     API_VERSIONS,
     CONTROLLED_SHUTDOWN,
     CREATE_PARTITIONS,
@@ -52,6 +55,7 @@ from headwater.protocol.apis import (
     FETCH,
     FIND_COORDINATOR,
     HEARTBEAT,
+    INCREMENTAL_ALTER_CONFIGS,
     INIT_PRODUCER_ID,
     JOIN_GROUP,
     LEADER_AND_ISR,
@@ -117,6 +121,8 @@ HANDLERS: dict[int, Handler] = {
     SYNC_GROUP.key: sync_group.handle,
     INIT_PRODUCER_ID.key: init_producer_id.handle,
     CREATE_PARTITIONS.key: create_partitions.handle,
+    ALTER_CONFIGS.key: alter_configs.handle,
+    INCREMENTAL_ALTER_CONFIGS.key: incremental_alter_configs.handle,
 }
 
 __all__ = ["HANDLERS", "RequestContext", "api_versions_fallback"]

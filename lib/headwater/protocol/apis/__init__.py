@@ -7,6 +7,7 @@ inter-broker (controller) APIs of the ZooKeeper era; OffsetCommit through Delete
 coordinator's.
 """
 
+from headwater.protocol.apis.alter_configs import ALTER_CONFIGS
 from headwater.protocol.apis.api_versions import API_VERSIONS
 from headwater.protocol.apis.controlled_shutdown import CONTROLLED_SHUTDOWN
 from headwater.protocol.apis.create_partitions import CREATE_PARTITIONS
@@ -18,6 +19,7 @@ from headwater.protocol.apis.describe_groups import DESCRIBE_GROUPS
 from headwater.protocol.apis.fetch import FETCH
 from headwater.protocol.apis.find_coordinator import FIND_COORDINATOR
 from headwater.protocol.apis.heartbeat import HEARTBEAT
+from headwater.protocol.apis.incremental_alter_configs import INCREMENTAL_ALTER_CONFIGS
 from headwater.protocol.apis.init_producer_id import INIT_PRODUCER_ID
 from headwater.protocol.apis.join_group import JOIN_GROUP
 from headwater.protocol.apis.leader_and_isr import LEADER_AND_ISR
@@ -58,14 +60,17 @@ ALL_APIS: tuple[Api, ...] = (
     INIT_PRODUCER_ID,
     OFFSET_FOR_LEADER_EPOCH,
     DESCRIBE_CONFIGS,
+    ALTER_CONFIGS,
     CREATE_PARTITIONS,
     DELETE_GROUPS,
+    INCREMENTAL_ALTER_CONFIGS,
 )
 
 API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}
 
 __all__ = [
     "ALL_APIS",
+    "ALTER_CONFIGS",
     "API_BY_KEY",
     "API_VERSIONS",
     "CONTROLLED_SHUTDOWN",
@@ -78,6 +83,7 @@ __all__ = [
     "FETCH",
     "FIND_COORDINATOR",
     "HEARTBEAT",
+    "INCREMENTAL_ALTER_CONFIGS",
     "INIT_PRODUCER_ID",
     "JOIN_GROUP",
     "LEADER_AND_ISR",
