@@ -274,3 +274,50 @@ def _produce_error(c: Cluster, topic: str) -> int | None:
     assert len(result) == 1
     err = result[0]
     return None if err is None else int(err.code())  # type: ignore[attr-defined]
+
+
+def test_delete_records_on_every_replica(ops_cluster: Cluster, tmp_path: Path) -> None:
+    from confluent_kafka import TopicPartition
+
+    c = ops_cluster
+    topic = "trimmed"
+    create_topic(c, topic, partitions=1, rf=3, min_isr=1, configs={"segment.bytes": "1024"})
+    producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(30):
+        producer.produce(topic, value=b"x" * 100 + str(i).encode(), partition=0)
+        assert producer.flush(60) == 0  # one batch per record, several segments
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+
+    # confluent-kafka's delete_records: the low watermark once every in-sync replica moved
+    fut = admin.delete_records([TopicPartition(topic, 0, 12)], operation_timeout=30)
+    assert fut[TopicPartition(topic, 0)].result(60).low_watermark == 12
+    assert _consumer_watermarks(c, topic) == (12, 30)
+    for b in c.brokers:  # followers moved theirs: the segments wholly below 12 are gone everywhere
+        c.wait_for(
+            lambda b=b: int(_segment_files(c, b, topic)[0].split(".")[0]) > 5, 60, f"broker {b} to drop old segments"
+        )
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "trimmed", "auto.offset.reset": "earliest"})
+    cons.assign([TopicPartition(topic, 0, 0)])
+    first = None
+    deadline = time.monotonic() + 60
+    while first is None and time.monotonic() < deadline:
+        msg = cons.poll(0.5)
+        if msg is not None and not msg.error():
+            first = msg.offset()
+    cons.close()
+    assert first == 12  # offset 0 is out of range now: the consumer resets to the log start
+
+    # above the high watermark: OFFSET_OUT_OF_RANGE, nothing moved
+    fut = admin.delete_records([TopicPartition(topic, 0, 31)], operation_timeout=30)
+    with pytest.raises(KafkaException) as refused:
+        fut[TopicPartition(topic, 0)].result(60)
+    assert refused.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE
+    assert _consumer_watermarks(c, topic) == (12, 30)
+
+    # the CLI with Kafka's JSON; -1 is the high watermark
+    spec = tmp_path / "offsets.json"
+    spec.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "offset": -1}], "version": 1}))
+    out = _cli("delete-records", "--bootstrap-server", c.bootstrap, "--offset-json-file", str(spec))
+    assert out.returncode == 0, out.stderr
+    assert f"partition: {topic}-0\tlow_watermark: 30" in out.stdout
+    assert _consumer_watermarks(c, topic) == (30, 30)

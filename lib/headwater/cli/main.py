@@ -49,11 +49,12 @@ def _add_service_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
 
 def _add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     try:
-        from headwater.cli import configs, console, groups, topics
+        from headwater.cli import configs, console, delete_records, groups, topics
     except ImportError:  # pragma: no cover - during bootstrap of the tree
         return
     topics.add_parser(sub)
     configs.add_parser(sub)
+    delete_records.add_parser(sub)
     groups.add_parser(sub)
     console.add_parsers(sub)
 

@@ -19,6 +19,7 @@ from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, Unk
 from headwater.protocol.apis import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
+    DELETE_RECORDS,
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
     INCREMENTAL_ALTER_CONFIGS,
@@ -337,6 +338,43 @@ class Admin:
                 raise UnknownTopicError(topic)
             if code is not ErrorCode.NONE:
                 raise KafkaError(code, r.get("error_message") or f"altering configs of {topic!r}: {code.name}")
+
+    async def delete_records(
+        self, offsets: Mapping[tuple[str, int], int], *, timeout_ms: int = 30000
+    ) -> dict[tuple[str, int], int | KafkaError]:
+        """Move each partition's log start offset to the given offset (-1: its high watermark),
+        as kafka-delete-records does; per partition, the low watermark answered (every in-sync
+        replica's log start offset reached it) or the KafkaError. One request per leader."""
+        by_leader: dict[int, dict[str, list[Message]]] = {}
+        out: dict[tuple[str, int], int | KafkaError] = {}
+        for (topic, partition), offset in offsets.items():
+            try:
+                leader = await self.cluster.leader_for(topic, partition)
+            except KafkaError as e:
+                out[(topic, partition)] = e
+                continue
+            by_leader.setdefault(leader, {}).setdefault(topic, []).append(
+                {"partition_index": partition, "offset": offset}
+            )
+
+        async def send(leader: int, topics: dict[str, list[Message]]) -> None:
+            body: Message = {
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                "timeout_ms": timeout_ms,
+            }
+            response = await self.cluster.request(leader, DELETE_RECORDS, body, timeout=timeout_ms / 1000.0 + 30.0)
+            for t in response["topics"]:
+                for p in t["partitions"]:
+                    code = ErrorCode.of(p["error_code"])
+                    key = (t["name"], p["partition_index"])
+                    out[key] = (
+                        p["low_watermark"] if code is ErrorCode.NONE else KafkaError(code, _describe(code, key[0]))
+                    )
+
+        await asyncio.gather(*(send(leader, topics) for leader, topics in by_leader.items()))
+        for key in offsets:
+            out.setdefault(key, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {key[0]}-{key[1]}"))
+        return out
 
     async def wait_for_topic(self, name: str, *, timeout: float = 30.0, exists: bool = True) -> None:
         """Wait until every partition of ``name`` has a leader (or, ``exists=False``, until it is gone)."""

@@ -349,6 +349,11 @@ class SyncAdmin(_Facade):
     ) -> None:
         self._run(self.admin.alter_topic_configs(topic, set_configs, list(delete_configs), validate_only=validate_only))
 
+    def delete_records(
+        self, offsets: Mapping[tuple[str, int], int], *, timeout_ms: int = 30000
+    ) -> dict[tuple[str, int], int | KafkaError]:
+        return self._run(self.admin.delete_records(dict(offsets), timeout_ms=timeout_ms))
+
     def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 30000) -> dict[str, KafkaError | None]:
         return self._run(self.admin.delete_topics(list(names), timeout_ms=timeout_ms))
 

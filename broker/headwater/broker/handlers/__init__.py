@@ -19,6 +19,7 @@ from headwater.broker.handlers import (
     create_partitions,
     create_topics,
     delete_groups,
+    delete_records,
     delete_topics,
     describe_configs,
     describe_groups,
@@ -49,6 +50,7 @@ from headwater.protocol.apis import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_GROUPS,
+    DELETE_RECORDS,
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
     DESCRIBE_GROUPS,
@@ -123,6 +125,7 @@ HANDLERS: dict[int, Handler] = {
     CREATE_PARTITIONS.key: create_partitions.handle,
     ALTER_CONFIGS.key: alter_configs.handle,
     INCREMENTAL_ALTER_CONFIGS.key: incremental_alter_configs.handle,
+    DELETE_RECORDS.key: delete_records.handle,
 }
 
 __all__ = ["HANDLERS", "RequestContext", "api_versions_fallback"]

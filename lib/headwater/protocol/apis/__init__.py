@@ -13,6 +13,7 @@ from headwater.protocol.apis.controlled_shutdown import CONTROLLED_SHUTDOWN
 from headwater.protocol.apis.create_partitions import CREATE_PARTITIONS
 from headwater.protocol.apis.create_topics import CREATE_TOPICS
 from headwater.protocol.apis.delete_groups import DELETE_GROUPS
+from headwater.protocol.apis.delete_records import DELETE_RECORDS
 from headwater.protocol.apis.delete_topics import DELETE_TOPICS
 from headwater.protocol.apis.describe_configs import DESCRIBE_CONFIGS
 from headwater.protocol.apis.describe_groups import DESCRIBE_GROUPS
@@ -57,6 +58,7 @@ ALL_APIS: tuple[Api, ...] = (
     API_VERSIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
+    DELETE_RECORDS,
     INIT_PRODUCER_ID,
     OFFSET_FOR_LEADER_EPOCH,
     DESCRIBE_CONFIGS,
@@ -77,6 +79,7 @@ __all__ = [
     "CREATE_PARTITIONS",
     "CREATE_TOPICS",
     "DELETE_GROUPS",
+    "DELETE_RECORDS",
     "DELETE_TOPICS",
     "DESCRIBE_CONFIGS",
     "DESCRIBE_GROUPS",
