@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from headwater.broker import zk as zkpaths
-from headwater.broker.config import validate_topic_config
+from headwater.broker.config import LIST_TOPIC_CONFIGS, validate_topic_config
 from headwater.broker.storage.log import LogConfig
 from headwater.broker.zk import ZooKeeper, to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
@@ -33,8 +33,6 @@ CONFIG_CHANGE_PREFIX = f"{CONFIG_CHANGES}/config_change_"
 
 # IncrementalAlterConfigs config_operation values (KIP-339)
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-#: topic configs whose value is a comma-separated list (APPEND / SUBTRACT apply to them only)
-LIST_CONFIGS = frozenset({"cleanup.policy"})
 
 
 async def read_topic_overrides(zk: ZooKeeper, topic: str) -> tuple[dict[str, str], int | None]:
@@ -66,7 +64,7 @@ def incremental(current: Mapping[str, str], ops: list[tuple[str, int, str | None
         elif op == DELETE:
             out.pop(name, None)
         elif op in (APPEND, SUBTRACT):
-            if name not in LIST_CONFIGS:
+            if name not in LIST_TOPIC_CONFIGS:
                 verb = "append" if op == APPEND else "subtract"
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {name}")
             items = [v for v in (out.get(name) or "").split(",") if v]
