@@ -58,6 +58,26 @@ def _zk_partitions(c: Cluster, topic: str) -> dict[str, list[int]]:
     return dict(value["partitions"])
 
 
+def _led_partitions_seen_by_every_broker(c: Cluster, topic: str) -> set[int]:
+    """How many partitions with a leader each broker's own metadata lists for ``topic``."""
+    import socket
+
+    from headwater.protocol.apis import METADATA
+    from headwater.protocol.frames import decode_response, encode_request
+
+    counts = set()
+    for b in c.brokers.values():
+        with socket.create_connection(("127.0.0.1", b.port), timeout=5) as sock:
+            sock.settimeout(5)
+            sock.sendall(encode_request(METADATA, 1, 1, "ops-test", {"topics": [{"name": topic}]}))
+            size = int.from_bytes(sock.recv(4, socket.MSG_WAITALL), "big")
+            frame = sock.recv(size, socket.MSG_WAITALL)
+        _, body = decode_response(METADATA, 1, memoryview(frame))
+        (t,) = body["topics"]
+        counts.add(sum(1 for p in t["partitions"] if p["leader_id"] >= 0))
+    return counts
+
+
 def _metadata_partitions(admin: AdminClient, topic: str) -> dict[int, int]:
     """Partition -> leader, as the cluster's metadata says."""
     md = admin.list_topics(topic, timeout=20).topics[topic]
@@ -118,6 +138,8 @@ def test_create_partitions_used_by_producers_and_a_consumer_group(ops_cluster: C
         60,
         "6 partitions led",
     )
+
+    c.wait_for(lambda: _led_partitions_seen_by_every_broker(c, topic) == {6}, 60, "every broker to know 6 leaders")
 
     # a consumer group reads every partition; producers write to the new ones (explicitly and by key)
     consumer = Consumer(
