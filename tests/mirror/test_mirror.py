@@ -1,4 +1,5 @@
-"""The mirror against real clusters: fast path byte for byte, re-partitioning, topics found live."""
+"""The mirror against real clusters: fast path byte for byte (and a source topic that grows is grown in
+the target), re-partitioning, topics found live."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient, NewPartitions
 from kazoo.client import KazooClient
 
 from headwater.client.partitioner import murmur2, to_positive
@@ -60,19 +62,36 @@ def test_fast_path_copies_batches_byte_for_byte_and_commits_after_acks(
                 assert ht.base_offset == hs.base_offset
                 assert bt[CRC_OFFSET:] == bs[CRC_OFFSET:]  # CRC, attributes, timestamps, records: untouched
         assert "this process owns 3 partition(s)" in m.log()
+
+        # The source topic grows (kafka-topics --alter --partitions 4): the mirror adds the partition
+        # to the target topic and copies it like the others, partition for partition.
+        admin = AdminClient({"bootstrap.servers": src.bootstrap})
+        fut = admin.create_partitions([NewPartitions("page-views", 4)], operation_timeout=30)
+        fut["page-views"].result(60)
+        assert produce_keyed(src.bootstrap, "page-views", 400, prefix="grown") == 400
+        source_now = read_topic(src.bootstrap, "page-views")
+        assert any(p == 3 for p, *_ in source_now)
+        wait_for(
+            lambda: sorted(read_topic(dst.bootstrap, "page-views")) == sorted(source_now),
+            120,
+            "the grown topic mirrored partition for partition",
+            m,
+        )
+        assert "added partitions 3..3 to page-views in the target" in m.log()
+        wait_for(lambda: _healthz(port) == 200, 30, "the mirror to report healthy", m)
     finally:
         assert m.stop() == 0, m.log()[-3000:]
     # Offsets committed in the source's ZooKeeper, the seeds' layout, at the log end after a clean stop
     zk = KazooClient(hosts=zk_connect(src))
     zk.start(timeout=15)
     try:
-        committed = {p: int(zk.get(f"/consumers/headwater-mirror/offsets/page-views/{p}")[0]) for p in range(3)}
+        committed = {p: int(zk.get(f"/consumers/headwater-mirror/offsets/page-views/{p}")[0]) for p in range(4)}
         assert zk.get_children("/consumers/headwater-mirror/ids") == []
     finally:
         zk.stop()
         zk.close()
     ends = Counter(p for p, *_ in read_topic(src.bootstrap, "page-views"))
-    assert committed == {p: ends[p] for p in range(3)}
+    assert committed == {p: ends[p] for p in range(4)}
 
 
 def test_repartitions_by_key_when_counts_differ_and_picks_up_new_topics(

@@ -398,6 +398,10 @@ OTHER_TOPIC_CONFIGS = {
 }
 
 
+#: topic configs whose value is a comma-separated list (IncrementalAlterConfigs APPEND / SUBTRACT)
+LIST_TOPIC_CONFIGS = frozenset({"cleanup.policy"})
+
+
 def validate_topic_config(configs: dict[str, str], defaults: LogConfig | None = None) -> str | None:
     """An error message for the first invalid topic config, or None.
 

@@ -30,6 +30,7 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_fetch_ms: int = 0
+    log_start_offset: int = UNKNOWN_OFFSET  # as the follower's last fetch said (Fetch v5+)
 
 
 @dataclass
@@ -153,10 +154,12 @@ class Partition:
 
     # -- leader: followers and the high watermark --------------------------------------------------
 
-    def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+    def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int, log_start_offset: int = -1) -> None:
         st = self.followers.get(replica_id)
         if st is None or self.log is None:
             return
+        if log_start_offset >= 0:
+            st.log_start_offset = log_start_offset
         leader_leo = self.log.log_end_offset
         if fetch_offset >= leader_leo:
             st.last_caught_up_ms = now_ms
@@ -165,6 +168,17 @@ class Partition:
         st.log_end_offset = fetch_offset
         st.last_fetch_leader_log_end_offset = leader_leo
         st.last_fetch_ms = now_ms
+
+    def low_watermark(self) -> int:
+        """The lowest log start offset of the leader and its in-sync followers (DeleteRecords'
+        low_watermark): records below it are gone from every in-sync replica."""
+        assert self.log is not None
+        starts = [self.log.log_start_offset]
+        for r in self.isr:
+            st = self.followers.get(r)
+            if st is not None:
+                starts.append(st.log_start_offset)
+        return min(starts)
 
     def maybe_increment_high_watermark(self) -> bool:
         if self.log is None or not self.is_leader:

@@ -264,6 +264,12 @@ class ReplicaFetcher:
         hw = r["high_watermark"]
         assert isinstance(hw, int)
         part.update_follower_high_watermark(hw)
+        leader_start = r["log_start_offset"]
+        assert isinstance(leader_start, int)
+        if leader_start > log_.log_start_offset:  # DeleteRecords on the leader: follow it (Kafka does)
+            log_.advance_log_start_offset(min(leader_start, log_.log_end_offset), "the leader's log start offset")
+            if self.broker.log_manager is not None:
+                self.broker.log_manager.checkpoint_log_start_offsets()
 
     async def _out_of_range(self, tp: TP, s: FetchState) -> None:
         log_ = s.partition.log

@@ -218,8 +218,13 @@ class ReplicaManager:
 
     # -- leader: followers' fetches and the ISR --------------------------------------------------------
 
-    def record_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
-        part.update_follower(replica_id, fetch_offset, self.now_ms())
+    def record_follower_fetch(
+        self, part: Partition, replica_id: int, fetch_offset: int, log_start_offset: int = -1
+    ) -> None:
+        before = part.low_watermark() if part.log is not None else -1
+        part.update_follower(replica_id, fetch_offset, self.now_ms(), log_start_offset)
+        if part.log is not None and part.low_watermark() != before:
+            self.broker.purgatory.notify(part.key)  # a DeleteRecords may wait for it
         moved = part.maybe_increment_high_watermark()
         if part.follower_to_add(replica_id) and not part.isr_update_in_flight:
             task = asyncio.ensure_future(self._update_isr(part, sorted({*part.isr, replica_id}), expand=True))
@@ -227,6 +232,25 @@ class ReplicaManager:
             task.add_done_callback(self._isr_updates.discard)
         if moved:
             self.broker.purgatory.notify(part.key)
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> Partition:
+        """DeleteRecords on the leader: move the log start offset to ``offset`` (-1: the high
+        watermark), checkpoint it before answering, and return the partition (its
+        ``low_watermark()`` says when every in-sync follower followed). Raises KafkaError:
+        NOT_LEADER_FOR_PARTITION / UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE above the high
+        watermark or below zero."""
+        part, log_ = self.leader_partition(topic, partition, -1)
+        target = part.high_watermark if offset == -1 else offset
+        if target < 0 or target > part.high_watermark:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"Cannot delete records of {topic}-{partition} below {offset}: the high watermark is "
+                f"{part.high_watermark}",
+            )
+        if log_.advance_log_start_offset(target, "DeleteRecords"):
+            assert self.broker.log_manager is not None
+            self.broker.log_manager.checkpoint_log_start_offsets()
+        return part
 
     async def _isr_maintenance(self) -> None:
         lag = self.broker.config.replica_lag_time_max_ms

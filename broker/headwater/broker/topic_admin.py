@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import re
 
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from headwater.broker import zk as zkpaths
 from headwater.broker.config import validate_topic_config
@@ -70,8 +70,15 @@ def assign_replicas(
     replication_factor: int,
     racks: dict[int, str | None] | None = None,
     rng: random.Random | None = None,
+    start_index: int | None = None,
+    start_partition: int = 0,
 ) -> dict[int, list[int]]:
-    """Kafka's assignment: round-robin from a random start, followers shifted; rack-aware when every broker has a rack."""
+    """Kafka's assignment: round-robin from a random start, followers shifted; rack-aware when every broker has a rack.
+
+    Partitions added to an existing topic (CreatePartitions) continue its pattern, as Kafka's
+    ``addPartitions`` does: ``start_partition`` is the first new partition id and ``start_index``
+    the position of partition 0's leader in the (sorted or rack-alternated) broker list, used as
+    both the start and the follower shift."""
     n = len(brokers)
     if replication_factor > n:
         raise KafkaError(
@@ -85,12 +92,13 @@ def assign_replicas(
             ErrorCode.INVALID_REPLICATION_FACTOR,
             "Not all brokers have rack information for replica rack aware assignment.",
         )
-    start = rng.randrange(n)
-    shift = rng.randrange(n)
+    start = rng.randrange(n) if start_index is None else start_index
+    shift = rng.randrange(n) if start_index is None else start_index
+    partition_ids = range(start_partition, start_partition + num_partitions)
     out: dict[int, list[int]] = {}
     if not known:
         ordered = sorted(brokers)
-        for p in range(num_partitions):
+        for p in partition_ids:
             if p > 0 and p % n == 0:
                 shift += 1
             first = (p + start) % n
@@ -100,7 +108,7 @@ def assign_replicas(
         return out
     ordered = rack_alternated(known)
     num_racks = len(set(known.values()))
-    for p in range(num_partitions):
+    for p in partition_ids:
         if p > 0 and p % n == 0:
             shift += 1
         first = (p + start) % n
@@ -195,6 +203,87 @@ async def create_topic(
     if failures:
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"ZooKeeper refused the topic: {failures[0]!r}")
     return assignment
+
+
+async def add_partitions(
+    zk: ZooKeeper,
+    name: str,
+    count: int,
+    assignment: list[list[int]] | None,
+    validate_only: bool = False,
+) -> dict[int, list[int]]:
+    """Grow ``name`` to ``count`` partitions (CreatePartitions, kafka-topics --alter --partitions).
+
+    Reads the topic's assignment from ``/brokers/topics/<name>`` (not the metadata cache, so a
+    second request right after the first sees its partitions), assigns the new partitions as topic
+    creation does (continuing the topic's pattern, rack-aware when every broker has a rack) unless
+    ``assignment`` gives one broker list per new partition, and rewrites the znode with every
+    partition, conditional on the version read. The controller's watch on that znode creates the
+    new partitions' state and leaders. Returns the new partitions' assignment; raises KafkaError.
+    """
+    got = await zk.get_json(zkpaths.topic_path(name))
+    if got is None or not isinstance(got[0], dict) or not isinstance(got[0].get("partitions"), dict):
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+    if await zk.call(zk.client.exists, f"{zkpaths.DELETE_TOPICS}/{name}") is not None:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"The topic '{name}' is queued for deletion.")
+    value, stat = got
+    existing = {int(p): [int(r) for r in rs] for p, rs in value["partitions"].items()}
+    current = len(existing)
+    if count < current:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"Topic currently has {current} partitions, which is higher than the requested {count}.",
+        )
+    if count == current:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+    racks = await registered_brokers(zk)
+    live = sorted(racks)
+    rf = len(existing[0]) if 0 in existing else len(next(iter(existing.values())))
+    added = count - current
+    if assignment is not None:
+        if len(assignment) != added:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Increasing the number of partitions by {added} but {len(assignment)} assignments provided.",
+            )
+        new: dict[int, list[int]] = {}
+        for i, replicas in enumerate(assignment):
+            p = current + i
+            if len(replicas) != rf:
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Inconsistent replication factor between partitions, partition 0 has {rf} while partition "
+                    f"{p} has replicas {replicas}.",
+                )
+            if len(set(replicas)) != len(replicas):
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Duplicate replica in partition {p}: {replicas}"
+                )
+            unknown = sorted(r for r in replicas if r not in live)
+            if unknown:
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker(s) in replica assignment: {unknown}."
+                )
+            new[p] = list(replicas)
+    else:
+        if not live:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "No live brokers")
+        first_leader = existing.get(0, [live[0]])[0]
+        start_index = next((i for i, b in enumerate(live) if b >= first_leader), 0)
+        new = assign_replicas(live, added, rf, racks, start_index=start_index, start_partition=current)
+    if validate_only:
+        return new
+    partitions = {**existing, **new}
+    body = {**value, "version": 1, "partitions": {str(p): partitions[p] for p in sorted(partitions)}}
+    try:
+        await zk.call(zk.client.set, zkpaths.topic_path(name), to_json(body), version=stat.version)
+    except BadVersionError:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS, f"The partitions of topic '{name}' changed meanwhile; describe it and retry."
+        ) from None
+    except NoNodeError:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.") from None
+    return new
 
 
 async def registered_brokers(zk: ZooKeeper) -> dict[int, str | None]:

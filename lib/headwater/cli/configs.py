@@ -1,14 +1,26 @@
-"""``headwater configs``: SCRAM users, as Kafka 2.3's ``kafka-configs --zookeeper`` manages them.
+"""``headwater configs``: topic configs and SCRAM users, as Kafka 2.3's ``kafka-configs`` manages them.
+
+Topics, through the brokers (AlterConfigs / IncrementalAlterConfigs / DescribeConfigs):
+
+    headwater configs --bootstrap-server H:P --describe --entity-type topics --entity-name T [--all]
+    headwater configs --bootstrap-server H:P --alter --entity-type topics --entity-name T \\
+        --add-config retention.ms=60000,cleanup.policy=[compact,delete] --delete-config segment.bytes
+
+As in Kafka, ``--add-config`` takes comma-separated ``k=v`` pairs (a value containing commas goes in
+square brackets) and ``--delete-config`` comma-separated keys; keys not named keep their override.
+An unknown key or a bad value is refused by the broker (INVALID_CONFIG) and nothing is changed.
+
+Users' SCRAM credentials, through ZooKeeper (as ``kafka-configs --zookeeper`` does in Kafka 2.3):
 
     headwater configs --zookeeper ZK[/chroot] --alter --entity-type users --entity-name alice \\
         --add-config 'SCRAM-SHA-512=[password=alice-secret],SCRAM-SHA-256=[iterations=8192,password=alice-secret]'
     headwater configs --zookeeper ZK --alter --entity-type users --entity-name alice --delete-config SCRAM-SHA-256
     headwater configs --zookeeper ZK --describe --entity-type users [--entity-name alice]
 
-Like Kafka 2.3, this writes ZooKeeper directly: ``/config/users/<name>`` holds the salted
-credential (never the password) and a ``/config/changes/config_change_<seq>`` notification
-announces it. Brokers read the credential at each authentication, so it applies to the next
-connection. ``--describe`` shows each mechanism's iteration count, never the keys.
+``/config/users/<name>`` holds the salted credential (never the password) and a
+``/config/changes/config_change_<seq>`` notification announces it. Brokers read the credential at
+each authentication, so it applies to the next connection. ``--describe`` shows each mechanism's
+iteration count, never the keys. Dynamic broker configs (``--entity-type brokers``) are not built yet.
 """
 
 from __future__ import annotations
@@ -17,7 +29,7 @@ import argparse
 import json
 from typing import Any
 
-from headwater.cli.topics import CliError, run_command
+from headwater.cli.topics import CliError, add_bootstrap_argument, bootstrap_of, run_command
 from headwater.scram import (
     CHANGES_PATH,
     MECHANISMS,
@@ -32,54 +44,76 @@ from headwater.scram import (
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("configs", help="SCRAM credentials of users (kafka-configs --entity-type users)")
-    p.add_argument("--zookeeper", required=True, metavar="HOST:PORT[/chroot]", help="the cluster's ZooKeeper")
+    p = sub.add_parser("configs", help="describe and alter topic configs and users' SCRAM credentials (kafka-configs)")
+    add_bootstrap_argument(p, suppress=False)
+    p.add_argument(
+        "--zookeeper", metavar="HOST:PORT[/chroot]", help="the cluster's ZooKeeper (for --entity-type users)"
+    )
     action = p.add_mutually_exclusive_group(required=True)
-    action.add_argument("--alter", action="store_true")
-    action.add_argument("--describe", action="store_true")
-    p.add_argument("--entity-type", required=True, choices=["users"], help="only users (SCRAM credentials)")
+    action.add_argument("--describe", action="store_true", help="show the entity's config overrides")
+    action.add_argument("--alter", action="store_true", help="add, change or delete config overrides")
+    p.add_argument("--entity-type", required=True, choices=["topics", "users", "brokers"])
     p.add_argument("--entity-name")
-    p.add_argument("--add-config", help="'SCRAM-SHA-512=[password=...],SCRAM-SHA-256=[iterations=8192,password=...]'")
-    p.add_argument("--delete-config", help="SCRAM-SHA-512[,SCRAM-SHA-256]")
+    p.add_argument(
+        "--add-config",
+        default="",
+        metavar="K1=V1,K2=[V2a,V2b]",
+        help="configs to set; for users 'SCRAM-SHA-512=[password=...],SCRAM-SHA-256=[iterations=8192,password=...]'",
+    )
+    p.add_argument("--delete-config", default="", metavar="K1,K2", help="overrides to remove (back to the default)")
+    p.add_argument(
+        "--all", action="store_true", help="with --describe: every config with its source, not only overrides"
+    )
     p.set_defaults(func=lambda args: run_command("headwater configs", _run, args))
 
 
-def split_top_level(text: str) -> list[str]:
-    """``a=1,b=[x=1,y=2]`` -> ``["a=1", "b=[x=1,y=2]"]``: commas inside brackets don't split."""
-    out: list[str] = []
-    depth = 0
-    current = ""
-    for ch in text:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise CliError(f"unbalanced ']' in {text!r}")
-        if ch == "," and depth == 0:
-            out.append(current)
-            current = ""
+def _run(args: argparse.Namespace) -> int:
+    if args.entity_type == "brokers":
+        raise CliError("--entity-type brokers: dynamic broker configs are not built yet (topics and users only)")
+    if args.entity_type == "users":
+        if not args.zookeeper:
+            raise CliError("--entity-type users needs --zookeeper (credentials are written to ZooKeeper)")
+        return _run_users(args)
+    return _run_topics(args)
+
+
+def parse_add_config(text: str) -> dict[str, str]:
+    """Kafka's ``--add-config`` syntax: ``k=v,k2=[a,b]`` (brackets protect commas in a value)."""
+    out: dict[str, str] = {}
+    i, n = 0, len(text)
+    while i < n:
+        eq = text.find("=", i)
+        if eq < 0:
+            raise CliError(f"--add-config expects KEY=VALUE[,KEY=VALUE...], got {text[i:]!r}")
+        key = text[i:eq].strip()
+        if not key or "," in key:
+            raise CliError(f"--add-config expects KEY=VALUE[,KEY=VALUE...], got {text[i:eq]!r}")
+        j = eq + 1
+        if j < n and text[j] == "[":
+            end = text.find("]", j)
+            if end < 0:
+                raise CliError(f"--add-config: unclosed '[' in the value of {key}")
+            value, i = text[j + 1 : end], end + 1
+            if i < n and text[i] != ",":
+                raise CliError(f"--add-config: expected ',' after ']' in the value of {key}")
         else:
-            current += ch
-    if depth:
-        raise CliError(f"unbalanced '[' in {text!r}")
-    out.append(current)
-    return [s.strip() for s in out if s.strip()]
+            end = text.find(",", j)
+            end = n if end < 0 else end
+            value, i = text[j:end], end
+        out[key] = value
+        i += 1  # the comma
+    return out
 
 
 def parse_scram_configs(text: str) -> dict[str, ScramCredential]:
     """kafka-configs' ``MECH=[password=...,iterations=N]`` entries as new salted credentials."""
     out: dict[str, ScramCredential] = {}
-    for item in split_top_level(text):
-        mech, sep, value = item.partition("=")
+    for mech, value in parse_add_config(text).items():
         mech = mech.strip().upper()
-        if not sep or mech not in MECHANISMS:
-            raise CliError(f"--add-config: {item.split('=')[0]!r} is not one of {', '.join(MECHANISMS)}")
-        value = value.strip()
-        if value.startswith("[") and value.endswith("]"):
-            options = dict(part.partition("=")[::2] for part in split_top_level(value[1:-1]))
-        else:
-            options = {"password": value}
+        if mech not in MECHANISMS:
+            raise CliError(f"--add-config: {mech!r} is not one of {', '.join(MECHANISMS)}")
+        # ``[password=...,iterations=N]`` or, as kafka-configs also takes, a bare password
+        options = dict(part.partition("=")[::2] for part in value.split(",")) if "=" in value else {"password": value}
         if not options.get("password"):
             raise CliError(f"--add-config: {mech} needs password=...")
         unknown = set(options) - {"password", "iterations"}
@@ -93,7 +127,42 @@ def parse_scram_configs(text: str) -> dict[str, ScramCredential]:
     return out
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run_topics(args: argparse.Namespace) -> int:
+    from headwater.client.sync import SyncAdmin
+
+    if not args.entity_name:
+        raise CliError("--entity-type topics needs --entity-name")
+    admin: Any = SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000)
+    try:
+        if args.describe:
+            if args.add_config or args.delete_config:
+                raise CliError("--add-config and --delete-config go with --alter")
+            entries = admin.describe_configs(args.entity_name)
+            if args.all:
+                print(f"All configs for topic {args.entity_name} are:")
+                for e in entries.values():
+                    print(f"  {e.name}={e.value} sensitive={str(e.is_sensitive).lower()} source={e.source}")
+            else:
+                overrides = ",".join(
+                    f"{e.name}={e.value}" for e in entries.values() if e.source == "DYNAMIC_TOPIC_CONFIG"
+                )
+                print(f"Configs for topic '{args.entity_name}' are {overrides}")
+            return 0
+        to_set = parse_add_config(args.add_config) if args.add_config else {}
+        to_delete = [k.strip() for k in args.delete_config.split(",") if k.strip()]
+        if not to_set and not to_delete:
+            raise CliError("--alter needs --add-config and/or --delete-config")
+        both = sorted(set(to_set) & set(to_delete))
+        if both:
+            raise CliError(f"a config cannot be both added and deleted: {both}")
+        admin.alter_topic_configs(args.entity_name, to_set, to_delete)
+        print(f"Completed updating config for topic {args.entity_name}.")
+        return 0
+    finally:
+        admin.close()
+
+
+def _run_users(args: argparse.Namespace) -> int:
     from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
 

@@ -49,12 +49,13 @@ def _add_service_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
 
 def _add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     try:
-        from headwater.cli import acls, configs, console, groups, topics
+        from headwater.cli import acls, configs, console, delete_records, groups, topics
     except ImportError:  # pragma: no cover - during bootstrap of the tree
         return
     topics.add_parser(sub)
     configs.add_parser(sub)
     acls.add_parser(sub)
+    delete_records.add_parser(sub)
     groups.add_parser(sub)
     console.add_parsers(sub)
 

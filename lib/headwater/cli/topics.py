@@ -4,6 +4,7 @@
     headwater topics --bootstrap-server H:P list [--exclude-internal]
     headwater topics --bootstrap-server H:P describe [--topic T]
     headwater topics --bootstrap-server H:P delete --topic T
+    headwater topics --bootstrap-server H:P alter --topic T --partitions N   (kafka-topics --alter)
 
 ``--bootstrap-server`` is accepted before or after the action (or from $HEADWATER_BOOTSTRAP_SERVER).
 """
@@ -79,7 +80,7 @@ def parse_configs(items: list[str]) -> dict[str, str]:
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    topics = sub.add_parser("topics", help="create, list, describe and delete topics")
+    topics = sub.add_parser("topics", help="create, list, describe, alter and delete topics")
     add_bootstrap_argument(topics, suppress=False)
     actions = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
 
@@ -110,6 +111,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     delete.add_argument("--if-exists", action="store_true", help="succeed if the topic does not exist")
     delete.add_argument("--timeout-ms", type=int, default=30000)
     delete.set_defaults(func=_wrap(_delete))
+
+    alter = actions.add_parser("alter", help="add partitions to a topic (kafka-topics --alter --partitions)")
+    add_bootstrap_argument(alter, suppress=True)
+    alter.add_argument("--topic", required=True)
+    alter.add_argument("--partitions", type=int, required=True, help="the new total number of partitions")
+    alter.add_argument("--validate-only", action="store_true", help="check the request, change nothing")
+    alter.add_argument("--timeout-ms", type=int, default=30000)
+    alter.set_defaults(func=_wrap(_alter))
 
 
 def _wrap(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -207,4 +216,27 @@ def _delete(args: argparse.Namespace) -> int:
     finally:
         admin.close()
     print(f"Topic {args.topic} is marked for deletion.")
+    return 0
+
+
+def _alter(args: argparse.Namespace) -> int:
+    from headwater.client.admin import validate_topic_name
+
+    validate_topic_name(args.topic)
+    if args.partitions < 1:
+        raise CliError(f"--partitions must be at least 1, got {args.partitions}")
+    admin = _admin(args)
+    try:
+        result = admin.create_partitions(
+            {args.topic: args.partitions}, timeout_ms=args.timeout_ms, validate_only=args.validate_only
+        )
+    finally:
+        admin.close()
+    error = result.get(args.topic)
+    if error is not None:
+        raise error
+    if args.validate_only:
+        print(f"Topic {args.topic} can have {args.partitions} partitions (nothing changed).")
+    else:
+        print(f"Topic {args.topic} now has {args.partitions} partitions.")
     return 0

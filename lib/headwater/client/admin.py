@@ -1,4 +1,5 @@
-"""Topic administration: create, delete, list, describe, and read topic configs.
+"""Topic administration: create, delete, grow (CreatePartitions), list, describe, read and change
+topic configs (DescribeConfigs, IncrementalAlterConfigs).
 
 CreateTopics and DeleteTopics go to the controller (the Metadata response names it); a
 NOT_CONTROLLER answer refreshes the metadata and retries. Descriptions come from Metadata,
@@ -16,7 +17,14 @@ from dataclasses import dataclass, field
 from headwater.client.cluster import Cluster, PartitionMetadata
 from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
 from headwater.client.security import ClientSecurity
-from headwater.protocol.apis import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS
+from headwater.protocol.apis import (
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_RECORDS,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+)
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Api, Message
 
@@ -189,6 +197,31 @@ class Admin:
                 raise UnknownTopicError(name)
             raise error
 
+    async def create_partitions(
+        self,
+        new_counts: Mapping[str, int],
+        *,
+        assignments: Mapping[str, list[list[int]]] | None = None,
+        timeout_ms: int = 30000,
+        validate_only: bool = False,
+    ) -> dict[str, KafkaError | None]:
+        """Grow topics to the given total partition counts (CreatePartitions); per topic, None or its
+        KafkaError (INVALID_PARTITIONS when the count is not above the current one, ...).
+        ``assignments`` optionally gives one replica list per new partition."""
+        body: Message = {
+            "topics": [
+                {"name": name, "count": count, "assignments": _partition_assignments(assignments, name)}
+                for name, count in new_counts.items()
+            ],
+            "timeout_ms": timeout_ms,
+            "validate_only": validate_only,
+        }
+
+        def entries(response: Message) -> list[tuple[str, int, str | None]]:
+            return [(t["name"], t["error_code"], t.get("error_message")) for t in response["results"]]
+
+        return await self._admin_call(CREATE_PARTITIONS, body, entries, list(new_counts), timeout_ms)
+
     async def _admin_call(
         self,
         api: Api,
@@ -284,6 +317,68 @@ class Admin:
                 )
         return out
 
+    async def alter_topic_configs(
+        self,
+        topic: str,
+        set_configs: Mapping[str, str] | None = None,
+        delete_configs: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Set and delete (back to the default) some of a topic's config overrides, leaving the
+        others (IncrementalAlterConfigs). Raises the KafkaError the broker answered:
+        INVALID_CONFIG for an unknown key or a bad value (then nothing is stored)."""
+        configs = [{"name": k, "config_operation": 0, "value": v} for k, v in (set_configs or {}).items()]
+        configs += [{"name": k, "config_operation": 1, "value": None} for k in delete_configs]
+        body: Message = {
+            "resources": [{"resource_type": _RESOURCE_TOPIC, "resource_name": topic, "configs": configs}],
+            "validate_only": validate_only,
+        }
+        response = await self.cluster.request(None, INCREMENTAL_ALTER_CONFIGS, body)
+        for r in response["responses"]:
+            code = ErrorCode.of(r["error_code"])
+            if code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise UnknownTopicError(topic)
+            if code is not ErrorCode.NONE:
+                raise KafkaError(code, r.get("error_message") or f"altering configs of {topic!r}: {code.name}")
+
+    async def delete_records(
+        self, offsets: Mapping[tuple[str, int], int], *, timeout_ms: int = 30000
+    ) -> dict[tuple[str, int], int | KafkaError]:
+        """Move each partition's log start offset to the given offset (-1: its high watermark),
+        as kafka-delete-records does; per partition, the low watermark answered (every in-sync
+        replica's log start offset reached it) or the KafkaError. One request per leader."""
+        by_leader: dict[int, dict[str, list[Message]]] = {}
+        out: dict[tuple[str, int], int | KafkaError] = {}
+        for (topic, partition), offset in offsets.items():
+            try:
+                leader = await self.cluster.leader_for(topic, partition)
+            except KafkaError as e:
+                out[(topic, partition)] = e
+                continue
+            by_leader.setdefault(leader, {}).setdefault(topic, []).append(
+                {"partition_index": partition, "offset": offset}
+            )
+
+        async def send(leader: int, topics: dict[str, list[Message]]) -> None:
+            body: Message = {
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                "timeout_ms": timeout_ms,
+            }
+            response = await self.cluster.request(leader, DELETE_RECORDS, body, timeout=timeout_ms / 1000.0 + 30.0)
+            for t in response["topics"]:
+                for p in t["partitions"]:
+                    code = ErrorCode.of(p["error_code"])
+                    key = (t["name"], p["partition_index"])
+                    out[key] = (
+                        p["low_watermark"] if code is ErrorCode.NONE else KafkaError(code, _describe(code, key[0]))
+                    )
+
+        await asyncio.gather(*(send(leader, topics) for leader, topics in by_leader.items()))
+        for key in offsets:
+            out.setdefault(key, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {key[0]}-{key[1]}"))
+        return out
+
     async def wait_for_topic(self, name: str, *, timeout: float = 30.0, exists: bool = True) -> None:
         """Wait until every partition of ``name`` has a leader (or, ``exists=False``, until it is gone)."""
         deadline = time.monotonic() + timeout
@@ -298,6 +393,12 @@ class Admin:
                 state = "ready" if exists else "deleted"
                 raise KafkaTimeoutError(f"topic {name!r} was not {state} within {timeout:g}s")
             await asyncio.sleep(self.retry_backoff)
+
+
+def _partition_assignments(assignments: Mapping[str, list[list[int]]] | None, name: str) -> list[Message] | None:
+    if assignments is None or name not in assignments:
+        return None
+    return [{"broker_ids": list(replicas)} for replicas in assignments[name]]
 
 
 def _create_entry(t: NewTopic) -> Message:

@@ -332,6 +332,28 @@ class SyncAdmin(_Facade):
     ) -> None:
         self._run(self.admin.create_topic(name, num_partitions, replication_factor, configs, timeout_ms=timeout_ms))
 
+    def create_partitions(
+        self, new_counts: Mapping[str, int], *, timeout_ms: int = 30000, validate_only: bool = False
+    ) -> dict[str, KafkaError | None]:
+        return self._run(
+            self.admin.create_partitions(dict(new_counts), timeout_ms=timeout_ms, validate_only=validate_only)
+        )
+
+    def alter_topic_configs(
+        self,
+        topic: str,
+        set_configs: Mapping[str, str] | None = None,
+        delete_configs: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        self._run(self.admin.alter_topic_configs(topic, set_configs, list(delete_configs), validate_only=validate_only))
+
+    def delete_records(
+        self, offsets: Mapping[tuple[str, int], int], *, timeout_ms: int = 30000
+    ) -> dict[tuple[str, int], int | KafkaError]:
+        return self._run(self.admin.delete_records(dict(offsets), timeout_ms=timeout_ms))
+
     def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 30000) -> dict[str, KafkaError | None]:
         return self._run(self.admin.delete_topics(list(names), timeout_ms=timeout_ms))
 

@@ -40,6 +40,7 @@ from headwater.mirror.fetcher import SourceFetcher
 from headwater.mirror.group import FencedError, ZkGroup, assign, new_consumer_id
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan, plan_topic
+from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.service.supervisor import HealthRegistry, Supervisor
 
 log = logging.getLogger("headwater.mirror")
@@ -261,6 +262,7 @@ class Mirror:
                 or await asyncio.to_thread(f.group.has_target_offsets, topic)
             ):
                 plan.target_short = True  # it was mirrored partition for partition: keep that
+                plan = await self._grow_target(f, topic, plan)
         except Exception as e:
             self.health_registry.set_problem(key, f"cannot be mirrored (retrying): {type(e).__name__}: {e}")
             self.metrics.plan_failures.labels(f.flow.name, topic).inc()
@@ -279,6 +281,42 @@ class Mirror:
             )
         f.plans[topic] = plan
         return plan
+
+    async def _grow_target(self, f: FlowState, topic: str, plan: TopicPlan) -> TopicPlan:
+        """The source topic gained partitions: add them to the target topic (CreatePartitions, as
+        MM2 does), so they are mirrored partition for partition like the others. Returns the new
+        plan, or ``plan`` (still short: reported, retried at the next rebalance) when the target
+        refuses or does not show them yet."""
+        n = plan.source_partitions
+        try:
+            result = await self.target_admin.create_partitions({plan.target_topic: n}, timeout_ms=30000)
+            error = result.get(plan.target_topic)
+            # INVALID_PARTITIONS: it already has them (another mirror process grew it first)
+            if error is not None and error.code is not ErrorCode.INVALID_PARTITIONS:
+                raise error
+            grown = await self._plan_topic(f, topic, n)
+        except (KafkaError, OSError, TimeoutError) as e:  # a refusal, the target unreachable or slow
+            log.error(
+                "%s: could not add partitions to %s in the target to match the source's %d: %s: %s",
+                f.flow.name,
+                plan.target_topic,
+                n,
+                type(e).__name__,
+                e,
+            )
+            return plan
+        if grown.target_partitions < n:
+            return plan
+        if grown.target_partitions == n and error is None:
+            log.info(
+                "%s: %s gained partitions in the source: added partitions %d..%d to %s in the target",
+                f.flow.name,
+                topic,
+                plan.target_partitions,
+                n - 1,
+                plan.target_topic,
+            )
+        return grown
 
     def _report_partition_counts(self, f: FlowState, topic: str, plan: TopicPlan) -> None:
         key = f"{f.flow.name}: topic {topic} partitions"

@@ -40,9 +40,9 @@ class TopicPlan:
     source_partitions: int
     target_partitions: int
     #: the source gained partitions the target topic does not have (it was mirrored partition for
-    #: partition before): the partitions both have stay on the identity mapping, the others wait
-    #: until the target topic is grown; never a silent switch to re-partitioning (MM2 grows the
-    #: target; CreatePartitions is not available to the mirror yet)
+    #: partition before): the mirror adds them to the target (CreatePartitions, as MM2 does); until
+    #: that succeeds the partitions both have stay on the identity mapping and the others wait,
+    #: reported; never a silent switch to re-partitioning
     target_short: bool = False
 
     @property

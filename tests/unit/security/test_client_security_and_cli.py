@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from headwater.cli.configs import parse_scram_configs, split_top_level
+from headwater.cli.configs import parse_scram_configs
 from headwater.cli.topics import CliError
 from headwater.client.security import ClientSecurity, SecurityConfigError
 
@@ -74,7 +74,6 @@ def test_client_properties_errors_name_the_property(props: dict[str, str], messa
 
 
 def test_add_config_syntax() -> None:
-    assert split_top_level("A=[x=1,y=2],B=3") == ["A=[x=1,y=2]", "B=3"]
     creds = parse_scram_configs("SCRAM-SHA-512=[iterations=8192,password=a=b],SCRAM-SHA-256=[password=pw]")
     assert creds["SCRAM-SHA-512"].iterations == 8192 and creds["SCRAM-SHA-256"].iterations == 4096
     for bad, message in (
@@ -82,7 +81,7 @@ def test_add_config_syntax() -> None:
         ("SCRAM-SHA-512=[iterations=4096]", "needs password"),
         ("SCRAM-SHA-512=[password=x,iterations=10]", "at least 4096"),
         ("SCRAM-SHA-512=[password=x,salt=y]", "unknown option"),
-        ("SCRAM-SHA-512=[password=x", "unbalanced"),
+        ("SCRAM-SHA-512=[password=x", "unclosed"),
     ):
         with pytest.raises(CliError, match=message):
             parse_scram_configs(bad)

@@ -276,3 +276,35 @@ def test_high_watermarks_are_checkpointed_and_read_back(tmp_path: Path) -> None:
     third = LogManager([d], LogConfig(), clock=ManualClock())
     assert third.checkpointed_high_watermark("t", 0) is None  # a malformed file is ignored
     third.shutdown()
+
+
+def test_log_start_offset_moved_by_delete_records_is_checkpointed_and_applied_on_open(tmp_path: Path) -> None:
+    from headwater.broker.storage.log_manager import LOG_START_OFFSET_CHECKPOINT_FILE
+
+    d = str(tmp_path / "logs")
+    mgr = LogManager([d], LogConfig(segment_bytes=2000), clock=ManualClock())
+    lg = mgr.create_log("t", 0)
+    for _ in range(10):
+        lg.append(batch(3), 0)  # ~350 bytes each: several segments
+    bases = sorted(int(f.split(".")[0]) for f in os.listdir(lg.dir) if f.endswith(".log"))
+    assert len(bases) >= 2 and bases[1] < 30
+    target = bases[1] + 1  # inside the second segment
+    assert lg.advance_log_start_offset(target, "DeleteRecords")
+    assert not lg.advance_log_start_offset(10, "DeleteRecords")  # never backwards
+    assert lg.log_start_offset == target
+    assert lg.first_segment_base_offset == bases[1]  # the segment wholly below is gone, the one holding it stays
+    assert not os.path.exists(os.path.join(lg.dir, f"{bases[0]:020d}.log"))
+    assert [r.offset for r in read_all(lg, target)][:1] == [target]
+    with pytest.raises(ValueError):
+        lg.advance_log_start_offset(31, "DeleteRecords")  # beyond the log end offset (30)
+    mgr.checkpoint_log_start_offsets()
+    path = Path(d, LOG_START_OFFSET_CHECKPOINT_FILE)
+    assert parse_checkpoint(path.read_bytes()) == {("t", 0): target}
+    mgr.shutdown()
+
+    again = LogManager([d], LogConfig(segment_bytes=2000), clock=ManualClock())
+    reopened = again.get_log("t", 0)
+    assert reopened is not None
+    assert reopened.log_start_offset == target  # not the first segment's base offset
+    assert reopened.log_end_offset == 30
+    again.shutdown()

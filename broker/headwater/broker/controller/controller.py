@@ -14,6 +14,8 @@ ZooKeeper and reacts, one event at a time on one task, to:
   (LeaderAndIsr) and every broker (UpdateMetadata);
 - new topics (``/brokers/topics``): create each partition's state (leader = first live replica,
   ISR = live replicas, leader epoch 0);
+- partitions added to a topic (CreatePartitions rewrites ``/brokers/topics/<t>``, watched per
+  topic as Kafka's PartitionModifications handler does): the same for the new partitions;
 - deletions (``/admin/delete_topics``): StopReplica(delete) to the replicas, then remove znodes;
 - ISR changes made by leaders (``/isr_change_notification``): UpdateMetadata;
 - preferred leader election (periodically when ``auto.leader.rebalance.enable``, and on
@@ -60,6 +62,7 @@ class ControllerContext:
     assignments: dict[str, dict[int, list[int]]] = field(default_factory=dict)
     states: dict[TP, LeaderAndIsr] = field(default_factory=dict)
     shutting_down: set[int] = field(default_factory=set)
+    watched_topics: set[str] = field(default_factory=set)  # /brokers/topics/<t> data watches of this incarnation
 
     @property
     def live(self) -> set[int]:
@@ -279,6 +282,49 @@ class Controller:
                 state = await self._read_state((t, p))
                 if state is not None:
                     self.ctx.states[(t, p)] = state
+            self._watch_topic(t)
+
+    def _watch_topic(self, topic: str) -> None:
+        """Watch ``/brokers/topics/<topic>`` for partitions added to it, while the topic and this incarnation last."""
+        if topic in self.ctx.watched_topics:
+            return
+        self.ctx.watched_topics.add(topic)
+        generation = self._generation
+        loop = self.zk.loop
+
+        def on_change(data: bytes | None, stat: Any, *_: Any) -> bool | None:  # kazoo thread
+            if generation != self._generation or loop.is_closed():
+                return False
+            if stat is None:  # the topic was deleted: a recreated one gets a new watch
+                loop.call_soon_threadsafe(self.ctx.watched_topics.discard, topic)
+                return False
+            value = from_json(data)
+
+            async def event() -> None:
+                await self._on_partitions_modified(topic, value)
+
+            loop.call_soon_threadsafe(self.enqueue, event)
+            return None
+
+        self.zk.start_watch(self.zk.client.DataWatch, zkpaths.topic_path(topic), on_change)
+
+    async def _on_partitions_modified(self, topic: str, value: Any) -> None:
+        if not self.active or topic not in self.ctx.assignments:
+            return
+        if not isinstance(value, dict) or not isinstance(value.get("partitions"), dict):
+            log.warning("[Controller id=%d] unreadable assignment of topic %s: %r", self.broker_id, topic, value)
+            return
+        known = self.ctx.assignments[topic]
+        added = {int(p): [int(r) for r in rs] for p, rs in value["partitions"].items() if int(p) not in known}
+        if not added:
+            return  # Kafka 2.3 ignores changes to existing partitions here (that is reassignment's job)
+        known.update(added)
+        partitions = [(topic, p) for p in sorted(added)]
+        await self._create_missing_states(partitions)
+        ready = [tp for tp in partitions if tp in self.ctx.states]
+        log.info("[Controller id=%d] topic %s: new partitions %s", self.broker_id, topic, sorted(added))
+        self._send_leader_and_isr(ready, self.ctx.live, is_new=True)
+        self._send_update_metadata(set(self.ctx.brokers), ready)
 
     async def _read_state(self, tp: TP) -> LeaderAndIsr | None:
         got = await self.zk.get_json(zkpaths.partition_state_path(*tp))

@@ -13,12 +13,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from headwater.broker.handlers import (
+    alter_configs,
     api_versions,
     controlled_shutdown,
     create_acls,
+    create_partitions,
     create_topics,
     delete_acls,
     delete_groups,
+    delete_records,
     delete_topics,
     describe_acls,
     describe_configs,
@@ -26,6 +29,7 @@ from headwater.broker.handlers import (
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leader_and_isr,
@@ -45,12 +49,15 @@ from headwater.broker.handlers import (
 )
 from headwater.broker.handlers.api_versions import api_versions_fallback
 from headwater.protocol.apis import (
+    ALTER_CONFIGS,
     API_VERSIONS,
     CONTROLLED_SHUTDOWN,
     CREATE_ACLS,
+    CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_ACLS,
     DELETE_GROUPS,
+    DELETE_RECORDS,
     DELETE_TOPICS,
     DESCRIBE_ACLS,
     DESCRIBE_CONFIGS,
@@ -58,6 +65,7 @@ from headwater.protocol.apis import (
     FETCH,
     FIND_COORDINATOR,
     HEARTBEAT,
+    INCREMENTAL_ALTER_CONFIGS,
     INIT_PRODUCER_ID,
     JOIN_GROUP,
     LEADER_AND_ISR,
@@ -130,6 +138,10 @@ HANDLERS: dict[int, Handler] = {
     DESCRIBE_ACLS.key: describe_acls.handle,
     CREATE_ACLS.key: create_acls.handle,
     DELETE_ACLS.key: delete_acls.handle,
+    CREATE_PARTITIONS.key: create_partitions.handle,
+    ALTER_CONFIGS.key: alter_configs.handle,
+    INCREMENTAL_ALTER_CONFIGS.key: incremental_alter_configs.handle,
+    DELETE_RECORDS.key: delete_records.handle,
 }
 
 __all__ = ["HANDLERS", "RequestContext", "api_versions_fallback"]

@@ -83,7 +83,7 @@ def _read(broker: HandlerServices, request: Message) -> tuple[list[Message], int
                 errors = True
                 continue
             if replica_id >= 0:
-                broker.replicas.record_follower_fetch(part, replica_id, p["fetch_offset"])
+                broker.replicas.record_follower_fetch(part, replica_id, p["fetch_offset"], p["log_start_offset"])
             hw = part.high_watermark
             out["high_watermark"] = hw
             out["last_stable_offset"] = hw

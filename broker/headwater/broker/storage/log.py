@@ -13,7 +13,8 @@ On disk (see :mod:`~headwater.broker.storage.segment` and :mod:`~headwater.broke
 
 Segments cover increasing, non-overlapping offset ranges; the last one is the *active* segment,
 the only one appended to. The log start offset is the first segment's base offset (retention
-moves it by deleting whole segments); the log end offset is one above the last offset written.
+moves it by deleting whole segments) or above it, inside the first segment, after DeleteRecords
+(:meth:`Log.advance_log_start_offset`; the log manager checkpoints it); the log end offset is one above the last offset written.
 The recovery point is the offset below which everything is known to be fsynced: an unclean start
 re-checks only the segments from the one holding it.
 
@@ -556,6 +557,10 @@ class Log:
         return self._next_offset
 
     @property
+    def first_segment_base_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
     def size_bytes(self) -> int:
         return self._size_bytes
 
@@ -989,6 +994,30 @@ class Log:
                 if old < start:
                     delete_snapshot(self._fs, self._dir, old)
         return deleted
+
+    def advance_log_start_offset(self, offset: int, why: str) -> bool:
+        """Move the log start offset up to ``offset`` (DeleteRecords on the leader, the leader's
+        log start offset on a follower); returns whether it moved.
+
+        Records below it are no longer readable (OFFSET_OUT_OF_RANGE, ListOffsets earliest answers
+        it); segments wholly below it are deleted, the one holding it stays. Never past the log end
+        offset (ValueError); a lower offset than the current log start is a no-op. Not persisted by
+        the log itself: the log manager checkpoints it (``log-start-offset-checkpoint``) and moves
+        it again when the log is opened.
+        """
+        if offset > self._next_offset:
+            raise ValueError(f"{self._ident}: log start offset {offset} beyond the log end offset {self._next_offset}")
+        if offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = offset
+        self._delete_oldest(lambda s: self._segments[1].base_offset <= offset, why, None)
+        self._update_epochs(lambda c: c.truncate_from_start(offset))
+        self.producer_state.evict_below(offset)
+        for old in list_snapshots(self._fs, self._dir):
+            if old < self._segments[0].base_offset:
+                delete_snapshot(self._fs, self._dir, old)
+        log.info("%s log start offset moved to %d by %s", self._ident, offset, why)
+        return True
 
     def _delete_oldest(self, deletable: Callable[[Segment], bool], why: str, high_watermark: int | None) -> int:
         n = 0

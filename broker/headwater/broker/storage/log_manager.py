@@ -10,10 +10,13 @@ Each log dir (``log.dirs``) holds::
         replication-offset-checkpoint      each partition's high watermark, as the replica layer last
                                            knew it (read back at start, so a restarted leader does not
                                            answer from its log start until its followers fetch)
+        log-start-offset-checkpoint        each log's log start offset where DeleteRecords moved it above
+                                           its first segment's base offset (written when it moves and at
+                                           shutdown; applied again when the log is opened)
         <topic>-<partition>/               one Log each (see log.py); topic names may contain '-',
                                            the partition is after the LAST '-'
 
-Both checkpoints are Kafka's checkpoint text format, one item a line::
+The checkpoints are Kafka's checkpoint text format, one item a line::
 
     0                     version
     2                     number of entries
@@ -53,6 +56,7 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT_FILE = "replication-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
 LOCK_FILE = ".lock"
 CHECKPOINT_VERSION = 0
 
@@ -154,6 +158,7 @@ class LogManager:
         now = self.clock.monotonic_ms()
         self._last_flush_check = self._last_checkpoint = self._last_retention_check = now
         self._last_hw_checkpoint = now
+        self._log_starts_written: dict[str, dict[TopicPartition, int]] = {}
         self._last_producer_expiration = now
         try:
             for d in self.log_dirs:
@@ -183,6 +188,7 @@ class LogManager:
         points = self._read_checkpoint(d)
         high_watermarks = self._read_checkpoint(d, HIGH_WATERMARK_CHECKPOINT_FILE)
         first_dirty = self._read_checkpoint(d, CLEANER_CHECKPOINT_FILE)
+        log_starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT_FILE)
         loaded = 0
         for name in sorted(fs.listdir(d)):
             path = os.path.join(d, name)
@@ -205,6 +211,9 @@ class LogManager:
                 recovery_point=points.get(tp, 0),
             )
             self._dir_of[tp] = d
+            if tp in log_starts:
+                lg = self._logs[tp]
+                lg.advance_log_start_offset(min(log_starts[tp], lg.log_end_offset), "the log start offset checkpoint")
             if tp in high_watermarks:
                 self._high_watermarks[tp] = high_watermarks[tp]
             if tp in first_dirty:
@@ -224,6 +233,7 @@ class LogManager:
             what = {
                 RECOVERY_POINT_CHECKPOINT_FILE: "logs will be recovered from offset 0",
                 CLEANER_CHECKPOINT_FILE: "compacted logs will be cleaned from their start",
+                LOG_START_OFFSET_CHECKPOINT_FILE: "logs start at their first segment",
             }.get(name, "high watermarks unknown")
             log.warning("ignoring malformed %s (%s): %s", path, what, e)
             return {}
@@ -314,6 +324,7 @@ class LogManager:
         if now - self._last_hw_checkpoint >= self.high_watermark_checkpoint_interval_ms:
             self._last_hw_checkpoint = now
             self.checkpoint_high_watermarks()
+            self.checkpoint_log_start_offsets()
         if now - self._last_retention_check >= self.retention_check_interval_ms:
             self._last_retention_check = now
             self.cleanup_logs()
@@ -475,6 +486,26 @@ class LogManager:
             except OSError as e:
                 log.error("cannot write the high watermark checkpoint of %s: %s", d, e)
 
+    def checkpoint_log_start_offsets(self) -> None:
+        """Write each log dir's log-start-offset-checkpoint: the logs whose log start offset is above
+        their first segment's base offset (DeleteRecords). Called right after DeleteRecords moves one
+        (before it is acknowledged), from the periodic high watermark checkpoint and at shutdown."""
+        for d in self.log_dirs:
+            starts = {
+                tp: lg.log_start_offset
+                for tp, lg in self._logs.items()
+                if self._dir_of.get(tp) == d and lg.log_start_offset > lg.first_segment_base_offset
+            }
+            if self._log_starts_written.get(d, {}) == starts:
+                continue
+            try:
+                write_file_atomically(
+                    self.fs, os.path.join(d, LOG_START_OFFSET_CHECKPOINT_FILE), format_checkpoint(starts)
+                )
+                self._log_starts_written[d] = starts
+            except OSError as e:
+                log.error("cannot write the log start offset checkpoint of %s: %s", d, e)
+
     # -- stop ----------------------------------------------------------------------------------
 
     def shutdown(self) -> None:
@@ -493,6 +524,7 @@ class LogManager:
             lg.close()
         self.checkpoint_recovery_points()
         self.checkpoint_high_watermarks()
+        self.checkpoint_log_start_offsets()
         for d in self.log_dirs:
             if d in failed_dirs:
                 continue

@@ -8,12 +8,15 @@ coordinator's; SaslHandshake and SaslAuthenticate are answered by the connection
 before a client is authenticated.
 """
 
+from headwater.protocol.apis.alter_configs import ALTER_CONFIGS
 from headwater.protocol.apis.api_versions import API_VERSIONS
 from headwater.protocol.apis.controlled_shutdown import CONTROLLED_SHUTDOWN
 from headwater.protocol.apis.create_acls import CREATE_ACLS
+from headwater.protocol.apis.create_partitions import CREATE_PARTITIONS
 from headwater.protocol.apis.create_topics import CREATE_TOPICS
 from headwater.protocol.apis.delete_acls import DELETE_ACLS
 from headwater.protocol.apis.delete_groups import DELETE_GROUPS
+from headwater.protocol.apis.delete_records import DELETE_RECORDS
 from headwater.protocol.apis.delete_topics import DELETE_TOPICS
 from headwater.protocol.apis.describe_acls import DESCRIBE_ACLS
 from headwater.protocol.apis.describe_configs import DESCRIBE_CONFIGS
@@ -21,6 +24,7 @@ from headwater.protocol.apis.describe_groups import DESCRIBE_GROUPS
 from headwater.protocol.apis.fetch import FETCH
 from headwater.protocol.apis.find_coordinator import FIND_COORDINATOR
 from headwater.protocol.apis.heartbeat import HEARTBEAT
+from headwater.protocol.apis.incremental_alter_configs import INCREMENTAL_ALTER_CONFIGS
 from headwater.protocol.apis.init_producer_id import INIT_PRODUCER_ID
 from headwater.protocol.apis.join_group import JOIN_GROUP
 from headwater.protocol.apis.leader_and_isr import LEADER_AND_ISR
@@ -61,6 +65,7 @@ ALL_APIS: tuple[Api, ...] = (
     API_VERSIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
+    DELETE_RECORDS,
     INIT_PRODUCER_ID,
     OFFSET_FOR_LEADER_EPOCH,
     DESCRIBE_ACLS,
@@ -68,20 +73,26 @@ ALL_APIS: tuple[Api, ...] = (
     DELETE_ACLS,
     DESCRIBE_CONFIGS,
     SASL_AUTHENTICATE,
+    ALTER_CONFIGS,
+    CREATE_PARTITIONS,
     DELETE_GROUPS,
+    INCREMENTAL_ALTER_CONFIGS,
 )
 
 API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}
 
 __all__ = [
     "ALL_APIS",
+    "ALTER_CONFIGS",
     "API_BY_KEY",
     "API_VERSIONS",
     "CONTROLLED_SHUTDOWN",
     "CREATE_ACLS",
+    "CREATE_PARTITIONS",
     "CREATE_TOPICS",
     "DELETE_ACLS",
     "DELETE_GROUPS",
+    "DELETE_RECORDS",
     "DELETE_TOPICS",
     "DESCRIBE_ACLS",
     "DESCRIBE_CONFIGS",
@@ -89,6 +100,7 @@ __all__ = [
     "FETCH",
     "FIND_COORDINATOR",
     "HEARTBEAT",
+    "INCREMENTAL_ALTER_CONFIGS",
     "INIT_PRODUCER_ID",
     "JOIN_GROUP",
     "LEADER_AND_ISR",

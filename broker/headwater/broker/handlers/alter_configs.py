@@ -1,0 +1,83 @@
+"""AlterConfigs (key 33), v0-1.
+
+- TOPIC resources (type 2): the configs given become the topic's complete set of overrides in
+  ``/config/topics/<t>`` (keys left out return to the broker default, as in Kafka), with a change
+  notification under ``/config/changes`` (config_admin). Every broker applies them live.
+- Unknown keys and invalid values: INVALID_CONFIG, nothing stored (the whole resource is checked
+  before anything is written). Unknown topic: UNKNOWN_TOPIC_OR_PARTITION. A null value drops the key.
+- validate_only checks and writes nothing.
+- BROKER resources (type 4): INVALID_REQUEST (dynamic broker configs are not built yet); other
+  resource types: INVALID_REQUEST. A resource named twice: INVALID_REQUEST.
+- Accepted by any broker (Kafka's AdminClient sends topic configs to any broker).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from headwater.broker import config_admin
+from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.schema import Message
+
+if TYPE_CHECKING:
+    from headwater.broker.handlers import RequestContext
+    from headwater.broker.services import HandlerServices
+
+log = logging.getLogger(__name__)
+
+TOPIC = 2
+BROKER = 4
+
+#: given the topic's current overrides and one resource of the request, its new overrides
+NewOverrides = Callable[[dict[str, str], Message], dict[str, str]]
+
+
+async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
+    def replace(_current: dict[str, str], resource: Message) -> dict[str, str]:
+        return {c["name"]: c["value"] for c in resource["configs"] if c["value"] is not None}
+
+    return await alter(broker, ctx, request, replace, "AlterConfigs")
+
+
+async def alter(
+    broker: HandlerServices, ctx: RequestContext, request: Message, new_overrides: NewOverrides, api: str
+) -> Message:
+    """The body both AlterConfigs and IncrementalAlterConfigs answer with."""
+    counts = Counter((r["resource_type"], r["resource_name"]) for r in request["resources"])
+    responses: list[Message] = []
+    for resource in request["resources"]:
+        rtype, rname = resource["resource_type"], resource["resource_name"]
+        try:
+            if counts[(rtype, rname)] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Duplicate resource in request: {rname}")
+            await _alter_one(broker, resource, new_overrides, bool(request["validate_only"]))
+        except KafkaError as e:
+            log.warning("%s of %s from %s refused: %s", api, rname, ctx.peer, e)
+            responses.append(_response(rtype, rname, e.code, e.message))
+            continue
+        if not request["validate_only"]:
+            log.info("%s: topic %s configs changed (client %r)", api, rname, ctx.client_id)
+        responses.append(_response(rtype, rname, ErrorCode.NONE, None))
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+async def _alter_one(
+    broker: HandlerServices, resource: Message, new_overrides: NewOverrides, validate_only: bool
+) -> None:
+    rtype, rname = resource["resource_type"], resource["resource_name"]
+    if rtype == BROKER:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Dynamic broker configs are not supported yet")
+    if rtype != TOPIC:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
+    current, version = await config_admin.read_topic_overrides(broker.zk, rname)
+    overrides = new_overrides(current, resource)
+    await config_admin.write_topic_overrides(
+        broker.zk, rname, overrides, version, broker.config.log_defaults, validate_only
+    )
+
+
+def _response(rtype: int, rname: str, code: ErrorCode, message: str | None) -> Message:
+    return {"error_code": code, "error_message": message, "resource_type": rtype, "resource_name": rname}

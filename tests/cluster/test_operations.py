@@ -1,0 +1,356 @@
+"""Operating a cluster with stock tools (issue 27): confluent-kafka's AdminClient and the
+``headwater`` CLI against three real brokers.
+
+One cluster for the module: each test uses its own topics.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+)
+
+from headwater.testing.zookeeper import ZooKeeperServer
+from tests.cluster.harness import Cluster
+from tests.cluster.util import create_topic
+
+
+@pytest.fixture(scope="module")
+def ops_cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
+    c = Cluster(
+        tmp_path_factory.mktemp("ops"),
+        "127.0.0.1",
+        zookeeper.port,
+        "/ops-cluster",
+        3,
+        log_retention_check_interval_ms=500,
+    )
+    try:
+        yield c.start()
+    finally:
+        c.close()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "headwater.cli.main", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _zk_partitions(c: Cluster, topic: str) -> dict[str, list[int]]:
+    data, _ = c.zk.get(f"/brokers/topics/{topic}")
+    value = json.loads(data)
+    assert value["version"] == 1
+    return dict(value["partitions"])
+
+
+def _led_partitions_seen_by_every_broker(c: Cluster, topic: str) -> set[int]:
+    """How many partitions with a leader each broker's own metadata lists for ``topic``."""
+    import socket
+
+    from headwater.protocol.apis import METADATA
+    from headwater.protocol.frames import decode_response, encode_request
+
+    counts = set()
+    for b in c.brokers.values():
+        with socket.create_connection(("127.0.0.1", b.port), timeout=5) as sock:
+            sock.settimeout(5)
+            sock.sendall(encode_request(METADATA, 1, 1, "ops-test", {"topics": [{"name": topic}]}))
+            size = int.from_bytes(sock.recv(4, socket.MSG_WAITALL), "big")
+            frame = sock.recv(size, socket.MSG_WAITALL)
+        _, body = decode_response(METADATA, 1, memoryview(frame))
+        (t,) = body["topics"]
+        counts.add(sum(1 for p in t["partitions"] if p["leader_id"] >= 0))
+    return counts
+
+
+def _metadata_partitions(admin: AdminClient, topic: str) -> dict[int, int]:
+    """Partition -> leader, as the cluster's metadata says."""
+    md = admin.list_topics(topic, timeout=20).topics[topic]
+    return {p.id: p.leader for p in md.partitions.values()}
+
+
+def test_create_partitions_used_by_producers_and_a_consumer_group(ops_cluster: Cluster) -> None:
+    c = ops_cluster
+    topic = "grow-me"
+    create_topic(c, topic, partitions=2, rf=2, min_isr=1)
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    before = _zk_partitions(c, topic)
+
+    # validate_only: accepted, nothing written
+    fut = admin.create_partitions([NewPartitions(topic, 4)], validate_only=True, operation_timeout=30)
+    fut[topic].result(60)
+    assert _zk_partitions(c, topic) == before
+
+    # not above the current count: INVALID_PARTITIONS, nothing written
+    fut = admin.create_partitions([NewPartitions(topic, 2)], operation_timeout=30)
+    with pytest.raises(KafkaException) as refused:
+        fut[topic].result(60)
+    assert refused.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+    fut = admin.create_partitions([NewPartitions("no-such-topic", 3)], operation_timeout=30)
+    with pytest.raises(KafkaException) as unknown:
+        fut["no-such-topic"].result(60)
+    assert unknown.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    # 2 -> 4: Kafka's znode with every partition, old ones unchanged, new ones rf 2 on distinct brokers
+    fut = admin.create_partitions([NewPartitions(topic, 4)], operation_timeout=30)
+    fut[topic].result(60)
+    after = _zk_partitions(c, topic)
+    assert sorted(after) == ["0", "1", "2", "3"]
+    assert {p: after[p] for p in before} == before
+    for p in ("2", "3"):
+        assert len(after[p]) == 2 and len(set(after[p])) == 2 and set(after[p]) <= {1, 2, 3}
+    c.wait_for(
+        lambda: (
+            all(ld >= 0 for ld in _metadata_partitions(admin, topic).values())
+            and len(_metadata_partitions(admin, topic)) == 4
+        ),
+        60,
+        "4 partitions with leaders in metadata",
+    )
+
+    # 4 -> 6 with the CLI (kafka-topics --alter --partitions)
+    out = _cli("topics", "--bootstrap-server", c.bootstrap, "alter", "--topic", topic, "--partitions", "6")
+    assert out.returncode == 0, out.stderr
+    assert "now has 6 partitions" in out.stdout
+    refused_cli = _cli("topics", "--bootstrap-server", c.bootstrap, "alter", "--topic", topic, "--partitions", "5")
+    assert refused_cli.returncode == 1 and "INVALID_PARTITIONS" in refused_cli.stderr
+    assert len(_zk_partitions(c, topic)) == 6
+    c.wait_for(
+        lambda: (
+            len(_metadata_partitions(admin, topic)) == 6
+            and all(ld >= 0 for ld in _metadata_partitions(admin, topic).values())
+        ),
+        60,
+        "6 partitions led",
+    )
+
+    c.wait_for(lambda: _led_partitions_seen_by_every_broker(c, topic) == {6}, 60, "every broker to know 6 leaders")
+
+    # a consumer group reads every partition; producers write to the new ones (explicitly and by key)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": c.bootstrap,
+            "group.id": "grow-me-readers",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    consumer.subscribe([topic])
+    producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 2})
+    acked: dict[bytes, int] = {}
+    errors: list[object] = []
+
+    def on_delivery(err: object, msg: object) -> None:
+        if err is None:
+            acked[msg.value()] = msg.partition()  # type: ignore[attr-defined]
+        else:
+            errors.append(err)
+
+    for p in range(6):
+        for i in range(5):
+            producer.produce(topic, value=f"p{p}-{i}".encode(), partition=p, on_delivery=on_delivery)
+    for i in range(60):
+        producer.produce(topic, key=f"k{i}".encode(), value=f"keyed-{i}".encode(), on_delivery=on_delivery)
+    assert producer.flush(60) == 0
+    assert errors == []
+    assert {acked[f"p{p}-0".encode()] for p in range(6)} == set(range(6))
+    keyed_partitions = {acked[f"keyed-{i}".encode()] for i in range(60)}
+    assert keyed_partitions & {2, 3, 4, 5}, keyed_partitions  # the default partitioner uses the new ones too
+
+    seen: dict[bytes, int] = {}
+    deadline = time.monotonic() + 120
+    try:
+        while len(seen) < len(acked) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            seen[msg.value()] = msg.partition()
+    finally:
+        consumer.close()
+    assert seen == acked  # every record once, from the partition it was written to
+
+
+def _segment_files(c: Cluster, broker: int, topic: str, partition: int = 0) -> list[str]:
+    d = Path(c.brokers[broker].log_dir) / f"{topic}-{partition}"
+    return sorted(f.name for f in d.glob("*.log"))
+
+
+def _zk_config(c: Cluster, topic: str) -> dict[str, str]:
+    data, _ = c.zk.get(f"/config/topics/{topic}")
+    value = json.loads(data)
+    assert value["version"] == 1
+    return dict(value["config"])
+
+
+def _config_changes(c: Cluster) -> dict[str, dict[str, object]]:
+    return {n: json.loads(c.zk.get(f"/config/changes/{n}")[0]) for n in c.zk.get_children("/config/changes")}
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")  # Kafka 2.3's API
+def test_alter_configs_live_on_every_broker(ops_cluster: Cluster) -> None:
+    c = ops_cluster
+    topic = "retained"
+    create_topic(c, topic, partitions=1, rf=3, min_isr=1, configs={"segment.bytes": "1024"})
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+
+    # records two hours old, over many 1 KiB segments, on all three replicas
+    old = int(time.time() * 1000) - 2 * 3600 * 1000
+    producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(40):
+        producer.produce(topic, value=b"x" * 100 + str(i).encode(), partition=0, timestamp=old)
+        assert producer.flush(60) == 0  # one batch per record: a batch never spans segments
+    for b in c.brokers:
+        c.wait_for(lambda b=b: len(_segment_files(c, b, topic)) >= 3, 60, f"broker {b} to hold several segments")
+    low, high = _consumer_watermarks(c, topic)
+    assert (low, high) == (0, 40)
+    changes_before = _config_changes(c)
+
+    # invalid or unknown values: INVALID_CONFIG, nothing stored, no change notification
+    for bad in ({"retention.ms": "soon"}, {"no.such.config": "1"}, {"cleanup.policy": "shred"}):
+        fut = admin.alter_configs([ConfigResource(ConfigResource.Type.TOPIC, topic, set_config=bad)])
+        with pytest.raises(KafkaException) as refused:
+            fut[resource].result(60)
+        assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG, bad
+    assert _zk_config(c, topic) == {"segment.bytes": "1024", "min.insync.replicas": "1"}
+    assert _config_changes(c) == changes_before
+
+    # retention lowered live: the old segments go on every replica, without a restart
+    new = {"segment.bytes": "1024", "min.insync.replicas": "1", "retention.ms": "60000"}
+    fut = admin.alter_configs([ConfigResource(ConfigResource.Type.TOPIC, topic, set_config=new)])
+    fut[resource].result(60)
+    assert _zk_config(c, topic) == new
+    added = {n: v for n, v in _config_changes(c).items() if n not in changes_before}
+    assert list(added.values()) == [{"version": 2, "entity_path": f"topics/{topic}"}]
+    assert all(n.startswith("config_change_") and len(n) == len("config_change_") + 10 for n in added)
+    for b in c.brokers:
+        c.wait_for(lambda b=b: len(_segment_files(c, b, topic)) == 1, 90, f"broker {b} to delete the old segments")
+    first_kept = {int(_segment_files(c, b, topic)[0].split(".")[0]) for b in c.brokers}
+    assert len(first_kept) == 1 and 0 < min(first_kept) < 40, first_kept  # the active segment stays
+    c.wait_for(lambda: _consumer_watermarks(c, topic) == (min(first_kept), 40), 60, "the log start offset to move")
+
+    # DescribeConfigs says where each value comes from
+    described = admin.describe_configs([resource])[resource].result(60)
+    assert described["retention.ms"].value == "60000"
+    assert described["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert described["flush.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+
+    # the CLI (kafka-configs, IncrementalAlterConfigs): other overrides stay; min.insync.replicas is live
+    out = _cli(
+        "configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "topics", "--entity-name", topic,
+        "--add-config", "min.insync.replicas=4,cleanup.policy=[compact,delete]", "--delete-config", "segment.bytes",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert _zk_config(c, topic) == {
+        "min.insync.replicas": "4",
+        "retention.ms": "60000",
+        "cleanup.policy": "compact,delete",
+    }
+    refused_cli = _cli(
+        "configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "topics", "--entity-name", topic,
+        "--add-config", "retention.ms=-5x",
+    )  # fmt: skip
+    assert refused_cli.returncode == 1 and "INVALID_CONFIG" in refused_cli.stderr
+    assert _zk_config(c, topic)["retention.ms"] == "60000"
+    c.wait_for(lambda: _produce_error(c, topic) == KafkaError.NOT_ENOUGH_REPLICAS, 60, "min.insync.replicas=4 to apply")
+    out = _cli(
+        "configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "topics", "--entity-name", topic,
+        "--add-config", "min.insync.replicas=2",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    c.wait_for(lambda: _produce_error(c, topic) is None, 60, "min.insync.replicas=2 to apply")
+    # confluent-kafka's incremental_alter_configs (IncrementalAlterConfigs v0): one key deleted, the rest kept
+    op = ConfigEntry("cleanup.policy", None, incremental_operation=AlterConfigOpType.DELETE)
+    fut = admin.incremental_alter_configs([ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[op])])
+    fut[resource].result(60)
+    assert _zk_config(c, topic) == {"min.insync.replicas": "2", "retention.ms": "60000"}
+    described_cli = _cli(
+        "configs", "--bootstrap-server", c.bootstrap, "--describe", "--entity-type", "topics", "--entity-name", topic
+    )
+    assert described_cli.returncode == 0, described_cli.stderr
+    assert described_cli.stdout.strip() == (f"Configs for topic '{topic}' are min.insync.replicas=2,retention.ms=60000")
+
+
+def _consumer_watermarks(c: Cluster, topic: str) -> tuple[int, int]:
+    from confluent_kafka import TopicPartition
+
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "watermarks"})
+    try:
+        low, high = cons.get_watermark_offsets(TopicPartition(topic, 0), timeout=20)
+    finally:
+        cons.close()
+    return int(low), int(high)
+
+
+def _produce_error(c: Cluster, topic: str) -> int | None:
+    """The error code of one acks=all record sent without retries (None: acknowledged)."""
+    result: list[object] = []
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "retries": 0, "linger.ms": 0})
+    p.produce(topic, key=b"probe", value=b"probe", partition=0, on_delivery=lambda err, msg: result.append(err))
+    p.flush(30)
+    assert len(result) == 1
+    err = result[0]
+    return None if err is None else int(err.code())  # type: ignore[attr-defined]
+
+
+def test_delete_records_on_every_replica(ops_cluster: Cluster, tmp_path: Path) -> None:
+    from confluent_kafka import TopicPartition
+
+    c = ops_cluster
+    topic = "trimmed"
+    create_topic(c, topic, partitions=1, rf=3, min_isr=1, configs={"segment.bytes": "1024"})
+    producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(30):
+        producer.produce(topic, value=b"x" * 100 + str(i).encode(), partition=0)
+        assert producer.flush(60) == 0  # one batch per record, several segments
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+
+    # confluent-kafka's delete_records: the low watermark once every in-sync replica moved
+    fut = admin.delete_records([TopicPartition(topic, 0, 12)], operation_timeout=30)
+    assert fut[TopicPartition(topic, 0)].result(60).low_watermark == 12
+    assert _consumer_watermarks(c, topic) == (12, 30)
+    for b in c.brokers:  # followers moved theirs: the segments wholly below 12 are gone everywhere
+        c.wait_for(
+            lambda b=b: int(_segment_files(c, b, topic)[0].split(".")[0]) > 5, 60, f"broker {b} to drop old segments"
+        )
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "trimmed", "auto.offset.reset": "earliest"})
+    cons.assign([TopicPartition(topic, 0, 0)])
+    first = None
+    deadline = time.monotonic() + 60
+    while first is None and time.monotonic() < deadline:
+        msg = cons.poll(0.5)
+        if msg is not None and not msg.error():
+            first = msg.offset()
+    cons.close()
+    assert first == 12  # offset 0 is out of range now: the consumer resets to the log start
+
+    # above the high watermark: OFFSET_OUT_OF_RANGE, nothing moved
+    fut = admin.delete_records([TopicPartition(topic, 0, 31)], operation_timeout=30)
+    with pytest.raises(KafkaException) as refused:
+        fut[TopicPartition(topic, 0)].result(60)
+    assert refused.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE
+    assert _consumer_watermarks(c, topic) == (12, 30)
+
+    # the CLI with Kafka's JSON; -1 is the high watermark
+    spec = tmp_path / "offsets.json"
+    spec.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "offset": -1}], "version": 1}))
+    out = _cli("delete-records", "--bootstrap-server", c.bootstrap, "--offset-json-file", str(spec))
+    assert out.returncode == 0, out.stderr
+    assert f"partition: {topic}-0\tlow_watermark: 30" in out.stdout
+    assert _consumer_watermarks(c, topic) == (30, 30)
