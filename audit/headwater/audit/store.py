@@ -640,18 +640,9 @@ class Store:
         self, topic: str | None = None, since: int | None = None, until: int | None = None
     ) -> dict[CountKey, int]:
         """Per (topic, window, datacenter, tier): ms after the window's end at which the tier reached 100 %."""
-        sql = "SELECT topic, window_start, datacenter, tier, latency_ms FROM audit_completion WHERE 1 = 1"
-        args: list[Any] = []
-        if topic is not None:
-            sql += " AND topic = ?"
-            args.append(topic)
-        if since is not None:
-            sql += " AND window_start >= ?"
-            args.append(since)
-        if until is not None:
-            sql += " AND window_start < ?"
-            args.append(until)
-        return {(t, int(w), dc, tier): int(lat) for t, w, dc, tier, lat in self._query(sql, tuple(args))}
+        where, args = _window_filter(topic, since, until)
+        sql = "SELECT topic, window_start, datacenter, tier, latency_ms FROM audit_completion" + where
+        return {(t, int(w), dc, tier): int(lat) for t, w, dc, tier, lat in self._query(sql, args)}
 
     def offsets(self, cluster: str) -> dict[TopicPartition, int]:
         rows = self._query("SELECT topic, partition, next_offset FROM audit_offsets WHERE cluster = ?", (cluster,))
@@ -665,23 +656,11 @@ class Store:
         return out
 
     def counts(self, topic: str | None = None, since: int | None = None, until: int | None = None) -> list[CountRow]:
-        sql = (
-            "SELECT topic, window_start, datacenter, tier, count, unaudited, late, updated_ms FROM audit_counts "
-            "WHERE 1 = 1"
-        )
-        args: list[Any] = []
-        if topic is not None:
-            sql += " AND topic = ?"
-            args.append(topic)
-        if since is not None:
-            sql += " AND window_start >= ?"
-            args.append(since)
-        if until is not None:
-            sql += " AND window_start < ?"
-            args.append(until)
+        where, args = _window_filter(topic, since, until)
+        sql = "SELECT topic, window_start, datacenter, tier, count, unaudited, late, updated_ms FROM audit_counts"
         return [
             CountRow(t, int(w), dc, tier, int(n), int(u), int(late), int(upd))
-            for t, w, dc, tier, n, u, late, upd in self._query(sql + " ORDER BY window_start", tuple(args))
+            for t, w, dc, tier, n, u, late, upd in self._query(sql + where + " ORDER BY window_start", args)
         ]
 
     def warehouse_reach(self) -> dict[str, int]:
@@ -772,3 +751,14 @@ class Store:
 
         with self._lock:
             return list(self._guarded(read))
+
+
+def _window_filter(topic: str | None, since: int | None, until: int | None) -> tuple[str, tuple[Any, ...]]:
+    """`` WHERE ...`` and its arguments for an optional topic and window range ``[since, until)``."""
+    clauses: list[str] = []
+    args: list[Any] = []
+    for clause, value in (("topic = ?", topic), ("window_start >= ?", since), ("window_start < ?", until)):
+        if value is not None:
+            clauses.append(clause)
+            args.append(value)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(args)
