@@ -29,6 +29,7 @@ from headwater.acls import (
     operation,
 )
 from headwater.cli.topics import CliError, run_command
+from headwater.cli.zookeeper import zookeeper_session
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -83,15 +84,9 @@ def _acls(args: argparse.Namespace) -> list[Acl]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
 
-    zk = KazooClient(hosts=args.zookeeper, timeout=10)
-    try:
-        zk.start(timeout=15)
-    except Exception as e:
-        raise CliError(f"cannot connect to ZooKeeper at {args.zookeeper}: {e}") from None
-    try:
+    with zookeeper_session(args.zookeeper) as zk:
         if args.list:
             wanted = set(_resources(args))
             for root, pattern in ((LITERAL_ROOT, "LITERAL"), (PREFIXED_ROOT, "PREFIXED")):
@@ -143,6 +138,3 @@ def _run(args: argparse.Namespace) -> int:
                     f"\t(principal={a.principal}, host={a.host}, operation={a.operation.upper()}, permissionType={a.permission.upper()})"
                 )
         return 0
-    finally:
-        zk.stop()
-        zk.close()

@@ -30,6 +30,7 @@ import json
 from typing import Any
 
 from headwater.cli.topics import CliError, add_bootstrap_argument, bootstrap_of, run_command
+from headwater.cli.zookeeper import zookeeper_session
 from headwater.scram import (
     CHANGES_PATH,
     MECHANISMS,
@@ -163,15 +164,9 @@ def _run_topics(args: argparse.Namespace) -> int:
 
 
 def _run_users(args: argparse.Namespace) -> int:
-    from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
 
-    zk = KazooClient(hosts=args.zookeeper, timeout=10)
-    try:
-        zk.start(timeout=15)
-    except Exception as e:
-        raise CliError(f"cannot connect to ZooKeeper at {args.zookeeper}: {e}") from None
-    try:
+    with zookeeper_session(args.zookeeper) as zk:
         if args.describe:
             names = (
                 [args.entity_name]
@@ -219,9 +214,6 @@ def _run_users(args: argparse.Namespace) -> int:
         )
         print(f"Completed Updating config for entity: user-principal '{args.entity_name}'.")
         return 0
-    finally:
-        zk.stop()
-        zk.close()
 
 
 def _config_of(data: bytes) -> dict[str, str]:
