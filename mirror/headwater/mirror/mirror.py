@@ -41,8 +41,11 @@ from headwater.client.partitioner import murmur2, to_positive
 from headwater.client.raw import as_plain_batch, fetch_raw, produce_raw
 from headwater.mirror.config import Flow, MirrorConfig
 from headwater.mirror.copies import TargetCopies, scan_target, skip_copied
+from headwater.mirror.gaps import GapReporter, reporter_for
 from headwater.mirror.group import ZkGroup, assign, new_consumer_id
+from headwater.mirror.heartbeats import HEARTBEATS_TOPIC, Heartbeats
 from headwater.mirror.metrics import MirrorMetrics
+from headwater.mirror.writer import SourceWriter
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.header import ATTRIBUTES_OFFSET, BatchHeader
 from headwater.protocol.records.record import RecordInput, decode_batch, encode_batch
@@ -123,6 +126,10 @@ class Mirror:
         self.target_admin = Admin("", cluster=self.target)
         self.flows: list[_FlowState] = []
         self.started = False
+        # the mirror's own records in each source: gap events (gaps.py) and heartbeats (heartbeats.py)
+        self.writers: dict[str, SourceWriter] = {}
+        self.gaps: dict[str, GapReporter] = {}
+        self.heartbeats = Heartbeats(self.metrics, config.heartbeats_interval_s or 1.0)
 
     def reload_topics(self, fresh: MirrorConfig) -> None:
         """SIGHUP: take the topic lists of the re-read file for the flows that still exist (adding or
@@ -170,6 +177,18 @@ class Mirror:
                 state = _FlowState(flow, group, source, Admin("", cluster=source))
                 self.flows.append(state)
                 tasks.append(asyncio.ensure_future(self._run_flow(state, loop, stop)))
+                writer = self.writers[flow.name] = SourceWriter(source, state.source_admin)
+                self.gaps[flow.name] = reporter_for(
+                    flow.source,
+                    flow.target,
+                    source,
+                    writer,
+                    self.metrics,
+                    on_data_loss=self.config.on_data_loss,
+                    reset_to_latest=self.config.auto_offset_reset == "latest",
+                )
+                if self.config.heartbeats_interval_s is not None:
+                    tasks.append(asyncio.ensure_future(self.heartbeats.emit(flow.source, flow.target, writer, stop)))
             tasks.append(asyncio.ensure_future(self._commit_loop(stop)))
             if reload is not None:
                 tasks.append(asyncio.ensure_future(self._reload_loop(reload, stop)))
@@ -403,11 +422,8 @@ class Mirror:
                 c.next_offset = max(c.next_offset, part.batches[-1][0].next_offset)
                 backoff = 0.1
             except OffsetOutOfRangeError:
-                old = c.next_offset
-                c.next_offset = await self._reset_offset(f, tp)
-                log.warning(
-                    "%s: %s-%d offset %d is out of range: reset to %d", name, topic, partition, old, c.next_offset
-                )
+                # never a silent reset: a gap below the log start is reported (or stops the partition)
+                c.next_offset = await self.gaps[name].out_of_range(topic, partition, c.next_offset)
             except (KafkaConnectionError, KafkaTimeoutError, KafkaError, UnknownTopicError) as e:
                 log.info("%s: %s-%d: %s; retrying in %.1fs", name, topic, partition, e, backoff)
                 try:
@@ -457,6 +473,8 @@ class Mirror:
         newest = max(h.max_timestamp for h, _ in batches)
         if newest > 0:
             self.metrics.latency.labels(name).observe(max(time.time() - newest / 1000.0, 0.0))
+            if tp[0] == HEARTBEATS_TOPIC:
+                self.heartbeats.acked(name, newest)
 
     def _repartition(
         self, f: _FlowState, plan: _TopicPlan, source_partition: int, batches: list[tuple[BatchHeader, memoryview]]
@@ -595,6 +613,8 @@ class Mirror:
         for f in self.flows:
             for tp in list(f.copiers):
                 await self._stop_copier(f, tp, release=True)
+        for writer in self.writers.values():
+            await writer.close()
         for f in self.flows:
             await asyncio.to_thread(f.group.stop)
             await f.source.close()
