@@ -45,3 +45,28 @@ def test_only_the_leading_batches_found_are_skipped_each_match_used_once() -> No
     assert skip_copied(sent, {}) == (0, -1)
     # a batch not held stops the matching even when a later one is held
     assert skip_copied([sent[0], sent[1]], {batch_key(sent[1]): [5]}) == (0, -1)
+
+
+def test_a_cleaned_batch_is_re_encoded_dense_and_deterministically() -> None:
+    """Review finding 1: the cleaner keeps a batch's offset range but drops records; a broker
+    refuses that from a producer, so the fast path re-encodes it with dense offsets."""
+    from headwater.mirror.copier import as_target_batch, is_dense
+    from headwater.protocol.records.header import read_header
+    from headwater.protocol.records.record import decode_batch
+
+    records = [RecordInput(b"k1", b"v1", 1_700_000_000_001, [("h", b"x")]), RecordInput(b"k3", None, 1_700_000_000_003)]
+    cleaned = encode_batch(records, base_offset=40, compression=3, offset_deltas=[0, 2], last_offset_delta=2)
+    h = read_header(cleaned)
+    assert not is_dense(h)
+    out = as_target_batch(h, memoryview(cleaned))
+    assert out is not None and bytes(out) == bytes(as_target_batch(h, memoryview(cleaned)) or b"")
+    h2, got = decode_batch(out)
+    assert is_dense(h2) and h2.records_count == 2 and h2.codec == 3
+    assert [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in got] == [
+        (0, b"k1", b"v1", 1_700_000_000_001, (("h", b"x"),)),
+        (1, b"k3", None, 1_700_000_000_003, ()),
+    ]
+    dense = _batch(7)
+    assert as_target_batch(read_header(dense), memoryview(dense)) == dense  # untouched
+    emptied = h._replace(records_count=0)  # the cleaner removed every record
+    assert as_target_batch(emptied, memoryview(cleaned)) is None

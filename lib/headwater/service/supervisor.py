@@ -158,6 +158,15 @@ class Supervisor:
     def running(self) -> list[str]:
         return [n for n, t in self._tasks.items() if not t.done()]
 
+    async def join(self, name: str, timeout: float | None = None) -> bool:
+        """Wait for a unit to end by itself (its coroutine returned, or failed fatally) without
+        cancelling it; False when it is still running after ``timeout`` seconds."""
+        task = self._tasks.get(name)
+        if task is None or task.done():
+            return True
+        done, _ = await asyncio.wait([task], timeout=timeout)
+        return bool(done)
+
     async def stop(self, name: str) -> None:
         """Cancel one unit and wait for it; it leaves the health registry."""
         task = self._tasks.pop(name, None)

@@ -5,7 +5,8 @@
     /consumers/<group>/ids/<consumer id>     ephemeral   {"version": 1, "subscription": {"<regex>": 1},
                                                           "pattern": "white_list", "timestamp": "<ms>"}
     /consumers/<group>/owners/<topic>/<p>    ephemeral   the owning consumer id
-    /consumers/<group>/offsets/<topic>/<p>   persistent  the next source offset to mirror (decimal)
+    /consumers/<group>/offsets/<topic>/<p>   persistent  the next source offset to mirror (decimal); its
+                                                         znode version is the partition's fencing token
     /consumers/<group>/mirror-target/<topic>/<p>
                                              persistent  the target partition's offset right after the
                                                          mirror's last acknowledged append of the records
@@ -19,6 +20,16 @@ and a member joining or leaving moves only the partitions it gains or loses — 
 flowing (no stop-the-world rebalance, uReplicator's complaint about MirrorMaker 1). A partition
 moves hands through its owner node: the old owner commits its acknowledged offset, then deletes
 the node; the new owner claims it (retrying while the node still exists), then reads the offset.
+
+Fencing. A member whose ZooKeeper session expires loses its owner nodes at once, but may learn
+of it only when it reconnects: meanwhile another member can claim the partition. So
+
+- on SUSPENDED (connection lost, the session may still expire) :attr:`ZkGroup.suspended` is set
+  and the mirror stops producing and committing until CONNECTED; on LOST every copier stops;
+- a member that claims a partition writes its offset node back unchanged (:meth:`take_over`),
+  which moves the node's version; every commit is a ``set_data`` with the version this member
+  last saw, in the same transaction as the target offset. A commit by a member that has been
+  taken over fails with :class:`FencedError` and changes nothing.
 
 The methods here block (kazoo); the mirror calls them from a worker thread. Watches call
 ``on_change`` on kazoo's thread.
@@ -36,12 +47,16 @@ import uuid
 from collections.abc import Callable, Iterable
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 log = logging.getLogger("headwater.mirror.group")
 
 TopicPartition = tuple[str, int]
+
+
+class FencedError(Exception):
+    """A commit refused because another member has taken the partition over since this one claimed it."""
 
 
 def owner_of(tp: TopicPartition, members: Iterable[str]) -> str | None:
@@ -73,6 +88,11 @@ class ZkGroup:
         self.zk = KazooClient(hosts=zk_connect, timeout=10)
         self._on_change: Callable[[], None] = lambda: None
         self.session_lost = False
+        #: the connection to ZooKeeper is down and the session may expire: do not produce or commit
+        self.suspended = False
+        #: partition -> the version of its offset node this member last wrote (its fencing token)
+        self._versions: dict[TopicPartition, int] = {}
+        self._stopping = False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -102,6 +122,7 @@ class ZkGroup:
         self.session_lost = False
 
     def stop(self) -> None:
+        self._stopping = True  # kazoo reports LOST when it closes the session itself
         try:
             self.zk.delete(f"/consumers/{self.group}/ids/{self.consumer_id}")
         except Exception:
@@ -116,8 +137,18 @@ class ZkGroup:
         self._on_change()
 
     def _state(self, state: str) -> None:  # kazoo's thread: no blocking calls
-        if state == KazooState.LOST:
+        if state == KazooState.SUSPENDED:
+            self.suspended = True
+            log.warning("%s: connection to ZooKeeper lost: producing and committing paused", self.group)
+        elif state == KazooState.LOST:
+            self.suspended = True
             self.session_lost = True
+            if not self._stopping:
+                log.warning("%s: ZooKeeper session expired: every partition of this member is given up", self.group)
+        elif state == KazooState.CONNECTED:
+            if self.suspended and not self.session_lost:
+                log.warning("%s: reconnected to ZooKeeper within the session: producing again", self.group)
+            self.suspended = False
         if state in (KazooState.LOST, KazooState.CONNECTED):
             self._on_change()
 
@@ -168,7 +199,34 @@ class ZkGroup:
             except NoNodeError:
                 return False
 
+    def take_over(self, tp: TopicPartition) -> int | None:
+        """After :meth:`claim`: the committed offset (None: nothing committed), and the offset node
+        rewritten unchanged so its version moves: from here on, a commit of a previous owner
+        that did not notice it lost the partition fails (:meth:`commit_offset`)."""
+        path = self._offset_path(tp)
+        while True:
+            try:
+                raw, stat = self.zk.get(path)
+            except NoNodeError:
+                try:
+                    self.zk.create(path, b"-1", makepath=True)
+                except NodeExistsError:
+                    pass
+                continue
+            try:
+                stat = self.zk.set(path, raw, version=stat.version)
+            except BadVersionError:
+                continue  # the previous owner committed in between: read again
+            self._versions[tp] = stat.version
+            try:
+                value = int(raw.decode().strip())
+            except ValueError:
+                log.warning("ignoring unreadable committed offset %r of %s-%d", raw, *tp)
+                return None
+            return value if value >= 0 else None
+
     def release(self, tp: TopicPartition) -> None:
+        self._versions.pop(tp, None)
         path = self._owner_path(tp)
         try:
             if self.zk.get(path)[0].decode() == self.consumer_id:
@@ -190,6 +248,13 @@ class ZkGroup:
     def _target_path(self, tp: TopicPartition) -> str:
         return f"/consumers/{self.group}/mirror-target/{tp[0]}/{tp[1]}"
 
+    def has_target_offsets(self, topic: str) -> bool:
+        """Whether the fast path (partition for partition) ever committed for this topic."""
+        try:
+            return bool(self.zk.get_children(f"/consumers/{self.group}/mirror-target/{topic}"))
+        except NoNodeError:
+            return False
+
     def read_target_offset(self, tp: TopicPartition) -> int | None:
         """The target offset committed with the source offset (None: not known)."""
         try:
@@ -199,19 +264,29 @@ class ZkGroup:
 
     def commit_offset(self, tp: TopicPartition, offset: int, target_offset: int | None = None) -> None:
         """Commit the next source offset and, when known, the target offset that goes with it
-        (both in one ZooKeeper transaction: a reader never sees one without the other)."""
-        writes = [(self._offset_path(tp), str(offset).encode())]
-        if target_offset is not None:
-            writes.append((self._target_path(tp), str(target_offset).encode()))
-        for path, _ in writes:
-            if self.zk.exists(path) is None:
-                try:
-                    self.zk.create(path, b"-1", makepath=True)
-                except NodeExistsError:
-                    pass
+        (both in one ZooKeeper transaction: a reader never sees one without the other). The
+        offset node is written only if its version is still the one this member last wrote;
+        otherwise another member took the partition over: :class:`FencedError`."""
+        version = self._versions.get(tp)
+        if version is None:
+            raise FencedError(f"{tp[0]}-{tp[1]} is not claimed by this member")
+        if target_offset is not None and self.zk.exists(self._target_path(tp)) is None:
+            try:
+                self.zk.create(self._target_path(tp), b"-1", makepath=True)
+            except NodeExistsError:
+                pass
         t = self.zk.transaction()
-        for path, data in writes:
-            t.set_data(path, data)
-        for result in t.commit():
+        t.set_data(self._offset_path(tp), str(offset).encode(), version=version)
+        if target_offset is not None:
+            t.set_data(self._target_path(tp), str(target_offset).encode())
+        results = t.commit()
+        if any(isinstance(r, BadVersionError) for r in results):
+            self._versions.pop(tp, None)
+            raise FencedError(
+                f"{tp[0]}-{tp[1]}: another member took the partition over (offset node moved past version "
+                f"{version}): commit of {offset} refused"
+            )
+        for result in results:
             if isinstance(result, Exception):
                 raise result
+        self._versions[tp] = results[0].version

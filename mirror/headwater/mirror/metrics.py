@@ -31,6 +31,13 @@ class MirrorMetrics:
             ["flow", "topic"],
             registry=r,
         )
+        self.reencoded = Counter(
+            "headwater_mirror_reencoded_batches",
+            "Fast-path batches re-encoded with dense offsets because the source's log cleaner left offset gaps in "
+            "them (compacted topics)",
+            ["flow", "topic"],
+            registry=r,
+        )
         self.dropped = Counter(
             "headwater_mirror_test_dropped_records",
             "Records dropped by headwater.test.drop.every (tests only)",
@@ -41,6 +48,20 @@ class MirrorMetrics:
             "headwater_mirror_test_duplicated_records",
             "Records produced twice by headwater.test.duplicate.every (tests only)",
             ["flow"],
+            registry=r,
+        )
+        self.plan_failures = Counter(
+            "headwater_mirror_topic_plan_failures",
+            "Attempts to plan a source topic (find or create its destination topic) that failed; the topic is "
+            "left out, the others go on",
+            ["flow", "topic"],
+            registry=r,
+        )
+        self.partition_count_mismatch = Gauge(
+            "headwater_mirror_partition_count_mismatch",
+            "Source partitions of a topic mirrored partition for partition that the target topic lacks (not mirrored "
+            "until the target topic is grown); 0 when the counts match",
+            ["flow", "topic"],
             registry=r,
         )
         self.lag = Gauge(

@@ -1,16 +1,10 @@
 """The mirror: every enabled flow's source partitions copied into the target (aggregate) cluster.
 
 Per flow, one :class:`~headwater.mirror.group.ZkGroup` in the source's ZooKeeper decides which
-source partitions this process mirrors; each owned partition gets one copier task:
-
-    fetch (raw) from the source leader at the next offset
-      -> fast path: the complete batches as they are (control batches dropped, producer state of
-         idempotent batches reset), produced raw with acks=all to the SAME partition number
-      -> re-partitioning path (partition counts differ, or a test fault is set): records decoded
-         and produced with acks=all to murmur2(key) % n (the Java client's choice; a null key keeps
-         its source partition modulo n), keys / values / headers / CreateTime kept
-      -> only when the target acknowledged every batch of the fetch does the partition's
-         acknowledged offset move past them.
+source partitions this process mirrors; each owned partition gets one
+:class:`~headwater.mirror.copier.Copier` (fetch from the source, produce into the target), and
+each matching topic a :class:`~headwater.mirror.plan.TopicPlan` (its destination topic, created
+when missing).
 
 The acknowledged offset is what gets committed to ``/consumers/<group>/offsets`` (every
 ``offset.commit.interval.ms``, when a partition moves away, and at shutdown), so a crash
@@ -28,91 +22,41 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from headwater.client.admin import Admin, NewTopic
+from headwater.client.admin import Admin
 from headwater.client.cluster import Cluster
-from headwater.client.consumer import EARLIEST, LATEST, Consumer
-from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, OffsetOutOfRangeError, UnknownTopicError
-from headwater.client.partitioner import murmur2, to_positive
-from headwater.client.raw import as_plain_batch, fetch_raw, produce_raw
 from headwater.mirror.config import Flow, MirrorConfig
-from headwater.mirror.copies import TargetCopies, scan_target, skip_copied
+from headwater.mirror.copier import BACKOFF_MAX, STUCK_AFTER_S, Copier, TopicPartition
+from headwater.mirror.fetcher import SourceFetcher
 from headwater.mirror.gaps import GapReporter, reporter_for
-from headwater.mirror.group import ZkGroup, assign, new_consumer_id
-from headwater.mirror.heartbeats import HEARTBEATS_TOPIC, Heartbeats
+from headwater.mirror.group import FencedError, ZkGroup, assign, new_consumer_id
+from headwater.mirror.heartbeats import Heartbeats
 from headwater.mirror.metrics import MirrorMetrics
+from headwater.mirror.plan import TopicPlan, plan_topic
 from headwater.mirror.writer import SourceWriter
-from headwater.protocol.errors import ErrorCode, KafkaError
-from headwater.protocol.records.header import ATTRIBUTES_OFFSET, BatchHeader
-from headwater.protocol.records.record import RecordInput, decode_batch, encode_batch
+from headwater.service.supervisor import HealthRegistry, Supervisor
 
 log = logging.getLogger("headwater.mirror")
 
-TopicPartition = tuple[str, int]
-_BACKOFF_MAX = 5.0
-# Topic configs a destination topic takes from its source when they are set there (not defaults).
-_COPIED_CONFIGS = (
-    "cleanup.policy",
-    "retention.ms",
-    "retention.bytes",
-    "max.message.bytes",
-    "segment.bytes",
-    "segment.ms",
-    "min.compaction.lag.ms",
-    "delete.retention.ms",
-    "message.timestamp.type",
-    "compression.type",
-)
-
 
 @dataclass
-class _TopicPlan:
-    target_topic: str
-    source_partitions: int
-    target_partitions: int
-
-    @property
-    def identity(self) -> bool:
-        return self.source_partitions == self.target_partitions
-
-
-@dataclass
-class _Copier:
-    stop: asyncio.Event
-    next_offset: int  # the source offset after everything the target acknowledged
-    committed: int  # what the group in ZooKeeper holds (-1: nothing yet)
-    task: asyncio.Task[None] | None = None
-    #: fast path: the target offset right after this copier's last acknowledged append (-1: unknown)
-    target_end: int = -1
-    #: fast path, after a change of owner: copies the previous owner made past the committed offset
-    copies: TargetCopies | None = None
-    resume_scan: bool = False  # scan the target from target_end before the first fetch
-
-
-@dataclass
-class _FlowState:
+class FlowState:
     flow: Flow
     group: ZkGroup
     source: Cluster
     source_admin: Admin
+    fetcher: SourceFetcher
     changed: asyncio.Event = field(default_factory=asyncio.Event)
-    plans: dict[str, _TopicPlan] = field(default_factory=dict)
-    copiers: dict[TopicPartition, _Copier] = field(default_factory=dict)
+    plans: dict[str, TopicPlan] = field(default_factory=dict)
+    copiers: dict[TopicPartition, Copier] = field(default_factory=dict)
     pending: set[TopicPartition] = field(default_factory=set)  # ours, still held by another member
     records_seen: int = 0  # for the test faults
     healthy_reason: str = "starting"
-
-
-def _span(batch: bytes | memoryview) -> int:
-    """How many offsets a batch takes in the log (last offset delta + 1)."""
-    return int.from_bytes(batch[_LAST_OFFSET_DELTA : _LAST_OFFSET_DELTA + 4], "big", signed=True) + 1
-
-
-_LAST_OFFSET_DELTA = ATTRIBUTES_OFFSET + 2
+    #: the answer to OFFSET_OUT_OF_RANGE (gaps.py) and the heartbeats seen in the target (heartbeats.py)
+    gaps: GapReporter | None = None
+    heartbeats: Heartbeats | None = None
 
 
 class Mirror:
@@ -124,11 +68,15 @@ class Mirror:
             config.clusters[target_alias].bootstrap, client_id="headwater-mirror", allow_auto_create_topics=False
         )
         self.target_admin = Admin("", cluster=self.target)
-        self.flows: list[_FlowState] = []
+        self.flows: list[FlowState] = []
         self.started = False
+        #: what /healthz reports beside the flows' shares: copiers down or stuck, topics that cannot be planned
+        self.health_registry = HealthRegistry()
+        #: every copier runs under it: an exception is logged at ERROR, counted in
+        #: headwater_mirror_task_failures_total{flow} and the copier restarted with backoff
+        self.supervisor = Supervisor("mirror", self.health_registry, self.metrics.registry, label_names=("flow",))
         # the mirror's own records in each source: gap events (gaps.py) and heartbeats (heartbeats.py)
         self.writers: dict[str, SourceWriter] = {}
-        self.gaps: dict[str, GapReporter] = {}
         self.heartbeats = Heartbeats(self.metrics, config.heartbeats_interval_s or 1.0)
 
     def reload_topics(self, fresh: MirrorConfig) -> None:
@@ -144,19 +92,25 @@ class Mirror:
     # -- health --------------------------------------------------------------------------------
 
     def health(self) -> tuple[bool, str]:
-        """Healthy once every flow has taken its share: it owns partitions, or none match yet."""
+        """Healthy once every flow has taken its share (it owns partitions, or none match yet) and
+        nothing is wrong: no owned partition without a live copier (failed, restarting, or stuck
+        for STUCK_AFTER_S), no topic that cannot be planned, no rebalance failing."""
         if not self.started:
             return False, "starting"
+        reasons = self.health_registry.reasons()
+        ok = not reasons
         parts = []
-        ok = True
         for f in self.flows:
             owned = sorted(f.copiers)
+            if f.group.suspended:
+                ok = False
+                reasons.append(f"{f.flow.name}: no connection to the source ZooKeeper: producing and committing paused")
             if f.pending or (not owned and f.plans and f.healthy_reason != "no partitions assigned to this process"):
                 ok = False
             parts.append(
                 f"{f.flow.name}: {len(owned)} partition(s) owned, {len(f.pending)} pending; {f.healthy_reason}"
             )
-        return ok, "; ".join(parts)
+        return ok, "; ".join(reasons + parts)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -174,11 +128,14 @@ class Mirror:
                     [p.pattern for p in flow.topics],
                 )
                 source = Cluster(src.bootstrap, client_id="headwater-mirror", allow_auto_create_topics=False)
-                state = _FlowState(flow, group, source, Admin("", cluster=source))
+                fetcher = SourceFetcher(
+                    source, max_bytes=self.config.fetch_max_bytes, max_wait_ms=self.config.fetch_max_wait_ms
+                )
+                state = FlowState(flow, group, source, Admin("", cluster=source), fetcher)
                 self.flows.append(state)
                 tasks.append(asyncio.ensure_future(self._run_flow(state, loop, stop)))
                 writer = self.writers[flow.name] = SourceWriter(source, state.source_admin)
-                self.gaps[flow.name] = reporter_for(
+                state.gaps = reporter_for(
                     flow.source,
                     flow.target,
                     source,
@@ -187,6 +144,7 @@ class Mirror:
                     on_data_loss=self.config.on_data_loss,
                     reset_to_latest=self.config.auto_offset_reset == "latest",
                 )
+                state.heartbeats = self.heartbeats
                 if self.config.heartbeats_interval_s is not None:
                     tasks.append(asyncio.ensure_future(self.heartbeats.emit(flow.source, flow.target, writer, stop)))
             tasks.append(asyncio.ensure_future(self._commit_loop(stop)))
@@ -207,7 +165,7 @@ class Mirror:
             for f in self.flows:
                 f.changed.set()
 
-    async def _run_flow(self, f: _FlowState, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    async def _run_flow(self, f: FlowState, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
         """Join the group (retrying while the source is unreachable), then rebalance on every change."""
         backoff = 0.5
         while not stop.is_set():
@@ -216,6 +174,7 @@ class Mirror:
                 break
             except Exception as e:
                 f.healthy_reason = f"source ZooKeeper {f.group.zk_connect} unreachable: {e}"
+                self.health_registry.set_problem(f"{f.flow.name}: joining the group", f.healthy_reason)
                 log.warning(
                     "%s: cannot join the group in %s (%s); retrying in %.1fs",
                     f.flow.name,
@@ -229,7 +188,8 @@ class Mirror:
                     pass
                 f.group = ZkGroup(f.group.zk_connect, f.group.group, f.group.consumer_id, f.group.subscription)
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+        self.health_registry.clear_problem(f"{f.flow.name}: joining the group")
         log.info("%s: joined group %s in %s as %s", f.flow.name, f.group.group, f.group.zk_connect, f.group.consumer_id)
         f.changed.set()
         while not stop.is_set():
@@ -240,13 +200,15 @@ class Mirror:
             f.changed.clear()
             try:
                 await self._rebalance(f)
-            except Exception as e:  # the source or target is unreachable: keep trying, keep other flows going
+                self.health_registry.clear_problem(f"{f.flow.name}: rebalance")
+            except Exception as e:  # the source ZooKeeper is unreachable: keep trying, keep other flows going
                 f.healthy_reason = f"rebalance failed: {e}"
+                self.health_registry.set_problem(f"{f.flow.name}: rebalance", f"failed, retrying: {e}")
                 log.warning("%s: rebalance failed (%s); retrying", f.flow.name, e)
                 await asyncio.sleep(1.0)
                 f.changed.set()
 
-    async def _rebalance(self, f: _FlowState) -> None:
+    async def _rebalance(self, f: FlowState) -> None:
         g = f.group
         if g.session_lost:
             log.warning("%s: ZooKeeper session lost: stopping every copier and registering again", f.flow.name)
@@ -260,11 +222,9 @@ class Mirror:
             n = len(await asyncio.to_thread(g.partitions, t))
             if n == 0:
                 continue
-            plan = f.plans.get(t)
-            if plan is None or plan.source_partitions != n:
-                plan = await self._plan_topic(f, t, n)
-                f.plans[t] = plan
-            partitions.extend((t, p) for p in range(n))
+            plan = await self._plan(f, t, n)
+            if plan is not None:
+                partitions.extend((t, p) for p in range(plan.mirrored_partitions))
         if g.consumer_id not in members:
             members = sorted({*members, g.consumer_id})  # our registration is on its way
         mine = assign(partitions, members, g.consumer_id)
@@ -275,7 +235,7 @@ class Mirror:
         for tp in sorted(mine - set(f.copiers)):
             if await asyncio.to_thread(g.claim, tp):
                 f.pending.discard(tp)
-                committed = await asyncio.to_thread(g.read_offset, tp)
+                committed = await asyncio.to_thread(g.take_over, tp)
                 await self._start_copier(f, tp, committed)
             else:
                 f.pending.add(tp)
@@ -293,298 +253,112 @@ class Mirror:
                 waiting,
             )
 
-    async def _plan_topic(self, f: _FlowState, topic: str, source_partitions: int) -> _TopicPlan:
-        """Make sure the target topic exists: created with the source's partition count and configs."""
-        target_topic = self.config.target_topic(f.flow, topic)
-        await self.target.refresh([target_topic])
-        tm = self.target.topics.get(target_topic)
-        if tm is None or not tm.partitions:
-            configs: dict[str, str] = {}
-            try:
-                entries = await f.source_admin.describe_configs(topic, _COPIED_CONFIGS)
-                configs = {k: e.value for k, e in entries.items() if e.value is not None and not e.is_default}
-            except KafkaError as e:
-                log.warning(
-                    "%s: could not read the configs of %s (%s); creating %s with defaults",
-                    f.flow.name,
-                    topic,
-                    e,
-                    target_topic,
-                )
-            rf = self.config.replication_factor or min(3, max(len(self.target.brokers), 1))
-            result = await self.target_admin.create_topics(
-                [NewTopic(target_topic, source_partitions, rf, configs)], timeout_ms=30000
-            )
-            error = result.get(target_topic)
-            if error is not None and error.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
-                raise error
-            if error is None:
-                log.info(
-                    "%s: created %s in the target: %d partition(s), replication factor %d, configs %s",
-                    f.flow.name,
-                    target_topic,
-                    source_partitions,
-                    rf,
-                    configs or "(defaults)",
-                )
-            await self.target_admin.wait_for_topic(target_topic, timeout=60)
-            tm = self.target.topics.get(target_topic)
-        target_partitions = len(tm.partitions) if tm is not None else source_partitions
-        plan = _TopicPlan(target_topic, source_partitions, target_partitions)
-        if not plan.identity:
+    async def _plan(self, f: FlowState, topic: str, n: int) -> TopicPlan | None:
+        """The topic's plan for ``n`` source partitions. A topic that cannot be planned (the target
+        refuses to create it, or cannot be reached) is reported (ERROR, /healthz) and left out of
+        this rebalance -- the other topics go on -- or keeps its previous plan if it had one."""
+        previous = f.plans.get(topic)
+        if previous is not None and previous.source_partitions == n and not previous.target_short:
+            return previous
+        key = f"{f.flow.name}: topic {topic}"
+        try:
+            plan = await self._plan_topic(f, topic, n)
+            if plan.target_partitions < n and (
+                (previous is not None and previous.identity)
+                or await asyncio.to_thread(f.group.has_target_offsets, topic)
+            ):
+                plan.target_short = True  # it was mirrored partition for partition: keep that
+        except Exception as e:
+            self.health_registry.set_problem(key, f"cannot be mirrored (retrying): {type(e).__name__}: {e}")
+            self.metrics.plan_failures.labels(f.flow.name, topic).inc()
+            return previous
+        self.health_registry.clear_problem(key)
+        self._report_partition_counts(f, topic, plan)
+        if not plan.identity and (previous is None or previous.identity):
             log.warning(
-                "%s: %s has %d partition(s) in the source and %s has %d in the target: records are re-partitioned by key",
+                "%s: %s has %d partition(s) in the source and %s has %d in the target: records are re-partitioned "
+                "by key",
                 f.flow.name,
                 topic,
-                source_partitions,
-                target_topic,
-                target_partitions,
+                plan.source_partitions,
+                plan.target_topic,
+                plan.target_partitions,
             )
+        f.plans[topic] = plan
         return plan
+
+    def _report_partition_counts(self, f: FlowState, topic: str, plan: TopicPlan) -> None:
+        key = f"{f.flow.name}: topic {topic} partitions"
+        missing = plan.source_partitions - plan.target_partitions if plan.target_short else 0
+        self.metrics.partition_count_mismatch.labels(f.flow.name, topic).set(missing)
+        if missing:
+            self.health_registry.set_problem(
+                key,
+                f"the source has {plan.source_partitions} partition(s), the target topic {plan.target_topic} "
+                f"{plan.target_partitions}: source partitions {plan.target_partitions}..{plan.source_partitions - 1} "
+                f"are NOT mirrored (the others keep their partition numbers); add partitions to {plan.target_topic} "
+                f"in the target (kafka-topics --alter --partitions {plan.source_partitions})",
+            )
+        else:
+            self.health_registry.clear_problem(key)
+
+    async def _plan_topic(self, f: FlowState, topic: str, source_partitions: int) -> TopicPlan:
+        return await plan_topic(
+            self.config, self.target, self.target_admin, f.source_admin, f.flow, topic, source_partitions
+        )
 
     # -- copiers -------------------------------------------------------------------------------
 
-    async def _start_copier(self, f: _FlowState, tp: TopicPartition, committed: int | None) -> None:
-        stop = asyncio.Event()
-        offset = committed if committed is not None else await self._reset_offset(f, tp)
-        copier = _Copier(stop, offset, offset if committed is not None else -1)
-        if committed is not None and self._fast_path(f, tp[0]):
+    async def _start_copier(self, f: FlowState, tp: TopicPartition, committed: int | None) -> None:
+        """Start the partition's copier under the supervisor (from ``auto.offset.reset`` when
+        nothing is committed: the copier looks it up itself, supervised)."""
+        offset = committed if committed is not None and committed >= 0 else -1
+        copier = Copier(
+            f, tp, config=self.config, target=self.target, metrics=self.metrics, next_offset=offset, committed=offset
+        )
+        if offset >= 0 and copier.fast_path():
             target = await asyncio.to_thread(f.group.read_target_offset, tp)
             if target is not None:
                 copier.target_end, copier.resume_scan = target, True
-        copier.task = asyncio.ensure_future(self._copy(f, tp, copier))
         f.copiers[tp] = copier
+        self.supervisor.start(
+            copier.unit_name,
+            copier.run,
+            labels={"flow": f.flow.name},
+            stuck_after_s=STUCK_AFTER_S,
+            detail=copier.describe,
+        )
 
-    async def _stop_copier(self, f: _FlowState, tp: TopicPartition, *, release: bool) -> None:
+    async def _stop_copier(self, f: FlowState, tp: TopicPartition, *, release: bool) -> None:
+        """Stop the copier (it finishes its in-flight produce), then, when handing the partition
+        over, commit its acknowledged offset and release the owner node. Never raises: a copier
+        that failed, or a commit that fails, does not hold up the hand-over of the others."""
         copier = f.copiers.pop(tp)
         copier.stop.set()
-        assert copier.task is not None
-        try:
-            await asyncio.wait_for(asyncio.shield(copier.task), 60)
-        except TimeoutError:
+        unit = self.supervisor.unit(copier.unit_name)
+        running = unit is not None and unit.state == "running"  # not failed, not in a restart's backoff
+        if running and not await self.supervisor.join(copier.unit_name, 60):
             log.warning("%s: copier of %s-%d did not stop within 60s: cancelling it", f.flow.name, *tp)
-            copier.task.cancel()
-            await asyncio.gather(copier.task, return_exceptions=True)
+        await self.supervisor.stop(copier.unit_name)
         if release:
             try:
                 await self._commit(f, tp, copier)
+            except Exception as e:
+                log.warning("%s: handing over %s-%d: commit failed: %s", f.flow.name, *tp, e)
+            try:
                 await asyncio.to_thread(f.group.release, tp)
             except Exception as e:
-                log.warning("%s: handing over %s-%d: %s", f.flow.name, *tp, e)
+                log.warning("%s: handing over %s-%d: releasing the owner node failed: %s", f.flow.name, *tp, e)
         for gauge in (self.metrics.lag, self.metrics.committed):
             try:
                 gauge.remove(f.flow.name, tp[0], str(tp[1]))
             except KeyError:
                 pass
 
-    async def _reset_offset(self, f: _FlowState, tp: TopicPartition) -> int:
-        consumer = Consumer("", cluster=f.source)
-        when = EARLIEST if self.config.auto_offset_reset == "earliest" else LATEST
-        return (await consumer.offsets_before(tp[0], tp[1], when, 1))[0]
-
-    def _fast_path(self, f: _FlowState, topic: str) -> bool:
-        plan = f.plans[topic]
-        faults = self.config.drop_every or self.config.duplicate_every
-        return plan.identity and not self.config.always_repartition and not faults
-
-    async def _copy(self, f: _FlowState, tp: TopicPartition, c: _Copier) -> None:
-        topic, partition = tp
-        backoff = 0.1
-        name = f.flow.name
-        while not c.stop.is_set():
-            try:
-                if c.resume_scan:
-                    # What did the previous owner copy past the committed offset before it stopped?
-                    c.copies, _ = await scan_target(self.target, f.plans[topic].target_topic, partition, c.target_end)
-                    c.resume_scan = False
-                    if c.copies is None:
-                        log.warning("%s: %s-%d: too much to scan in the target; resuming at-least-once", name, *tp)
-                    c.copies = c.copies or None
-                got, failed = await fetch_raw(
-                    f.source,
-                    [(topic, partition, c.next_offset)],
-                    max_bytes=self.config.fetch_max_bytes,
-                    max_wait_ms=self.config.fetch_max_wait_ms,
-                )
-                if tp in failed or tp not in got:
-                    await f.source.refresh([topic])
-                    raise KafkaError(failed.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR), "fetch failed")
-                part = got[tp]
-                self.metrics.lag.labels(name, topic, str(partition)).set(max(part.high_watermark - c.next_offset, 0))
-                if not part.batches:
-                    backoff = 0.1
-                    continue
-                data = [(h, b) for h, b in part.batches if not h.is_control]
-                if data and c.copies is not None:
-                    data = self._skip_previous_copies(f, tp, c, data)
-                if data:
-                    await self._deliver(f, tp, c, data)
-                c.next_offset = max(c.next_offset, part.batches[-1][0].next_offset)
-                backoff = 0.1
-            except OffsetOutOfRangeError:
-                # never a silent reset: a gap below the log start is reported (or stops the partition)
-                c.next_offset = await self.gaps[name].out_of_range(topic, partition, c.next_offset)
-            except (KafkaConnectionError, KafkaTimeoutError, KafkaError, UnknownTopicError) as e:
-                log.info("%s: %s-%d: %s; retrying in %.1fs", name, topic, partition, e, backoff)
-                try:
-                    await asyncio.wait_for(c.stop.wait(), backoff)
-                except TimeoutError:
-                    pass
-                backoff = min(backoff * 2, _BACKOFF_MAX)
-
-    def _skip_previous_copies(
-        self, f: _FlowState, tp: TopicPartition, c: _Copier, data: list[tuple[BatchHeader, memoryview]]
-    ) -> list[tuple[BatchHeader, memoryview]]:
-        """Drop the leading batches the previous owner already copied into the target."""
-        assert c.copies is not None
-        n, end = skip_copied([as_plain_batch(h, b) for h, b in data], c.copies)
-        if n:
-            c.target_end = max(c.target_end, end)
-            records = sum(h.records_count for h, _ in data[:n])
-            self.metrics.skipped.labels(f.flow.name, tp[0]).inc(records)
-            log.info(
-                "%s: %s-%d: %d batch(es), %d record(s) from offset %d were already copied by the previous owner: skipped",
-                f.flow.name,
-                *tp,
-                n,
-                records,
-                data[0][0].base_offset,
-            )
-        if n < len(data):
-            c.copies = None  # the rest was never copied: a prefix only, so matching is over
-        return data[n:]
-
-    async def _deliver(
-        self, f: _FlowState, tp: TopicPartition, c: _Copier, batches: list[tuple[BatchHeader, memoryview]]
-    ) -> None:
-        """Produce the batches into the target until it acknowledged all of them (acks=all)."""
-        plan = f.plans[tp[0]]
-        name = f.flow.name
-        if self._fast_path(f, tp[0]):
-            await self._produce_same_partition(
-                f, c, plan.target_topic, tp[1], [as_plain_batch(h, b) for h, b in batches]
-            )
-        else:
-            for partition, payload in self._repartition(f, plan, tp[1], batches).items():
-                await self._produce(f, plan.target_topic, partition, payload)
-        count = sum(h.records_count for h, _ in batches)
-        self.metrics.records.labels(name, tp[0]).inc(count)
-        self.metrics.bytes.labels(name, tp[0]).inc(sum(len(b) for _, b in batches))
-        newest = max(h.max_timestamp for h, _ in batches)
-        if newest > 0:
-            self.metrics.latency.labels(name).observe(max(time.time() - newest / 1000.0, 0.0))
-            if tp[0] == HEARTBEATS_TOPIC:
-                self.heartbeats.acked(name, newest)
-
-    def _repartition(
-        self, f: _FlowState, plan: _TopicPlan, source_partition: int, batches: list[tuple[BatchHeader, memoryview]]
-    ) -> dict[int, bytes]:
-        """Decode, choose each record's target partition as the Java client would, re-encode per
-        partition (same codec and timestamp type as the source batch). Applies the test faults."""
-        per_partition: dict[int, list[bytes]] = defaultdict(list)
-        n = plan.target_partitions
-        for _, b in batches:
-            header, records = decode_batch(b)
-            out: dict[int, list[RecordInput]] = defaultdict(list)
-            for r in records:
-                f.records_seen += 1
-                copies = 1
-                if self.config.drop_every and f.records_seen % self.config.drop_every == 0:
-                    self.metrics.dropped.labels(f.flow.name).inc()
-                    continue
-                if self.config.duplicate_every and f.records_seen % self.config.duplicate_every == 0:
-                    self.metrics.duplicated.labels(f.flow.name).inc()
-                    copies = 2
-                target = to_positive(murmur2(r.key)) % n if r.key is not None else source_partition % n
-                for _ in range(copies):
-                    out[target].append(RecordInput(r.key, r.value, r.timestamp, r.headers))
-            for target, recs in out.items():
-                per_partition[target].append(
-                    encode_batch(recs, compression=header.codec, timestamp_type=1 if header.attributes & 0x08 else 0)
-                )
-        return {p: b"".join(parts) for p, parts in per_partition.items()}
-
-    async def _produce_same_partition(
-        self, f: _FlowState, c: _Copier, topic: str, partition: int, batches: list[bytes | memoryview]
-    ) -> None:
-        """The fast path's produce: acks=all, retried until acknowledged; before a retry, the batches
-        an unanswered attempt did append (found in the target past ``c.target_end``) are dropped,
-        so a lost answer does not turn into a duplicate."""
-        backoff = 0.1
-        while batches:
-            try:
-                base = await produce_raw(self.target, topic, partition, b"".join(batches), acks=-1)
-                c.target_end = base + sum(_span(b) for b in batches)
-                return
-            except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
-                self.metrics.produce_errors.labels(f.flow.name).inc()
-                level = logging.INFO if isinstance(e, KafkaError) and e.retriable else logging.WARNING
-                log.log(
-                    level, "%s: producing to %s-%d: %s; retrying in %.1fs", f.flow.name, topic, partition, e, backoff
-                )
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _BACKOFF_MAX)
-            try:
-                await self.target.refresh([topic])
-                if c.target_end >= 0:
-                    n, end = await self._find_appended(topic, partition, c.target_end, batches)
-                    if n:
-                        log.info(
-                            "%s: %s-%d: %d of %d batch(es) of the unanswered produce are in the target: not sent again",
-                            f.flow.name,
-                            topic,
-                            partition,
-                            n,
-                            len(batches),
-                        )
-                        c.target_end = max(c.target_end, end)
-                        batches = batches[n:]
-            except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
-                pass
-
-    async def _find_appended(
-        self, topic: str, partition: int, start: int, batches: list[bytes | memoryview]
-    ) -> tuple[int, int]:
-        """How many leading ``batches`` an unanswered produce appended (see :func:`skip_copied`):
-        scans until all are found or the high watermark stood still for three seconds (a new
-        leader's high watermark catches up with what it holds within a follower fetch or two)."""
-        last_hw, still = -2, 0
-        found = (0, -1)
-        for _ in range(60):
-            copies, hw = await scan_target(self.target, topic, partition, start)
-            found = skip_copied(batches, copies or {})
-            if found[0] == len(batches) or copies is None:
-                return found
-            still = still + 1 if hw == last_hw else 0
-            if still >= 3:
-                return found
-            last_hw = hw
-            await asyncio.sleep(1.0)
-        return found
-
-    async def _produce(self, f: _FlowState, topic: str, partition: int, payload: bytes) -> None:
-        backoff = 0.1
-        while True:
-            try:
-                await produce_raw(self.target, topic, partition, payload, acks=-1)
-                return
-            except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
-                self.metrics.produce_errors.labels(f.flow.name).inc()
-                level = logging.INFO if isinstance(e, KafkaError) and e.retriable else logging.WARNING
-                log.log(
-                    level, "%s: producing to %s-%d: %s; retrying in %.1fs", f.flow.name, topic, partition, e, backoff
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX)
-                try:
-                    await self.target.refresh([topic])
-                except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
-                    pass
-
     # -- offsets -------------------------------------------------------------------------------
 
-    async def _commit(self, f: _FlowState, tp: TopicPartition, c: _Copier) -> None:
-        if c.next_offset != c.committed:
+    async def _commit(self, f: FlowState, tp: TopicPartition, c: Copier) -> None:
+        if c.next_offset >= 0 and c.next_offset != c.committed:
             offset = c.next_offset
             # read together (no await between): the target offset that goes with this source offset
             target = c.target_end if c.target_end >= 0 and c.copies is None and not c.resume_scan else None
@@ -594,9 +368,15 @@ class Mirror:
 
     async def _commit_all(self) -> None:
         for f in self.flows:
+            if f.group.suspended:
+                continue  # the session may expire: the next owner's offsets are not ours to write
             for tp, c in list(f.copiers.items()):
                 try:
                     await self._commit(f, tp, c)
+                except FencedError as e:
+                    log.error("%s: %s: stopping the copier of %s-%d", f.flow.name, e, *tp)
+                    c.stop.set()
+                    f.changed.set()
                 except Exception as e:
                     log.warning("%s: committing %s-%d: %s", f.flow.name, *tp, e)
 
@@ -613,10 +393,15 @@ class Mirror:
         for f in self.flows:
             for tp in list(f.copiers):
                 await self._stop_copier(f, tp, release=True)
+        await self.supervisor.stop_all()
         for writer in self.writers.values():
             await writer.close()
         for f in self.flows:
-            await asyncio.to_thread(f.group.stop)
+            try:
+                await asyncio.to_thread(f.group.stop)
+            except Exception as e:
+                log.warning("%s: leaving the group: %s", f.flow.name, e)
+            await f.fetcher.close()
             await f.source.close()
         await self.target.close()
 

@@ -1,0 +1,446 @@
+"""One source partition's copier: fetch from the source leader, produce into the target.
+
+::
+
+    fetch (raw) from the source leader at the next offset
+      -> fast path: the complete batches as they are (control batches dropped, producer state of
+         idempotent batches reset), produced raw with acks=all to the SAME partition number
+      -> re-partitioning path (partition counts differ, or a test fault is set): records decoded
+         and produced with acks=all to murmur2(key) % n (the Java client's choice; a null key keeps
+         its source partition modulo n), keys / values / headers / CreateTime kept
+      -> only when the target acknowledged every batch of the fetch does the partition's
+         acknowledged offset (``next_offset``) move past them.
+
+The :class:`Copier` holds the partition's state (next offset, committed offset, the target offset
+after its last acknowledged append); :meth:`Copier.run` is its loop. The mirror
+(:mod:`headwater.mirror.mirror`) starts and stops copiers and commits their offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from headwater.client.cluster import Cluster
+from headwater.client.consumer import EARLIEST, LATEST, Consumer
+from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, OffsetOutOfRangeError, UnknownTopicError
+from headwater.client.partitioner import murmur2, to_positive
+from headwater.client.raw import as_plain_batch, produce_raw
+from headwater.mirror.config import HEARTBEATS_TOPIC, MirrorConfig
+from headwater.mirror.copies import TargetCopies, scan_target, skip_copied
+from headwater.mirror.metrics import MirrorMetrics
+from headwater.mirror.plan import TopicPlan
+from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.records.header import ATTRIBUTES_OFFSET, TIMESTAMP_TYPE_BIT, BatchHeader
+from headwater.protocol.records.record import RecordInput, decode_batch, encode_batch
+from headwater.service.supervisor import FatalError, Unit
+
+if TYPE_CHECKING:
+    from headwater.mirror.mirror import FlowState
+
+__all__ = ["STUCK_AFTER_S", "Copier", "TopicPartition", "as_target_batch", "batch_span", "is_dense"]
+
+log = logging.getLogger("headwater.mirror")
+
+TopicPartition = tuple[str, int]
+BACKOFF_MAX = 5.0
+#: consecutive failed fetches retried quietly (INFO) before the failure goes to the supervisor
+_RETRIES_BEFORE_FAILING = 8
+#: a copier that has neither fetched nor delivered for this long is reported stuck by /healthz
+STUCK_AFTER_S = 120.0
+_LAST_OFFSET_DELTA = ATTRIBUTES_OFFSET + 2
+
+
+def batch_span(batch: bytes | memoryview) -> int:
+    """How many offsets a batch takes in the log (last offset delta + 1)."""
+    return int.from_bytes(batch[_LAST_OFFSET_DELTA : _LAST_OFFSET_DELTA + 4], "big", signed=True) + 1
+
+
+#: answers that say the produce was NOT appended: retried at once, without looking for it in the target
+NOT_APPENDED_ERRORS = frozenset(
+    {
+        ErrorCode.NOT_LEADER_FOR_PARTITION,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_ENOUGH_REPLICAS,  # checked before the append (unlike ..._AFTER_APPEND)
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
+#: answers retrying cannot fix: the partition's copier stops (FatalError: ERROR, counted, /healthz 503)
+FATAL_PRODUCE_ERRORS = frozenset(
+    {
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.RECORD_LIST_TOO_LARGE,
+        ErrorCode.CORRUPT_MESSAGE,  # batches are dense (re-encoded when cleaned): the source data is corrupt
+        ErrorCode.INVALID_TIMESTAMP,
+        ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+        ErrorCode.INVALID_REQUIRED_ACKS,
+        ErrorCode.INVALID_TOPIC_EXCEPTION,
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        ErrorCode.POLICY_VIOLATION,
+    }
+)
+#: at most this many scans (one a second) for the batches of an unanswered produce
+_SCAN_ROUNDS_MAX = 15
+
+
+def _not_appended(e: Exception) -> bool:
+    return isinstance(e, KafkaError) and e.code in NOT_APPENDED_ERRORS
+
+
+def is_dense(h: BatchHeader) -> bool:
+    """Whether the batch's records fill its offset range (the log cleaner leaves gaps)."""
+    return h.records_count == h.last_offset_delta + 1
+
+
+def as_target_batch(h: BatchHeader, b: memoryview) -> bytes | memoryview | None:
+    """A fetched batch as the fast path produces it, None when there is nothing to produce.
+
+    A batch the source's log cleaner compacted keeps its offset range but lost records (offset
+    gaps); a broker refuses such a batch from a producer (CORRUPT_MESSAGE), so it is decoded and
+    re-encoded with dense offsets (same codec, timestamp type, timestamps, keys, values, headers),
+    as MirrorMaker 2 re-produces records. Re-encoding is deterministic, so a copy made this way is
+    still recognised in the target (:mod:`headwater.mirror.copies`). A batch the cleaner emptied
+    is left out. Any other batch is produced as it is (producer state reset: :func:`as_plain_batch`).
+    """
+    if is_dense(h):
+        return as_plain_batch(h, b)
+    if h.records_count == 0:
+        return None
+    _, records = decode_batch(b)
+    return encode_batch(
+        [RecordInput(r.key, r.value, r.timestamp, r.headers) for r in records],
+        compression=h.codec,
+        timestamp_type=1 if h.attributes & TIMESTAMP_TYPE_BIT else 0,
+    )
+
+
+class Copier:
+    """One owned source partition: its offsets and its copy loop."""
+
+    def __init__(
+        self,
+        flow: FlowState,
+        tp: TopicPartition,
+        *,
+        config: MirrorConfig,
+        target: Cluster,
+        metrics: MirrorMetrics,
+        next_offset: int,
+        committed: int,
+    ) -> None:
+        self.flow = flow
+        self.tp = tp
+        self.config = config
+        self.target = target
+        self.metrics = metrics
+        self.stop = asyncio.Event()
+        self.next_offset = next_offset  # the source offset after everything the target acknowledged
+        self.committed = committed  # what the group in ZooKeeper holds (-1: nothing yet)
+        self.unit_name = f"{flow.flow.name} {tp[0]}-{tp[1]}"
+        #: fast path: the target offset right after this copier's last acknowledged append (-1: unknown)
+        self.target_end = -1
+        #: fast path, after a change of owner: copies the previous owner made past the committed offset
+        self.copies: TargetCopies | None = None
+        self.resume_scan = False  # scan the target from target_end before the first fetch
+        self._told_reencoded = False
+
+    @property
+    def plan(self) -> TopicPlan:
+        return self.flow.plans[self.tp[0]]
+
+    def fast_path(self) -> bool:
+        faults = self.config.drop_every or self.config.duplicate_every
+        return self.plan.identity and not self.config.always_repartition and not faults
+
+    async def reset_offset(self) -> int:
+        """The source offset ``auto.offset.reset`` points at (earliest or latest)."""
+        consumer = Consumer("", cluster=self.flow.source)
+        when = EARLIEST if self.config.auto_offset_reset == "earliest" else LATEST
+        return (await consumer.offsets_before(self.tp[0], self.tp[1], when, 1))[0]
+
+    def describe(self) -> str:
+        """What the copier was doing, for the supervisor's ERROR line."""
+        return f"next offset {self.next_offset}, target end {self.target_end}"
+
+    async def run(self, unit: Unit) -> None:
+        """The copy loop, run by the mirror's supervisor: an exception that escapes is logged at
+        ERROR, counted and the loop started again with backoff (the offsets live on in this
+        object); :class:`FatalError` stops this partition only."""
+        topic, partition = tp = self.tp
+        backoff = 0.1
+        failures = 0
+        name = self.flow.flow.name
+        try:
+            while not self.stop.is_set():
+                if self.next_offset < 0:  # nothing committed: where auto.offset.reset points
+                    self.next_offset = await self.reset_offset()
+                try:
+                    if self.resume_scan:
+                        # What did the previous owner copy past the committed offset before it stopped?
+                        self.copies, _ = await scan_target(
+                            self.target, self.plan.target_topic, partition, self.target_end
+                        )
+                        self.resume_scan = False
+                        if self.copies is None:
+                            log.warning("%s: %s-%d: too much to scan in the target; resuming at-least-once", name, *tp)
+                        self.copies = self.copies or None
+                    part = await self.flow.fetcher.fetch(tp, self.next_offset)
+                    unit.progress()
+                    self.metrics.lag.labels(name, topic, str(partition)).set(
+                        max(part.high_watermark - self.next_offset, 0)
+                    )
+                    failures, backoff = 0, 0.1
+                    if not part.batches:
+                        continue
+                    data = [(h, b) for h, b in part.batches if not h.is_control]
+                    if data and self.copies is not None:
+                        data = self._skip_previous_copies(data)
+                    if data:
+                        await self._wait_while_suspended()
+                        await self._deliver(data)
+                        unit.progress()
+                    self.next_offset = max(self.next_offset, part.batches[-1][0].next_offset)
+                except OffsetOutOfRangeError:
+                    # never a silent reset: a gap below the log start is reported, or stops this partition
+                    old = self.next_offset
+                    if self.flow.gaps is not None:  # always, in Mirror.run
+                        self.next_offset = await self.flow.gaps.out_of_range(topic, partition, old)
+                    else:  # a flow built without one (unit fakes): auto.offset.reset, loudly
+                        self.next_offset = await self.reset_offset()
+                        log.error("%s: %s-%d offset %d is out of range: reset to %d", name, *tp, old, self.next_offset)
+                except (KafkaConnectionError, KafkaTimeoutError, KafkaError, UnknownTopicError) as e:
+                    # A leader moving, a broker restarting: retried here a few times; then the
+                    # supervisor takes over (ERROR, counted, unhealthy while it backs off).
+                    failures += 1
+                    if failures > _RETRIES_BEFORE_FAILING:
+                        raise
+                    log.info("%s: %s-%d: %s; retrying in %.1fs", name, topic, partition, e, backoff)
+                    try:
+                        await asyncio.wait_for(self.stop.wait(), backoff)
+                    except TimeoutError:
+                        pass
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+        except _Stopped:
+            pass
+
+    def _skip_previous_copies(self, data: list[tuple[BatchHeader, memoryview]]) -> list[tuple[BatchHeader, memoryview]]:
+        """Drop the leading batches the previous owner already copied into the target."""
+        assert self.copies is not None
+        produced = [(i, as_target_batch(h, b)) for i, (h, b) in enumerate(data)]
+        kept = [(i, p) for i, p in produced if p is not None]
+        matched, end = skip_copied([p for _, p in kept], self.copies)
+        n = len(data) if matched == len(kept) else kept[matched][0]
+        if n:
+            self.target_end = max(self.target_end, end)
+            records = sum(h.records_count for h, _ in data[:n])
+            self.metrics.skipped.labels(self.flow.flow.name, self.tp[0]).inc(records)
+            log.info(
+                "%s: %s-%d: %d batch(es), %d record(s) from offset %d were already copied by the previous owner: skipped",
+                self.flow.flow.name,
+                *self.tp,
+                n,
+                records,
+                data[0][0].base_offset,
+            )
+        if n < len(data):
+            self.copies = None  # the rest was never copied: a prefix only, so matching is over
+        return data[n:]
+
+    async def _deliver(self, batches: list[tuple[BatchHeader, memoryview]]) -> None:
+        """Produce the batches into the target until it acknowledged all of them (acks=all)."""
+        plan = self.plan
+        name = self.flow.flow.name
+        topic = self.tp[0]
+        if self.fast_path():
+            await self._produce_same_partition(plan.target_topic, self.tp[1], self._as_produced(batches))
+        else:
+            for partition, payload in self._repartition(plan, batches).items():
+                await self._produce(plan.target_topic, partition, payload)
+        count = sum(h.records_count for h, _ in batches)
+        self.metrics.records.labels(name, topic).inc(count)
+        self.metrics.bytes.labels(name, topic).inc(sum(len(b) for _, b in batches))
+        newest = max(h.max_timestamp for h, _ in batches)
+        if newest > 0:
+            self.metrics.latency.labels(name).observe(max(time.time() - newest / 1000.0, 0.0))
+            if topic == HEARTBEATS_TOPIC and self.flow.heartbeats is not None:
+                self.flow.heartbeats.acked(name, newest)
+
+    def _as_produced(self, batches: list[tuple[BatchHeader, memoryview]]) -> list[bytes | memoryview]:
+        """The fast path's batches as the target accepts them (see :func:`as_target_batch`)."""
+        out: list[bytes | memoryview] = []
+        reencoded = 0
+        for h, b in batches:
+            produced = as_target_batch(h, b)
+            if produced is not None:
+                out.append(produced)
+            if not is_dense(h):
+                reencoded += 1
+        if reencoded:
+            self.metrics.reencoded.labels(self.flow.flow.name, self.tp[0]).inc(reencoded)
+            if not self._told_reencoded:
+                self._told_reencoded = True
+                log.info(
+                    "%s: %s-%d: compacted batches (offset gaps left by the source's cleaner) are re-encoded with "
+                    "dense offsets (the first from source offset %d)",
+                    self.flow.flow.name,
+                    *self.tp,
+                    batches[0][0].base_offset,
+                )
+        return out
+
+    def _repartition(self, plan: TopicPlan, batches: list[tuple[BatchHeader, memoryview]]) -> dict[int, bytes]:
+        """Decode, choose each record's target partition as the Java client would, re-encode per
+        partition (same codec and timestamp type as the source batch). Applies the test faults."""
+        per_partition: dict[int, list[bytes]] = defaultdict(list)
+        n = plan.target_partitions
+        f = self.flow
+        for _, b in batches:
+            header, records = decode_batch(b)
+            out: dict[int, list[RecordInput]] = defaultdict(list)
+            for r in records:
+                f.records_seen += 1
+                copies = 1
+                if self.config.drop_every and f.records_seen % self.config.drop_every == 0:
+                    self.metrics.dropped.labels(f.flow.name).inc()
+                    continue
+                if self.config.duplicate_every and f.records_seen % self.config.duplicate_every == 0:
+                    self.metrics.duplicated.labels(f.flow.name).inc()
+                    copies = 2
+                target = to_positive(murmur2(r.key)) % n if r.key is not None else self.tp[1] % n
+                for _ in range(copies):
+                    out[target].append(RecordInput(r.key, r.value, r.timestamp, r.headers))
+            for target, recs in out.items():
+                per_partition[target].append(
+                    encode_batch(recs, compression=header.codec, timestamp_type=1 if header.attributes & 0x08 else 0)
+                )
+        return {p: b"".join(parts) for p, parts in per_partition.items()}
+
+    async def _produce_same_partition(self, topic: str, partition: int, batches: list[bytes | memoryview]) -> None:
+        """The fast path's produce: acks=all, retried until acknowledged. After an answer that does
+        not say whether the batches were appended (no answer, a timeout, an append not yet
+        replicated), the batches that attempt did append (found in the target past
+        ``target_end``) are dropped before the retry, so a lost answer does not turn into a
+        duplicate; after a definite "not appended" (NOT_LEADER_FOR_PARTITION ...) the retry goes
+        out at once, without that scan. An error retrying cannot fix raises FatalError."""
+        backoff = 0.1
+        attempt = 0
+        while batches:
+            attempt += 1
+            try:
+                base = await produce_raw(self.target, topic, partition, b"".join(batches), acks=-1)
+                self.target_end = base + sum(batch_span(b) for b in batches)
+                return
+            except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
+                error: Exception = e
+                self._produce_failed(topic, partition, e, backoff, attempt)
+            await self._pause(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX)
+            try:
+                await self.target.refresh([topic])
+                if self.target_end >= 0 and not _not_appended(error):
+                    n, end = await self._find_appended(topic, partition, self.target_end, batches)
+                    if n:
+                        log.info(
+                            "%s: %s-%d: %d of %d batch(es) of the unanswered produce are in the target: not sent again",
+                            self.flow.flow.name,
+                            topic,
+                            partition,
+                            n,
+                            len(batches),
+                        )
+                        self.target_end = max(self.target_end, end)
+                        batches = batches[n:]
+            except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
+                pass
+
+    def _produce_failed(self, topic: str, partition: int, e: Exception, backoff: float, attempt: int) -> None:
+        """Count and log a failed produce; raise FatalError when retrying cannot help."""
+        name = self.flow.flow.name
+        self.metrics.produce_errors.labels(name).inc()
+        if isinstance(e, KafkaError) and e.code in FATAL_PRODUCE_ERRORS:
+            raise FatalError(
+                f"the target refused {topic}-{partition} from source offset {self.next_offset}: {e.code.name} "
+                "(retrying cannot fix it: check the target topic's max.message.bytes / message.format and the "
+                "source batch; the partition stays stopped until the mirror restarts)"
+            ) from e
+        quiet = attempt <= 3 and isinstance(e, KafkaError) and e.retriable
+        log.log(
+            logging.INFO if quiet else logging.WARNING,
+            "%s: producing to %s-%d: %s; retrying in %.1fs (attempt %d)",
+            name,
+            topic,
+            partition,
+            e,
+            backoff,
+            attempt,
+        )
+
+    async def _find_appended(
+        self, topic: str, partition: int, start: int, batches: list[bytes | memoryview]
+    ) -> tuple[int, int]:
+        """How many leading ``batches`` an unanswered produce appended (see :func:`skip_copied`):
+        scans until all are found or the high watermark stood still for three seconds (a new
+        leader's high watermark catches up with what it holds within a follower fetch or two)."""
+        last_hw, still = -2, 0
+        found = (0, -1)
+        for _ in range(_SCAN_ROUNDS_MAX):
+            copies, hw = await scan_target(self.target, topic, partition, start)
+            found = skip_copied(batches, copies or {})
+            if found[0] == len(batches) or copies is None:
+                return found
+            still = still + 1 if hw == last_hw else 0
+            if still >= 3:
+                return found
+            last_hw = hw
+            await self._pause(1.0)
+        return found
+
+    async def _produce(self, topic: str, partition: int, payload: bytes) -> None:
+        """The re-partitioning path's produce: acks=all, retried until acknowledged (at-least-once)."""
+        backoff = 0.1
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await produce_raw(self.target, topic, partition, payload, acks=-1)
+                return
+            except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
+                self._produce_failed(topic, partition, e, backoff, attempt)
+            await self._pause(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX)
+            try:
+                await self.target.refresh([topic])
+            except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
+                pass
+
+    async def _wait_while_suspended(self) -> None:
+        """No produce while this member's ZooKeeper session may be expiring: another member may
+        own the partition by now (review finding 4). On LOST the mirror stops the copier."""
+        group = self.flow.group
+        if not group.suspended:
+            return
+        log.warning(
+            "%s: %s-%d: ZooKeeper connection lost: not producing until it is back", self.flow.flow.name, *self.tp
+        )
+        while group.suspended:
+            await self._pause(0.1)
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep before a retry; a copier told to stop gives up the retry (its offset has not
+        moved past what the target acknowledged, so the next owner starts from there)."""
+        try:
+            await asyncio.wait_for(self.stop.wait(), seconds)
+        except TimeoutError:
+            return
+        raise _Stopped
+
+
+class _Stopped(Exception):
+    """The copier was told to stop while it waited to retry."""

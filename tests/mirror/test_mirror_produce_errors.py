@@ -1,0 +1,135 @@
+"""Review finding 7: a definite "not appended" answer is retried at once, without the scan for an
+unanswered produce; an error retrying cannot fix stops the partition loudly (unit tests: real
+Mirror, Copier and Supervisor; fake group, source and target answers)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+import headwater.mirror.copier as copier_module
+from headwater.client.errors import KafkaTimeoutError
+from headwater.client.raw import RawPartition
+from headwater.mirror.mirror import FlowState, Mirror
+from headwater.mirror.plan import TopicPlan
+from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.records.header import read_header
+from headwater.protocol.records.record import RecordInput, encode_batch
+from tests.mirror.fakes import FakeFetcher, FakeGroup, fake_mirror, wait_until
+
+TP = ("orders", 0)
+
+
+class FakeTarget:
+    async def refresh(self, topics: list[str]) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
+def _one_batch_then_idle() -> FakeFetcher:
+    batch = encode_batch([RecordInput(b"k", b"v", 1_700_000_000_000)], base_offset=10)
+    h = read_header(batch)
+
+    async def answer(tp: tuple[str, int], offset: int) -> RawPartition:
+        if offset <= 10:
+            return RawPartition([(h, memoryview(batch))], 11, 0)
+        return await FakeFetcher.idle(tp, offset)
+
+    return FakeFetcher(answer)
+
+
+def _mirror() -> tuple[Mirror, FlowState]:
+    group = FakeGroup("m1", {"orders": 1})
+    group.offsets[TP] = 10
+    m, f = fake_mirror(group, _one_batch_then_idle())
+    m.target = FakeTarget()  # type: ignore[assignment]
+
+    async def plan(f: FlowState, topic: str, n: int) -> TopicPlan:
+        return TopicPlan(topic, n, n)
+
+    m._plan_topic = plan  # type: ignore[method-assign]
+    return m, f
+
+
+def group_offsets(f: FlowState) -> dict[tuple[str, int], int]:
+    assert isinstance(f.group, FakeGroup)
+    return f.group.offsets
+
+
+def test_not_leader_is_retried_at_once_without_a_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    scans: list[float] = []
+    sent: list[float] = []
+    answers: list[BaseException | int] = [
+        KafkaTimeoutError("no answer"),  # unknown outcome: the target is scanned
+        KafkaError(ErrorCode.NOT_LEADER_FOR_PARTITION),  # definitely not appended: no scan
+        100,
+    ]
+
+    async def produce_raw(*args: object, **kwargs: object) -> int:
+        sent.append(time.monotonic())
+        a = answers.pop(0)
+        if isinstance(a, BaseException):
+            raise a
+        return a
+
+    async def scan_target(*args: object, **kwargs: object) -> tuple[dict[bytes, list[int]], int]:
+        scans.append(time.monotonic())
+        return {}, 50  # nothing of ours there, and the high watermark stands still
+
+    monkeypatch.setattr(copier_module, "produce_raw", produce_raw)
+    monkeypatch.setattr(copier_module, "scan_target", scan_target)
+
+    async def main() -> None:
+        m, f = _mirror()
+        await m._rebalance(f)
+        c = f.copiers[TP]
+        c.target_end = 50  # known: the target offset after our last append
+        await wait_until(lambda: c.next_offset == 11, "the batch to be acknowledged")
+        assert c.target_end == 101
+        assert len(sent) == 3
+        assert len(scans) >= 3, "the timed-out produce was looked for (3 still rounds)"
+        scans_before_not_leader = [t for t in scans if t < sent[1]]
+        assert len(scans_before_not_leader) == len(scans), "no scan after NOT_LEADER_FOR_PARTITION"
+        assert sent[2] - sent[1] < 1.0, f"retry after NOT_LEADER took {sent[2] - sent[1]:.2f}s"
+        await m._shutdown()
+
+    asyncio.run(main())
+
+
+def test_message_too_large_stops_the_partition_loudly(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    sent: list[float] = []
+
+    async def produce_raw(*args: object, **kwargs: object) -> int:
+        sent.append(time.monotonic())
+        raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE, "producing to orders-0: MESSAGE_TOO_LARGE")
+
+    monkeypatch.setattr(copier_module, "produce_raw", produce_raw)
+
+    async def main() -> None:
+        m, f = _mirror()
+        await m._rebalance(f)
+        c = f.copiers[TP]
+        unit = m.supervisor.unit(c.unit_name)
+        assert unit is not None
+        await wait_until(lambda: unit.state == "failed", "the copier to stop")
+        await asyncio.sleep(0.3)
+        assert len(sent) == 1, "not retried"
+        assert c.next_offset == 10, "nothing acknowledged"
+        ok, why = m.health()
+        assert not ok and "dc1->agg orders-0: failed: the target refused orders-0 from source offset 10" in why
+        assert "MESSAGE_TOO_LARGE" in why
+        assert m.metrics.registry.get_sample_value("headwater_mirror_task_failures_total", {"flow": "dc1->agg"}) == 1.0
+        assert any(r.levelno == logging.ERROR and "not restarted" in r.getMessage() for r in caplog.records)
+        t0 = time.monotonic()
+        await m._shutdown()
+        assert time.monotonic() - t0 < 5, "a stopped copier does not hold up the shutdown"
+        assert group_offsets(f)[TP] == 10
+
+    asyncio.run(main())
