@@ -138,3 +138,57 @@ def test_settings_for_loss_and_heartbeats() -> None:
     ]:
         with pytest.raises(MirrorConfigError, match=message):
             parse({**BASE, **change})
+
+
+def test_stop_fails_only_that_partition_under_the_supervisor_and_report_goes_on() -> None:
+    """The real Mirror, Copier and Supervisor (fake group and source): with ``stop`` the partition
+    whose offset fell below the log start is failed (not restarted, /healthz 503 with the gap), the
+    other partition keeps copying; with ``report`` the copier resumes at the log start."""
+    from headwater.client.errors import OffsetOutOfRangeError
+    from headwater.client.raw import RawPartition
+    from headwater.mirror.mirror import FlowState
+    from headwater.mirror.plan import TopicPlan
+    from tests.mirror.fakes import FakeFetcher, FakeGroup, fake_mirror, wait_until
+
+    async def answer(tp: tuple[str, int], offset: int) -> RawPartition:
+        if tp[1] == 0 and offset < 1500:
+            raise OffsetOutOfRangeError(tp[0], tp[1], offset)
+        return await FakeFetcher.idle(tp, offset)
+
+    async def main(policy: str) -> tuple[_Source, FakeFetcher, str, str, str]:
+        group = FakeGroup("mirror-a", {"orders": 2})
+        group.offsets[("orders", 0)] = 1200
+        group.offsets[("orders", 1)] = 50
+        fetcher = FakeFetcher(answer)
+        m, f = fake_mirror(group, fetcher, **{"mirror.on.data.loss": policy})
+        src = _Source(1500, 1800)
+        f.gaps = src.reporter(policy)
+
+        async def plan(f: FlowState, topic: str, n: int) -> TopicPlan:
+            return TopicPlan(topic, n, n)
+
+        m._plan_topic = plan  # type: ignore[method-assign]
+        await m._rebalance(f)
+        units = [m.supervisor.unit(f.copiers[("orders", p)].unit_name) for p in (0, 1)]
+        assert units[0] is not None and units[1] is not None
+        if policy == "stop":
+            await wait_until(lambda: units[0].state == "failed", "the partition to stop")
+        else:
+            await wait_until(lambda: (("orders", 0), 1500) in fetcher.calls, "the copier to resume at the log start")
+        calls = len(fetcher.calls)
+        await wait_until(lambda: len(fetcher.calls) > calls + 3, "the other partition to keep fetching")
+        ok, why = m.health()
+        state = units[0].state
+        for tp in list(f.copiers):
+            await m._stop_copier(f, tp, release=True)
+        return src, fetcher, state, why, "ok" if ok else "unhealthy"
+
+    src, fetcher, state, why, health = asyncio.run(main("stop"))
+    assert state == "failed" and health == "unhealthy"
+    assert "orders-0: failed: lost at mirror dc2->agg: source retention, 300 records of orders-0" in why
+    assert "mirror.on.data.loss = stop" in why
+    assert len(src.published) == 1  # reported once, then stopped: never restarted into a second report
+    assert (("orders", 0), 1500) not in fetcher.calls
+
+    src, fetcher, state, why, health = asyncio.run(main("report"))
+    assert state == "running" and len(src.published) == 1
