@@ -71,6 +71,7 @@ class Heartbeats:
         """Write one heartbeat per interval into the source until ``stop``."""
         flow = f"{source}->{target}"
         failing = False
+        timeout = max(10.0, 5 * self.interval_s)
         while not stop.is_set():
             now_ms = int(self.clock() * 1000)
             key, value = heartbeat_record(source, target, now_ms)
@@ -78,7 +79,7 @@ class Heartbeats:
                 await writer.ensure_topic(HEARTBEATS_TOPIC, 1, _TOPIC_CONFIGS)
                 await asyncio.wait_for(
                     writer.producer.send_and_wait(HEARTBEATS_TOPIC, value, key, timestamp_ms=now_ms),
-                    max(10.0, 5 * self.interval_s),
+                    timeout,
                 )
                 if failing:
                     log.warning("%s: heartbeats written into the source again", flow)
@@ -87,12 +88,12 @@ class Heartbeats:
                 raise
             except Exception as e:
                 if not failing:
+                    why = f"{type(e).__name__}: {e}" if str(e) else f"no acknowledgement within {timeout:.0f} s"
                     log.warning(
-                        "%s: cannot write heartbeats into the source (%s: %s); retrying every %.1f s "
+                        "%s: cannot write heartbeats into the source (%s); retrying every %.1f s "
                         "(headwater_mirror_heartbeat_age_seconds grows meanwhile)",
                         flow,
-                        type(e).__name__,
-                        e,
+                        why,
                         self.interval_s,
                     )
                 failing = True
