@@ -301,16 +301,17 @@ class Copier:
         per_partition: dict[int, list[bytes]] = defaultdict(list)
         n = plan.target_partitions
         f = self.flow
+        faults = self.tp[0] != HEARTBEATS_TOPIC  # the test faults hit data, not the mirror's own heartbeats
         for _, b in batches:
             header, records = decode_batch(b)
             out: dict[int, list[RecordInput]] = defaultdict(list)
             for r in records:
-                f.records_seen += 1
+                f.records_seen += faults
                 copies = 1
-                if self.config.drop_every and f.records_seen % self.config.drop_every == 0:
+                if faults and self.config.drop_every and f.records_seen % self.config.drop_every == 0:
                     self.metrics.dropped.labels(f.flow.name).inc()
                     continue
-                if self.config.duplicate_every and f.records_seen % self.config.duplicate_every == 0:
+                if faults and self.config.duplicate_every and f.records_seen % self.config.duplicate_every == 0:
                     self.metrics.duplicated.labels(f.flow.name).inc()
                     copies = 2
                 target = to_positive(murmur2(r.key)) % n if r.key is not None else self.tp[1] % n
