@@ -57,6 +57,9 @@ class FakeGroup:
     def read_offset(self, tp: TopicPartition) -> int | None:
         return self.offsets.get(tp)
 
+    def may_produce(self) -> bool:
+        return not self.suspended
+
     def take_over(self, tp: TopicPartition) -> int | None:
         return self.offsets.get(tp)
 
@@ -123,6 +126,7 @@ def fake_mirror(group: FakeGroup, fetcher: FakeFetcher, **props: str) -> tuple[M
     f = FlowState(config.flows[0], cast(Any, group), cast(Any, _FakeSource()), cast(Any, None), cast(Any, fetcher))
     m.flows.append(f)
     m.started = True
+    f.joined = True
     return m, f
 
 

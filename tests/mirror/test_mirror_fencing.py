@@ -72,6 +72,30 @@ def test_an_expired_member_cannot_commit_over_the_new_owner(zk_connect: str) -> 
         b.stop()
 
 
+def test_the_lease_runs_out_while_zookeeper_cannot_be_reached(zk_connect: str) -> None:
+    """A member paused or cut off from ZooKeeper stops producing within LEASE_S (well before its
+    session can expire), and may produce again once a round trip succeeds."""
+    import headwater.mirror.group as group_module
+
+    a = ZkGroup(zk_connect, "mirror", "member-a", ["page-views"])
+    a.start(lambda: None)
+    try:
+        deadline = time.monotonic() + 30
+        while not a.may_produce():
+            assert time.monotonic() < deadline, "no lease after joining"
+            time.sleep(0.05)
+        a._lease_stop.set()  # no round trip gets through any more (as if paused, or ZooKeeper cut off)
+        assert a._lease_thread is not None
+        a._lease_thread.join(15)
+        cut = time.monotonic()
+        while a.may_produce():
+            time.sleep(0.05)
+        assert time.monotonic() - cut <= group_module.LEASE_S + 2.0
+        assert group_module.LEASE_S < group_module.SESSION_TIMEOUT_S / 2
+    finally:
+        a.stop()
+
+
 def test_a_suspended_member_does_not_produce(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[float] = []
 
@@ -90,7 +114,7 @@ def test_a_suspended_member_does_not_produce(monkeypatch: pytest.MonkeyPatch) ->
         await asyncio.sleep(1.0)
         assert sent == [] and c.next_offset == 10
         ok, why = m.health()
-        assert not ok and "dc1->agg: no connection to the source ZooKeeper: producing and committing paused" in why
+        assert not ok and "dc1->agg: no recent contact with the source ZooKeeper (the session may expire)" in why
         group.suspended = False  # CONNECTED, same session
         await wait_until(lambda: c.next_offset == 11, "the batch to be produced after the reconnect")
         assert len(sent) == 1

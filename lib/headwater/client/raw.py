@@ -32,6 +32,7 @@ __all__ = [
     "as_plain_batch",
     "complete_batches",
     "fetch_body",
+    "fetch_from_node",
     "fetch_raw",
     "produce_raw",
 ]
@@ -185,6 +186,45 @@ async def _fetch_from(
     total_max_bytes: int,
     timeout: float,
 ) -> tuple[dict[TopicPartition, RawPartition], dict[TopicPartition, ErrorCode]]:
+    answers = await fetch_from_node(
+        cluster,
+        node,
+        parts,
+        max_bytes=max_bytes,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        total_max_bytes=total_max_bytes,
+        timeout=timeout,
+    )
+    out: dict[TopicPartition, RawPartition] = {}
+    stale: dict[TopicPartition, ErrorCode] = {}
+    for tp, answer in answers.items():
+        if isinstance(answer, RawPartition):
+            out[tp] = answer
+        elif isinstance(answer, OffsetOutOfRangeError):
+            raise answer
+        elif answer.code in STALE_METADATA_ERRORS or answer.code.retriable:
+            stale[tp] = answer.code
+        else:
+            raise answer
+    return out, stale
+
+
+async def fetch_from_node(
+    cluster: Cluster,
+    node: int,
+    parts: dict[TopicPartition, int],
+    *,
+    max_bytes: int = 1048576,
+    max_wait_ms: int = 500,
+    min_bytes: int = 1,
+    total_max_bytes: int = 52428800,
+    timeout: float = 30.0,
+) -> dict[TopicPartition, RawPartition | KafkaError]:
+    """One Fetch to one broker for several (topic, partition) -> offset: each partition's answer,
+    or its error as a KafkaError (:class:`OffsetOutOfRangeError` for OFFSET_OUT_OF_RANGE;
+    UNKNOWN_TOPIC_OR_PARTITION for a partition the broker left out), so one partition's error
+    does not fail the others. A top-level error, a connection error or a timeout raises."""
     conn = await cluster.connection(node)
     version = conn.version_for(FETCH, min_version=4)  # record batches
     body = fetch_body(parts, max_bytes, max_wait_ms, min_bytes, total_max_bytes)
@@ -192,8 +232,7 @@ async def _fetch_from(
     top = ErrorCode.of(response.get("error_code", 0))
     if top is not ErrorCode.NONE:
         raise KafkaError(top, f"fetch from broker {node}: {top.name}")
-    out: dict[TopicPartition, RawPartition] = {}
-    stale: dict[TopicPartition, ErrorCode] = {}
+    out: dict[TopicPartition, RawPartition | KafkaError] = {}
     for t in response["responses"]:
         for p in t["partitions"]:
             tp = (t["topic"], int(p["partition_index"]))
@@ -201,21 +240,21 @@ async def _fetch_from(
                 continue
             code = ErrorCode.of(p["error_code"])
             if code is ErrorCode.OFFSET_OUT_OF_RANGE:
-                raise OffsetOutOfRangeError(tp[0], tp[1], parts[tp])
-            if code in STALE_METADATA_ERRORS or code.retriable:
-                stale[tp] = code
-                continue
-            if code is not ErrorCode.NONE:
-                raise KafkaError(code, f"fetching {tp[0]}-{tp[1]} at offset {parts[tp]}: {code.name}")
-            out[tp] = RawPartition(
-                complete_batches(p.get("records"), parts[tp]),
-                int(p["high_watermark"]),
-                int(p.get("log_start_offset", -1)),
-            )
+                out[tp] = OffsetOutOfRangeError(tp[0], tp[1], parts[tp])
+            elif code is not ErrorCode.NONE:
+                out[tp] = KafkaError(code, f"fetching {tp[0]}-{tp[1]} at offset {parts[tp]}: {code.name}")
+            else:
+                out[tp] = RawPartition(
+                    complete_batches(p.get("records"), parts[tp]),
+                    int(p["high_watermark"]),
+                    int(p.get("log_start_offset", -1)),
+                )
     for tp in parts:
-        if tp not in out and tp not in stale:
-            stale[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    return out, stale
+        if tp not in out:
+            out[tp] = KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"broker {node} did not answer for {tp[0]}-{tp[1]}"
+            )
+    return out
 
 
 async def produce_raw(

@@ -19,7 +19,10 @@ a :class:`MirrorConfigError` whose message is one line naming the property.
 
 Headwater's own settings: ``replication.factor`` (of destination topics; default: the smaller of 3
 and the destination's live brokers), ``offset.commit.interval.ms`` (5000), ``auto.offset.reset``
-(``earliest``), ``fetch.max.bytes`` per partition (1048576), ``fetch.max.wait.ms`` (500),
+(``earliest``), ``fetch.max.bytes`` per partition (1048576), ``fetch.max.wait.ms`` (500), ``fetch.max.in.flight``
+(Fetch requests outstanding per source broker, 1), ``resume.scan.max.bytes`` (64 MiB) and
+``resume.scan.total.max.bytes`` (256 MiB: how much of the target a new owner's resume scan reads
+per partition and holds, summed, over all partitions; see :mod:`headwater.mirror.copies`),
 ``repartition`` (``auto``: decode only when partition counts differ; ``always``),
 ``mirror.on.data.loss`` (``report``: a gap below the source's log start is reported, then the copier
 resumes there; ``stop``: reported, then that partition stops; see :mod:`headwater.mirror.gaps`),
@@ -63,6 +66,9 @@ _GLOBAL_SETTINGS = {
     "auto.offset.reset",
     "fetch.max.bytes",
     "fetch.max.wait.ms",
+    "fetch.max.in.flight",
+    "resume.scan.max.bytes",
+    "resume.scan.total.max.bytes",
     "repartition",
     "mirror.on.data.loss",
     "emit.heartbeats.enabled",
@@ -118,6 +124,9 @@ class MirrorConfig:
     auto_offset_reset: str = "earliest"
     fetch_max_bytes: int = 1048576
     fetch_max_wait_ms: int = 500
+    fetch_max_in_flight: int = 1
+    resume_scan_max_bytes: int = 64 * 1024 * 1024
+    resume_scan_total_max_bytes: int = 256 * 1024 * 1024
     always_repartition: bool = False
     on_data_loss: str = "report"
     heartbeats_interval_s: float | None = 1.0  # None: no heartbeats
@@ -270,6 +279,9 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         auto_offset_reset=aliases_reset[reset],
         fetch_max_bytes=_int(props, "fetch.max.bytes", 1048576, minimum=1024) or 1048576,
         fetch_max_wait_ms=_int(props, "fetch.max.wait.ms", 500) or 0,
+        fetch_max_in_flight=_int(props, "fetch.max.in.flight", 1, minimum=1) or 1,
+        resume_scan_max_bytes=_int(props, "resume.scan.max.bytes", 64 * 1024 * 1024, minimum=0) or 0,
+        resume_scan_total_max_bytes=_int(props, "resume.scan.total.max.bytes", 256 * 1024 * 1024, minimum=0) or 0,
         always_repartition=repartition == "always",
         on_data_loss=on_data_loss,
         heartbeats_interval_s=interval_s if heartbeats else None,

@@ -19,9 +19,11 @@ after its last acknowledged append); :meth:`Copier.run` is its loop. The mirror
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from headwater.client.cluster import Cluster
@@ -30,10 +32,10 @@ from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, Off
 from headwater.client.partitioner import murmur2, to_positive
 from headwater.client.raw import as_plain_batch, produce_raw
 from headwater.mirror.config import HEARTBEATS_TOPIC, MirrorConfig
-from headwater.mirror.copies import TargetCopies, scan_target, skip_copied
+from headwater.mirror.copies import ScanBudget, TargetCopies, scan_target, skip_copied
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan
-from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.errors import DecodeError, ErrorCode, KafkaError
 from headwater.protocol.records.header import ATTRIBUTES_OFFSET, TIMESTAMP_TYPE_BIT, BatchHeader
 from headwater.protocol.records.record import RecordInput, decode_batch, encode_batch
 from headwater.service.supervisor import FatalError, Unit
@@ -94,6 +96,20 @@ def _not_appended(e: Exception) -> bool:
     return isinstance(e, KafkaError) and e.code in NOT_APPENDED_ERRORS
 
 
+@contextlib.contextmanager
+def _source_batches_decode(tp: TopicPartition, batches: list[tuple[BatchHeader, memoryview]]) -> Iterator[None]:
+    """A source batch that cannot be decoded (bad CRC, malformed records, an unknown codec) will
+    not decode on a retry either: FatalError stops the partition, naming the offsets."""
+    try:
+        yield
+    except (KafkaError, DecodeError) as e:
+        raise FatalError(
+            f"a source batch of {tp[0]}-{tp[1]} between offsets {batches[0][0].base_offset} and "
+            f"{batches[-1][0].last_offset} cannot be decoded: {e} (the partition stays stopped until the mirror "
+            "restarts; inspect the source log)"
+        ) from e
+
+
 def is_dense(h: BatchHeader) -> bool:
     """Whether the batch's records fill its offset range (the log cleaner leaves gaps)."""
     return h.records_count == h.last_offset_delta + 1
@@ -134,6 +150,7 @@ class Copier:
         metrics: MirrorMetrics,
         next_offset: int,
         committed: int,
+        scan_budget: ScanBudget | None = None,
     ) -> None:
         self.flow = flow
         self.tp = tp
@@ -149,6 +166,8 @@ class Copier:
         #: fast path, after a change of owner: copies the previous owner made past the committed offset
         self.copies: TargetCopies | None = None
         self.resume_scan = False  # scan the target from target_end before the first fetch
+        self.scan_budget = scan_budget or ScanBudget(config.resume_scan_max_bytes, config.resume_scan_total_max_bytes)
+        self._holds_scan_slot = False  # while ``copies`` is held
         self._told_reencoded = False
 
     @property
@@ -183,14 +202,7 @@ class Copier:
                     self.next_offset = await self.reset_offset()
                 try:
                     if self.resume_scan:
-                        # What did the previous owner copy past the committed offset before it stopped?
-                        self.copies, _ = await scan_target(
-                            self.target, self.plan.target_topic, partition, self.target_end
-                        )
-                        self.resume_scan = False
-                        if self.copies is None:
-                            log.warning("%s: %s-%d: too much to scan in the target; resuming at-least-once", name, *tp)
-                        self.copies = self.copies or None
+                        await self._resume_scan()
                     part = await self.flow.fetcher.fetch(tp, self.next_offset)
                     unit.progress()
                     self.metrics.lag.labels(name, topic, str(partition)).set(
@@ -203,7 +215,7 @@ class Copier:
                     if data and self.copies is not None:
                         data = self._skip_previous_copies(data)
                     if data:
-                        await self._wait_while_suspended()
+                        await self._wait_for_lease()
                         await self._deliver(data)
                         unit.progress()
                     self.next_offset = max(self.next_offset, part.batches[-1][0].next_offset)
@@ -229,6 +241,42 @@ class Copier:
                     backoff = min(backoff * 2, BACKOFF_MAX)
         except _Stopped:
             pass
+        finally:
+            self._drop_copies()
+
+    async def _resume_scan(self) -> None:
+        """What did the previous owner copy past the committed offset before it stopped? (Held
+        until the first batch not found, within the mirror's scan budget.)"""
+        if not self._holds_scan_slot:
+            await self.scan_budget.acquire()
+            self._holds_scan_slot = True
+        copies, _ = await scan_target(
+            self.target,
+            self.plan.target_topic,
+            self.tp[1],
+            self.target_end,
+            max_held_bytes=self.scan_budget.max_bytes,
+        )
+        self.resume_scan = False
+        if copies is None:
+            self.metrics.scans_abandoned.labels(self.flow.flow.name).inc()
+            log.warning(
+                "%s: %s-%d: more than resume.scan.max.bytes (%d) to scan in the target from offset %d; resuming "
+                "at-least-once",
+                self.flow.flow.name,
+                *self.tp,
+                self.scan_budget.max_bytes,
+                self.target_end,
+            )
+        self.copies = copies or None
+        if self.copies is None:
+            self._drop_copies()
+
+    def _drop_copies(self) -> None:
+        self.copies = None
+        if self._holds_scan_slot:
+            self._holds_scan_slot = False
+            self.scan_budget.release()
 
     def _skip_previous_copies(self, data: list[tuple[BatchHeader, memoryview]]) -> list[tuple[BatchHeader, memoryview]]:
         """Drop the leading batches the previous owner already copied into the target."""
@@ -250,7 +298,7 @@ class Copier:
                 data[0][0].base_offset,
             )
         if n < len(data):
-            self.copies = None  # the rest was never copied: a prefix only, so matching is over
+            self._drop_copies()  # the rest was never copied: a prefix only, so matching is over
         return data[n:]
 
     async def _deliver(self, batches: list[tuple[BatchHeader, memoryview]]) -> None:
@@ -258,10 +306,12 @@ class Copier:
         plan = self.plan
         name = self.flow.flow.name
         topic = self.tp[0]
-        if self.fast_path():
-            await self._produce_same_partition(plan.target_topic, self.tp[1], self._as_produced(batches))
+        with _source_batches_decode(self.tp, batches):
+            produced = self._as_produced(batches) if self.fast_path() else self._repartition(plan, batches)
+        if isinstance(produced, list):
+            await self._produce_same_partition(plan.target_topic, self.tp[1], produced)
         else:
-            for partition, payload in self._repartition(plan, batches).items():
+            for partition, payload in produced.items():
                 await self._produce(plan.target_topic, partition, payload)
         count = sum(h.records_count for h, _ in batches)
         self.metrics.records.labels(name, topic).inc(count)
@@ -392,7 +442,13 @@ class Copier:
         last_hw, still = -2, 0
         found = (0, -1)
         for _ in range(_SCAN_ROUNDS_MAX):
-            copies, hw = await scan_target(self.target, topic, partition, start)
+            await self.scan_budget.acquire()
+            try:
+                copies, hw = await scan_target(
+                    self.target, topic, partition, start, max_held_bytes=self.scan_budget.max_bytes
+                )
+            finally:
+                self.scan_budget.release()
             found = skip_copied(batches, copies or {})
             if found[0] == len(batches) or copies is None:
                 return found
@@ -421,16 +477,19 @@ class Copier:
             except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
                 pass
 
-    async def _wait_while_suspended(self) -> None:
+    async def _wait_for_lease(self) -> None:
         """No produce while this member's ZooKeeper session may be expiring: another member may
         own the partition by now (review finding 4). On LOST the mirror stops the copier."""
         group = self.flow.group
-        if not group.suspended:
+        if group.may_produce():
             return
         log.warning(
-            "%s: %s-%d: ZooKeeper connection lost: not producing until it is back", self.flow.flow.name, *self.tp
+            "%s: %s-%d: no recent contact with the source ZooKeeper (this member's session may expire): not "
+            "producing until it is back",
+            self.flow.flow.name,
+            *self.tp,
         )
-        while group.suspended:
+        while not group.may_produce():
             await self._pause(0.1)
 
     async def _pause(self, seconds: float) -> None:

@@ -17,10 +17,20 @@ what is below the high watermark can be read: after a leader change the new lead
 catches up within a follower fetch, so the retry path scans until the high watermark has stood
 still for three seconds. A batch still not found is produced again — then the mirror is at-least-once,
 as without this; it never skips a batch the target does not hold.
+
+Memory. A scan holds one entry per target batch it read (a 16-byte key in a dict, a list, an
+int: about :data:`ENTRY_BYTES`), so with small batches it holds about twice the bytes it read.
+Two bounds keep that in check (review finding 8): a scan gives up (the copier is then
+at-least-once for that range, logged) once its entries would hold more than
+``resume.scan.max.bytes``, or once it has read :data:`SCAN_MAX_BYTES` of the target; and a
+:class:`ScanBudget` lets at most ``resume.scan.total.max.bytes // resume.scan.max.bytes`` scans
+hold their entries at once (the others wait), so a restart that claims many partitions does not
+add them all up.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 
@@ -30,10 +40,12 @@ from headwater.client.raw import fetch_raw
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.header import CRC_OFFSET
 
-__all__ = ["SCAN_MAX_BYTES", "TargetCopies", "batch_key", "scan_target", "skip_copied"]
+__all__ = ["ENTRY_BYTES", "SCAN_MAX_BYTES", "ScanBudget", "TargetCopies", "batch_key", "scan_target", "skip_copied"]
 
 #: a scan that would read more of the target than this gives up (the copier is then at-least-once)
 SCAN_MAX_BYTES = 256 * 1024 * 1024
+#: what one recorded target batch holds in memory (dict slot, 16-byte key, list, int), measured
+ENTRY_BYTES = 220
 
 #: batch key -> the target offsets right after each batch with that key, in log order
 TargetCopies = dict[bytes, list[int]]
@@ -44,13 +56,39 @@ def batch_key(batch: bytes | memoryview) -> bytes:
     return hashlib.blake2b(batch[CRC_OFFSET:], digest_size=16).digest()
 
 
+class ScanBudget:
+    """How much memory the scans of one mirror may hold: ``max_bytes`` each, and at most
+    ``total_max_bytes // max_bytes`` of them at once (:meth:`slot`)."""
+
+    def __init__(self, max_bytes: int, total_max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.slots = max(1, total_max_bytes // max(max_bytes, 1))
+        self._semaphore = asyncio.Semaphore(self.slots)
+
+    async def acquire(self) -> None:
+        await self._semaphore.acquire()
+
+    def release(self) -> None:
+        self._semaphore.release()
+
+
 async def scan_target(
-    cluster: Cluster, topic: str, partition: int, start: int, *, max_bytes: int = SCAN_MAX_BYTES
+    cluster: Cluster,
+    topic: str,
+    partition: int,
+    start: int,
+    *,
+    max_bytes: int = SCAN_MAX_BYTES,
+    max_held_bytes: int | None = None,
 ) -> tuple[TargetCopies | None, int]:
-    """The batches of the target partition from ``start`` to its high watermark (None when that is
-    more than ``max_bytes``), and that high watermark (-1 when the range is gone). Raises KafkaError
-    or connection errors (the caller retries)."""
+    """The batches of the target partition from ``start`` to its high watermark, and that high
+    watermark (-1 when the range is gone). None instead of the batches when reading them would
+    take more than ``max_bytes`` of the target, or holding them more than ``max_held_bytes`` of
+    memory (estimated at :data:`ENTRY_BYTES` a batch). Raises KafkaError or connection errors
+    (the caller retries)."""
     copies: TargetCopies = {}
+    max_entries = None if max_held_bytes is None else max_held_bytes // ENTRY_BYTES
+    entries = 0
     offset, scanned = start, 0
     while True:
         try:
@@ -65,6 +103,9 @@ async def scan_target(
         for h, b in part.batches:
             copies.setdefault(batch_key(b), []).append(h.next_offset)
             scanned += len(b)
+            entries += 1
+            if max_entries is not None and entries > max_entries:
+                return None, part.high_watermark
         if scanned > max_bytes:
             return None, part.high_watermark
         if not part.batches or part.batches[-1][0].next_offset >= part.high_watermark:

@@ -24,8 +24,12 @@ the node; the new owner claims it (retrying while the node still exists), then r
 Fencing. A member whose ZooKeeper session expires loses its owner nodes at once, but may learn
 of it only when it reconnects: meanwhile another member can claim the partition. So
 
-- on SUSPENDED (connection lost, the session may still expire) :attr:`ZkGroup.suspended` is set
-  and the mirror stops producing and committing until CONNECTED; on LOST every copier stops;
+- the member holds a lease: a thread makes a ZooKeeper round trip every second, and the mirror
+  produces and commits only while the last one that succeeded was *sent* less than
+  :data:`LEASE_S` ago (:meth:`ZkGroup.may_produce`) -- well within the session timeout, so a
+  member that was paused (GC, SIGSTOP, a cut to ZooKeeper) stops before it can act on a session
+  that expired meanwhile; on SUSPENDED (connection lost) it stops at once, and on LOST every
+  copier stops;
 - a member that claims a partition writes its offset node back unchanged (:meth:`take_over`),
   which moves the node's version; every commit is a ``set_data`` with the version this member
   last saw, in the same transaction as the target offset. A commit by a member that has been
@@ -42,6 +46,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -53,6 +58,11 @@ from kazoo.recipe.watchers import ChildrenWatch
 log = logging.getLogger("headwater.mirror.group")
 
 TopicPartition = tuple[str, int]
+
+#: ZooKeeper session timeout of the group's client (seconds)
+SESSION_TIMEOUT_S = 10.0
+#: the member produces and commits only within this long of its last ZooKeeper round trip
+LEASE_S = SESSION_TIMEOUT_S * 0.4
 
 
 class FencedError(Exception):
@@ -85,7 +95,7 @@ class ZkGroup:
         self.group = group
         self.consumer_id = consumer_id
         self.subscription = subscription
-        self.zk = KazooClient(hosts=zk_connect, timeout=10)
+        self.zk = KazooClient(hosts=zk_connect, timeout=SESSION_TIMEOUT_S)
         self._on_change: Callable[[], None] = lambda: None
         self.session_lost = False
         #: the connection to ZooKeeper is down and the session may expire: do not produce or commit
@@ -93,6 +103,10 @@ class ZkGroup:
         #: partition -> the version of its offset node this member last wrote (its fencing token)
         self._versions: dict[TopicPartition, int] = {}
         self._stopping = False
+        #: monotonic time at which the last successful ZooKeeper round trip was sent
+        self.last_contact = float("-inf")
+        self._lease_stop = threading.Event()
+        self._lease_thread: threading.Thread | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -104,6 +118,22 @@ class ZkGroup:
         ChildrenWatch(self.zk, f"/consumers/{self.group}/ids", self._children_changed)
         self.zk.ensure_path("/brokers/topics")
         ChildrenWatch(self.zk, "/brokers/topics", self._children_changed)
+        self._lease_thread = threading.Thread(target=self._renew_lease, name=f"lease-{self.group}", daemon=True)
+        self._lease_thread.start()
+
+    def may_produce(self) -> bool:
+        """Whether this member may still act as the owner of its partitions (see Fencing)."""
+        return not self.suspended and not self.session_lost and time.monotonic() - self.last_contact < LEASE_S
+
+    def _renew_lease(self) -> None:
+        while not self._lease_stop.is_set():
+            sent = time.monotonic()
+            try:
+                if self.zk.exists(f"/consumers/{self.group}/ids/{self.consumer_id}") is not None:
+                    self.last_contact = sent
+            except Exception:  # no contact: the lease runs out
+                pass
+            self._lease_stop.wait(1.0)
 
     def register(self) -> None:
         for sub in ("ids", "owners", "offsets"):
@@ -123,6 +153,9 @@ class ZkGroup:
 
     def stop(self) -> None:
         self._stopping = True  # kazoo reports LOST when it closes the session itself
+        self._lease_stop.set()
+        if self._lease_thread is not None:
+            self._lease_thread.join(15)
         try:
             self.zk.delete(f"/consumers/{self.group}/ids/{self.consumer_id}")
         except Exception:

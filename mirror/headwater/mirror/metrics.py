@@ -38,6 +38,13 @@ class MirrorMetrics:
             ["flow", "topic"],
             registry=r,
         )
+        self.scans_abandoned = Counter(
+            "headwater_mirror_resume_scans_abandoned",
+            "Scans of the target for the previous owner's copies given up (more than resume.scan.max.bytes): that "
+            "range is mirrored at-least-once",
+            ["flow"],
+            registry=r,
+        )
         self.dropped = Counter(
             "headwater_mirror_test_dropped_records",
             "Records dropped by headwater.test.drop.every (tests only)",

@@ -12,6 +12,12 @@ re-mirrors at most what was acknowledged since the last commit: duplicates bound
 interval, never a loss. A partition moving to another process is handed over cleanly: the copier
 finishes its in-flight produce, the offset is committed, and only then is the owner node released.
 
+Every copier runs under the services' supervisor (:mod:`headwater.service.supervisor`): a copier
+that raises is logged at ERROR, counted and restarted; one that raises FatalError stays stopped;
+``/healthz`` answers 503 with the reasons while an owned partition has no live copier, a topic
+cannot be planned, or the member has lost touch with its source ZooKeeper (see
+:mod:`headwater.mirror.group` for the lease and the commit fencing).
+
 Destination topics are created with the source's partition count and its non-default configs
 (retention, ``cleanup.policy``, ``max.message.bytes`` ...). New source topics matching a flow
 are picked up from ZooKeeper's ``/brokers/topics`` watch within seconds, without a restart;
@@ -29,6 +35,7 @@ from headwater.client.admin import Admin
 from headwater.client.cluster import Cluster
 from headwater.mirror.config import Flow, MirrorConfig
 from headwater.mirror.copier import BACKOFF_MAX, STUCK_AFTER_S, Copier, TopicPartition
+from headwater.mirror.copies import ScanBudget
 from headwater.mirror.fetcher import SourceFetcher
 from headwater.mirror.gaps import GapReporter, reporter_for
 from headwater.mirror.group import FencedError, ZkGroup, assign, new_consumer_id
@@ -57,6 +64,7 @@ class FlowState:
     #: the answer to OFFSET_OUT_OF_RANGE (gaps.py) and the heartbeats seen in the target (heartbeats.py)
     gaps: GapReporter | None = None
     heartbeats: Heartbeats | None = None
+    joined: bool = False  # the group's ZooKeeper session is up (then its lease counts)
 
 
 class Mirror:
@@ -74,6 +82,8 @@ class Mirror:
         self.health_registry = HealthRegistry()
         #: every copier runs under it: an exception is logged at ERROR, counted in
         #: headwater_mirror_task_failures_total{flow} and the copier restarted with backoff
+        #: resume scans hold their target batches within this (review finding 8)
+        self.scan_budget = ScanBudget(config.resume_scan_max_bytes, config.resume_scan_total_max_bytes)
         self.supervisor = Supervisor("mirror", self.health_registry, self.metrics.registry, label_names=("flow",))
         # the mirror's own records in each source: gap events (gaps.py) and heartbeats (heartbeats.py)
         self.writers: dict[str, SourceWriter] = {}
@@ -102,9 +112,12 @@ class Mirror:
         parts = []
         for f in self.flows:
             owned = sorted(f.copiers)
-            if f.group.suspended:
+            if f.joined and not f.group.may_produce():
                 ok = False
-                reasons.append(f"{f.flow.name}: no connection to the source ZooKeeper: producing and committing paused")
+                reasons.append(
+                    f"{f.flow.name}: no recent contact with the source ZooKeeper (the session may expire): producing "
+                    "and committing paused"
+                )
             if f.pending or (not owned and f.plans and f.healthy_reason != "no partitions assigned to this process"):
                 ok = False
             parts.append(
@@ -129,7 +142,10 @@ class Mirror:
                 )
                 source = Cluster(src.bootstrap, client_id="headwater-mirror", allow_auto_create_topics=False)
                 fetcher = SourceFetcher(
-                    source, max_bytes=self.config.fetch_max_bytes, max_wait_ms=self.config.fetch_max_wait_ms
+                    source,
+                    max_bytes=self.config.fetch_max_bytes,
+                    max_wait_ms=self.config.fetch_max_wait_ms,
+                    in_flight=self.config.fetch_max_in_flight,
                 )
                 state = FlowState(flow, group, source, Admin("", cluster=source), fetcher)
                 self.flows.append(state)
@@ -190,6 +206,7 @@ class Mirror:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
         self.health_registry.clear_problem(f"{f.flow.name}: joining the group")
+        f.joined = True
         log.info("%s: joined group %s in %s as %s", f.flow.name, f.group.group, f.group.zk_connect, f.group.consumer_id)
         f.changed.set()
         while not stop.is_set():
@@ -212,8 +229,7 @@ class Mirror:
         g = f.group
         if g.session_lost:
             log.warning("%s: ZooKeeper session lost: stopping every copier and registering again", f.flow.name)
-            for tp in list(f.copiers):
-                await self._stop_copier(f, tp, release=False)
+            await self._stop_copiers(f, list(f.copiers), release=False)
             await asyncio.to_thread(g.register)
         members, topics, deleting = await asyncio.to_thread(lambda: (g.members(), g.topics(), g.deleting()))
         wanted = [t for t in topics if f.flow.matches(t) and t not in deleting]
@@ -229,8 +245,7 @@ class Mirror:
             members = sorted({*members, g.consumer_id})  # our registration is on its way
         mine = assign(partitions, members, g.consumer_id)
         before = set(f.copiers)
-        for tp in sorted(before - mine):
-            await self._stop_copier(f, tp, release=True)
+        await self._stop_copiers(f, sorted(before - mine), release=True)
         f.pending &= mine
         for tp in sorted(mine - set(f.copiers)):
             if await asyncio.to_thread(g.claim, tp):
@@ -314,7 +329,14 @@ class Mirror:
         nothing is committed: the copier looks it up itself, supervised)."""
         offset = committed if committed is not None and committed >= 0 else -1
         copier = Copier(
-            f, tp, config=self.config, target=self.target, metrics=self.metrics, next_offset=offset, committed=offset
+            f,
+            tp,
+            config=self.config,
+            target=self.target,
+            metrics=self.metrics,
+            next_offset=offset,
+            committed=offset,
+            scan_budget=self.scan_budget,
         )
         if offset >= 0 and copier.fast_path():
             target = await asyncio.to_thread(f.group.read_target_offset, tp)
@@ -328,6 +350,13 @@ class Mirror:
             stuck_after_s=STUCK_AFTER_S,
             detail=copier.describe,
         )
+
+    async def _stop_copiers(self, f: FlowState, tps: list[TopicPartition], *, release: bool) -> None:
+        """Stop several copiers at once: each finishes its in-flight produce at the same time as
+        the others, so a hand-over waits for the slowest, not for the sum."""
+        for tp in tps:
+            f.copiers[tp].stop.set()
+        await asyncio.gather(*(self._stop_copier(f, tp, release=release) for tp in tps))
 
     async def _stop_copier(self, f: FlowState, tp: TopicPartition, *, release: bool) -> None:
         """Stop the copier (it finishes its in-flight produce), then, when handing the partition
@@ -368,7 +397,7 @@ class Mirror:
 
     async def _commit_all(self) -> None:
         for f in self.flows:
-            if f.group.suspended:
+            if not f.group.may_produce():
                 continue  # the session may expire: the next owner's offsets are not ours to write
             for tp, c in list(f.copiers.items()):
                 try:
@@ -391,8 +420,7 @@ class Mirror:
 
     async def _shutdown(self) -> None:
         for f in self.flows:
-            for tp in list(f.copiers):
-                await self._stop_copier(f, tp, release=True)
+            await self._stop_copiers(f, list(f.copiers), release=True)
         await self.supervisor.stop_all()
         for writer in self.writers.values():
             await writer.close()

@@ -158,3 +158,24 @@ def test_a_task_that_returns_is_stopped_not_restarted() -> None:
         assert calls == 1 and u.state == "stopped" and health.check()[0]
 
     asyncio.run(main())
+
+
+def test_join_waits_for_a_unit_to_end_by_itself_without_cancelling_it() -> None:
+    async def main() -> None:
+        sup = Supervisor("test", HealthRegistry(), CollectorRegistry())
+        finish = asyncio.Event()
+        finished: list[bool] = []
+
+        async def run(unit: Unit) -> None:
+            await finish.wait()
+            finished.append(True)
+
+        sup.start("u", run)
+        assert not await sup.join("u", timeout=0.05)  # still running: not cancelled
+        assert sup.running() == ["u"]
+        finish.set()
+        assert await sup.join("u", timeout=5)
+        assert finished == [True]
+        assert await sup.join("never-started")
+
+    asyncio.run(main())

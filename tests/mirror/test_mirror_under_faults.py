@@ -1,0 +1,200 @@
+"""Issue 29's fault test: a compacted topic and a plain topic mirrored by two mirror processes
+while the source leader moves, the target leader moves, and one mirror is suspended (SIGSTOP)
+past its ZooKeeper session: every record arrives, nothing is reordered within a partition, and
+the suspended mirror's /healthz goes unhealthy and comes back (real clusters, real processes)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from headwater.testing.zookeeper import free_port
+from tests.cluster.harness import Cluster
+from tests.cluster.util import create_topic
+from tests.mirror.util import MirrorProcess, read_topic, wait_for, zk_connect
+
+EVENTS, KV = "events", "kv"
+KEYS = 30
+
+
+def _healthz(port: int, timeout: float = 3.0) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=timeout) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except OSError:
+        return None
+
+
+class Writer:
+    """librdkafka writing numbered records to both topics until stopped (acks=all)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.stop = threading.Event()
+        self.acked: set[bytes] = set()
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "linger.ms": 5,
+                "enable.idempotence": False,
+                "message.timeout.ms": 120000,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _done(self, err: object, msg: object) -> None:
+        if err is None:
+            self.acked.add(msg.value())  # type: ignore[attr-defined]
+
+    def _run(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            try:
+                self.producer.produce(EVENTS, value=f"e{i}".encode(), partition=i % 2, on_delivery=self._done)
+                self.producer.produce(KV, key=f"key-{i % KEYS}".encode(), value=f"{i}".encode(), on_delivery=self._done)
+                i += 1
+            except BufferError:
+                pass
+            self.producer.poll(0.005)
+        self.producer.flush(180)
+
+
+def _by_partition(rows: list[tuple[int, int, bytes | None, bytes | None, object, int]]) -> dict[int, list[bytes]]:
+    out: dict[int, list[bytes]] = defaultdict(list)
+    for p, _, _, v, _, _ in sorted(rows, key=lambda r: (r[0], r[1])):
+        assert v is not None
+        out[p].append(v)
+    return dict(out)
+
+
+def test_leader_moves_and_a_suspended_mirror_lose_and_reorder_nothing(
+    cluster_factory: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    src = cluster_factory(2, log_cleaner_backoff_ms=200)
+    agg = cluster_factory(2)
+    create_topic(src, EVENTS, partitions=2, rf=2, min_isr=1)
+    compacted = {"cleanup.policy": "compact", "segment.bytes": "8192", "min.cleanable.dirty.ratio": "0.01"}
+    create_topic(src, KV, partitions=1, rf=2, min_isr=1, configs=compacted)
+    ports = [free_port(), free_port()]
+    props = {
+        "clusters": "dc1, agg",
+        "dc1.zookeeper.connect": zk_connect(src),
+        "agg.bootstrap.servers": agg.bootstrap,
+        "dc1->agg.enabled": "true",
+        "dc1->agg.topics": f"{EVENTS}, {KV}",
+        "replication.factor": 2,
+        "offset.commit.interval.ms": 500,
+        "fetch.max.wait.ms": 200,
+    }
+    mirrors = [MirrorProcess(tmp_path, f"mirror{i}", {**props, "metrics.port": ports[i]}).start() for i in (0, 1)]
+    writer = Writer(src.bootstrap)
+    writer.thread.start()
+    report: list[str] = []
+
+    def target_count() -> int:
+        return len(read_topic(agg.bootstrap, EVENTS))
+
+    def grows(what: str) -> None:
+        seen = target_count()
+        wait_for(lambda: target_count() >= seen + 300, 120, f"mirroring to go on after {what}", mirrors[0])
+        report.append(f"{what}: target {seen} -> {target_count()} records of {EVENTS}")
+
+    try:
+        wait_for(lambda: target_count() >= 500, 120, "the first records in the target", mirrors[0])
+        for m, port in zip(mirrors, ports, strict=True):
+            wait_for(lambda port=port: _healthz(port) == 200, 120, "both mirrors healthy", m)  # type: ignore[misc]
+
+        old = int(src.state(EVENTS, 0)["leader"])
+        src.kill9(old)
+        src.wait_for(lambda: int(src.state(EVENTS, 0)["leader"]) not in (old, -1), 60, "a new source leader")
+        src.restart(old)
+        grows(f"source leader {old} of {EVENTS}-0 killed")
+
+        old = int(agg.state(EVENTS, 0)["leader"])
+        agg.kill9(old)
+        agg.wait_for(lambda: int(agg.state(EVENTS, 0)["leader"]) not in (old, -1), 60, "a new target leader")
+        agg.restart(old)
+        grows(f"target leader {old} of {EVENTS}-0 killed")
+
+        # mirror 0 pauses longer than its ZooKeeper session (10 s): mirror 1 takes its partitions over
+        statuses: list[int | None] = []
+        watching = threading.Event()
+
+        def watch() -> None:
+            while not watching.is_set():
+                statuses.append(_healthz(ports[0], timeout=2.0))
+                time.sleep(0.1)
+
+        assert mirrors[0].proc is not None
+        before = len(mirrors[1].log())
+        mirrors[0].proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_for(
+                # events-0, events-1, kv-0 and heartbeats-0 (MM2-style heartbeats, mirrored like any topic)
+                lambda: "among 1 member(s): this process owns 4 partition(s)" in mirrors[1].log()[before:],
+                120,
+                "mirror 0's session to expire and mirror 1 to take every partition",
+                mirrors[1],
+            )
+            grows("mirror 0 suspended past its session")  # mirror 1 carries on with every partition
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
+        finally:
+            mirrors[0].proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: 503 in statuses and statuses[-1] == 200, 120, "mirror 0 unhealthy, then healthy", mirrors[0])
+        watching.set()
+        watcher.join(10)
+        grows("mirror 0 resumed")
+        report.append(f"mirror 0 /healthz after SIGCONT: {statuses.count(503)} x 503, then 200")
+    finally:
+        writer.stop.set()
+        writer.thread.join(240)
+
+    try:
+        source_events = _by_partition(read_topic(src.bootstrap, EVENTS))
+
+        def events_copied() -> bool:
+            return _by_partition(read_topic(agg.bootstrap, EVENTS)) == source_events
+
+        wait_for(events_copied, 180, f"every {EVENTS} record in the target, in source order", mirrors[1])
+        acked_events = {v for v in writer.acked if v.startswith(b"e")}
+        assert acked_events <= {v for vs in source_events.values() for v in vs}
+
+        def latest(rows: list[tuple[int, int, bytes | None, bytes | None, object, int]]) -> dict[bytes, bytes]:
+            out: dict[bytes, bytes] = {}
+            for _, _, k, v, _, _ in sorted(rows, key=lambda r: r[1]):
+                assert k is not None and v is not None
+                out[k] = v
+            return out
+
+        source_kv = latest(read_topic(src.bootstrap, KV))
+        assert len(source_kv) == KEYS
+        wait_for(
+            lambda: latest(read_topic(agg.bootstrap, KV)) == source_kv, 180, "every key's latest value", mirrors[1]
+        )
+        per_key: dict[bytes, list[int]] = defaultdict(list)
+        for _, _, k, v, _, _ in sorted(read_topic(agg.bootstrap, KV), key=lambda r: r[1]):
+            assert k is not None and v is not None
+            per_key[k].append(int(v))
+        for k, values in per_key.items():
+            assert values == sorted(set(values)), f"{k!r}: values out of order or twice in the target"
+        report.append(
+            f"{sum(map(len, source_events.values()))} {EVENTS} records identical in source and target, per partition "
+            f"in order; {len(source_kv)} keys of {KV} at their latest value"
+        )
+        print("\n".join(report))
+        assert "ZooKeeper session expired" in mirrors[0].log()  # the scenario happened as meant
+    finally:
+        for m in mirrors:
+            m.stop()
