@@ -161,3 +161,27 @@ def test_a_topic_that_cannot_be_planned_is_reported_and_does_not_block_the_other
         await m._shutdown()
 
     asyncio.run(main())
+
+
+def test_shutdown_without_a_zookeeper_session_does_not_wait_for_one() -> None:
+    """A commit could neither be fenced nor reach ZooKeeper: the copiers stop, nothing is committed."""
+
+    async def main() -> None:
+        group = FakeGroup("m1", {"t": 2})
+        m, f = fake_mirror(group, FakeFetcher())
+        for p in range(2):
+            group.offsets[("t", p)] = 10
+
+        async def plan(f: FlowState, topic: str, n: int) -> TopicPlan:
+            return TopicPlan(topic, n, n)
+
+        m._plan_topic = plan  # type: ignore[method-assign]
+        await m._rebalance(f)
+        for c in f.copiers.values():
+            c.next_offset = 20
+        group.suspended = True  # the source ZooKeeper is gone
+        await asyncio.wait_for(m._shutdown(), 30)
+        assert group.commits == [] and group.released == []
+        assert m.supervisor.running() == []
+
+    asyncio.run(main())

@@ -5,6 +5,7 @@ the suspended mirror's /healthz goes unhealthy and comes back (real clusters, re
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -70,6 +71,12 @@ class Writer:
         self.producer.flush(180)
 
 
+def _owned(m: MirrorProcess) -> int:
+    """How many partitions the mirror's last rebalance gave it (0 before the first)."""
+    found = re.findall(r"this process owns (\d+) partition", m.log())
+    return int(found[-1]) if found else 0
+
+
 def _by_partition(rows: list[tuple[int, int, bytes | None, bytes | None, object, int]]) -> dict[int, list[bytes]]:
     out: dict[int, list[bytes]] = defaultdict(list)
     for p, _, _, v, _, _ in sorted(rows, key=lambda r: (r[0], r[1])):
@@ -127,36 +134,48 @@ def test_leader_moves_and_a_suspended_mirror_lose_and_reorder_nothing(
         agg.restart(old)
         grows(f"target leader {old} of {EVENTS}-0 killed")
 
-        # mirror 0 pauses longer than its ZooKeeper session (10 s): mirror 1 takes its partitions over
+        # The mirror that owns partitions (rendezvous hashing may give one of them none) pauses
+        # longer than its ZooKeeper session (10 s): the other one takes its partitions over.
+        z = next(i for i in (0, 1) if _owned(mirrors[i]) > 0)
+        o = 1 - z
         statuses: list[int | None] = []
         watching = threading.Event()
 
         def watch() -> None:
             while not watching.is_set():
-                statuses.append(_healthz(ports[0], timeout=2.0))
+                statuses.append(_healthz(ports[z], timeout=2.0))
                 time.sleep(0.1)
 
-        assert mirrors[0].proc is not None
-        before = len(mirrors[1].log())
-        mirrors[0].proc.send_signal(signal.SIGSTOP)
+        zombie = mirrors[z].proc
+        assert zombie is not None
+        before = len(mirrors[o].log())
+        zombie.send_signal(signal.SIGSTOP)
         try:
             wait_for(
                 # events-0, events-1, kv-0 and heartbeats-0 (MM2-style heartbeats, mirrored like any topic)
-                lambda: "among 1 member(s): this process owns 4 partition(s)" in mirrors[1].log()[before:],
+                lambda: "among 1 member(s): this process owns 4 partition(s)" in mirrors[o].log()[before:],
                 120,
-                "mirror 0's session to expire and mirror 1 to take every partition",
-                mirrors[1],
+                f"mirror {z}'s session to expire and mirror {o} to take every partition",
+                mirrors[o],
             )
-            grows("mirror 0 suspended past its session")  # mirror 1 carries on with every partition
+            grows(f"mirror {z} suspended past its session")  # the other one carries on with every partition
             watcher = threading.Thread(target=watch, daemon=True)
             watcher.start()
         finally:
-            mirrors[0].proc.send_signal(signal.SIGCONT)
-        wait_for(lambda: 503 in statuses and statuses[-1] == 200, 120, "mirror 0 unhealthy, then healthy", mirrors[0])
+            zombie.send_signal(signal.SIGCONT)
+        wait_for(
+            lambda: 503 in statuses and statuses[-1] == 200, 120, f"mirror {z} unhealthy, then healthy", mirrors[z]
+        )
         watching.set()
         watcher.join(10)
-        grows("mirror 0 resumed")
-        report.append(f"mirror 0 /healthz after SIGCONT: {statuses.count(503)} x 503, then 200")
+        grows(f"mirror {z} resumed")
+        report.append(f"mirror {z} /healthz after SIGCONT: {statuses.count(503)} x 503, then 200")
+    except BaseException:
+        for m in mirrors:  # a failure above: no mirror (a SIGSTOPped one included) outlives the test
+            if m.proc is not None and m.proc.poll() is None:
+                m.proc.send_signal(signal.SIGCONT)
+            m.stop()
+        raise
     finally:
         writer.stop.set()
         writer.thread.join(240)
@@ -167,7 +186,7 @@ def test_leader_moves_and_a_suspended_mirror_lose_and_reorder_nothing(
         def events_copied() -> bool:
             return _by_partition(read_topic(agg.bootstrap, EVENTS)) == source_events
 
-        wait_for(events_copied, 180, f"every {EVENTS} record in the target, in source order", mirrors[1])
+        wait_for(events_copied, 180, f"every {EVENTS} record in the target, in source order", mirrors[0])
         acked_events = {v for v in writer.acked if v.startswith(b"e")}
         assert acked_events <= {v for vs in source_events.values() for v in vs}
 
@@ -194,7 +213,7 @@ def test_leader_moves_and_a_suspended_mirror_lose_and_reorder_nothing(
             f"in order; {len(source_kv)} keys of {KV} at their latest value"
         )
         print("\n".join(report))
-        assert "ZooKeeper session expired" in mirrors[0].log()  # the scenario happened as meant
+        assert "ZooKeeper session expired" in mirrors[z].log()  # the scenario happened as meant
     finally:
         for m in mirrors:
             m.stop()

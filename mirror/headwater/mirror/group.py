@@ -156,10 +156,11 @@ class ZkGroup:
         self._lease_stop.set()
         if self._lease_thread is not None:
             self._lease_thread.join(15)
-        try:
-            self.zk.delete(f"/consumers/{self.group}/ids/{self.consumer_id}")
-        except Exception:
-            pass
+        if self.zk.connected:  # without a connection kazoo would wait for one
+            try:
+                self.zk.delete(f"/consumers/{self.group}/ids/{self.consumer_id}")
+            except Exception:
+                pass
         try:
             self.zk.stop()
             self.zk.close()

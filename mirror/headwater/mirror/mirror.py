@@ -369,7 +369,18 @@ class Mirror:
         if running and not await self.supervisor.join(copier.unit_name, 60):
             log.warning("%s: copier of %s-%d did not stop within 60s: cancelling it", f.flow.name, *tp)
         await self.supervisor.stop(copier.unit_name)
-        if release:
+        if release and not f.group.may_produce():
+            # No live session: a commit could not be fenced (and would wait for ZooKeeper forever);
+            # the owner node goes with the session. The next owner resumes at the last commit.
+            log.warning(
+                "%s: %s-%d stopped without a commit: no live session with the source ZooKeeper (offset %d not "
+                "committed; %d is)",
+                f.flow.name,
+                *tp,
+                copier.next_offset,
+                copier.committed,
+            )
+        elif release:
             try:
                 await self._commit(f, tp, copier)
             except Exception as e:
