@@ -5,8 +5,8 @@ A source cluster of one broker whose ``WAN`` listener is advertised through a li
 one ``headwater mirror`` process bootstrapped through the link. The source topic (3 partitions, as
 the lab's topics) is filled once with 100-byte records; then, for each one-way delay (0, 20, 40,
 80 ms; bandwidth not capped, to see latency alone), the link is set over its control endpoint and a
-fresh mirror (the lab's ``fetch.max.wait.ms = 100``; ``fetch.max.bytes`` the default 1 MiB per
-partition, then 8 MiB) (its own group, ``DefaultReplicationPolicy`` with a source alias per delay, so each run
+fresh mirror (the lab's ``fetch.max.wait.ms = 100``; otherwise its defaults, then 8 MiB fetches,
+then four fetch rounds in flight per source broker) (its own group, ``DefaultReplicationPolicy`` with a source alias per delay, so each run
 writes its own destination topic) copies the whole topic. Records/s from the first destination
 record to the last, as in scenario 7; the ratio is to the same run's 0 ms row.
 
@@ -39,8 +39,13 @@ PARTITIONS = 3
 DELAYS_MS = (0, 20, 40, 80)  # one way
 QUICK_DELAYS_MS = (0, 40)
 MIB = 1 << 20
-FETCH_SIZES = (MIB, 8 * MIB)  # the mirror's default fetch.max.bytes (per partition), and a WAN-sized one
-QUICK_FETCH_SIZES = (MIB,)
+#: (label, mirror settings): the defaults, larger fetches, more fetch rounds in flight per broker
+SETTINGS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("defaults (fetch.max.bytes 1 MiB, fetch.max.in.flight 1)", {}),
+    ("fetch.max.bytes 8 MiB", {"fetch.max.bytes": str(8 * MIB)}),
+    ("fetch.max.in.flight 4", {"fetch.max.in.flight": "4"}),
+)
+QUICK_SETTINGS = SETTINGS[:1]
 GOAL_DELAY_MS = 40  # 80 ms round trip
 FETCH_MAX_WAIT_MS = 100
 
@@ -60,7 +65,7 @@ def _mirror_through(
     topic: str,
     alias: str,
     count: int,
-    fetch_max_bytes: int,
+    settings: dict[str, str],
 ) -> float:
     """One mirror run over ``topic`` into ``<alias>.<topic>``; records/s, first to last destination record."""
     name = f"mirror-wan-{alias}"
@@ -78,7 +83,7 @@ def _mirror_through(
         # the lab's setting (deploy/compose/mirror.properties): a source connection answers one request
         # at a time, and with the default 500 ms a partition at its log end holds up the others
         "fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
-        "fetch.max.bytes": str(fetch_max_bytes),
+        **settings,
     }
     config.write_text("".join(f"{k} = {v}\n" for k, v in props.items()))
     log = Path(bench.workdir / f"{name}.log")
@@ -125,17 +130,17 @@ def _mirror_through(
 def run(bench: Bench) -> list[Row]:
     count = QUICK_FILL if bench.plan.quick else bench.plan.count(FILL)
     delays = QUICK_DELAYS_MS if bench.plan.quick else DELAYS_MS
-    sizes = QUICK_FETCH_SIZES if bench.plan.quick else FETCH_SIZES
+    variants = QUICK_SETTINGS if bench.plan.quick else SETTINGS
     rows = {
-        (size, d): Row(
+        (label, d): Row(
             "9",
             f"{d} ms one way ({2 * d} ms RTT), 100 B, {count:,} records, {PARTITIONS} partitions",
-            f"headwater mirror, fetch.max.bytes {size // MIB} MiB",
+            f"headwater mirror, {label}",
             primary="records/s",
             reference="issue 22: >= 300,000 rec/s at 80 ms RTT" if d == GOAL_DELAY_MS else "",
             goal=Goal(">= 50 % of the 0 ms run", 0.50, on="ratio") if d == GOAL_DELAY_MS else None,
         )
-        for size in sizes
+        for label, _ in variants
         for d in delays
     }
     why = why_not(bench, "rdkafka-c") and why_not(bench, "confluent")
@@ -178,14 +183,14 @@ def run(bench: Bench) -> list[Row]:
             topic = bench.topic("wan")
             bench.create_topic(source, topic, PARTITIONS)
             fill(bench, source, topic, count, Workload(SIZE))
-            for size in sizes:
+            for i, (label, settings) in enumerate(variants):
                 lan = 0.0
                 for d in delays:
                     _set_delay(control, d)
-                    bench.log(f"[9] mirror through the link at {d} ms one way, fetch.max.bytes {size}")
-                    alias = f"wan{d}ms{size // MIB}m"
-                    rate = _mirror_through(bench, src.wan_bootstrap, source_zk, dest, topic, alias, count, size)
-                    row = rows[(size, d)]
+                    bench.log(f"[9] mirror through the link at {d} ms one way, {label}")
+                    alias = f"wan{d}ms{i}"
+                    rate = _mirror_through(bench, src.wan_bootstrap, source_zk, dest, topic, alias, count, settings)
+                    row = rows[(label, d)]
                     row.figure("records/s").add(rate)
                     if d == 0:
                         lan = rate
