@@ -124,6 +124,19 @@ def _gap_events(bootstrap: str) -> list[dict[str, object]]:
     return [e for e in (json.loads(v or b"{}") for _, _, _, v, _, _ in rows) if e.get("type") == "gap"]
 
 
+def test_the_group_reaches_a_source_zookeeper_again_within_seconds_after_a_long_cut() -> None:
+    """kazoo's default reconnect backoff doubles up to an hour: in the lab, after a 10-minute cut of
+    dc2's link, the mirror's next try at dc2's ZooKeeper came minutes after the heal. The group
+    retries forever, at most RECONNECT_MAX_DELAY_S apart (what a 10-minute cut would need kazoo's
+    defaults to show is not test material: the setting is what is checked)."""
+    from headwater.mirror.group import RECONNECT_MAX_DELAY_S, ZkGroup
+
+    group = ZkGroup("127.0.0.1:1", "g", "g_1", ["t"])
+    retry = group.zk._conn_retry  # the client's own reconnect policy
+    assert retry.max_tries is None or retry.max_tries < 0  # never gives up
+    assert retry.max_delay <= RECONNECT_MAX_DELAY_S <= 10
+
+
 def test_retention_outrunning_a_cut_link_is_reported_exactly(wan: Wan, tmp_path: Path) -> None:
     dc2, agg, link = wan.dc["dc2"], wan.agg, wan.links["dc2"]
     topic = "orders"
