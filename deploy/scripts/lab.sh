@@ -25,6 +25,15 @@ addresses() {
     printf '%-4s bootstrap.servers=%s   (ZooKeeper %s)\n' "$cluster" "$list" \
       "$(compose port "$cluster-zookeeper" 2181 2>/dev/null || echo '?')"
   done
+  for dc in dc1 dc2; do
+    addr="$(compose port "$dc-link" 9190 2>/dev/null || true)"
+    if [ -n "$addr" ]; then
+      printf '%s-link  WAN link to agg (%s ms one way, %s Mbit/s)   headwater lab link status|cut|heal %s --control %s\n' \
+        "$dc" "${LAB_WAN_DELAY_MS:-40}" "${LAB_WAN_BANDWIDTH_MBIT:-100}" "$dc" "$addr"
+    else
+      echo "$dc-link: not running"
+    fi
+  done
   addr="$(compose port mirror 9404 2>/dev/null || true)"
   if [ -n "$addr" ]; then
     printf 'mirror dc1,dc2 -> agg   metrics http://%s/metrics   health http://%s/healthz\n' "$addr" "$addr"

@@ -26,7 +26,7 @@ COMPOSE_FILE = ROOT / "deploy" / "compose" / "docker-compose.yml"
 CLUSTERS = {"dc1": (101, "dc1"), "dc2": (201, "dc2"), "agg": (301, "agg")}
 WINDOW_MS = 2000
 GRACE_MS = 10000
-SERVICES = 21  # 3 x (ZooKeeper + 3 brokers), mirror, audit + PostgreSQL, 2 x activity, Spark x 2, loader, Prometheus
+SERVICES = 23  # 3 x (ZooKeeper + 3 brokers), 2 WAN links, mirror, audit + PostgreSQL, 2 x activity, Spark x 2, loader, Prometheus
 
 
 class Lab:
@@ -59,12 +59,14 @@ class Lab:
 def lab(docker_client: docker.DockerClient, images: dict[str, str]) -> Iterator[Lab]:
     project = f"hw-it-lab-{uuid.uuid4().hex[:8]}"
     env = dict(os.environ)
-    ports = iter(free_ports(16))
+    ports = iter(free_ports(18))
     for cluster in CLUSTERS:
         env[f"{cluster.upper()}_ZOOKEEPER_PORT"] = str(next(ports))
         for i in (1, 2, 3):
             env[f"{cluster.upper()}_BROKER{i}_PORT"] = str(next(ports))
     env["MIRROR_METRICS_PORT"] = str(next(ports))
+    env["DC1_LINK_CONTROL_PORT"] = str(next(ports))
+    env["DC2_LINK_CONTROL_PORT"] = str(next(ports))
     env["AUDIT_HTTP_PORT"] = str(next(ports))
     env["PROMETHEUS_PORT"] = str(next(ports))
     env["SPARK_MASTER_UI_PORT"] = str(next(ports))

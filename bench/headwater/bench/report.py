@@ -28,6 +28,7 @@ SCENARIOS = {
     "6": "Large records (10 KB, ~1 MB per request)",
     "7": "Mirror throughput (one source broker -> mirror -> one destination broker)",
     "8": "Spark loader (warm aggregate topic -> headwater load, local[*] -> Parquet)",
+    "9": "Mirror across a WAN link (0, 20, 40, 80 ms one way; headwater lab link)",
 }
 
 

@@ -26,7 +26,7 @@ _LAB_AGGREGATE = "127.0.0.1:39092,127.0.0.1:39093,127.0.0.1:39094"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    lab = sub.add_parser("lab", help="the multi-DC lab's demo traffic and pipeline check")
+    lab = sub.add_parser("lab", help="the multi-DC lab's demo traffic, pipeline check and WAN links")
     lab_sub = lab.add_subparsers(dest="lab_command", required=True, metavar="ACTION")
 
     a = lab_sub.add_parser(
@@ -71,6 +71,150 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     c.add_argument("--json", action="store_true", help="print the report as JSON")
     c.add_argument("--log-level", default="WARNING")
     c.set_defaults(func=_check)
+    _add_link_parser(lab_sub)
+
+
+# Each lab DC's link service publishes its control endpoint on the host (deploy/compose).
+_LAB_LINK_CONTROL = {"dc1": "127.0.0.1:19190", "dc2": "127.0.0.1:29190"}
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "")
+    try:
+        return float(raw) if raw.strip() else default
+    except ValueError:
+        raise SystemExit(f"headwater lab link: ${name}={raw!r} is not a number") from None
+
+
+def _add_link_parser(lab_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    link = lab_sub.add_parser(
+        "link",
+        help="the WAN links between each DC and the aggregate side: serve one, cut, heal, status, set",
+        description="A WAN link is a TCP relay with one-way delay, jitter, a bandwidth cap and cut/heal "
+        "(see headwater.lab.link). 'serve' runs one; the other actions call a running link's control endpoint.",
+    )
+    link_sub = link.add_subparsers(dest="link_command", required=True, metavar="ACTION")
+    s = link_sub.add_parser("serve", help="run one link in the foreground (the lab's link service)")
+    s.add_argument("--name", required=True, help="the link's name: the datacenter it connects (dc2)")
+    s.add_argument(
+        "--route",
+        action="append",
+        required=True,
+        metavar="[LISTEN_HOST:]PORT=TARGET_HOST:PORT",
+        help="listen here, relay to there (repeatable: one per broker, one for ZooKeeper)",
+    )
+    s.add_argument("--control", default="127.0.0.1:9190", help="HOST:PORT of the control endpoint")
+    s.add_argument(
+        "--delay-ms",
+        type=float,
+        default=_env_float("LAB_WAN_DELAY_MS", 40.0),
+        help="one-way delay (default $LAB_WAN_DELAY_MS or 40)",
+    )
+    s.add_argument(
+        "--jitter-ms",
+        type=float,
+        default=_env_float("LAB_WAN_JITTER_MS", 0.0),
+        help="extra uniform delay in [0, jitter] (default $LAB_WAN_JITTER_MS or 0)",
+    )
+    s.add_argument(
+        "--bandwidth-mbit",
+        type=float,
+        default=_env_float("LAB_WAN_BANDWIDTH_MBIT", 100.0),
+        help="per direction, 0 = unlimited (default $LAB_WAN_BANDWIDTH_MBIT or 100)",
+    )
+    s.add_argument("--log-level", default="INFO")
+    s.set_defaults(func=_link_serve)
+    for action, text in (
+        ("cut", "cut the link: connections dropped, new ones refused (--mode blackhole: everything hangs)"),
+        ("heal", "heal a cut link"),
+        ("status", "the link's settings, state and counters (JSON)"),
+        ("set", "change the delay, jitter or bandwidth of a running link"),
+    ):
+        a = link_sub.add_parser(action, help=text)
+        a.add_argument("link", help="the link's name (dc1, dc2)")
+        a.add_argument(
+            "--control",
+            help="HOST:PORT of the link's control endpoint (default: the lab's, "
+            + ", ".join(f"{k}={v}" for k, v in _LAB_LINK_CONTROL.items())
+            + ")",
+        )
+        if action == "cut":
+            a.add_argument("--mode", choices=["drop", "blackhole"], default="drop")
+        if action == "set":
+            a.add_argument("--delay-ms", type=float)
+            a.add_argument("--jitter-ms", type=float)
+            a.add_argument("--bandwidth-mbit", type=float)
+        a.set_defaults(func=_link_call)
+
+
+def _host_port(value: str, what: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not port.isdigit() or (sep and not host):
+        raise ValueError(f"{what}: {value!r} is not [HOST:]PORT")
+    return host or "0.0.0.0", int(port)
+
+
+def _link_serve(args: argparse.Namespace) -> int:
+    from headwater.lab.link import LinkSettings, serve
+
+    try:
+        settings = LinkSettings(args.delay_ms, args.jitter_ms, args.bandwidth_mbit)
+        routes = []
+        for r in args.route:
+            listen, sep, target = r.partition("=")
+            if not sep:
+                raise ValueError(f"--route {r!r}: expected [LISTEN_HOST:]PORT=TARGET_HOST:PORT")
+            lh, lp = _host_port(listen, "--route")
+            th, tp = _host_port(target, "--route")
+            routes.append((lh, lp, th, tp))
+        control = _host_port(args.control, "--control")
+    except ValueError as e:
+        print(f"headwater lab link serve: {e}", file=sys.stderr)
+        return 2
+    setup_logging(args.log_level)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        await serve(args.name, settings, routes, control, stop)
+        return 0
+
+    import uvloop
+
+    return uvloop.run(main())
+
+
+def _link_call(args: argparse.Namespace) -> int:
+    import urllib.parse
+
+    from headwater.lab.link import control_request
+
+    address = args.control or _LAB_LINK_CONTROL.get(args.link)
+    if address is None:
+        print(f"headwater lab link: no control address known for {args.link!r}: pass --control", file=sys.stderr)
+        return 2
+    query: dict[str, object] = {"link": args.link}
+    if args.link_command == "cut":
+        query["mode"] = args.mode
+    if args.link_command == "set":
+        changes = {"delay_ms": args.delay_ms, "jitter_ms": args.jitter_ms, "bandwidth_mbit": args.bandwidth_mbit}
+        query.update({k: v for k, v in changes.items() if v is not None})
+        if len(query) == 1:
+            print("headwater lab link set: nothing to set (--delay-ms, --jitter-ms, --bandwidth-mbit)", file=sys.stderr)
+            return 2
+    method, path = ("GET", "/status") if args.link_command == "status" else ("POST", f"/{args.link_command}")
+    try:
+        code, body = control_request(address, method, f"{path}?{urllib.parse.urlencode(query)}")
+    except OSError as e:
+        print(f"headwater lab link {args.link_command}: cannot reach {address}: {e}", file=sys.stderr)
+        return 1
+    if code != 200:
+        print(f"headwater lab link {args.link_command}: {body.get('error', body)}", file=sys.stderr)
+        return 1
+    print(json.dumps(body, indent=2))
+    return 0
 
 
 def _activity(args: argparse.Namespace) -> int:

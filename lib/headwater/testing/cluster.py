@@ -8,6 +8,11 @@ by pid, in reverse order, when the ``with`` block ends::
     with LocalCluster(tmp, size=3) as cluster:
         cluster.bootstrap   # "127.0.0.1:40001,127.0.0.1:40002,127.0.0.1:40003"
         cluster.brokers[0].pid
+
+``wan=`` gives every broker a second listener, ``WAN``, advertised at the port the callable returns
+for it (a :class:`headwater.lab.link.Link` route to it): a client bootstrapped through the link
+(``cluster.wan_bootstrap``) is told the link's addresses and stays on the link, as the mirror does
+between datacenters; everything else (the brokers among themselves, local clients) goes direct.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -54,7 +59,12 @@ class LocalBroker:
     """One broker process; ``overrides`` are Kafka property names (``log.segment.bytes``)."""
 
     def __init__(
-        self, workdir: Path, broker_id: int, zk_connect: str, overrides: Mapping[str, object] | None = None
+        self,
+        workdir: Path,
+        broker_id: int,
+        zk_connect: str,
+        overrides: Mapping[str, object] | None = None,
+        wan: Callable[[int], int] | None = None,
     ) -> None:
         self.workdir = workdir
         self.broker_id = broker_id
@@ -67,6 +77,18 @@ class LocalBroker:
             "zookeeper.connect": zk_connect,
             "zookeeper.session.timeout.ms": 6000,
         }
+        self.wan_port: int | None = None  # the port advertised for the WAN listener (the link's)
+        if wan is not None:
+            listen = free_port()
+            self.wan_port = wan(listen)
+            self.properties.update(
+                {
+                    "listeners": f"PLAINTEXT://127.0.0.1:{self.port},WAN://127.0.0.1:{listen}",
+                    "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port},WAN://127.0.0.1:{self.wan_port}",
+                    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,WAN:PLAINTEXT",
+                    "inter.broker.listener.name": "PLAINTEXT",
+                }
+            )
         self.properties.update(overrides or {})
         if self.properties.get("prometheus.port") == "auto":  # a port of its own, known here
             self.properties["prometheus.port"] = free_port()
@@ -197,9 +219,11 @@ class LocalCluster:
         *,
         zk_connect: str | None = None,
         overrides: Mapping[str, object] | None = None,
+        wan: Callable[[int], int] | None = None,
     ) -> None:
         self.workdir = workdir
         self.size = size
+        self.wan = wan
         self.overrides = dict(overrides or {})
         # __consumer_offsets needs that many live brokers (Kafka 2.3's rule); fewer than 3 here. A
         # consumer with a group.id creates it: a few partitions for a local cluster, not Kafka's 50
@@ -219,6 +243,13 @@ class LocalCluster:
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers)
 
+    @property
+    def wan_bootstrap(self) -> str:
+        """The brokers' WAN listeners as advertised (through the link); needs ``wan=``."""
+        if self.wan is None:
+            raise RuntimeError("the cluster has no WAN listener (LocalCluster(wan=...))")
+        return ",".join(f"127.0.0.1:{b.wan_port}" for b in self.brokers)
+
     def start(self, command_prefix: list[str] | None = None) -> LocalCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
@@ -227,7 +258,7 @@ class LocalCluster:
                 self.zookeeper.start()
                 self._zk_connect = self.zookeeper.connect
             for i in range(self.size):
-                broker = LocalBroker(self.workdir, i, self._zk_connect, self.overrides)
+                broker = LocalBroker(self.workdir, i, self._zk_connect, self.overrides, self.wan)
                 self.brokers.append(broker)
                 broker.start(command_prefix=command_prefix)
         except BaseException:

@@ -23,7 +23,11 @@ and the destination's live brokers), ``offset.commit.interval.ms`` (5000), ``aut
 (Fetch requests outstanding per source broker, 1), ``resume.scan.max.bytes`` (64 MiB) and
 ``resume.scan.total.max.bytes`` (256 MiB: how much of the target a new owner's resume scan reads
 per partition and holds, summed, over all partitions; see :mod:`headwater.mirror.copies`),
-``repartition`` (``auto``: decode only when partition counts differ; ``always``), and the
+``repartition`` (``auto``: decode only when partition counts differ; ``always``),
+``mirror.on.data.loss`` (``report``: a gap below the source's log start is reported, then the copier
+resumes there; ``stop``: reported, then that partition stops; see :mod:`headwater.mirror.gaps`),
+MM2's ``emit.heartbeats.enabled`` (true) and ``emit.heartbeats.interval.seconds`` (1; see
+:mod:`headwater.mirror.heartbeats`), and the
 test-only fault properties ``headwater.test.drop.every`` / ``headwater.test.duplicate.every``
 (drop / produce twice every N-th record; they force the decoding path).
 """
@@ -35,7 +39,7 @@ from dataclasses import dataclass, field
 
 from headwater.properties import parse_properties
 
-__all__ = ["Flow", "MirrorConfig", "MirrorConfigError", "SourceCluster", "load", "parse"]
+__all__ = ["HEARTBEATS_TOPIC", "Flow", "MirrorConfig", "MirrorConfigError", "SourceCluster", "load", "parse"]
 
 _POLICIES = {
     "IdentityReplicationPolicy": "identity",
@@ -43,6 +47,7 @@ _POLICIES = {
     "DefaultReplicationPolicy": "default",
     "org.apache.kafka.connect.mirror.DefaultReplicationPolicy": "default",
 }
+HEARTBEATS_TOPIC = "heartbeats"
 _ALIAS = re.compile(r"[A-Za-z0-9_-]+")
 _FLOW_KEY = re.compile(r"^([^.>\s]+)->([^.>\s]+)\.(.+)$")
 _FLOW_SETTINGS = {"enabled", "topics", "topics.exclude", "topics.blacklist"}
@@ -65,6 +70,9 @@ _GLOBAL_SETTINGS = {
     "resume.scan.max.bytes",
     "resume.scan.total.max.bytes",
     "repartition",
+    "mirror.on.data.loss",
+    "emit.heartbeats.enabled",
+    "emit.heartbeats.interval.seconds",
     "headwater.test.drop.every",
     "headwater.test.duplicate.every",
 }
@@ -93,7 +101,12 @@ class Flow:
     def name(self) -> str:
         return f"{self.source}->{self.target}"
 
+    #: the mirror's heartbeats topic, mirrored whatever the topic lists say (as MM2 does)
+    heartbeats: bool = False
+
     def matches(self, topic: str) -> bool:
+        if self.heartbeats and topic == HEARTBEATS_TOPIC:
+            return True
         return any(p.fullmatch(topic) for p in self.topics) and not any(p.fullmatch(topic) for p in self.exclude)
 
 
@@ -115,6 +128,8 @@ class MirrorConfig:
     resume_scan_max_bytes: int = 64 * 1024 * 1024
     resume_scan_total_max_bytes: int = 256 * 1024 * 1024
     always_repartition: bool = False
+    on_data_loss: str = "report"
+    heartbeats_interval_s: float | None = 1.0  # None: no heartbeats
     drop_every: int = 0
     duplicate_every: int = 0
     unknown: list[str] = field(default_factory=list)
@@ -210,6 +225,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
 
     default_topics = _regexes("topics", props.get("topics", ".*"))
     default_exclude = _regexes("topics.exclude", props.get("topics.exclude", props.get("topics.blacklist", "__.*")))
+    heartbeats = _bool("emit.heartbeats.enabled", props.get("emit.heartbeats.enabled", "true"))
     flows: list[Flow] = []
     for (src, dst), settings in sorted(flow_settings.items()):
         if not _bool(f"{src}->{dst}.enabled", settings.get("enabled", "false")):
@@ -221,7 +237,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         topics = _regexes(f"{src}->{dst}.topics", settings["topics"]) if "topics" in settings else default_topics
         ex_key = "topics.exclude" if "topics.exclude" in settings else "topics.blacklist"
         exclude = _regexes(f"{src}->{dst}.{ex_key}", settings[ex_key]) if ex_key in settings else default_exclude
-        flows.append(Flow(src, dst, topics, exclude))
+        flows.append(Flow(src, dst, topics, exclude, heartbeats))
     if not flows:
         raise MirrorConfigError("no flow is enabled (e.g. dc1->agg.enabled = true)")
     if len({f.target for f in flows}) > 1:
@@ -240,6 +256,16 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
     repartition = props.get("repartition", "auto")
     if repartition not in ("auto", "always"):
         raise MirrorConfigError(f"repartition: {repartition!r} is not auto or always")
+    on_data_loss = props.get("mirror.on.data.loss", "report")
+    if on_data_loss not in ("report", "stop"):
+        raise MirrorConfigError(f"mirror.on.data.loss: {on_data_loss!r} is not report or stop")
+    interval = props.get("emit.heartbeats.interval.seconds", "1")
+    try:
+        interval_s = float(interval)
+    except ValueError:
+        raise MirrorConfigError(f"emit.heartbeats.interval.seconds: {interval!r} is not a number") from None
+    if not 0.1 <= interval_s <= 3600:
+        raise MirrorConfigError(f"emit.heartbeats.interval.seconds: {interval_s:g} is not between 0.1 and 3600")
     return MirrorConfig(
         clusters=clusters,
         flows=flows,
@@ -257,6 +283,8 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         resume_scan_max_bytes=_int(props, "resume.scan.max.bytes", 64 * 1024 * 1024, minimum=0) or 0,
         resume_scan_total_max_bytes=_int(props, "resume.scan.total.max.bytes", 256 * 1024 * 1024, minimum=0) or 0,
         always_repartition=repartition == "always",
+        on_data_loss=on_data_loss,
+        heartbeats_interval_s=interval_s if heartbeats else None,
         drop_every=_int(props, "headwater.test.drop.every", 0) or 0,
         duplicate_every=_int(props, "headwater.test.duplicate.every", 0) or 0,
         unknown=sorted(unknown),

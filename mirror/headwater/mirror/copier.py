@@ -31,7 +31,7 @@ from headwater.client.consumer import EARLIEST, LATEST, Consumer
 from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, OffsetOutOfRangeError, UnknownTopicError
 from headwater.client.partitioner import murmur2, to_positive
 from headwater.client.raw import as_plain_batch, produce_raw
-from headwater.mirror.config import MirrorConfig
+from headwater.mirror.config import HEARTBEATS_TOPIC, MirrorConfig
 from headwater.mirror.copies import ScanBudget, TargetCopies, scan_target, skip_copied
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan
@@ -221,16 +221,13 @@ class Copier:
                         unit.progress()
                     self.next_offset = max(self.next_offset, part.batches[-1][0].next_offset)
                 except OffsetOutOfRangeError:
+                    # never a silent reset: a gap below the log start is reported, or stops this partition
                     old = self.next_offset
-                    self.next_offset = await self.reset_offset()
-                    log.warning(
-                        "%s: %s-%d offset %d is out of range: reset to %d",
-                        name,
-                        topic,
-                        partition,
-                        old,
-                        self.next_offset,
-                    )
+                    if self.flow.gaps is not None:  # always, in Mirror.run
+                        self.next_offset = await self.flow.gaps.out_of_range(topic, partition, old)
+                    else:  # a flow built without one (unit fakes): auto.offset.reset, loudly
+                        self.next_offset = await self.reset_offset()
+                        log.error("%s: %s-%d offset %d is out of range: reset to %d", name, *tp, old, self.next_offset)
                 except (KafkaConnectionError, KafkaTimeoutError, KafkaError, UnknownTopicError) as e:
                     # A leader moving, a broker restarting: retried here a few times; then the
                     # supervisor takes over (ERROR, counted, unhealthy while it backs off).
@@ -323,6 +320,8 @@ class Copier:
         newest = max(h.max_timestamp for h, _ in batches)
         if newest > 0:
             self.metrics.latency.labels(name).observe(max(time.time() - newest / 1000.0, 0.0))
+            if topic == HEARTBEATS_TOPIC and self.flow.heartbeats is not None:
+                self.flow.heartbeats.acked(name, newest)
 
     def _as_produced(self, batches: list[tuple[BatchHeader, memoryview]]) -> list[bytes | memoryview]:
         """The fast path's batches as the target accepts them (see :func:`as_target_batch`)."""
@@ -353,16 +352,17 @@ class Copier:
         per_partition: dict[int, list[bytes]] = defaultdict(list)
         n = plan.target_partitions
         f = self.flow
+        faults = self.tp[0] != HEARTBEATS_TOPIC  # the test faults hit data, not the mirror's own heartbeats
         for _, b in batches:
             header, records = decode_batch(b)
             out: dict[int, list[RecordInput]] = defaultdict(list)
             for r in records:
-                f.records_seen += 1
+                f.records_seen += faults
                 copies = 1
-                if self.config.drop_every and f.records_seen % self.config.drop_every == 0:
+                if faults and self.config.drop_every and f.records_seen % self.config.drop_every == 0:
                     self.metrics.dropped.labels(f.flow.name).inc()
                     continue
-                if self.config.duplicate_every and f.records_seen % self.config.duplicate_every == 0:
+                if faults and self.config.duplicate_every and f.records_seen % self.config.duplicate_every == 0:
                     self.metrics.duplicated.labels(f.flow.name).inc()
                     copies = 2
                 target = to_positive(murmur2(r.key)) % n if r.key is not None else self.tp[1] % n

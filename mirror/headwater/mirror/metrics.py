@@ -93,6 +93,20 @@ class MirrorMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
             registry=r,
         )
+        self.records_lost = Counter(
+            "headwater_mirror_records_lost",
+            "Records the mirror could not copy: gone from the source (retention) before it read them; each gap is "
+            "logged at ERROR and published as a gap event on the source's __audit topic",
+            ["flow", "topic"],
+            registry=r,
+        )
+        self.heartbeat_age = Gauge(
+            "headwater_mirror_heartbeat_age_seconds",
+            "Now minus the newest heartbeat of the flow the target acknowledged (computed when scraped): "
+            "the flow's end-to-end replication latency, growing by the second while a link is down",
+            ["flow"],
+            registry=r,
+        )
 
 
 async def serve_http(

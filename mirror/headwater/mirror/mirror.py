@@ -37,9 +37,12 @@ from headwater.mirror.config import Flow, MirrorConfig
 from headwater.mirror.copier import BACKOFF_MAX, STUCK_AFTER_S, Copier, TopicPartition
 from headwater.mirror.copies import ScanBudget
 from headwater.mirror.fetcher import SourceFetcher
+from headwater.mirror.gaps import GapReporter, reporter_for
 from headwater.mirror.group import FencedError, ZkGroup, assign, new_consumer_id
+from headwater.mirror.heartbeats import Heartbeats
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan, plan_topic
+from headwater.mirror.writer import SourceWriter
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.service.supervisor import HealthRegistry, Supervisor
 
@@ -59,6 +62,9 @@ class FlowState:
     pending: set[TopicPartition] = field(default_factory=set)  # ours, still held by another member
     records_seen: int = 0  # for the test faults
     healthy_reason: str = "starting"
+    #: the answer to OFFSET_OUT_OF_RANGE (gaps.py) and the heartbeats seen in the target (heartbeats.py)
+    gaps: GapReporter | None = None
+    heartbeats: Heartbeats | None = None
     joined: bool = False  # the group's ZooKeeper session is up (then its lease counts)
 
 
@@ -80,6 +86,9 @@ class Mirror:
         #: resume scans hold their target batches within this (review finding 8)
         self.scan_budget = ScanBudget(config.resume_scan_max_bytes, config.resume_scan_total_max_bytes)
         self.supervisor = Supervisor("mirror", self.health_registry, self.metrics.registry, label_names=("flow",))
+        # the mirror's own records in each source: gap events (gaps.py) and heartbeats (heartbeats.py)
+        self.writers: dict[str, SourceWriter] = {}
+        self.heartbeats = Heartbeats(self.metrics, config.heartbeats_interval_s or 1.0)
 
     def reload_topics(self, fresh: MirrorConfig) -> None:
         """SIGHUP: take the topic lists of the re-read file for the flows that still exist (adding or
@@ -142,6 +151,19 @@ class Mirror:
                 state = FlowState(flow, group, source, Admin("", cluster=source), fetcher)
                 self.flows.append(state)
                 tasks.append(asyncio.ensure_future(self._run_flow(state, loop, stop)))
+                writer = self.writers[flow.name] = SourceWriter(source, state.source_admin)
+                state.gaps = reporter_for(
+                    flow.source,
+                    flow.target,
+                    source,
+                    writer,
+                    self.metrics,
+                    on_data_loss=self.config.on_data_loss,
+                    reset_to_latest=self.config.auto_offset_reset == "latest",
+                )
+                state.heartbeats = self.heartbeats
+                if self.config.heartbeats_interval_s is not None:
+                    tasks.append(asyncio.ensure_future(self.heartbeats.emit(flow.source, flow.target, writer, stop)))
             tasks.append(asyncio.ensure_future(self._commit_loop(stop)))
             if reload is not None:
                 tasks.append(asyncio.ensure_future(self._reload_loop(reload, stop)))
@@ -449,6 +471,8 @@ class Mirror:
         for f in self.flows:
             await self._stop_copiers(f, list(f.copiers), release=True)
         await self.supervisor.stop_all()
+        for writer in self.writers.values():
+            await writer.close()
         for f in self.flows:
             try:
                 await asyncio.to_thread(f.group.stop)

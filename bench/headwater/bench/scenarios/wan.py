@@ -1,0 +1,213 @@
+"""Scenario 9: the mirror across a WAN link (issue 22).
+
+A source cluster of one broker whose ``WAN`` listener is advertised through a link
+(``headwater lab link serve``, its own process, as the lab's link service), one destination broker,
+one ``headwater mirror`` process bootstrapped through the link. The source topic (3 partitions, as
+the lab's topics) is filled once with 100-byte records; then, for each one-way delay (0, 20, 40,
+80 ms; bandwidth not capped, to see latency alone), the link is set over its control endpoint and a
+fresh mirror (the lab's ``fetch.max.wait.ms = 100``; otherwise its defaults, then 8 MiB fetches,
+then four fetch rounds in flight per source broker) (its own group, ``DefaultReplicationPolicy`` with a source alias per delay, so each run
+writes its own destination topic) copies the whole topic. Records/s from the first destination
+record to the last, as in scenario 7; the ratio is to the same run's 0 ms row.
+
+The issue's goal: at 80 ms round trip (40 ms one way) >= 50 % of LAN throughput and >= 300,000
+records/s of 100 B.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+from headwater.bench.context import Bench, GeneratorError, Target
+from headwater.bench.generators import Workload, why_not
+from headwater.bench.report import Goal, Row
+from headwater.bench.scenarios.consume import fill
+from headwater.bench.scenarios.mirror import _high_watermark_total
+from headwater.lab.link import control_request
+from headwater.testing.cluster import LocalCluster
+from headwater.testing.zookeeper import free_port
+
+SIZE = 100
+FILL = 3_000_000  # records, full plan (a few seconds per run even with 8 MiB fetches)
+QUICK_FILL = 20_000
+PARTITIONS = 3
+DELAYS_MS = (0, 20, 40, 80)  # one way
+QUICK_DELAYS_MS = (0, 40)
+MIB = 1 << 20
+#: (label, mirror settings): the defaults, larger fetches, more fetch rounds in flight per broker
+SETTINGS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("defaults (fetch.max.bytes 1 MiB, fetch.max.in.flight 1)", {}),
+    ("fetch.max.bytes 8 MiB", {"fetch.max.bytes": str(8 * MIB)}),
+    ("fetch.max.in.flight 4", {"fetch.max.in.flight": "4"}),
+)
+QUICK_SETTINGS = SETTINGS[:1]
+GOAL_DELAY_MS = 40  # 80 ms round trip
+FETCH_MAX_WAIT_MS = 100
+
+
+def _set_delay(control: str, delay_ms: int) -> None:
+    q = urllib.parse.urlencode({"link": "wan", "delay_ms": delay_ms})
+    code, body = control_request(control, "POST", f"/set?{q}")
+    if code != 200:
+        raise GeneratorError(f"the link refused delay_ms={delay_ms}: {body}")
+
+
+def _mirror_through(
+    bench: Bench,
+    source_bootstrap: str,
+    source_zk: str,
+    dest: Target,
+    topic: str,
+    alias: str,
+    count: int,
+    settings: dict[str, str],
+) -> float:
+    """One mirror run over ``topic`` into ``<alias>.<topic>``; records/s, first to last destination record."""
+    name = f"mirror-wan-{alias}"
+    config = bench.workdir / f"{name}.properties"
+    props = {
+        "clusters": f"{alias}, dst",
+        f"{alias}.zookeeper.connect": source_zk,
+        f"{alias}.bootstrap.servers": source_bootstrap,
+        "dst.bootstrap.servers": dest.bootstrap,
+        f"{alias}->dst.enabled": "true",
+        f"{alias}->dst.topics": topic,
+        "replication.policy.class": "DefaultReplicationPolicy",
+        "group.id": f"bench-{name}",
+        "emit.heartbeats.enabled": "false",
+        # the lab's setting (deploy/compose/mirror.properties): a source connection answers one request
+        # at a time, and with the default 500 ms a partition at its log end holds up the others
+        "fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
+        **settings,
+    }
+    config.write_text("".join(f"{k} = {v}\n" for k, v in props.items()))
+    log = Path(bench.workdir / f"{name}.log")
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "headwater.cli.main", "mirror", "-c", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    from confluent_kafka import Consumer
+
+    target_topic = f"{alias}.{topic}"
+    watch = Consumer({"bootstrap.servers": dest.bootstrap, "group.id": "headwater-bench-watch"})
+    started = time.perf_counter()
+    try:
+        deadline = time.monotonic() + bench.plan.max_seconds * 8 + 180
+        first, first_count, seen = 0.0, 0, 0
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+                raise GeneratorError(f"the mirror exited {proc.returncode}: {tail[0][:300]}")
+            seen = _high_watermark_total(watch, target_topic, 10)
+            now = time.perf_counter()
+            if seen and not first:
+                first, first_count = now, seen
+            if seen >= count:
+                if seen <= first_count or now <= first:
+                    return seen / (now - started)
+                return (seen - first_count) / (now - first)
+            time.sleep(0.05)
+        raise GeneratorError(f"the destination holds {seen:,} of {count:,} records after the deadline")
+    finally:
+        watch.close()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(30)
+
+
+def run(bench: Bench) -> list[Row]:
+    count = QUICK_FILL if bench.plan.quick else bench.plan.count(FILL)
+    delays = QUICK_DELAYS_MS if bench.plan.quick else DELAYS_MS
+    variants = QUICK_SETTINGS if bench.plan.quick else SETTINGS
+    rows = {
+        (label, d): Row(
+            "9",
+            f"{d} ms one way ({2 * d} ms RTT), 100 B, {count:,} records, {PARTITIONS} partitions",
+            f"headwater mirror, {label}",
+            primary="records/s",
+            reference="issue 22: >= 300,000 rec/s at 80 ms RTT" if d == GOAL_DELAY_MS else "",
+            goal=Goal(">= 50 % of the 0 ms run", 0.50, on="ratio") if d == GOAL_DELAY_MS else None,
+        )
+        for label, _ in variants
+        for d in delays
+    }
+    why = why_not(bench, "rdkafka-c") and why_not(bench, "confluent")
+    if why or not bench.zk_connect:
+        for r in rows.values():
+            r.unavailable = why or "no ZooKeeper"
+            bench.add(r)
+        return list(rows.values())
+    routes: list[tuple[int, int]] = []  # (link port, the broker's WAN listener port)
+
+    def through_link(wan_port: int) -> int:
+        routes.append((free_port(), wan_port))
+        return routes[-1][0]
+
+    control = f"127.0.0.1:{free_port()}"
+    link: subprocess.Popen[bytes] | None = None
+    source_zk = f"{bench.zk_connect}/bench-wan-src"
+    try:
+        with (
+            LocalCluster(bench.workdir / "wan-src", size=1, zk_connect=source_zk, wan=through_link) as src,
+            LocalCluster(bench.workdir / "wan-dst", size=1, zk_connect=f"{bench.zk_connect}/bench-wan-dst") as dst,
+        ):
+            cmd = [sys.executable, "-m", "headwater.cli.main", "lab", "link", "serve", "--name", "wan"]
+            for listen, target in routes:
+                cmd += ["--route", f"127.0.0.1:{listen}=127.0.0.1:{target}"]
+            cmd += ["--control", control, "--delay-ms", "0", "--bandwidth-mbit", "0", "--log-level", "WARNING"]
+            with open(bench.workdir / "wan-link.log", "ab") as out:
+                link = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    control_request(control, "GET", "/status", timeout=2)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or link.poll() is not None:
+                        raise GeneratorError("the link service did not start (see wan-link.log)") from None
+                    time.sleep(0.2)
+            source = Target("WAN source", src.bootstrap, [b.pid for b in src.brokers], 1, "1")
+            dest = Target("mirror destination", dst.bootstrap, [b.pid for b in dst.brokers], 1, "all")
+            topic = bench.topic("wan")
+            bench.create_topic(source, topic, PARTITIONS)
+            fill(bench, source, topic, count, Workload(SIZE))
+            for i, (label, settings) in enumerate(variants):
+                lan = 0.0
+                for d in delays:
+                    _set_delay(control, d)
+                    bench.log(f"[9] mirror through the link at {d} ms one way, {label}")
+                    alias = f"wan{d}ms{i}"
+                    rate = _mirror_through(bench, src.wan_bootstrap, source_zk, dest, topic, alias, count, settings)
+                    row = rows[(label, d)]
+                    row.figure("records/s").add(rate)
+                    if d == 0:
+                        lan = rate
+                    row.ratio_override = rate / lan if lan else None
+                    row.baseline = "the same mirror at 0 ms"
+                    bench.add(row)
+    except (GeneratorError, RuntimeError, OSError) as e:
+        for r in rows.values():
+            if not r.figures:
+                r.unavailable = f"failed: {e}"
+                bench.add(r)
+    finally:
+        if link is not None and link.poll() is None:
+            link.terminate()
+            try:
+                link.wait(30)
+            except subprocess.TimeoutExpired:
+                link.kill()
+                link.wait(10)
+    return list(rows.values())

@@ -1,0 +1,54 @@
+"""``headwater bench --quick --only 9``: the mirror across a WAN link end to end (a real ZooKeeper, two
+brokers, a ``headwater lab link serve`` process and a mirror per delay).
+
+Scenario 9 is left out of the ``--quick`` default, so this is what keeps it working. Asserted: it ran,
+every row has a number, the ratio to the 0 ms row is there and the goal row says met or missed.
+Timings are not test material on a shared machine; the figures are in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from headwater.testing.zookeeper import ZK_SERVER
+
+
+def test_bench_wan_scenario_mirrors_through_the_link_at_each_delay(tmp_path: Path) -> None:
+    if not Path(ZK_SERVER).exists() or shutil.which("java") is None:
+        pytest.fail("ZooKeeper is not installed: run `make system-deps` (Debian's zookeeper package)")
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "headwater.cli.main",
+            "bench",
+            "--quick",
+            "--only",
+            "9",
+            "--out",
+            str(out),
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "results.json").read_text())
+    rows = [r for r in report["rows"] if r["scenario"] == "9"]
+    assert [r["case"].split(" ms")[0] for r in rows] == ["0", "40"], rows
+    for row in rows:
+        assert not row["unavailable"], row
+        rate = row["figures"]["records/s"]["median"]
+        assert isinstance(rate, int | float) and math.isfinite(rate) and rate > 0, row
+    assert rows[1]["ratio"] and ("met" in rows[1]["goal_status"] or "missed" in rows[1]["goal_status"]), rows[1]
+    assert not [r for r in report["rows"] if r["scenario"] != "9"]  # --only 9 ran nothing else
