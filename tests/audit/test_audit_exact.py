@@ -755,3 +755,147 @@ def test_postgres_store_survives_a_restart_migrates_and_compares_and_sets(postgr
     assert {(r.tier, r.count) for r in store.counts("t")} == {("dc1", 16)}
     store.close()
     other.close()
+
+
+# -- the mirror's heartbeats hold a cut-off datacenter's windows open at the aggregate tier -------
+
+
+def _heartbeat(source: str, ts: int, target: str = "agg") -> RecordInput:
+    value = {"sourceClusterAlias": source, "targetClusterAlias": target, "timestamp": ts}
+    return RecordInput(f"{source}->{target}".encode(), json.dumps(value).encode(), ts, [])
+
+
+def _cut_dc2(tmp_path: Path, fetch: FakeFetch, heartbeats: list[RecordInput]) -> tuple[AuditService, TierCounter, int]:
+    """dc1 and dc2 each sent 10 records in one window; the agg cluster holds dc1's 10 and only 4 of
+    dc2's (dc2's link to agg is cut); the agg counter is caught up with its cluster."""
+    config = _config(
+        tmp_path, clusters="dc1, dc2, agg", **{"dc2.bootstrap.servers": "127.0.0.1:1", "aggregate.clusters": "agg"}
+    )
+    service = AuditService(config)
+    c = _counter(config, service.store, "agg", on_bad_event=service._count_bad)
+    service.counters = [c]
+    past = NOW - 10 * W
+    recs = [_rec(past + i) for i in range(10)] + [_rec(past + i, "dc2") for i in range(4)]
+    fetch.logs[("t", 0)] = [_batch(recs)]
+    events = [_event(past, 10, "g1"), _event(past, 10, "g2", datacenter="dc2")]
+    fetch.logs[(AUDIT_TOPIC, 0)] = [_batch([RecordInput(b"t", e, past + W, []) for e in events])]
+    c.offsets = {("t", 0): 0, (AUDIT_TOPIC, 0): 0}
+    if heartbeats:
+        fetch.logs[("heartbeats", 0)] = [_batch(heartbeats)]
+        c.offsets[("heartbeats", 0)] = 0
+    return service, c, past
+
+
+def _agg_status(rows: list[Any]) -> dict[str, str]:
+    return {r.datacenter: r.status for r in rows if r.tier == "agg"}
+
+
+def test_heartbeats_hold_a_cut_datacenters_windows_open_at_the_aggregate_then_complete(
+    tmp_path: Path, fetch: FakeFetch
+) -> None:
+    past = NOW - 10 * W
+    stuck = past + 30_000  # dc2's newest heartbeat in agg: inside the window (the link was cut then)
+    beats = [
+        _heartbeat("dc2", stuck - 5000),
+        _heartbeat("dc2", stuck),
+        RecordInput(b"dc1->agg", b"{not json", NOW, []),  # malformed: rejected, skipped
+        RecordInput(
+            b"dc1->agg",
+            json.dumps({"sourceClusterAlias": "dc1", "targetClusterAlias": "agg", "timestamp": "x"}).encode(),
+            NOW,
+            [],
+        ),
+        _heartbeat("dc1", NOW),
+    ]
+    service, c, _ = _cut_dc2(tmp_path, fetch, beats)
+    store = service.store
+
+    async def scenario() -> None:
+        await c._round()
+        assert c.lag == 0 and c.topic_watermark("t") is not None and c.topic_watermark("t") >= past + W + 1000
+        assert c.heartbeats == {"dc1": NOW, "dc2": stuck}
+        assert store.heartbeats("agg") == {"dc1": NOW, "dc2": stuck}  # with the offsets, same transaction
+        # The malformed heartbeats: kept in audit_rejected, counted as bad events, never counted as records.
+        assert sorted((r[1], r[3], r[4]) for r in store.rejected()) == [
+            ("heartbeats", 2, "unparsable heartbeat"),
+            ("heartbeats", 3, "bad field"),
+        ]
+        bad = service.registry.get_sample_value
+        assert bad("headwater_audit_bad_events_total", {"tier": "agg", "reason": "unparsable heartbeat"}) == 1
+        assert not [r for r in store.counts() if r.topic == "heartbeats"]
+        # The cut: dc2's window at agg stays open (no loss, no alert); dc1's closes as usual.
+        assert await service.check() == 0
+        rows = await service.rows_async("t", None, None)
+        assert _agg_status(rows) == {"dc1": "complete", "dc2": "open"}
+        assert store.alerted() == {}
+        # The replication latency gauge, at scrape time.
+        service.replication_latency.clock = lambda: (NOW + 300_000) / 1000
+        latency = {
+            s.labels["source"]: s.value
+            for m in service.registry.collect()
+            if m.name == "headwater_audit_replication_latency_seconds"
+            for s in m.samples
+        }
+        assert latency == {"dc1": 300.0, "dc2": (NOW + 300_000 - stuck) / 1000}
+        assert all(
+            s.labels["tier"] == "agg" for m in service.registry.collect() for s in m.samples if "latency" in m.name
+        )
+        # The heal: dc2's backlog and a fresh heartbeat arrive: complete, not late.
+        fetch.logs[("t", 0)].append(_batch([_rec(past + i, "dc2") for i in range(4, 10)], base_offset=14))
+        fetch.logs[("heartbeats", 0)].append(_batch([_heartbeat("dc2", NOW + 1)], base_offset=5))
+        await c._round()
+        assert c.heartbeats["dc2"] == NOW + 1
+        assert await service.check() == 0
+        rows = await service.rows_async("t", None, None)
+        assert _agg_status(rows) == {"dc1": "complete", "dc2": "complete"}
+        assert {(r.datacenter, r.count, r.late) for r in store.counts("t") if r.tier == "agg"} == {
+            ("dc1", 10, 0),
+            ("dc2", 10, 0),
+        }
+        assert store.alerted() == {}
+        # A restarted counter resumes with the stored heartbeats.
+        again = _counter(service.config, store, "agg")
+        await again._load()
+        assert again.heartbeats == {"dc1": NOW, "dc2": NOW + 1}
+
+    asyncio.run(scenario())
+    store.close()
+
+
+def test_without_heartbeats_a_cut_datacenters_window_closes_as_before(tmp_path: Path, fetch: FakeFetch) -> None:
+    service, c, _ = _cut_dc2(tmp_path, fetch, [])
+
+    async def scenario() -> None:
+        await c._round()
+        assert c.heartbeats == {}
+        assert await service.check() == 1  # today's behaviour: dc2's 6 missing records are a loss at agg
+        rows = await service.rows_async("t", None, None)
+        assert _agg_status(rows) == {"dc1": "complete", "dc2": "loss"}
+        assert next(m for m in service.registry.collect() if "latency" in m.name).samples == []
+
+    asyncio.run(scenario())
+    service.store.close()
+
+
+def test_heartbeats_bound_only_other_datacenters_aggregate_tiers() -> None:
+    rows = [CountRow("t", 0, dc, tier, 10, 0, 0) for dc in ("dc1", "dc2") for tier in ("producer", dc, "agg")]
+    beats = {("agg", "dc1"): 10 * W, ("agg", "dc2"): W - 1, ("dc2", "dc2"): 0}
+
+    def status(heartbeat: Any) -> dict[tuple[str, str], str]:
+        got = reconcile(
+            rows,
+            ["dc1", "dc2", "agg"],
+            {"dc1", "dc2"},
+            W,
+            1000,
+            100 * W,
+            watermark=lambda t, p: 10 * W,
+            heartbeat=heartbeat,
+        )
+        return {(r.datacenter, r.tier): r.status for r in got}
+
+    assert set(status(None).values()) == {"complete"}
+    assert set(status(lambda tier, dc: None).values()) == {"complete"}
+    got = status(lambda tier, dc: beats.get((tier, dc)))
+    assert got.pop(("dc2", "agg")) == "open"  # the heartbeat from dc2 is behind the window's end + grace
+    assert set(got.values()) == {"complete"}  # dc2's own tier ignores heartbeats; dc1's are current

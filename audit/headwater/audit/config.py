@@ -12,6 +12,7 @@
     store = sqlite:////var/lib/headwater/audit.db   # or postgresql://user:pass@host/db
     http.port = 8080
     alert.webhook.url = http://alerts:9000/hook     # optional
+    heartbeats.topic = heartbeats            # the mirror's heartbeats, read on aggregate tiers
 
 A cluster whose alias is also a datacenter name (``origin.dc`` of the producers) is that
 datacenter's local tier: only its own datacenter's records are expected there. Any other cluster is
@@ -45,6 +46,7 @@ class AuditConfig:
     fetch_max_wait_ms: int = 500
     aggregates: frozenset[str] | None = None  # aggregate.clusters; None: the clusters not named like a DC
     retention_days: int = 30  # windows (and their events, alerts, gaps) older than this are pruned
+    heartbeats_topic: str = "heartbeats"  # the mirror's heartbeats (mirror/heartbeats.py) on aggregate tiers
 
     def audited(self, topic: str) -> bool:
         return any(p.fullmatch(topic) for p in self.topics)
@@ -111,6 +113,7 @@ def parse(raw: dict[str, str]) -> AuditConfig:
         fetch_max_wait_ms=integer("fetch.max.wait.ms", 500, 0),
         aggregates=aggregates,
         retention_days=integer("retention.days", 30, 1),
+        heartbeats_topic=props.get("heartbeats.topic") or "heartbeats",
     )
 
 

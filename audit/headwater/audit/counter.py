@@ -10,6 +10,14 @@ counted as unaudited (datacenter ``-``) at this cluster, by its timestamp.
 Every fetch round's counts, events, rejected events, gaps and the offsets reached go to the store in
 one transaction that checks the offsets it started from (compare-and-set, :meth:`Store.apply`).
 
+Heartbeats: an aggregate tier also reads its cluster's ``heartbeats`` topic (``heartbeats.topic``),
+where the mirror copies one record per flow every few seconds (mirror/headwater/mirror/heartbeats.py:
+value ``{"sourceClusterAlias": "dc2", "targetClusterAlias": "agg", "timestamp": ms}``). Per source
+datacenter it keeps the newest timestamp seen, stored in the same transaction as the offsets. A
+datacenter's windows close at this tier only once its heartbeats passed them too (reconcile.py): a
+tier caught up with its cluster has not seen the records of a datacenter whose link is cut. A
+malformed heartbeat is rejected like a bad ``__audit`` event (audit_rejected, the bad-events metric).
+
 Watermarks: per partition, how far in creation time this tier has been counted — the time of the
 fetch when the counter has caught up (its offset reached the high watermark), otherwise the largest
 timestamp counted so far. A window closes for a tier only when that tier's watermark has passed the
@@ -46,6 +54,7 @@ MAX_COUNT = 2**40  # more records than any producer sends in one window
 TopicPartition = tuple[str, int]
 
 _EVENT_FIELDS = {"guid": str, "tier": str, "datacenter": str, "topic": str, "window_start": int, "count": int}
+_HEARTBEAT_FIELDS = {"sourceClusterAlias": str, "targetClusterAlias": str, "timestamp": int}
 _GAP_FIELDS = {
     "guid": str,
     "tier": str,
@@ -168,6 +177,20 @@ def parse_audit_record(raw: bytes | None, window_ms: int) -> tuple[str, Any]:
     return "count", e
 
 
+def parse_heartbeat(raw: bytes | None) -> tuple[str, int]:
+    """(source datacenter, timestamp ms) of a mirror heartbeat; raises :class:`BadEvent` otherwise."""
+    try:
+        e = json.loads(raw or b"")
+    except (ValueError, RecursionError) as ex:
+        raise BadEvent("unparsable heartbeat", type(ex).__name__) from None
+    if not isinstance(e, dict):
+        raise BadEvent("heartbeat not an object")
+    _fields(e, _HEARTBEAT_FIELDS)
+    if not 0 <= e["timestamp"] < MAX_TIMESTAMP:
+        raise BadEvent("timestamp out of range", f"heartbeat timestamp {str(e['timestamp'])[:30]}")
+    return e["sourceClusterAlias"], e["timestamp"]
+
+
 def parse_event(raw: bytes | None, window_ms: int = 1) -> dict[str, Any] | None:
     """A count event, or None when it is not one (malformed, out of range, or a gap)."""
     try:
@@ -204,6 +227,7 @@ class TierCounter:
         self.stored: dict[TopicPartition, int] = {}  # what the store holds (the compare-and-set base)
         self.high_watermarks: dict[TopicPartition, int] = {}
         self.watermarks: dict[TopicPartition, int] = {}
+        self.heartbeats: dict[str, int] = {}  # source datacenter -> newest heartbeat (ms) seen here
         self.records_counted = 0
         self.events_seen = 0
         self.rejected = 0
@@ -234,6 +258,13 @@ class TierCounter:
         wms = [wm for (t, _), wm in self.watermarks.items() if t == topic]
         return min(wms) if wms else None
 
+    @property
+    def aggregate(self) -> bool:
+        """Whether this tier reads heartbeats: listed in ``aggregate.clusters``, or (without that
+        list) any cluster — the heartbeats then only matter at the tiers reconcile treats as
+        aggregates for a datacenter (not the datacenter's own cluster)."""
+        return self.config.aggregates is None or self.alias in self.config.aggregates
+
     async def close(self) -> None:
         await self.admin.close()
 
@@ -257,6 +288,8 @@ class TierCounter:
         wms = await self._store_call(self.store.watermarks)
         self.offsets = dict(stored)
         self.stored = dict(stored)
+        for source, newest in (await self._store_call(self.store.heartbeats, self.alias)).items():
+            self.heartbeats[source] = max(newest, self.heartbeats.get(source, 0))
         for (cluster, topic), parts in wms.items():
             if cluster == self.alias:
                 for p, wm in parts.items():
@@ -286,13 +319,16 @@ class TierCounter:
         topics = await self.admin.list_topics(include_internal=True)
         consumer = Consumer("", cluster=self.cluster)
         for t in topics:
-            if t != AUDIT_TOPIC and not self.config.audited(t):
+            if t != AUDIT_TOPIC and not self.config.audited(t) and not self._is_heartbeats(t):
                 continue
             for p in await consumer.partitions_for(t):
                 if (t, p) not in self.offsets:
                     self.offsets[(t, p)] = await consumer.earliest_offset(t, p)
                     self.watermarks.setdefault((t, p), 0)
         self._topics_at = time.monotonic()
+
+    def _is_heartbeats(self, topic: str) -> bool:
+        return self.aggregate and topic == self.config.heartbeats_topic
 
     async def _reset(self, e: OffsetOutOfRangeError) -> None:
         """OFFSET_OUT_OF_RANGE: below the log start, the records in between are gone before they were
@@ -336,6 +372,8 @@ class TierCounter:
         rejected: list[Rejected],
         gaps: list[Gap],
         closed_before: dict[str, int],
+        heartbeats: dict[str, int] | None = None,
+        closed_before_dc: dict[tuple[str, str], int] | None = None,
     ) -> int | None:
         """Write one round; None when another writer moved the offsets (the round is dropped)."""
         previous = {tp: self.stored.get(tp) for tp in moved}
@@ -352,6 +390,8 @@ class TierCounter:
                 previous=previous,
                 watermarks={tp: self.watermarks.get(tp, 0) for tp in moved},
                 gaps=gaps,
+                heartbeats=heartbeats,
+                closed_before_dc=closed_before_dc,
             )
         except OffsetConflict as e:
             log.error("%s: %s; this round is dropped and counting resumes from the stored offsets", self.alias, e)
@@ -361,6 +401,8 @@ class TierCounter:
             return None
         self.stored.update(moved)
         self.offsets.update(moved)
+        for source, newest in (heartbeats or {}).items():
+            self.heartbeats[source] = max(newest, self.heartbeats.get(source, 0))
         return int(new)
 
     async def _round(self) -> None:
@@ -383,6 +425,14 @@ class TierCounter:
         closed_before = {
             t: wm - w - self.config.grace_ms for t in {t for t, _ in got} if (wm := self.topic_watermark(t)) is not None
         }
+        # A datacenter whose heartbeats lag had its windows held open here (reconcile.py).
+        closed_before_dc = {
+            (t, dc): min(cb, hb - w - self.config.grace_ms)
+            for t, cb in closed_before.items()
+            for dc, hb in self.heartbeats.items()
+            if dc != self.alias
+        }
+        heartbeats: dict[str, int] = {}
         for tp, part in got.items():
             self.high_watermarks[tp] = part.high_watermark
             top = self.watermarks.get(tp, 0)
@@ -396,6 +446,10 @@ class TierCounter:
                             if r.offset < self.offsets[tp]:
                                 continue
                             self._audit_record(tp, r, events, rejected, gaps)
+                    elif self._is_heartbeats(tp[0]):
+                        for r in decode_batch(b)[1]:
+                            if r.offset >= self.offsets[tp]:
+                                self._heartbeat_record(tp, r, heartbeats, rejected)
                     else:
                         count_batch(self.alias, tp[0], w, h, b, counts, self.offsets[tp])
                 except KafkaError as e:
@@ -413,13 +467,20 @@ class TierCounter:
         if not moved:
             return
         new = await self._commit(
-            moved, {k: (v[0], v[1]) for k, v in counts.items()}, events, rejected, gaps, closed_before
+            moved,
+            {k: (v[0], v[1]) for k, v in counts.items()},
+            events,
+            rejected,
+            gaps,
+            closed_before,
+            heartbeats,
+            closed_before_dc,
         )
         if new is None:
             return
         for bad in rejected:  # logged once: after the round that skips them was committed
             log.warning(
-                "%s: rejected an __audit event at %s-%d offset %d (%s): %r",
+                "%s: rejected an event at %s-%d offset %d (%s): %r",
                 self.alias,
                 bad.topic,
                 bad.partition,
@@ -431,6 +492,16 @@ class TierCounter:
         self.records_counted += sum(v[0] for v in counts.values())
         self.events_seen += len(events)
         self.rejected += len(rejected)
+
+    def _heartbeat_record(
+        self, tp: TopicPartition, r: Record, heartbeats: dict[str, int], rejected: list[Rejected]
+    ) -> None:
+        try:
+            source, ts = parse_heartbeat(r.value)
+        except BadEvent as e:
+            rejected.append(Rejected(tp[0], tp[1], r.offset, e.reason, None if r.value is None else bytes(r.value)))
+            return
+        heartbeats[source] = max(ts, heartbeats.get(source, ts))
 
     def _audit_record(
         self, tp: TopicPartition, r: Record, events: list[dict[str, Any]], rejected: list[Rejected], gaps: list[Gap]

@@ -7,7 +7,10 @@ events), ``completeness`` = count / expected, and the status:
 - ``open``        the window has not closed yet for this tier: its watermark (how far in creation
                   time the tier has been counted on every partition, see counter.py) or the
                   producer tier's has not passed window end + grace. Without watermarks (tests,
-                  tools), the clock: now < window end + grace
+                  tools), the clock: now < window end + grace. At an aggregate tier, once the
+                  mirror's heartbeats from the datacenter were ever seen there, the tier's
+                  watermark for that datacenter is at most its newest heartbeat: a cut link holds
+                  the datacenter's windows open there (not ``loss``) until its records arrive
 - ``loss``        closed, fewer records than the producers sent (``missing`` says how many)
 - ``duplicates``  closed, more records than the producers sent
 - ``late``        closed and balanced, but some counts arrived after the tier had closed it (never at the
@@ -78,10 +81,13 @@ def reconcile(
     *,
     watermark: Callable[[str, str], int | None] | None = None,
     warehouse_reach: Mapping[str, int] | None = None,
+    heartbeat: Callable[[str, str], int | None] | None = None,
 ) -> list[Completeness]:
     """``watermark(tier, topic)``: how far that tier has counted the topic (ms, None: not at all);
     ``warehouse_reach``: per topic, the latest window the warehouse counted (default: from ``rows``,
-    which then must hold the later windows)."""
+    which then must hold the later windows); ``heartbeat(tier, datacenter)``: the newest mirror
+    heartbeat from that datacenter seen in that cluster tier (ms, None: never), which bounds the
+    tier's watermark for the datacenter's windows when the tier is not the datacenter's own."""
     by_window: dict[tuple[str, int, str], dict[str, CountRow]] = defaultdict(dict)
     reach: dict[str, int] = dict(warehouse_reach or {})
     for r in rows:
@@ -89,7 +95,11 @@ def reconcile(
         if r.tier == WAREHOUSE:
             reach[r.topic] = max(reach.get(r.topic, r.window_start), r.window_start)
 
-    def closed(tier: str, topic: str, end: int) -> bool:
+    def closed(tier: str, topic: str, dc: str, end: int) -> bool:
+        if heartbeat is not None and tier not in (PRODUCER, WAREHOUSE, dc):
+            newest = heartbeat(tier, dc)
+            if newest is not None and newest < end + grace_ms:
+                return False  # the link from dc may be cut: its records may not have arrived yet
         if watermark is None:
             return now_ms >= end + grace_ms
         for t in {PRODUCER, PRODUCER if tier == WAREHOUSE else tier}:
@@ -117,7 +127,7 @@ def reconcile(
             count = row.count if row is not None else 0
             late = row.late if row is not None else 0
             updated = row.updated_ms if row is not None else 0
-            if not closed(tier, topic, end):
+            if not closed(tier, topic, dc, end):
                 status = "open"
             elif count < expected:
                 status = "loss"

@@ -8,6 +8,10 @@ answers 503 while one is restarting, stuck or waiting for the store.
 Alerts are an outbox in the store: a window's ``loss`` / ``duplicates`` (or ``resolved`` when a
 window alerted before balances after all) and each mirror gap is recorded once, then POSTed to the
 webhook until it answers 2xx (concurrently, with a timeout, retried with doubling backoff).
+
+``headwater_audit_replication_latency_seconds{source,tier}``: now minus the newest mirror heartbeat
+from datacenter ``source`` the ``tier`` counter has seen (computed when Prometheus scrapes): how far
+behind that datacenter's flow into the tier is, growing by one per second while its link is cut.
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from aiohttp import ClientSession, ClientTimeout, web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from headwater.audit import overview
 from headwater.audit.config import AuditConfig
@@ -42,6 +49,26 @@ PRUNE_INTERVAL_S = 3600.0
 
 def _when(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
+
+
+class ReplicationLatency(Collector):
+    """``headwater_audit_replication_latency_seconds{source,tier}``, computed at scrape time."""
+
+    def __init__(self, counters: Callable[[], list[TierCounter]], clock: Callable[[], float] = time.time) -> None:
+        self.counters = counters
+        self.clock = clock
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = GaugeMetricFamily(
+            "headwater_audit_replication_latency_seconds",
+            "Now minus the newest mirror heartbeat from the source datacenter seen in the tier's cluster",
+            labels=["source", "tier"],
+        )
+        now = self.clock()
+        for c in self.counters():
+            for source, newest in sorted(dict(c.heartbeats).items()):
+                g.add_metric([source, c.alias], max(now - newest / 1000, 0.0))
+        yield g
 
 
 class AuditService:
@@ -99,6 +126,8 @@ class AuditService:
             ["table"],
             registry=self.registry,
         )
+        self.replication_latency = ReplicationLatency(lambda: self.counters)
+        self.registry.register(self.replication_latency)
         self.http_port: int | None = None
 
     def _count_bad(self, tier: str, reason: str) -> None:
@@ -126,16 +155,22 @@ class AuditService:
                 out[(tier, t)] = self.watermark(tier, t)
         return out
 
+    def _heartbeats(self) -> dict[tuple[str, str], int]:
+        """Per (tier, source datacenter): the newest heartbeat seen (read on the event loop)."""
+        return {(c.alias, source): ms for c in self.counters for source, ms in c.heartbeats.items()}
+
     def rows(
         self,
         topic: str | None,
         since: int | None,
         until: int | None,
         marks: dict[tuple[str, str], int | None] | None = None,
+        beats: dict[tuple[str, str], int] | None = None,
     ) -> list[Completeness]:
         """Reconciled rows (blocking: runs store queries; call it on a worker thread)."""
         counts = self.store.counts(topic, since, until)
         snapshot = marks if marks is not None else {}
+        newest = beats if beats is not None else {}
 
         def watermark(tier: str, t: str) -> int | None:
             return snapshot.get((PRODUCER if tier == WAREHOUSE else tier, t))
@@ -150,11 +185,12 @@ class AuditService:
             self.config.aggregates,
             watermark=watermark,
             warehouse_reach=self.store.warehouse_reach(),
+            heartbeat=lambda tier, dc: newest.get((tier, dc)),
         )
 
     async def rows_async(self, topic: str | None, since: int | None, until: int | None) -> list[Completeness]:
         marks = self._snapshot()
-        return await asyncio.to_thread(self.rows, topic, since, until, marks)
+        return await asyncio.to_thread(self.rows, topic, since, until, marks, self._heartbeats())
 
     async def recent_rows(self, topic: str, windows: int = 40) -> list[Completeness]:
         """The dashboard's rows: the topic's latest ``windows`` windows (not its whole history)."""

@@ -17,6 +17,8 @@ Tables (SQLite by default, PostgreSQL by DSN; the same SQL)::
     audit_stats     name -> value                                  (rejected events, ...)
     audit_completion (topic, window_start, datacenter, tier) -> completed_ms, latency_ms
                     when the tier's count first reached the producers' (see service.py)
+    audit_heartbeats (cluster, source) -> newest_ms
+                    the newest mirror heartbeat from datacenter ``source`` seen in ``cluster`` (counter.py)
 
 Schema changes are additive (CREATE ... IF NOT EXISTS, ADD COLUMN when missing), so a store written
 by an older version opens and is migrated in place.
@@ -72,6 +74,9 @@ _SCHEMA = [
         topic TEXT NOT NULL, window_start BIGINT NOT NULL, datacenter TEXT NOT NULL, tier TEXT NOT NULL,
         completed_ms BIGINT NOT NULL, latency_ms BIGINT NOT NULL,
         PRIMARY KEY (topic, window_start, datacenter, tier))""",
+    """CREATE TABLE IF NOT EXISTS audit_heartbeats (
+        cluster TEXT NOT NULL, source TEXT NOT NULL, newest_ms BIGINT NOT NULL,
+        PRIMARY KEY (cluster, source))""",
     "CREATE INDEX IF NOT EXISTS audit_events_by_dc ON audit_events (tier, datacenter)",
     "CREATE INDEX IF NOT EXISTS audit_events_by_window ON audit_events (tier, topic, window_start, datacenter)",
     "CREATE INDEX IF NOT EXISTS audit_gaps_by_topic ON audit_gaps (topic, detected_ms)",
@@ -284,6 +289,8 @@ class Store:
         previous: Mapping[TopicPartition, int | None] | None = None,
         watermarks: Mapping[TopicPartition, int] | None = None,
         gaps: Iterable[Gap] = (),
+        heartbeats: Mapping[str, int] | None = None,
+        closed_before_dc: Mapping[tuple[str, str], int] | None = None,
     ) -> int:
         """Add ``counts`` ((count, unaudited) per key), the count ``events`` not seen before (returns
         how many were new), the ``rejected`` events and the ``gaps``, and move ``cluster``'s offsets
@@ -295,7 +302,10 @@ class Store:
         other difference raises :class:`OffsetConflict`.
 
         A count for a window that started before ``closed_before_ms`` (one value, or one per topic,
-        ``__audit``'s for the events) is also recorded as late: that tier had closed the window.
+        ``__audit``'s for the events) is also recorded as late: that tier had closed the window;
+        ``closed_before_dc`` overrides it per (topic, datacenter) (an aggregate tier that holds a
+        datacenter's windows open until its heartbeats arrive). ``heartbeats``: per source datacenter,
+        the newest heartbeat timestamp this cluster's ``heartbeats`` topic has shown (kept as a maximum).
         """
         return int(
             self._write(
@@ -310,6 +320,8 @@ class Store:
                 previous,
                 watermarks or {},
                 list(gaps),
+                heartbeats or {},
+                closed_before_dc or {},
             )
         )
 
@@ -326,6 +338,8 @@ class Store:
         previous: Mapping[TopicPartition, int | None] | None,
         watermarks: Mapping[TopicPartition, int],
         gaps: list[Gap],
+        heartbeats: Mapping[str, int],
+        closed_before_dc: Mapping[tuple[str, str], int],
     ) -> int:
         if previous is not None and not self._move_offsets(cur, cluster, offsets, previous, watermarks):
             return 0
@@ -371,7 +385,8 @@ class Store:
                 totals.setdefault(key, [0, 0])[0] += int(e["count"])
         for (topic, window_start, dc, tier), (n, unaudited) in totals.items():
             source = "__audit" if tier in ("producer", "warehouse") else topic
-            late = n if window_start < closed_before(source) else 0
+            closed_at = closed_before_dc.get((topic, dc)) if tier not in ("producer", "warehouse") else None
+            late = n if window_start < (closed_before(source) if closed_at is None else closed_at) else 0
             cur.execute(
                 self._sql(
                     "INSERT INTO audit_counts (topic, window_start, datacenter, tier, count, unaudited, late, "
@@ -432,6 +447,16 @@ class Store:
                     g.detected_ms,
                     now_ms,
                 ),
+            )
+        for source, newest in heartbeats.items():
+            cur.execute(
+                self._sql(
+                    "INSERT INTO audit_heartbeats (cluster, source, newest_ms) VALUES (?, ?, ?) "
+                    "ON CONFLICT (cluster, source) DO UPDATE SET newest_ms = "
+                    "CASE WHEN excluded.newest_ms > audit_heartbeats.newest_ms THEN excluded.newest_ms "
+                    "ELSE audit_heartbeats.newest_ms END"
+                ),
+                (cluster, source, newest),
             )
         return new_events
 
@@ -654,6 +679,11 @@ class Store:
         for c, t, p, wm in self._query("SELECT cluster, topic, partition, watermark_ms FROM audit_offsets", ()):
             out.setdefault((c, t), {})[int(p)] = int(wm)
         return out
+
+    def heartbeats(self, cluster: str) -> dict[str, int]:
+        """Per source datacenter: the newest heartbeat timestamp (ms) seen in ``cluster``."""
+        rows = self._query("SELECT source, newest_ms FROM audit_heartbeats WHERE cluster = ?", (cluster,))
+        return {s: int(ms) for s, ms in rows}
 
     def counts(self, topic: str | None = None, since: int | None = None, until: int | None = None) -> list[CountRow]:
         where, args = _window_filter(topic, since, until)
