@@ -47,7 +47,6 @@ def _mirror_once(bench: Bench, source: Target, dest: Target, dest_zk: str, topic
     """Run one mirror process over ``topic`` until the destination holds ``count`` records;
     records/s from the first destination record to the last."""
     name = f"mirror-{topic}"
-    config = bench.workdir / f"{name}.properties"
     props = {
         "clusters": "src, dst",
         "src.zookeeper.connect": bench.zk_connect,
@@ -58,6 +57,16 @@ def _mirror_once(bench: Bench, source: Target, dest: Target, dest_zk: str, topic
         "src->dst.topics": topic,
         "group.id": f"bench-{name}",
     }
+    return mirror_rate(bench, name, props, dest, topic, count, bench.plan.max_seconds * 4 + 120)
+
+
+def mirror_rate(
+    bench: Bench, name: str, props: dict[str, str], dest: Target, target_topic: str, count: int, deadline_s: float
+) -> float:
+    """Start ``headwater mirror`` with ``props`` and wait (at most ``deadline_s``) until ``target_topic``
+    in the destination holds ``count`` records; records/s from the first destination record to the
+    last (from the start when all of them arrived between two looks). The process is stopped after."""
+    config = bench.workdir / f"{name}.properties"
     config.write_text("".join(f"{k} = {v}\n" for k, v in props.items()))
     log = Path(bench.workdir / f"{name}.log")
     with open(log, "ab") as out:
@@ -72,7 +81,7 @@ def _mirror_once(bench: Bench, source: Target, dest: Target, dest_zk: str, topic
     watch = Consumer({"bootstrap.servers": dest.bootstrap, "group.id": "headwater-bench-watch"})
     started = time.perf_counter()
     try:
-        deadline = time.monotonic() + bench.plan.max_seconds * 4 + 120
+        deadline = time.monotonic() + deadline_s
         first = 0.0
         first_count = 0
         seen = 0
@@ -80,7 +89,7 @@ def _mirror_once(bench: Bench, source: Target, dest: Target, dest_zk: str, topic
             if proc.poll() is not None:
                 tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
                 raise GeneratorError(f"the mirror exited {proc.returncode}: {tail[0][:300]}")
-            seen = _high_watermark_total(watch, topic, 10)
+            seen = _high_watermark_total(watch, target_topic, 10)
             now = time.perf_counter()
             if seen and not first:
                 first, first_count = now, seen

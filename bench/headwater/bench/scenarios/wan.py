@@ -16,18 +16,16 @@ records/s of 100 B.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 import urllib.parse
-from pathlib import Path
 
 from headwater.bench.context import Bench, GeneratorError, Target
 from headwater.bench.generators import Workload, why_not
 from headwater.bench.report import Goal, Row
 from headwater.bench.scenarios.consume import fill
-from headwater.bench.scenarios.mirror import _high_watermark_total
+from headwater.bench.scenarios.mirror import mirror_rate
 from headwater.lab.link import control_request
 from headwater.testing.cluster import LocalCluster
 from headwater.testing.zookeeper import free_port
@@ -69,7 +67,6 @@ def _mirror_through(
 ) -> float:
     """One mirror run over ``topic`` into ``<alias>.<topic>``; records/s, first to last destination record."""
     name = f"mirror-wan-{alias}"
-    config = bench.workdir / f"{name}.properties"
     props = {
         "clusters": f"{alias}, dst",
         f"{alias}.zookeeper.connect": source_zk,
@@ -85,46 +82,7 @@ def _mirror_through(
         "fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
         **settings,
     }
-    config.write_text("".join(f"{k} = {v}\n" for k, v in props.items()))
-    log = Path(bench.workdir / f"{name}.log")
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "headwater.cli.main", "mirror", "-c", str(config)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-    from confluent_kafka import Consumer
-
-    target_topic = f"{alias}.{topic}"
-    watch = Consumer({"bootstrap.servers": dest.bootstrap, "group.id": "headwater-bench-watch"})
-    started = time.perf_counter()
-    try:
-        deadline = time.monotonic() + bench.plan.max_seconds * 8 + 180
-        first, first_count, seen = 0.0, 0, 0
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-                raise GeneratorError(f"the mirror exited {proc.returncode}: {tail[0][:300]}")
-            seen = _high_watermark_total(watch, target_topic, 10)
-            now = time.perf_counter()
-            if seen and not first:
-                first, first_count = now, seen
-            if seen >= count:
-                if seen <= first_count or now <= first:
-                    return seen / (now - started)
-                return (seen - first_count) / (now - first)
-            time.sleep(0.05)
-        raise GeneratorError(f"the destination holds {seen:,} of {count:,} records after the deadline")
-    finally:
-        watch.close()
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
+    return mirror_rate(bench, name, props, dest, f"{alias}.{topic}", count, bench.plan.max_seconds * 8 + 180)
 
 
 def run(bench: Bench) -> list[Row]:
