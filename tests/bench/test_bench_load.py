@@ -12,40 +12,16 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from headwater.testing.zookeeper import ZK_SERVER
+from tests.bench.run import run_quick_bench
 
 
 def test_bench_load_scenario_loads_every_record_and_reports_both_rates(tmp_path: Path) -> None:
-    if not Path(ZK_SERVER).exists() or shutil.which("java") is None:
-        pytest.fail("ZooKeeper is not installed: run `make system-deps` (Debian's zookeeper package)")
     pytest.importorskip("pyspark", reason="the loader extra (pyspark) is not installed")
-    out = tmp_path / "results"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "headwater.cli.main",
-            "bench",
-            "--quick",
-            "--only",
-            "8",
-            "--out",
-            str(out),
-            "--workdir",
-            str(tmp_path / "work"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, out = run_quick_bench(tmp_path, "8", timeout=600)
     report = json.loads((out / "results.json").read_text())
     rows = [r for r in report["rows"] if r["scenario"] == "8"]
     assert len(rows) == 3, rows

@@ -8,14 +8,9 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
-from headwater.testing.zookeeper import ZK_SERVER
+from tests.bench.run import run_quick_bench
 
 SCENARIOS = ("1", "2", "3", "4", "5", "6")
 
@@ -27,26 +22,7 @@ def _numbers(row: dict[str, object]) -> list[float]:
 
 
 def test_bench_quick_produces_a_table_and_json_for_every_scenario(tmp_path: Path) -> None:
-    if not Path(ZK_SERVER).exists() or shutil.which("java") is None:
-        pytest.fail("ZooKeeper is not installed: run `make system-deps` (Debian's zookeeper package)")
-    out = tmp_path / "results"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "headwater.cli.main",
-            "bench",
-            "--quick",
-            "--out",
-            str(out),
-            "--workdir",
-            str(tmp_path / "work"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc, out = run_quick_bench(tmp_path, timeout=280)
 
     markdown = (out / "results.md").read_text()
     assert "| # | case | generator | result |" in markdown

@@ -10,39 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
-from headwater.testing.zookeeper import ZK_SERVER
+from tests.bench.run import run_quick_bench
 
 
 def test_bench_wan_scenario_mirrors_through_the_link_at_each_delay(tmp_path: Path) -> None:
-    if not Path(ZK_SERVER).exists() or shutil.which("java") is None:
-        pytest.fail("ZooKeeper is not installed: run `make system-deps` (Debian's zookeeper package)")
-    out = tmp_path / "results"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "headwater.cli.main",
-            "bench",
-            "--quick",
-            "--only",
-            "9",
-            "--out",
-            str(out),
-            "--workdir",
-            str(tmp_path / "work"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, out = run_quick_bench(tmp_path, "9", timeout=400)
     report = json.loads((out / "results.json").read_text())
     rows = [r for r in report["rows"] if r["scenario"] == "9"]
     assert [r["case"].split(" ms")[0] for r in rows] == ["0", "40"], rows
