@@ -2,61 +2,44 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import Producer
-
 from headwater.client.partitioner import murmur2, to_positive
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
-from tests.mirror.util import MirrorProcess, read_topic, wait_for, zk_connect
+from tests.mirror.util import AckedWriter, MirrorProcess, read_topic, wait_for, zk_connect
 
 TOPIC = "page-views"
 
 
-class Writer:
+class Writer(AckedWriter):
     """librdkafka writing keyed records with headers (acks=all) until stopped; remembers what was acked."""
 
+    poll_s = 0.002
+    flush_s = 120.0
+
     def __init__(self, bootstrap: str, dc: str) -> None:
-        self.dc = dc
-        self.acked: set[bytes] = set()
-        self.stop = threading.Event()
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "all",
-                "linger.ms": 5,
+        super().__init__(
+            bootstrap,
+            **{
                 "partitioner": "murmur2_random",
                 "enable.idempotence": False,
                 "message.timeout.ms": 60000,
                 "topic.metadata.refresh.interval.ms": 1000,
-            }
+            },
         )
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.dc = dc
 
-    def _done(self, err: object, msg: object) -> None:
-        if err is None:
-            self.acked.add(msg.value())  # type: ignore[attr-defined]
-
-    def _run(self) -> None:
-        i = 0
-        while not self.stop.is_set():
-            try:
-                self.producer.produce(
-                    TOPIC,
-                    key=f"member-{i % 50}".encode(),
-                    value=f"{self.dc}-{i}".encode(),
-                    headers=[("origin.dc", self.dc.encode()), ("seq", str(i).encode())],
-                    on_delivery=self._done,
-                )
-                i += 1
-            except BufferError:
-                pass
-            self.producer.poll(0.002)
-        self.producer.flush(120)
+    def write(self, i: int) -> None:
+        self.producer.produce(
+            TOPIC,
+            key=f"member-{i % 50}".encode(),
+            value=f"{self.dc}-{i}".encode(),
+            headers=[("origin.dc", self.dc.encode()), ("seq", str(i).encode())],
+            on_delivery=self._done,
+        )
 
 
 def test_kill9_of_source_leader_target_leader_and_a_mirror_loses_nothing(

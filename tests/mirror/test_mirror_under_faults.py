@@ -15,12 +15,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import Producer
-
 from headwater.testing.zookeeper import free_port
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
-from tests.mirror.util import MirrorProcess, read_topic, wait_for, zk_connect
+from tests.mirror.util import AckedWriter, MirrorProcess, read_topic, wait_for, zk_connect
 
 EVENTS, KV = "events", "kv"
 KEYS = 30
@@ -36,39 +34,24 @@ def _healthz(port: int, timeout: float = 3.0) -> int | None:
         return None
 
 
-class Writer:
+class Writer(AckedWriter):
     """librdkafka writing numbered records to both topics until stopped (acks=all)."""
 
+    flush_s = 180.0
+
     def __init__(self, bootstrap: str) -> None:
-        self.stop = threading.Event()
-        self.acked: set[bytes] = set()
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "all",
-                "linger.ms": 5,
+        super().__init__(
+            bootstrap,
+            **{
                 "enable.idempotence": False,
                 "message.timeout.ms": 120000,
                 "topic.metadata.refresh.interval.ms": 1000,
-            }
+            },
         )
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def _done(self, err: object, msg: object) -> None:
-        if err is None:
-            self.acked.add(msg.value())  # type: ignore[attr-defined]
-
-    def _run(self) -> None:
-        i = 0
-        while not self.stop.is_set():
-            try:
-                self.producer.produce(EVENTS, value=f"e{i}".encode(), partition=i % 2, on_delivery=self._done)
-                self.producer.produce(KV, key=f"key-{i % KEYS}".encode(), value=f"{i}".encode(), on_delivery=self._done)
-                i += 1
-            except BufferError:
-                pass
-            self.producer.poll(0.005)
-        self.producer.flush(180)
+    def write(self, i: int) -> None:
+        self.producer.produce(EVENTS, value=f"e{i}".encode(), partition=i % 2, on_delivery=self._done)
+        self.producer.produce(KV, key=f"key-{i % KEYS}".encode(), value=f"{i}".encode(), on_delivery=self._done)
 
 
 def _owned(m: MirrorProcess) -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 import time
 import urllib.request
 from collections import Counter
@@ -29,7 +28,7 @@ from headwater.client.sync import SyncConsumer
 from headwater.lab.link import LinkSettings, LinkThread
 from headwater.testing.cluster import LocalCluster
 from headwater.testing.zookeeper import ZooKeeperServer, free_port
-from tests.mirror.util import MirrorProcess, read_topic, wait_for
+from tests.mirror.util import AckedWriter, MirrorProcess, read_topic, wait_for
 
 _chroots = itertools.count()
 
@@ -214,32 +213,17 @@ def test_retention_outrunning_a_cut_link_is_reported_exactly(wan: Wan, tmp_path:
         assert mirror.stop() == 0
 
 
-class _Writer:
+class _Writer(AckedWriter):
     """librdkafka writing into one DC (acks=all) until stopped; remembers what was acknowledged."""
 
     def __init__(self, bootstrap: str, dc: str, topic: str) -> None:
+        super().__init__(bootstrap)
         self.dc, self.topic = dc, topic
-        self.acked: set[bytes] = set()
-        self.stop = threading.Event()
-        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def _done(self, err: object, msg: object) -> None:
-        if err is None:
-            self.acked.add(msg.value())  # type: ignore[attr-defined]
-
-    def _run(self) -> None:
-        i = 0
-        while not self.stop.is_set():
-            try:
-                self.producer.produce(
-                    self.topic, key=str(i % 20).encode(), value=f"{self.dc}-{i}".encode(), on_delivery=self._done
-                )
-                i += 1
-            except BufferError:
-                pass
-            self.producer.poll(0.005)
-        self.producer.flush(60)
+    def write(self, i: int) -> None:
+        self.producer.produce(
+            self.topic, key=str(i % 20).encode(), value=f"{self.dc}-{i}".encode(), on_delivery=self._done
+        )
 
 
 def test_a_dc_cut_off_and_back_loses_nothing_and_the_other_dc_keeps_flowing(wan: Wan, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -162,3 +163,35 @@ def raw_batches(bootstrap: str, topic: str, partition: int) -> list[tuple[BatchH
             await cluster.close()
 
     return asyncio.run(main())
+
+
+class AckedWriter:
+    """librdkafka writing (acks=all) on a thread until ``stop`` is set, then flushing; ``acked`` holds
+    the values the cluster acknowledged. Subclasses say what the i-th step writes (:meth:`write`)."""
+
+    poll_s = 0.005
+    flush_s = 60.0
+
+    def __init__(self, bootstrap: str, **config: Any) -> None:
+        self.acked: set[bytes] = set()
+        self.stop = threading.Event()
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, **config})
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def write(self, i: int) -> None:
+        raise NotImplementedError
+
+    def _done(self, err: object, msg: object) -> None:
+        if err is None:
+            self.acked.add(msg.value())  # type: ignore[attr-defined]
+
+    def _run(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            try:
+                self.write(i)
+                i += 1
+            except BufferError:
+                pass
+            self.producer.poll(self.poll_s)
+        self.producer.flush(self.flush_s)
