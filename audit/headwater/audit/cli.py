@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import sys
 
-from headwater.cli.service import add_service_arguments, overrides_of, setup_logging
+from headwater.cli.service import add_service_arguments, overrides_of, setup_logging, stop_on_signals
 
 __all__ = ["add_parser"]
 
@@ -42,10 +40,7 @@ def _serve(args: argparse.Namespace) -> int:
         except Exception as e:
             print(f"headwater audit: cannot open the store {config.store}: {e}", file=sys.stderr)
             return 2
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_signal_handler(signal.SIGINT, stop.set)
+        stop = stop_on_signals()
         await service.run(stop)
         return 0
 

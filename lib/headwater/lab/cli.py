@@ -4,15 +4,13 @@ check). Defaults are the lab's addresses as published on the host by ``make lab`
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 
-from headwater.cli.service import setup_logging
+from headwater.cli.service import setup_logging, stop_on_signals
 
 __all__ = ["add_parser"]
 
@@ -174,10 +172,7 @@ def _link_serve(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
 
     async def main() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_signal_handler(signal.SIGINT, stop.set)
+        stop = stop_on_signals()
         await serve(args.name, settings, routes, control, stop)
         return 0
 
@@ -225,10 +220,7 @@ def _activity(args: argparse.Namespace) -> int:
     from headwater.lab.activity import run_activity
 
     async def main() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_signal_handler(signal.SIGINT, stop.set)
+        stop = stop_on_signals()
         await run_activity(
             args.bootstrap_server,
             args.datacenter,

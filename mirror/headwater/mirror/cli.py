@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 
-from headwater.cli.service import add_service_arguments, overrides_of, setup_logging
+from headwater.cli.service import add_service_arguments, overrides_of, setup_logging, stop_on_signals
 
 __all__ = ["add_parser"]
 
@@ -51,11 +51,9 @@ async def _main(config: object, path: str, overrides: list[str]) -> int:
 
     assert isinstance(config, MirrorConfig)
     mirror = Mirror(config)
-    stop = asyncio.Event()
+    stop = stop_on_signals()
     reload = asyncio.Event()
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGINT, stop.set)
 
     def on_hup() -> None:
         try:
