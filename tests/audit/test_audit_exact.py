@@ -790,7 +790,7 @@ def _agg_status(rows: list[Any]) -> dict[str, str]:
     return {r.datacenter: r.status for r in rows if r.tier == "agg"}
 
 
-def test_heartbeats_hold_a_cut_datacenters_windows_open_at_the_aggregate_then_complete(
+def test_heartbeats_show_a_cut_datacenters_windows_late_at_the_aggregate_then_complete(
     tmp_path: Path, fetch: FakeFetch
 ) -> None:
     past = NOW - 10 * W
@@ -823,11 +823,24 @@ def test_heartbeats_hold_a_cut_datacenters_windows_open_at_the_aggregate_then_co
         bad = service.registry.get_sample_value
         assert bad("headwater_audit_bad_events_total", {"tier": "agg", "reason": "unparsable heartbeat"}) == 1
         assert not [r for r in store.counts() if r.topic == "heartbeats"]
-        # The cut: dc2's window at agg stays open (no loss, no alert); dc1's closes as usual.
+        # The cut: dc2's window at agg is past its end + grace, its hop lags: late (6 records still on
+        # their way), not loss, no alert; dc1's closes as usual.
         assert await service.check() == 0
         rows = await service.rows_async("t", None, None)
-        assert _agg_status(rows) == {"dc1": "complete", "dc2": "open"}
+        assert _agg_status(rows) == {"dc1": "complete", "dc2": "late"}
+        cut = next(r for r in rows if r.tier == "agg" and r.datacenter == "dc2")
+        assert (cut.count, cut.expected, cut.missing, cut.lagging, cut.pending) == (4, 10, 6, True, True)
+        assert cut.as_json()["pending"] is True and cut.as_json()["status"] == "late"
         assert store.alerted() == {}
+        # Prometheus' completeness gauge is not fed the pending window (HeadwaterAuditLoss stays quiet).
+        gauge = service.registry.get_sample_value
+        assert gauge("headwater_audit_completeness", {"topic": "t", "tier": "agg"}) == 1.0
+        # The overview: late, not a problem; the records on their way, and how long the window waited.
+        ov = await service.overview(hours=1000)
+        entry = next(e for e in ov["entries"] if (e["datacenter"], e["tier"]) == ("dc2", "agg"))
+        assert (entry["status"], entry["missing"], entry["late"]) == ("late", 0, 6)
+        assert entry["behind_s"] is not None and entry["behind_s"] >= (time.time() * 1000 - past - W) // 1000 - 5
+        assert ov["healthy"] and ov["headline"] == "no loss, 1 late" and ov["late"] == 1
         # The replication latency gauge, at scrape time.
         service.replication_latency.clock = lambda: (NOW + 300_000) / 1000
         latency = {
@@ -848,6 +861,7 @@ def test_heartbeats_hold_a_cut_datacenters_windows_open_at_the_aggregate_then_co
         assert await service.check() == 0
         rows = await service.rows_async("t", None, None)
         assert _agg_status(rows) == {"dc1": "complete", "dc2": "complete"}
+        assert not any(r.pending for r in rows)
         assert {(r.datacenter, r.count, r.late) for r in store.counts("t") if r.tier == "agg"} == {
             ("dc1", 10, 0),
             ("dc2", 10, 0),
@@ -879,9 +893,11 @@ def test_without_heartbeats_a_cut_datacenters_window_closes_as_before(tmp_path: 
 
 def test_heartbeats_bound_only_other_datacenters_aggregate_tiers() -> None:
     rows = [CountRow("t", 0, dc, tier, 10, 0, 0) for dc in ("dc1", "dc2") for tier in ("producer", dc, "agg")]
+    rows += [CountRow("t", W, "dc2", "producer", 10, 0, 0), CountRow("t", W, "dc2", "agg", 6, 0, 0)]
+    rows += [CountRow("t", W, "dc2", "dc2", 10, 0, 0), CountRow("t", 20 * W, "dc2", "producer", 10, 0, 0)]
     beats = {("agg", "dc1"): 10 * W, ("agg", "dc2"): W - 1, ("dc2", "dc2"): 0}
 
-    def status(heartbeat: Any) -> dict[tuple[str, str], str]:
+    def status(heartbeat: Any) -> dict[tuple[int, str, str], str]:
         got = reconcile(
             rows,
             ["dc1", "dc2", "agg"],
@@ -892,10 +908,17 @@ def test_heartbeats_bound_only_other_datacenters_aggregate_tiers() -> None:
             watermark=lambda t, p: 10 * W,
             heartbeat=heartbeat,
         )
-        return {(r.datacenter, r.tier): r.status for r in got}
+        return {(r.window_start // W, r.datacenter, r.tier): r.status for r in got}
 
-    assert set(status(None).values()) == {"complete"}
-    assert set(status(lambda tier, dc: None).values()) == {"complete"}
+    no_beats = status(None)
+    assert no_beats.pop((1, "dc2", "agg")) == "loss"  # without heartbeats: judged by the tier's watermark
+    assert no_beats.pop((20, "dc2", "agg")) == "open"  # not yet past end + grace by the tier's own watermark
+    assert set(no_beats.values()) == {"complete", "open"}
+    assert status(lambda tier, dc: None) == status(None)
     got = status(lambda tier, dc: beats.get((tier, dc)))
-    assert got.pop(("dc2", "agg")) == "open"  # the heartbeat from dc2 is behind the window's end + grace
-    assert set(got.values()) == {"complete"}  # dc2's own tier ignores heartbeats; dc1's are current
+    # The heartbeat from dc2 is behind the window's end + grace: window 1, short by 4, is late (on
+    # its way), not loss; window 0, balanced, is complete; window 20 is still open (the tier's own
+    # watermark has not passed it), whatever the heartbeats say.
+    assert got.pop((1, "dc2", "agg")) == "late"
+    assert got.pop((20, "dc2", "agg")) == "open"
+    assert {k: v for k, v in got.items() if v != "complete"} == {(20, "dc2", "producer"): "open", (20, "dc2", "dc2"): "open"}

@@ -39,7 +39,6 @@ from headwater.service.supervisor import HealthRegistry, Supervisor, Unit
 log = logging.getLogger("headwater.audit")
 
 _ALERTING = ("loss", "duplicates")
-_BALANCED = ("complete", "late")
 # headwater_audit_tier_completion_seconds: seconds after a window's end at which a tier reached 100 %
 COMPLETION_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
 ALERT_TIMEOUT_S = 10.0
@@ -343,8 +342,8 @@ class AuditService:
         newest: dict[tuple[str, str], int] = {}
         recorded = 0
         for r in rows:
-            if r.status == "open" or r.datacenter == UNAUDITED_DC:
-                continue
+            if r.status == "open" or r.pending or r.datacenter == UNAUDITED_DC:
+                continue  # a pending late window (its hop lags) is not final: no alert, not in the gauge
             key = (r.topic, r.tier)
             if r.window_start > newest.get(key, -1):
                 newest[key] = r.window_start
