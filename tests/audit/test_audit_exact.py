@@ -921,4 +921,7 @@ def test_heartbeats_bound_only_other_datacenters_aggregate_tiers() -> None:
     # watermark has not passed it), whatever the heartbeats say.
     assert got.pop((1, "dc2", "agg")) == "late"
     assert got.pop((20, "dc2", "agg")) == "open"
-    assert {k: v for k, v in got.items() if v != "complete"} == {(20, "dc2", "producer"): "open", (20, "dc2", "dc2"): "open"}
+    assert {k: v for k, v in got.items() if v != "complete"} == {
+        (20, "dc2", "producer"): "open",
+        (20, "dc2", "dc2"): "open",
+    }

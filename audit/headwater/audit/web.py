@@ -341,7 +341,9 @@ def _chart(rows: list[Completeness]) -> str:
         )
     ticks = windows[:: max(1, len(windows) // 6)]
     for w in ticks:  # the time axis
-        label = time.strftime("%H:%M" if span < 86_400_000 else "%m-%d %H:%M", time.gmtime(w / 1000))
+        seconds = windows[1] - windows[0] < 60_000  # windows shorter than a minute: label the seconds
+        fmt = "%H:%M:%S" if seconds else "%H:%M" if span < 86_400_000 else "%m-%d %H:%M"
+        label = time.strftime(fmt, time.gmtime(w / 1000))
         parts.append(
             f'<line x1="{x(w):.1f}" y1="{top_pad + plot_h}" x2="{x(w):.1f}" y2="{top_pad + plot_h + 4}" stroke="#999"/>'
             f'<text class="xtick" x="{x(w):.1f}" y="{top_pad + plot_h + 16}" font-size="11" fill="#666" '
