@@ -876,6 +876,54 @@ def test_heartbeats_show_a_cut_datacenters_windows_late_at_the_aggregate_then_co
     store.close()
 
 
+def test_a_fresh_heartbeat_overtaking_the_backlog_after_a_heal_keeps_the_cut_late_for_grace(
+    tmp_path: Path, fetch: FakeFetch
+) -> None:
+    """After a heal the mirror copies the heartbeats partition independently of the data: the first
+    fresh heartbeat may reach agg before the cut's backlog. For grace.ms after heartbeats resume from
+    a silence longer than grace.ms, dc2's windows are still judged by the last heartbeat before it:
+    late, not loss (no alert); the backlog arriving then makes them complete, and records still
+    missing once grace.ms has passed are a loss."""
+    past = NOW - 10 * W
+    stuck = past + 30_000
+    service, c, _ = _cut_dc2(tmp_path, fetch, [_heartbeat("dc2", stuck), _heartbeat("dc1", NOW)])
+    grace = service.config.grace_ms
+    clock = [NOW / 1000]
+    c.clock = lambda: clock[0]
+
+    async def status() -> str:
+        await service.check()
+        return _agg_status(await service.rows_async("t", None, None))["dc2"]
+
+    async def scenario() -> None:
+        await c._round()
+        assert await status() == "late"
+        # The heal: a fresh heartbeat, and not yet the backlog.
+        fetch.logs[("heartbeats", 0)].append(_batch([_heartbeat("dc2", NOW)], base_offset=2))
+        await c._round()
+        assert c.heartbeats["dc2"] == NOW and c.resumed == {"dc2": (stuck, NOW)}
+        assert c.held_heartbeats() == {"dc1": NOW, "dc2": stuck}
+        assert await status() == "late"  # still on its way: not loss
+        assert service.store.alerted() == {}
+        clock[0] += grace / 1000 - 1
+        assert await status() == "late"
+        # The backlog arrives within grace.ms of the heal: complete, and not counted as late.
+        fetch.logs[("t", 0)].append(_batch([_rec(past + i, "dc2") for i in range(4, 9)], base_offset=14))
+        await c._round()
+        assert await status() == "late"  # 9 of 10: one record still on its way
+        clock[0] += 2  # grace.ms after the heal: what is still missing is lost
+        assert c.held_heartbeats() == {"dc1": NOW, "dc2": NOW} and c.resumed == {}
+        assert await status() == "loss"
+        assert {(k[2], k[3]): v for k, v in service.store.alerted().items()} == {("dc2", "agg"): "loss"}
+        assert {(r.datacenter, r.count, r.late) for r in service.store.counts("t") if r.tier == "agg"} == {
+            ("dc1", 10, 0),
+            ("dc2", 9, 0),
+        }
+
+    asyncio.run(scenario())
+    service.store.close()
+
+
 def test_without_heartbeats_a_cut_datacenters_window_closes_as_before(tmp_path: Path, fetch: FakeFetch) -> None:
     service, c, _ = _cut_dc2(tmp_path, fetch, [])
 

@@ -155,8 +155,9 @@ class AuditService:
         return out
 
     def _heartbeats(self) -> dict[tuple[str, str], int]:
-        """Per (tier, source datacenter): the newest heartbeat seen (read on the event loop)."""
-        return {(c.alias, source): ms for c in self.counters for source, ms in c.heartbeats.items()}
+        """Per (tier, source datacenter): the heartbeat the windows are judged by (the newest seen, held
+        back for grace.ms after a healed cut: TierCounter.held_heartbeats); read on the event loop."""
+        return {(c.alias, source): ms for c in self.counters for source, ms in c.held_heartbeats().items()}
 
     def rows(
         self,
