@@ -74,6 +74,8 @@ class AuditService:
     def __init__(self, config: AuditConfig, *, counters: list[TierCounter] | None = None) -> None:
         self.config = config
         self.store = Store(config.store)
+        if self.store.migrated:
+            log.info("store: schema migrated to version %d (applied %s)", max(self.store.migrated), self.store.migrated)
         self.registry = CollectorRegistry()
         self._bad_events = Counter(
             "headwater_audit_bad_events",
