@@ -19,7 +19,7 @@ from headwater.bench import generators, profile
 from headwater.bench.context import Bench, Plan, Target
 from headwater.bench.native import discover
 from headwater.bench.report import SCENARIOS, Report, machine
-from headwater.bench.scenarios import consume, large, latency, load, mirror, produce, replicated, stored, wan
+from headwater.bench.scenarios import audit, consume, large, latency, load, mirror, produce, replicated, stored, wan
 from headwater.testing.cluster import LocalCluster
 
 ALL = tuple(SCENARIOS)
@@ -96,10 +96,12 @@ def run(options: Options) -> tuple[Report, Path, Path]:
                 load.run(bench)
             if "9" in only:
                 wan.run(bench)
+            if "10" in only:
+                audit.run(bench)
             if options.profile:
                 profile.run(bench)
     finally:
-        report.rows.sort(key=lambda r: r.scenario)  # stable: each scenario keeps its order
+        report.rows.sort(key=lambda r: (len(r.scenario), r.scenario))  # 1..9, 10; stable within a scenario
         report.notes = FIXED_NOTES + goal_notes(report)
         report.elapsed_s = time.monotonic() - started
         report.machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
