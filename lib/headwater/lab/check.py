@@ -190,7 +190,12 @@ def audit_status(
         by_window: dict[int, list[dict[str, Any]]] = {}
         for row in rows:
             by_window.setdefault(int(row["window_start"]), []).append(row)
-        closed = [ws for ws, rs in sorted(by_window.items()) if all(x["status"] != "open" for x in rs)]
+        # a pending late window (its hop lags: records still on their way) is not closed either
+        closed = [
+            ws
+            for ws, rs in sorted(by_window.items())
+            if all(x["status"] != "open" and not x.get("pending") for x in rs)
+        ]
         for ws in closed[-windows:]:
             rs = by_window[ws]
             tiers: dict[str, str] = {}
