@@ -908,6 +908,9 @@ def test_heartbeats_show_a_cut_datacenters_windows_late_at_the_aggregate_then_co
         # Prometheus' completeness gauge is not fed the pending window (HeadwaterAuditLoss stays quiet).
         gauge = service.registry.get_sample_value
         assert gauge("headwater_audit_completeness", {"topic": "t", "tier": "agg"}) == 1.0
+        # How far behind the tier is: the oldest pending window's age (grows while the link is down).
+        behind = gauge("headwater_audit_tier_behind_seconds", {"topic": "t", "tier": "agg"})
+        assert behind is not None and behind >= (time.time() * 1000 - past - W) / 1000 - 5
         # The overview: late, not a problem; the records on their way, and how long the window waited.
         ov = await service.overview(hours=1000)
         entry = next(e for e in ov["entries"] if (e["datacenter"], e["tier"]) == ("dc2", "agg"))
@@ -935,6 +938,9 @@ def test_heartbeats_show_a_cut_datacenters_windows_late_at_the_aggregate_then_co
         rows = await service.rows_async("t", None, None)
         assert _agg_status(rows) == {"dc1": "complete", "dc2": "complete"}
         assert not any(r.pending for r in rows)
+        assert (
+            service.registry.get_sample_value("headwater_audit_tier_behind_seconds", {"topic": "t", "tier": "agg"}) == 0
+        )
         assert {(r.datacenter, r.count, r.late) for r in store.counts("t") if r.tier == "agg"} == {
             ("dc1", 10, 0),
             ("dc2", 10, 0),

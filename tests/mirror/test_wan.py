@@ -466,6 +466,12 @@ def test_the_audit_shows_a_cut_dcs_windows_late_then_complete(wan: Wan, tmp_path
         entry = _overview_entry(audit_port, "dc2", "agg", topic)
         assert entry is not None and entry["status"] == "late" and entry["missing"] == 0, entry
         assert entry["late"] > 0 and entry["behind_s"] is not None and entry["headline"].startswith("no loss")
+        wait_for(
+            lambda: (_metric(audit_port, "headwater_audit_tier_behind_seconds", topic=topic, tier="agg") or 0) > 0,
+            60,
+            "the agg tier's behind-seconds gauge to show the cut",
+            audit,
+        )
         behind = _browser_shows_the_cut_as_late(audit_port, topic, tmp_path)
         assert all(r["status"] != "loss" for r in agg_rows())
         report.append(

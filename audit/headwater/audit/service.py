@@ -121,12 +121,20 @@ class AuditService:
             buckets=COMPLETION_BUCKETS,
             registry=self.registry,
         )
+        self._behind = Gauge(
+            "headwater_audit_tier_behind_seconds",
+            "Per topic and tier: seconds since the end of the oldest window whose records are still on their "
+            "way (late while the hop's mirror heartbeats lag: a cut link, a stopped mirror); 0 when none",
+            ["topic", "tier"],
+            registry=self.registry,
+        )
         self._pruned = Counter(
             "headwater_audit_pruned_rows",
             "Store rows deleted because they are older than retention.days, per table",
             ["table"],
             registry=self.registry,
         )
+        self._behind_shown: set[tuple[str, str]] = set()
         self.replication_latency = ReplicationLatency(lambda: self.counters)
         self.registry.register(self.replication_latency)
         self.http_port: int | None = None
@@ -344,7 +352,11 @@ class AuditService:
         last_closed: dict[tuple[str, str], list[Completeness]] = {}
         newest: dict[tuple[str, str], int] = {}
         recorded = 0
+        behind: dict[tuple[str, str], float] = {}
         for r in rows:
+            if r.pending:
+                key = (r.topic, r.tier)
+                behind[key] = max(behind.get(key, 0.0), max(now - r.window_end, 0) / 1000)
             if r.status == "open" or r.pending or r.datacenter == UNAUDITED_DC:
                 continue  # a pending late window (its hop lags) is not final: no alert, not in the gauge
             key = (r.topic, r.tier)
@@ -374,6 +386,9 @@ class AuditService:
             await asyncio.to_thread(self.store.set_gap_payload, g.guid, json.dumps(_gap_json(g)))
             recorded += 1
         await self._record_completions(rows)
+        for topic, tier in {*behind, *self._behind_shown}:  # back to 0 once the records arrived
+            self._behind.labels(topic, tier).set(behind.get((topic, tier), 0.0))
+        self._behind_shown |= set(behind)
         for (topic, tier), rs in last_closed.items():
             expected = sum(r.expected or 0 for r in rs)
             count = sum(r.count for r in rs)
