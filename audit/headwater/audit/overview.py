@@ -17,7 +17,8 @@ Late: a tier whose windows are past their end + grace while the hop feeding it l
 heartbeats from the datacenter are older: a cut link, a stopped mirror) shows ``late`` with the records
 still on their way in ``late`` (plus those that arrived after the tier had closed a window) and
 ``behind_s``, how long ago the oldest such window ended: it grows while the link is down. Late is not
-a problem (nothing is lost yet): the headline says "no loss, N late" instead of "all healthy".
+a problem (nothing is lost yet): while records are on their way the headline says "no loss, N late"
+instead of "all healthy" (windows whose records all arrived, some after the window closed, do not).
 """
 
 from __future__ import annotations
@@ -159,7 +160,9 @@ def build(
         key=lambda e: (SEVERITY.index(e.status), -(e.missing + e.duplicated), e.topic, e.datacenter, e.tier),
     )
     problems = [e for e in ordered if e.status in PROBLEMS]
-    late = [e for e in ordered if e.status == "late"]
+    # late now: records still on their way (a cut link, a stopped mirror); records that merely arrived
+    # after their window closed (and are all there) do not change the headline
+    late = [e for e in ordered if e.status == "late" and e.behind_s is not None]
     since = now_ms - hours * 3_600_000
     recent_gaps = [g for g in gaps if g.detected_ms >= since]
     n = len(problems) + len(recent_gaps)
