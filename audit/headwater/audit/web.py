@@ -9,6 +9,9 @@
   latency, and a grid of windows by (datacenter, tier): green complete,
   red loss with the missing count, amber duplicates, blue late, grey open; each cell links to the
   window's drill-down; a chart of records per window per tier (inline SVG); refreshes every 10 s.
+  Windows late with records still on their way (their hop lags: a cut link) are drawn as hollow blue
+  points, not as a drop, and the latency table counts their wait "so far"; the overview's row shows
+  how long the tier is behind.
 - ``GET /window?topic=&window_start=&datacenter=`` — every tier of one window and the producer
   tier's per-host counts.
 - ``GET /api/v1/completeness?topic=T[&from=ms&to=ms]`` — ``{"rows": [...]}``; ``GET /api/v1/topics``;
