@@ -228,6 +228,62 @@ def test_a_static_member_rejoining_fences_its_old_member_id(coordinator: BrokerP
     assert _heartbeat(b, g, new["generation_id"], new["member_id"], "host-1") == ErrorCode.NONE
 
 
+SUB = [{"name": "range", "metadata": b"topics"}]  # the same subscription before and after a restart
+
+
+def test_a_static_member_restarting_in_a_stable_group_gets_its_assignment_back_without_a_rebalance(
+    coordinator: BrokerProcess,
+) -> None:
+    b, g = coordinator, "static-restart"
+    first = _join(b, g, instance="a", protocols=SUB)
+    with ThreadPoolExecutor(2) as pool:  # "b" joins; "a" rejoins the rebalance that starts
+        jb = pool.submit(_join, b, g, instance="b", protocols=SUB)
+        deadline = time.monotonic() + 10
+        while _describe(b, g)["group_state"] != "PreparingRebalance":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        ja = pool.submit(_join, b, g, first["member_id"], instance="a", protocols=SUB)
+        a, bm = ja.result(30), jb.result(30)
+    gen = a["generation_id"]
+    assert a["error_code"] == bm["error_code"] == ErrorCode.NONE and bm["generation_id"] == gen
+    leader = a if a["leader"] == a["member_id"] else bm
+    follower = bm if leader is a else a
+    assignments = [
+        {"member_id": a["member_id"], "assignment": b"p0"},
+        {"member_id": bm["member_id"], "assignment": b"p1"},
+    ]
+    with ThreadPoolExecutor(2) as pool:
+        fl = pool.submit(_sync, b, g, gen, leader["member_id"], assignments)
+        ff = pool.submit(_sync, b, g, gen, follower["member_id"], [])
+        assert fl.result(30)["error_code"] == ff.result(30)["error_code"] == ErrorCode.NONE
+
+    # "a" restarts: it joins again with its group.instance.id and no member id
+    again = _join(b, g, instance="a", protocols=SUB)
+    assert again["error_code"] == ErrorCode.NONE and again["member_id"] not in (a["member_id"], bm["member_id"])
+    assert again["generation_id"] == gen  # no new generation: nobody else rebalances
+    assert again["leader"] == (again["member_id"] if leader is a else bm["member_id"])
+    synced = _sync(b, g, gen, again["member_id"], [])
+    assert (synced["error_code"], synced["assignment"]) == (ErrorCode.NONE, b"p0")
+    assert _heartbeat(b, g, gen, bm["member_id"], "b") == ErrorCode.NONE  # not REBALANCE_IN_PROGRESS
+    assert _heartbeat(b, g, gen, a["member_id"], "a") == ErrorCode.FENCED_INSTANCE_ID
+    assert _commit(b, g, gen, a["member_id"], 5) == ErrorCode.UNKNOWN_MEMBER_ID  # its old id is gone
+    d = _describe(b, g)
+    assert d["group_state"] == "Stable"
+    assert {m["member_id"]: m["member_assignment"] for m in d["members"]} == {
+        again["member_id"]: b"p0",
+        bm["member_id"]: b"p1",
+    }
+    # a static member is removed by its session timeout: "b" stops heartbeating, "a" goes on
+    deadline = time.monotonic() + 30
+    while (hb := _heartbeat(b, g, gen, again["member_id"], "a")) == ErrorCode.NONE:
+        assert time.monotonic() < deadline, "the silent static member was not removed"
+        time.sleep(0.3)
+    assert hb == ErrorCode.REBALANCE_IN_PROGRESS
+    assert [m["member_id"] for m in _join(b, g, again["member_id"], instance="a", protocols=SUB)["members"]] == [
+        again["member_id"]
+    ]
+
+
 def test_offset_commit_v0_is_stored_in_zookeeper(coordinator: BrokerProcess, zk_connect: str) -> None:
     b = coordinator
     assert _commit(b, "zk-group", -1, "", 17, version=0) == ErrorCode.NONE
