@@ -28,6 +28,7 @@ from headwater.protocol.apis import (
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.records.record import RecordInput, encode_batch
 from tests.broker.wire import Wire
+from tests.compat.test_stock_clients import create_topic
 from tests.harness.broker import BrokerProcess
 
 SESSION_MS = 1500  # allowed by group.min.session.timeout.ms below
@@ -48,6 +49,7 @@ def coordinator(broker_factory: Callable[..., BrokerProcess]) -> Iterator[Broker
         assert time.monotonic() < deadline, "no coordinator"
         time.sleep(0.1)
     w.close()
+    create_topic(b.bootstrap, "t", partitions=2)  # offsets are committed for partitions that exist
     yield b
 
 
@@ -296,6 +298,81 @@ def test_offset_commit_v0_is_stored_in_zookeeper(coordinator: BrokerProcess, zk_
         zk.stop()
         zk.close()
     assert _fetch(b, "zk-group", version=1)["committed_offset"] == -1  # v1+ is the coordinator's, apart
+
+
+def _commit_many(b: BrokerProcess, version: int, group: str, tps: list[tuple[str, int]], **kw: Any) -> dict[Any, int]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for topic, p in tps:
+        topics.setdefault(topic, []).append(
+            {"partition_index": p, "committed_offset": 7, "committed_leader_epoch": -1, "committed_metadata": ""}
+        )
+    body = {
+        "group_id": group,
+        "generation_id": kw.get("generation", -1),
+        "member_id": kw.get("member", ""),
+        "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+    }
+    r = _call(b, OFFSET_COMMIT, version, body)
+    return {(t["name"], p["partition_index"]): p["error_code"] for t in r["topics"] for p in t["partitions"]}
+
+
+def _fetch_many(b: BrokerProcess, version: int, group: str, tps: list[tuple[str, int]]) -> dict[Any, tuple[int, int]]:
+    topics: dict[str, list[int]] = {}
+    for topic, p in tps:
+        topics.setdefault(topic, []).append(p)
+    body = {"group_id": group, "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}
+    r = _call(b, OFFSET_FETCH, version, body)
+    return {
+        (t["name"], p["partition_index"]): (p["committed_offset"], p["error_code"])
+        for t in r["topics"]
+        for p in t["partitions"]
+    }
+
+
+UNKNOWN = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+@pytest.mark.parametrize(
+    ("api", "version", "expected"),
+    [
+        # Kafka 2.3 KafkaApis: OffsetCommit answers a partition its metadata lacks
+        # UNKNOWN_TOPIC_OR_PARTITION (any version) and commits the others
+        ("commit", 0, {("t", 0): 0, ("t", 9): UNKNOWN, ("nope", 0): UNKNOWN}),
+        ("commit", 2, {("t", 0): 0, ("t", 9): UNKNOWN, ("nope", 0): UNKNOWN}),
+        ("commit", 7, {("t", 0): 0, ("t", 9): UNKNOWN, ("nope", 0): UNKNOWN}),
+        # OffsetFetch v1+ does not look at the metadata: no offset is -1 and NONE
+        ("fetch", 1, {("t", 0): (7, 0), ("t", 1): (-1, 0), ("nope", 0): (-1, 0)}),
+        ("fetch", 5, {("t", 0): (7, 0), ("t", 1): (-1, 0), ("nope", 0): (-1, 0)}),
+        # v0 (ZooKeeper) answers OffsetFetchResponse.UNKNOWN_PARTITION for unknown partitions
+        # and for partitions without an offset
+        ("fetch", 0, {("t", 0): (7, 0), ("t", 1): (-1, UNKNOWN), ("nope", 0): (-1, UNKNOWN)}),
+    ],
+)
+def test_offset_commit_and_fetch_answer_unknown_topics_and_partitions_as_kafka(
+    coordinator: BrokerProcess, api: str, version: int, expected: dict[Any, Any]
+) -> None:
+    b, g = coordinator, f"unknown-{api}-{version}"
+    if api == "commit":
+        assert _commit_many(b, version, g, list(expected)) == expected
+    else:
+        assert _commit_many(b, 0 if version == 0 else 7, g, [("t", 0)]) == {("t", 0): 0}
+        assert _fetch_many(b, version, g, list(expected)) == expected
+
+
+def test_offset_commit_checks_the_member_only_for_partitions_that_exist(coordinator: BrokerProcess) -> None:
+    b, g = coordinator, "member-errors"
+    joined = _joined(b, g)
+    me, gen = joined["member_id"], joined["generation_id"]
+    assert _sync(b, g, gen, me, [])["error_code"] == ErrorCode.NONE
+    assert _commit_many(b, 7, g, [("nope", 0)], generation=gen + 5, member="nobody") == {("nope", 0): UNKNOWN}
+    cases = [
+        ({"generation": gen, "member": "nobody"}, ErrorCode.UNKNOWN_MEMBER_ID),
+        ({"generation": gen + 1, "member": me}, ErrorCode.ILLEGAL_GENERATION),
+        ({"generation": -1, "member": ""}, ErrorCode.UNKNOWN_MEMBER_ID),  # a simple commit to a group with members
+        ({"generation": gen, "member": me}, ErrorCode.NONE),
+    ]
+    for kw, code in cases:
+        assert _commit_many(b, 7, g, [("t", 0), ("nope", 0)], **kw) == {("t", 0): code, ("nope", 0): UNKNOWN}, kw
 
 
 def test_groups_and_offsets_are_loaded_back_after_kill9(coordinator: BrokerProcess) -> None:
