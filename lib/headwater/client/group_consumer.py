@@ -187,8 +187,11 @@ class GroupMembership:
                 self._fatal = e
                 self._assigned.set()
                 return
-            except (_Retry, KafkaConnectionError, KafkaTimeoutError) as e:
-                log.info("group %s: %s; finding the coordinator again", self.config.group_id, e or type(e).__name__)
+            except _Retry as e:  # the coordinator moved or is loading: routine
+                log.info("group %s: %s; finding the coordinator again", self.config.group_id, e)
+                self.coordinator = None
+            except (KafkaConnectionError, KafkaTimeoutError) as e:
+                log.warning("group %s: %s; finding the coordinator again", self.config.group_id, e or type(e).__name__)
                 self.coordinator = None
             except KafkaError as e:
                 if not e.code.retriable:
