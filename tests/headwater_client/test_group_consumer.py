@@ -2,7 +2,8 @@
 the module: two members split a topic and hand it over when one leaves; a member killed with
 kill -9 is replaced after its session timeout; the coordinator broker killed with kill -9 moves the
 group without losing commits; a mixed group with a confluent-kafka member splits and hands over;
-a pattern subscription picks up a new topic; a static member restarts without a rebalance.
+a pattern subscription picks up a new topic; a static member restarts without a rebalance and a
+duplicate of it fences it.
 Every wait is for the asserted condition, with a deadline."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import Producer as CKProducer
 
-from headwater.client import Consumer, RangeAssignor, RoundRobinAssignor
+from headwater.client import Consumer, FencedInstanceError, RangeAssignor, RoundRobinAssignor
 from headwater.client.assignors import Assignment, Subscription
 from headwater.testing.zookeeper import ZooKeeperServer
 from tests.cluster.harness import Cluster
@@ -333,6 +334,15 @@ def test_a_static_member_restarts_without_a_rebalance(cluster: Cluster) -> None:
                 for _ in range(10):  # many heartbeats (500 ms) in which a rebalance would reach "two"
                     await asyncio.gather(two.poll(), again.poll())
                 assert two.listener.events == events, "the other static member was revoked by the restart"
+                # a second process with the same instance id takes it over; the first is fenced
+                dup = Member(cluster, group, [topic], group_instance_id="one", session_timeout_ms=30000)
+                try:
+                    await _until("the duplicate to take the partitions", lambda: dup.assigned() == mine, dup.poll)
+                    with pytest.raises(FencedInstanceError):
+                        await _until("the first process to be fenced", lambda: False, again.poll, two.poll)
+                    assert not again.assigned() and two.listener.events == events
+                finally:
+                    await dup.consumer.close()
             finally:
                 await again.consumer.close()
         finally:
