@@ -32,6 +32,7 @@ class SecuredBroker:
     plaintext: str
     ca_file: Path
     tmp: Path
+    zk: str
 
     def properties(self, name: str, user: str, password: str) -> Path:
         """A client.properties as kafka-topics takes it, the password in a file: secret."""
@@ -78,7 +79,7 @@ def secured(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
     try:
         add_user(zk, "admin", "admin-pw")
         add_user(zk, "alice", "alice-pw")
-        yield SecuredBroker(broker, f"127.0.0.1:{port}", broker.bootstrap, ca.ca_file, tmp)
+        yield SecuredBroker(broker, f"127.0.0.1:{port}", broker.bootstrap, ca.ca_file, tmp, zk)
     finally:
         broker.stop()
 
@@ -203,3 +204,59 @@ def test_wrong_password_and_unknown_user_are_refused_and_nothing_is_written(secu
     assert got.splitlines() == ["kept"]
     described = ok("configs", *plain, "--describe", "--entity-type", "topics", "--entity-name", "cc-guarded")
     assert "retention.ms" not in described
+
+
+def test_acls_through_the_brokers_with_command_config(secured: SecuredBroker) -> None:
+    """kafka-acls --bootstrap-server: the admin (a super user) adds and removes alice's ACLs over
+    SASL_SSL; alice's own commands then work exactly as far as those ACLs allow; alice may not
+    change ACLs (Alter on the Cluster) and her attempt writes nothing."""
+    admin = [
+        "--bootstrap-server",
+        secured.sasl_ssl,
+        "--command-config",
+        str(secured.properties("admin", "admin", "admin-pw")),
+    ]
+    alice = [
+        "--bootstrap-server",
+        secured.sasl_ssl,
+        "--command-config",
+        str(secured.properties("alice", "alice", "alice-pw")),
+    ]
+    plain = ["--bootstrap-server", secured.plaintext]
+    ok("topics", *plain, "create", "--topic", "cc-acl", "--partitions", "1", "--replication-factor", "1")
+    ok("produce", *plain, "--topic", "cc-acl", stdin="r1\nr2\n")
+    consume = [
+        "consume",
+        *alice,
+        "--topic",
+        "cc-acl",
+        "--from-beginning",
+        "--max-messages",
+        "2",
+        "--timeout-ms",
+        "60000",
+    ]
+    line = refused(*consume)  # no ACL yet: Describe/Read on the topic are refused
+    assert "cc-acl" in line or "TOPIC_AUTHORIZATION_FAILED" in line or "authoriz" in line.lower(), line
+
+    out = ok("acls", *admin, "--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "cc-acl")
+    assert "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=cc-acl, patternType=LITERAL)`:" in out
+    listed = ok("acls", *admin, "--list", "--topic", "cc-acl")
+    assert "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)" in listed, listed
+    # the broker's view is ZooKeeper's: the same ACL read back with --zookeeper
+    zk_listed = ok("acls", "--zookeeper", secured.zk, "--list", "--topic", "cc-acl")
+    assert "principal=User:alice, host=*, operation=READ" in zk_listed, zk_listed
+    got = ""
+    deadline = time.monotonic() + 60  # brokers apply an ACL change when its notification arrives
+    while got.splitlines() != ["r1", "r2"]:
+        assert time.monotonic() < deadline, got
+        p = cli(*consume)
+        got = p.stdout if p.returncode == 0 else ""
+
+    # alice may not change ACLs: refused with Kafka's error, and nothing is written
+    grab = ["--add", "--allow-principal", "User:alice", "--operation", "All", "--cluster"]
+    assert "CLUSTER_AUTHORIZATION_FAILED" in refused("acls", *alice, *grab)
+    assert "ACLs for resource" not in ok("acls", *admin, "--list", "--cluster")
+
+    ok("acls", *admin, "--remove", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "cc-acl")
+    assert "User:alice" not in ok("acls", *admin, "--list", "--topic", "cc-acl")

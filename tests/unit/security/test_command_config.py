@@ -23,6 +23,7 @@ COMMANDS = [
     ["delete-records", "--offset-json-file", "{offsets}"],
     ["produce", "--topic", "t"],
     ["consume", "--topic", "t", "--max-messages", "1"],
+    ["acls", "--list"],
 ]
 
 
@@ -130,3 +131,15 @@ def test_bad_file_error_never_contains_the_password(tmp_path: Path) -> None:
     with pytest.raises(CommandConfigError) as e:
         load_command_config(str(props))
     assert "hunter2" not in str(e.value) and e.value.exit_code == 2
+
+
+def test_acls_takes_zookeeper_or_bootstrap_server_not_both(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=PLAINTEXT\n")
+    port = free_port()
+    code, err = run(
+        capsys, ["acls", "--zookeeper", f"127.0.0.1:{port}", "--bootstrap-server", f"127.0.0.1:{port}", "--list"]
+    )
+    assert code == 1 and "give one" in err, err
+    code, err = run(capsys, ["acls", "--zookeeper", f"127.0.0.1:{port}", "--command-config", str(props), "--list"])
+    assert code == 1 and "--command-config goes with --bootstrap-server" in err, err
