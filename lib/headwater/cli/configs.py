@@ -75,6 +75,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.entity_type == "users":
         if not args.zookeeper:
             raise CliError("--entity-type users needs --zookeeper (credentials are written to ZooKeeper)")
+        if args.command_config:
+            raise CliError(
+                "--entity-type users writes ZooKeeper (--zookeeper); --command-config is for --bootstrap-server"
+            )
         return _run_users(args)
     return _run_topics(args)
 

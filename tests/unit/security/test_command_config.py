@@ -143,3 +143,13 @@ def test_acls_takes_zookeeper_or_bootstrap_server_not_both(capsys: pytest.Captur
     assert code == 1 and "give one" in err, err
     code, err = run(capsys, ["acls", "--zookeeper", f"127.0.0.1:{port}", "--command-config", str(props), "--list"])
     assert code == 1 and "--command-config goes with --bootstrap-server" in err, err
+
+
+def test_configs_users_refuses_a_command_config_it_would_not_use(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=PLAINTEXT\n")
+    argv = ["configs", "--zookeeper", f"127.0.0.1:{free_port()}", "--command-config", str(props)]
+    code, err = run(capsys, [*argv, "--describe", "--entity-type", "users"])
+    assert code == 1 and "--command-config is for --bootstrap-server" in err, err
