@@ -11,6 +11,7 @@
     grace.ms = 120000     # a window closes for a tier once it was counted this long past its end
     store = sqlite:////var/lib/headwater/audit.db   # or postgresql://user:pass@host/db
     http.port = 8080
+    http.auth = none                         # or basic / bearer: http_auth.py (/healthz, /metrics stay open)
     alert.webhook.url = http://alerts:9000/hook     # optional
     heartbeats.topic = heartbeats            # the mirror's heartbeats, read on aggregate tiers
 
@@ -24,8 +25,9 @@ for an aggregate before its own producers have reported).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from headwater.audit.http_auth import HttpAuth, HttpAuthConfigError, parse_http_auth
 from headwater.properties import parse_properties
 
 
@@ -42,6 +44,7 @@ class AuditConfig:
     store: str = "sqlite:///audit.db"
     http_host: str = "0.0.0.0"
     http_port: int = 8080
+    http_auth: HttpAuth = field(default_factory=HttpAuth)  # http.auth*: the dashboard's and API's credentials, if any
     webhook_url: str | None = None
     fetch_max_wait_ms: int = 500
     aggregates: frozenset[str] | None = None  # aggregate.clusters; None: the clusters not named like a DC
@@ -109,12 +112,20 @@ def parse(raw: dict[str, str]) -> AuditConfig:
         store=store,
         http_host=props.get("http.host", "0.0.0.0"),
         http_port=integer("http.port", 8080, 0),
+        http_auth=_http_auth(props),
         webhook_url=props.get("alert.webhook.url") or None,
         fetch_max_wait_ms=integer("fetch.max.wait.ms", 500, 0),
         aggregates=aggregates,
         retention_days=integer("retention.days", 30, 1),
         heartbeats_topic=props.get("heartbeats.topic") or "heartbeats",
     )
+
+
+def _http_auth(props: dict[str, str]) -> HttpAuth:
+    try:
+        return parse_http_auth(props)
+    except HttpAuthConfigError as e:
+        raise AuditConfigError(str(e)) from None
 
 
 def load(path: str, overrides: dict[str, str]) -> AuditConfig:

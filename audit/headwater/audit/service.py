@@ -291,6 +291,7 @@ class AuditService:
             self.recent_rows,
             overview_for=self.overview,
             completions_for=self.completions,
+            auth=self.config.http_auth,
         )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -300,9 +301,10 @@ class AuditService:
         sockets = getattr(server, "sockets", None) or []
         self.http_port = sockets[0].getsockname()[1] if sockets else self.config.http_port
         log.info(
-            "dashboard on http://%s:%d/ (API /api/v1/completeness, /metrics, /healthz)",
+            "dashboard on http://%s:%d/ (API /api/v1/completeness, /metrics, /healthz; http.auth=%s)",
             self.config.http_host,
             self.http_port,
+            self.config.http_auth.scheme,
         )
         stuck_s = max(120.0, self.config.fetch_max_wait_ms / 1000 * 20)
         for c in self.counters:

@@ -19,6 +19,8 @@
 - A query value that is not a time (not an integer in [-2^62, 2^62)) answers 400 with a message.
 - Every store read runs on a worker thread (the callables given to :func:`make_app` are coroutines).
 - ``GET /metrics`` (Prometheus), ``GET /healthz``.
+- With ``http.auth = basic|bearer`` (http_auth.py) every path but /metrics and /healthz answers 401
+  with a ``WWW-Authenticate`` challenge until the request carries the credentials.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from headwater.audit.http_auth import HttpAuth, auth_middleware
 from headwater.audit.overview import SEVERITY
 from headwater.audit.reconcile import PRODUCER, Completeness
 from headwater.audit.store import UNAUDITED_DC, Gap
@@ -412,12 +415,14 @@ def make_app(
     *,
     overview_for: Callable[..., Awaitable[dict[str, Any]]] | None = None,
     completions_for: Callable[[str, int, int], Awaitable[dict[tuple[str, int, str, str], int]]] | None = None,
+    auth: HttpAuth | None = None,
 ) -> web.Application:
     """``recent_for(topic)``: the dashboard's rows (its latest windows); default: all of ``rows_for``.
     ``completions_for(topic, from, to)``: the tier completion latencies of those windows (ms);
     ``overview_for(hours, limit, offset, gaps_limit, gaps_offset)``: the overview's data (overview.py);
-    without it ``/`` is the first topic's page."""
-    app = web.Application()
+    without it ``/`` is the first topic's page. ``auth``: ``http.auth`` (http_auth.py); every path but
+    /healthz and /metrics then needs its credentials."""
+    app = web.Application(middlewares=[auth_middleware(auth)] if auth is not None and auth.enabled else [])
 
     async def gaps(topic: str | None) -> list[Gap]:
         return await gaps_for(topic) if gaps_for is not None else []

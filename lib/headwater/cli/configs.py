@@ -29,6 +29,7 @@ import argparse
 import json
 from typing import Any
 
+from headwater.cli.command_config import security_of
 from headwater.cli.topics import CliError, add_bootstrap_argument, bootstrap_of, run_command
 from headwater.cli.zookeeper import zookeeper_session
 from headwater.scram import (
@@ -74,6 +75,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.entity_type == "users":
         if not args.zookeeper:
             raise CliError("--entity-type users needs --zookeeper (credentials are written to ZooKeeper)")
+        if args.command_config:
+            raise CliError(
+                "--entity-type users writes ZooKeeper (--zookeeper); --command-config is for --bootstrap-server"
+            )
         return _run_users(args)
     return _run_topics(args)
 
@@ -133,7 +138,8 @@ def _run_topics(args: argparse.Namespace) -> int:
 
     if not args.entity_name:
         raise CliError("--entity-type topics needs --entity-name")
-    admin: Any = SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000)
+    security = security_of(args, "headwater configs")
+    admin: Any = SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000, security=security)
     try:
         if args.describe:
             if args.add_config or args.delete_config:

@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Any, BinaryIO
 
+from headwater.cli.command_config import security_of
 from headwater.cli.topics import (
     CliError,
     add_bootstrap_argument,
@@ -104,8 +105,10 @@ def _produce(args: argparse.Namespace) -> int:
         separator = b"\t"
     if args.enable_idempotence and args.acks not in (None, "-1", "all"):
         raise CliError("--enable-idempotence needs --acks all")
+    security = security_of(args, "headwater produce")
     producer = SyncProducer(
         bootstrap_of(args),
+        security=security,
         acks=args.acks,
         enable_idempotence=args.enable_idempotence,
         compression=args.compression,
@@ -218,8 +221,10 @@ def _consume(args: argparse.Namespace) -> int:
         raise CliError("--timeout-ms must not be negative")
     sep = args.key_separator.encode("utf-8")
     out = sys.stdout.buffer
+    security = security_of(args, "headwater consume")
     consumer = SyncConsumer(
         bootstrap_of(args),
+        security=security,
         client_id="headwater-console-consumer",
         unknown_topic_timeout_ms=_CLI_UNKNOWN_TOPIC_TIMEOUT_MS,
     )

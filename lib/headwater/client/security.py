@@ -17,34 +17,15 @@ logged or shown in ``repr``.
 
 from __future__ import annotations
 
-import os
 import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-
-
-class SecurityConfigError(ValueError):
-    """A client security property is missing or has a value we cannot use; names the property."""
-
-
-def _secret(value: str | None, prop: str) -> str | None:
-    if value is None:
-        return None
-    if value.startswith("file:"):
-        try:
-            with open(value[5:], encoding="utf-8") as f:
-                return f.readline().rstrip("\n")
-        except OSError as e:
-            raise SecurityConfigError(f"{prop}: cannot read {value[5:]}: {e.strerror}") from None
-    if value.startswith("env:"):
-        got = os.environ.get(value[4:])
-        if got is None:
-            raise SecurityConfigError(f"{prop}: environment variable {value[4:]} is not set")
-        return got
-    return value
+from headwater.security import PROTOCOLS as PROTOCOLS
+from headwater.security import SecurityConfigError as SecurityConfigError
+from headwater.security import resolve_secret as _secret
+from headwater.security import uses_sasl, uses_tls
 
 
 @dataclass(frozen=True)
@@ -61,11 +42,11 @@ class ClientSecurity:
 
     @property
     def uses_tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return uses_tls(self.protocol)
 
     @property
     def uses_sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        return uses_sasl(self.protocol)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> ClientSecurity:
@@ -80,7 +61,7 @@ class ClientSecurity:
             options = dict(re.findall(r'([A-Za-z0-9_.\-]+)\s*=\s*"((?:[^"\\]|\\.)*)"', jaas))
             username = username if username is not None else options.get("username")
             password = password if password is not None else options.get("password")
-        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        if uses_sasl(protocol):
             if mechanism is None:
                 raise SecurityConfigError(f"security.protocol={protocol} needs sasl.mechanism")
             if not username or password is None:
