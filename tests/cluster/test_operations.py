@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -26,7 +26,7 @@ from confluent_kafka.admin import (
 
 from headwater.testing.zookeeper import ZooKeeperServer
 from tests.cluster.harness import Cluster
-from tests.cluster.util import create_topic
+from tests.cluster.util import create_topic, produce_acked
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +38,8 @@ def ops_cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeperSe
         "/ops-cluster",
         3,
         log_retention_check_interval_ms=500,
+        # leadership returns to preferred replicas only when a test asks (ElectLeaders)
+        auto_leader_rebalance_enable=False,
     )
     try:
         yield c.start()
@@ -354,3 +356,137 @@ def test_delete_records_on_every_replica(ops_cluster: Cluster, tmp_path: Path) -
     assert out.returncode == 0, out.stderr
     assert f"partition: {topic}-0\tlow_watermark: 30" in out.stdout
     assert _consumer_watermarks(c, topic) == (30, 30)
+
+
+def test_preferred_election_after_a_restart_and_log_dirs(ops_cluster: Cluster, tmp_path: Path) -> None:
+    """A broker restart leaves leadership elsewhere; ElectLeaders (confluent-kafka, kafka-python and
+    the CLI) moves it back to the preferred replica. DescribeLogDirs reports each replica's size."""
+    from kafka.admin import KafkaAdminClient
+
+    c = ops_cluster
+    topic = "elect-me"
+    create_topic(c, topic, partitions=3, rf=3, min_isr=1)
+    acked = produce_acked(c, topic, [b"x" * 100 for _ in range(30)])
+    assert len(acked) == 30
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    controller = c.controller()
+    replicas = _zk_partitions(c, topic)
+    # a partition whose preferred replica is not the controller: restarting it moves no controller
+    p, preferred = next((int(p), rs[0]) for p, rs in sorted(replicas.items()) if rs[0] != controller)
+    assert c.state(topic, p)["leader"] == preferred
+
+    c.stop(preferred)
+    c.wait_for(lambda: c.state(topic, p)["leader"] not in (preferred, -1), 60, f"{topic}-{p} led elsewhere")
+    c.restart(preferred)
+    c.wait_for(lambda: preferred in c.state(topic, p)["isr"], 90, f"broker {preferred} back in the ISR of {topic}-{p}")
+    assert c.state(topic, p)["leader"] != preferred  # no automatic rebalance in this cluster
+
+    # confluent-kafka: elected; the controller's state and every client's metadata show it
+    fut = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, p)])
+    result = fut.result(60)
+    assert result[TopicPartition(topic, p)] is None
+    assert c.state(topic, p)["leader"] == preferred
+    c.wait_for(lambda: _metadata_partitions(admin, topic)[p] == preferred, 30, "metadata to show the preferred leader")
+    # asked again: nothing to do (ELECTION_NOT_NEEDED), leadership unchanged
+    again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, p)]).result(60)
+    err = again[TopicPartition(topic, p)]
+    assert err is not None and err.code() == KafkaError.ELECTION_NOT_NEEDED
+    unknown = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("no-such-topic", 0)]).result(60)
+    err = unknown[TopicPartition("no-such-topic", 0)]
+    assert err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    # kafka-python, every partition: already preferred everywhere (ELECTION_NOT_NEEDED is no error to it)
+    kp = KafkaAdminClient(bootstrap_servers=c.bootstrap, request_timeout_ms=30000)
+    try:
+        response = kp.elect_leaders(0, {topic: [0, 1, 2]}, timeout_ms=30000)
+        codes = {
+            (r.topic, x.partition_id): x.error_code
+            for r in response.replica_election_results
+            for x in r.partition_result
+        }
+        assert codes == {(topic, q): KafkaError.ELECTION_NOT_NEEDED for q in range(3)}
+        described = kp.describe_log_dirs({topic: [0, 1, 2]})
+    finally:
+        kp.close()
+
+    # the CLI (kafka-leader-election): leadership moved away again, then back with --path-to-json-file
+    c.stop(preferred)
+    c.wait_for(lambda: c.state(topic, p)["leader"] not in (preferred, -1), 60, f"{topic}-{p} led elsewhere")
+    c.restart(preferred)
+    c.wait_for(lambda: preferred in c.state(topic, p)["isr"], 90, f"broker {preferred} back in the ISR")
+    spec = tmp_path / "elect.json"
+    spec.write_text(json.dumps({"partitions": [{"topic": topic, "partition": q} for q in range(3)]}))
+    out = _cli(
+        "leader-election",
+        "--bootstrap-server",
+        c.bootstrap,
+        "--election-type",
+        "PREFERRED",
+        "--path-to-json-file",
+        str(spec),
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-{p}" in out.stdout
+    assert c.state(topic, p)["leader"] == preferred
+    out = _cli(
+        "leader-election", "--bootstrap-server", c.bootstrap, "--election-type", "preferred", "--all-topic-partitions"
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"{topic}-{p}" in out.stdout and "Valid replica already elected" in out.stdout
+    bad = _cli(
+        "leader-election",
+        "--bootstrap-server",
+        c.bootstrap,
+        "--election-type",
+        "preferred",
+        "--topic",
+        "no-such-topic",
+        "--partition",
+        "0",
+    )
+    assert bad.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in bad.stderr
+
+    # DescribeLogDirs: every replica of the topic, with its size on disk (kafka-python, then the CLI)
+    def disk_size(b: int, q: int) -> int:
+        d = Path(c.brokers[b].log_dir) / f"{topic}-{q}"
+        return sum(f.stat().st_size for f in d.glob("*.log"))
+
+    sizes_kp = {}
+    for broker in described:
+        for log_dir in broker["log_dirs"]:
+            assert log_dir["error_code"] == 0
+            for t in log_dir["topics"]:
+                for part in t["partitions"]:
+                    sizes_kp[(broker["broker"], t["name"], part["partition_index"])] = part["partition_size"]
+    assert {(b, q) for b, _, q in sizes_kp} == {(b, q) for b in (1, 2, 3) for q in range(3)}
+    out = _cli("log-dirs", "--describe", "--bootstrap-server", c.bootstrap, "--topic-list", topic)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    assert doc["version"] == 1 and sorted(b["broker"] for b in doc["brokers"]) == [1, 2, 3]
+    seen = {}
+    for broker in doc["brokers"]:
+        (log_dir,) = broker["logDirs"]
+        assert log_dir["error"] is None
+        assert Path(log_dir["logDir"]) == Path(c.brokers[broker["broker"]].log_dir).resolve()
+        for part in log_dir["partitions"]:
+            assert part["partition"].startswith(f"{topic}-") and part["isFuture"] is False
+            seen[(broker["broker"], int(part["partition"].rsplit("-", 1)[1]))] = part
+    assert set(seen) == {(b, q) for b in (1, 2, 3) for q in range(3)}
+    for (b, q), part in seen.items():
+        assert part["size"] == disk_size(b, q)
+        assert part["offsetLag"] >= 0
+        assert sizes_kp[(b, topic, q)] == part["size"]
+    for b in (1, 2, 3):  # the 30 acknowledged records of 100 bytes are on every replica
+        assert sum(seen[(b, q)]["size"] for q in range(3)) >= 30 * 100
+    out = _cli(
+        "log-dirs",
+        "--describe",
+        "--bootstrap-server",
+        c.bootstrap,
+        "--broker-list",
+        str(preferred),
+        "--topic-list",
+        topic,
+    )
+    assert out.returncode == 0, out.stderr
+    assert [b["broker"] for b in json.loads(out.stdout.strip().splitlines()[-1])["brokers"]] == [preferred]

@@ -23,12 +23,14 @@ from headwater.protocol.apis import (
     DELETE_RECORDS,
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
+    DESCRIBE_LOG_DIRS,
+    ELECT_LEADERS,
     INCREMENTAL_ALTER_CONFIGS,
 )
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Api, Message
 
-__all__ = ["Admin", "ConfigEntry", "NewTopic", "TopicDescription", "validate_topic_name"]
+__all__ = ["Admin", "ConfigEntry", "LogDirInfo", "NewTopic", "ReplicaInfo", "TopicDescription", "validate_topic_name"]
 
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME = 249
@@ -91,6 +93,24 @@ class ConfigEntry:
     is_default: bool
     read_only: bool
     is_sensitive: bool
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    """One replica in a log dir (DescribeLogDirs)."""
+
+    size: int
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True)
+class LogDirInfo:
+    """One log dir of a broker (DescribeLogDirs): its error and the replicas it holds."""
+
+    path: str
+    error: KafkaError | None
+    replicas: dict[tuple[str, int], ReplicaInfo]
 
 
 class Admin:
@@ -378,6 +398,91 @@ class Admin:
         for key in offsets:
             out.setdefault(key, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {key[0]}-{key[1]}"))
         return out
+
+    async def describe_log_dirs(
+        self, broker_ids: Iterable[int] | None = None, partitions: Iterable[tuple[str, int]] | None = None
+    ) -> dict[int, list[LogDirInfo] | KafkaError]:
+        """Each broker's log dirs and the replicas in them, as kafka-log-dirs asks them (one
+        DescribeLogDirs per broker; ``broker_ids`` None: every live broker, ``partitions`` None:
+        every replica). A broker that cannot be asked maps to its KafkaError."""
+        await self.cluster.refresh()
+        ids = sorted(self.cluster.brokers) if broker_ids is None else list(broker_ids)
+        topics: list[Message] | None = None
+        if partitions is not None:
+            grouped: dict[str, list[int]] = {}
+            for t, p in partitions:
+                grouped.setdefault(t, []).append(p)
+            topics = [{"topic": t, "partitions": ps} for t, ps in grouped.items()]
+        out: dict[int, list[LogDirInfo] | KafkaError] = {}
+
+        async def ask(broker_id: int) -> None:
+            if broker_id not in self.cluster.brokers:
+                out[broker_id] = KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not alive")
+                return
+            try:
+                response = await self.cluster.request(broker_id, DESCRIBE_LOG_DIRS, {"topics": topics})
+            except (KafkaError, KafkaConnectionError, KafkaTimeoutError) as e:
+                out[broker_id] = e if isinstance(e, KafkaError) else KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, str(e))
+                return
+            dirs = []
+            for r in response["results"]:
+                code = ErrorCode.of(r["error_code"])
+                replicas = {
+                    (t["name"], p["partition_index"]): ReplicaInfo(
+                        p["partition_size"], p["offset_lag"], p["is_future_key"]
+                    )
+                    for t in r["topics"]
+                    for p in t["partitions"]
+                }
+                error = None if code is ErrorCode.NONE else KafkaError(code, f"log dir {r['log_dir']}: {code.name}")
+                dirs.append(LogDirInfo(r["log_dir"], error, replicas))
+            out[broker_id] = dirs
+
+        await asyncio.gather(*(ask(b) for b in ids))
+        return {b: out[b] for b in ids}
+
+    async def elect_leaders(
+        self,
+        partitions: Iterable[tuple[str, int]] | None = None,
+        *,
+        unclean: bool = False,
+        timeout_ms: int = 30000,
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        """Elect the preferred replica (``unclean``: any live replica of a leaderless partition) as
+        leader of ``partitions`` (None: every partition), as kafka-leader-election does. Per
+        partition: None when elected, else the KafkaError (ELECTION_NOT_NEEDED when its leader
+        already is the one the election would choose)."""
+        body: Message = {
+            "election_type": 1 if unclean else 0,
+            "topic_partitions": None,
+            "timeout_ms": timeout_ms,
+        }
+        if partitions is not None:
+            grouped: dict[str, list[int]] = {}
+            for t, p in partitions:
+                grouped.setdefault(t, []).append(p)
+            body["topic_partitions"] = [{"topic": t, "partitions": ps} for t, ps in grouped.items()]
+        for attempt in range(self.retries + 1):
+            response = await self._to_controller(ELECT_LEADERS, body, timeout_ms / 1000.0 + 30.0)
+            top = ErrorCode.of(response.get("error_code", 0))
+            if top is ErrorCode.NOT_CONTROLLER and attempt < self.retries:
+                self.cluster.controller_id = -1
+                await asyncio.sleep(self.retry_backoff)
+                continue
+            if top is not ErrorCode.NONE:
+                raise KafkaError(top, f"ElectLeaders: {top.name}")
+            out: dict[tuple[str, int], KafkaError | None] = {}
+            for t in response["replica_election_results"]:
+                for p in t["partition_result"]:
+                    code = ErrorCode.of(p["error_code"])
+                    key = (t["topic"], p["partition_id"])
+                    out[key] = (
+                        None
+                        if code is ErrorCode.NONE
+                        else KafkaError(code, p.get("error_message") or f"{key[0]}-{key[1]}: {code.name}")
+                    )
+            return out
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, "ElectLeaders: no controller answered")
 
     async def wait_for_topic(self, name: str, *, timeout: float = 30.0, exists: bool = True) -> None:
         """Wait until every partition of ``name`` has a leader (or, ``exists=False``, until it is gone)."""

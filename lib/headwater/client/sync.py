@@ -16,7 +16,7 @@ import threading
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from headwater.client.admin import Admin, ConfigEntry, NewTopic, TopicDescription
+from headwater.client.admin import Admin, ConfigEntry, LogDirInfo, NewTopic, TopicDescription
 from headwater.client.consumer import Consumer, ConsumerRecord, FetchResult, OffsetAndTimestamp, Subscription
 from headwater.client.errors import KafkaTimeoutError
 from headwater.client.producer import Producer, RecordFuture, RecordMetadata
@@ -353,6 +353,16 @@ class SyncAdmin(_Facade):
         self, offsets: Mapping[tuple[str, int], int], *, timeout_ms: int = 30000
     ) -> dict[tuple[str, int], int | KafkaError]:
         return self._run(self.admin.delete_records(dict(offsets), timeout_ms=timeout_ms))
+
+    def describe_log_dirs(
+        self, broker_ids: Iterable[int] | None = None, partitions: Iterable[tuple[str, int]] | None = None
+    ) -> dict[int, list[LogDirInfo] | KafkaError]:
+        return self._run(self.admin.describe_log_dirs(broker_ids, partitions))
+
+    def elect_leaders(
+        self, partitions: Iterable[tuple[str, int]] | None = None, *, unclean: bool = False, timeout_ms: int = 30000
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        return self._run(self.admin.elect_leaders(partitions, unclean=unclean, timeout_ms=timeout_ms))
 
     def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 30000) -> dict[str, KafkaError | None]:
         return self._run(self.admin.delete_topics(list(names), timeout_ms=timeout_ms))
