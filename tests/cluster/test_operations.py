@@ -490,3 +490,115 @@ def test_preferred_election_after_a_restart_and_log_dirs(ops_cluster: Cluster, t
     )
     assert out.returncode == 0, out.stderr
     assert [b["broker"] for b in json.loads(out.stdout.strip().splitlines()[-1])["brokers"]] == [preferred]
+
+
+def _send_error(c: Cluster, topic: str, size: int) -> int | None:
+    """The error code of one acks=all record of ``size`` bytes (None: acknowledged)."""
+    result: list[object] = []
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "retries": 0, "linger.ms": 0})
+    p.produce(topic, value=b"v" * size, partition=0, on_delivery=lambda err, msg: result.append(err))
+    p.flush(30)
+    assert len(result) == 1
+    err = result[0]
+    return None if err is None else int(err.code())  # type: ignore[attr-defined]
+
+
+def _zk_json(c: Cluster, path: str) -> dict[str, object] | None:
+    if not c.zk.exists(path):
+        return None
+    return dict(json.loads(c.zk.get(path)[0]))
+
+
+def test_dynamic_broker_configs(ops_cluster: Cluster) -> None:
+    """kafka-configs --entity-type brokers: per-broker and cluster-default configs stored in
+    ZooKeeper with a notification, applied live, described with their sources; invalid ones
+    refused with nothing stored."""
+    from headwater.client.admin import NewTopic
+    from headwater.client.sync import SyncAdmin
+
+    c = ops_cluster
+    topic = "dyn-broker"
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    with SyncAdmin(c.bootstrap) as hw:  # one replica, on broker 2
+        assert hw.create_topics([NewTopic(topic, assignments={0: [2]})]) == {topic: None}
+    c.wait_for(lambda: _metadata_partitions(admin, topic).get(0) == 2, 60, f"{topic}-0 led by broker 2")
+    assert _send_error(c, topic, 5000) is None
+    try:
+        # per-broker, with confluent-kafka's incremental_alter_configs (sent to broker 2)
+        res = ConfigResource(
+            ConfigResource.Type.BROKER,
+            "2",
+            incremental_configs=[ConfigEntry("message.max.bytes", "2000", incremental_operation=AlterConfigOpType.SET)],
+        )
+        admin.incremental_alter_configs([res])[res].result(60)
+        assert _zk_json(c, "/config/brokers/2") == {"version": 1, "config": {"message.max.bytes": "2000"}}
+        changes = _config_changes(c)
+        assert {"version": 2, "entity_path": "brokers/2"} in changes.values()
+        # applied live: broker 2's partition refuses what it accepted a moment ago
+        c.wait_for(
+            lambda: _send_error(c, topic, 5000) == KafkaError.MSG_SIZE_TOO_LARGE, 30, "message.max.bytes applied"
+        )
+        assert _send_error(c, topic, 1000) is None
+        described = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "2")])
+        entries = next(iter(described.values())).result(60)
+        assert entries["message.max.bytes"].value == "2000"
+        assert entries["message.max.bytes"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+        other = next(iter(admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "1")]).values())).result(
+            60
+        )
+        assert other["message.max.bytes"].value == "1000012"
+        assert other["message.max.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+        assert other["broker.id"].source == ConfigSource.STATIC_BROKER_CONFIG.value and other["broker.id"].is_read_only
+
+        # cluster-wide default with the CLI (kafka-configs --entity-default)
+        out = _cli(
+            "configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "brokers",
+            "--entity-default", "--add-config", "follower.replication.throttled.rate=5000000,message.max.bytes=3000",
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert "Completed updating default config for brokers in the cluster." in out.stdout
+        assert _zk_json(c, "/config/brokers/<default>") == {
+            "version": 1,
+            "config": {"follower.replication.throttled.rate": "5000000", "message.max.bytes": "3000"},
+        }
+        assert {"version": 2, "entity_path": "brokers/<default>"} in _config_changes(c).values()
+        out = _cli("configs", "--bootstrap-server", c.bootstrap, "--describe", "--entity-type", "brokers",
+                   "--entity-name", "2")  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert "Dynamic configs for broker 2 are:" in out.stdout
+        assert (
+            "  message.max.bytes=2000 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:message.max.bytes=2000, "
+            "DYNAMIC_DEFAULT_BROKER_CONFIG:message.max.bytes=3000, DEFAULT_CONFIG:message.max.bytes=1000012}"
+        ) in out.stdout
+        assert "  follower.replication.throttled.rate=5000000 sensitive=false" in out.stdout
+        c.wait_for(
+            lambda: (
+                next(iter(admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "1")]).values()))
+                .result(60)["message.max.bytes"]
+                .source
+                == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+            ),
+            30,
+            "broker 1 to see the cluster default",
+        )
+
+        # refused, nothing stored: a static-only config, a bad value, another broker's id
+        before = (_zk_json(c, "/config/brokers/2"), _zk_json(c, "/config/brokers/<default>"))
+        for name, value in (("broker.id", "7"), ("message.max.bytes", "big"), ("log.retention.ms", "-5")):
+            bad = _cli("configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "brokers",
+                       "--entity-name", "2", "--add-config", f"{name}={value}")  # fmt: skip
+            assert bad.returncode == 1 and "INVALID_CONFIG" in bad.stderr, (name, bad.stderr)
+        res = ConfigResource(
+            ConfigResource.Type.BROKER,
+            "2",
+            incremental_configs=[ConfigEntry("log.dirs", "/tmp/x", incremental_operation=AlterConfigOpType.SET)],
+        )
+        with pytest.raises(KafkaException) as refused:
+            admin.incremental_alter_configs([res])[res].result(60)
+        assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+        assert (_zk_json(c, "/config/brokers/2"), _zk_json(c, "/config/brokers/<default>")) == before
+    finally:
+        for args in (["--entity-name", "2"], ["--entity-default"]):
+            _cli("configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "brokers", *args,
+                 "--delete-config", "message.max.bytes,follower.replication.throttled.rate")  # fmt: skip
+    c.wait_for(lambda: _send_error(c, topic, 5000) is None, 30, "message.max.bytes back to its default")

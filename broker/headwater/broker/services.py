@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from headwater.broker.authorizer import Authorizer
     from headwater.broker.config import BrokerConfig
     from headwater.broker.controller.controller import Controller
+    from headwater.broker.dynamic_config import DynamicBrokerConfig
     from headwater.broker.group.coordinator import GroupCoordinator
     from headwater.broker.metadata_cache import MetadataCache
     from headwater.broker.metrics import BrokerMetrics
@@ -52,6 +53,7 @@ class HandlerServices(Protocol):
     groups: GroupCoordinator
     producer_ids: ProducerIdManager
     authorizer: Authorizer | None  # None: authorizer.class.name is not set
+    dynamic_config: DynamicBrokerConfig  # /config/brokers/<id> and <default>, applied live
 
     def metadata_changed(self) -> None:
         """An UpdateMetadata was applied: wake whoever waits for it."""

@@ -47,6 +47,7 @@ CONFIG_SOURCES = {
     6: "DYNAMIC_BROKER_LOGGER_CONFIG",
 }
 _RESOURCE_TOPIC = 2
+_RESOURCE_BROKER = 4
 
 
 def validate_topic_name(name: str) -> None:
@@ -93,6 +94,8 @@ class ConfigEntry:
     is_default: bool
     read_only: bool
     is_sensitive: bool
+    #: (name, value, source) of each layer that sets it, strongest first (when asked for)
+    synonyms: tuple[tuple[str, str | None, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -361,6 +364,74 @@ class Admin:
                 raise UnknownTopicError(topic)
             if code is not ErrorCode.NONE:
                 raise KafkaError(code, r.get("error_message") or f"altering configs of {topic!r}: {code.name}")
+
+    async def _know_broker(self, broker_id: int | None) -> None:
+        """Metadata that lists ``broker_id`` (a request goes to that broker), or KafkaError."""
+        if broker_id is not None and broker_id not in self.cluster.brokers:
+            await self.cluster.refresh()
+            if broker_id not in self.cluster.brokers:
+                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not alive in the cluster")
+
+    async def describe_broker_configs(self, broker_id: int | None) -> dict[str, ConfigEntry]:
+        """A broker's configs with their sources (``broker_id`` None: the cluster-wide dynamic
+        defaults), asked of that broker (any broker for the defaults)."""
+        body: Message = {
+            "resources": [
+                {
+                    "resource_type": _RESOURCE_BROKER,
+                    "resource_name": "" if broker_id is None else str(broker_id),
+                    "configuration_keys": None,
+                }
+            ],
+            "include_synonyms": True,
+        }
+        await self._know_broker(broker_id)
+        response = await self.cluster.request(broker_id, DESCRIBE_CONFIGS, body, version=1)
+        out: dict[str, ConfigEntry] = {}
+        for r in response["results"]:
+            code = ErrorCode.of(r["error_code"])
+            if code is not ErrorCode.NONE:
+                raise KafkaError(code, r.get("error_message") or f"describing broker configs: {code.name}")
+            for c in r["configs"]:
+                source_id = int(c.get("config_source", -1))
+                out[c["name"]] = ConfigEntry(
+                    name=c["name"],
+                    value=c.get("value"),
+                    source=CONFIG_SOURCES.get(source_id, "UNKNOWN"),
+                    is_default=source_id == 5,
+                    read_only=bool(c.get("read_only")),
+                    is_sensitive=bool(c.get("is_sensitive")),
+                    synonyms=tuple(
+                        (s["name"], s.get("value"), CONFIG_SOURCES.get(int(s["source"]), "UNKNOWN"))
+                        for s in c.get("synonyms") or []
+                    ),
+                )
+        return out
+
+    async def alter_broker_configs(
+        self,
+        broker_id: int | None,
+        set_configs: Mapping[str, str] | None = None,
+        delete_configs: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Set and delete dynamic broker configs of one broker (``broker_id`` None: the cluster-wide
+        default), IncrementalAlterConfigs sent to that broker. Raises the KafkaError answered
+        (INVALID_CONFIG: not a dynamic broker config or a bad value; nothing stored)."""
+        configs = [{"name": k, "config_operation": 0, "value": v} for k, v in (set_configs or {}).items()]
+        configs += [{"name": k, "config_operation": 1, "value": None} for k in delete_configs]
+        name = "" if broker_id is None else str(broker_id)
+        body: Message = {
+            "resources": [{"resource_type": _RESOURCE_BROKER, "resource_name": name, "configs": configs}],
+            "validate_only": validate_only,
+        }
+        await self._know_broker(broker_id)
+        response = await self.cluster.request(broker_id, INCREMENTAL_ALTER_CONFIGS, body)
+        for r in response["responses"]:
+            code = ErrorCode.of(r["error_code"])
+            if code is not ErrorCode.NONE:
+                raise KafkaError(code, r.get("error_message") or f"altering broker configs: {code.name}")
 
     async def delete_records(
         self, offsets: Mapping[tuple[str, int], int], *, timeout_ms: int = 30000

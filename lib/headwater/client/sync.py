@@ -349,6 +349,21 @@ class SyncAdmin(_Facade):
     ) -> None:
         self._run(self.admin.alter_topic_configs(topic, set_configs, list(delete_configs), validate_only=validate_only))
 
+    def describe_broker_configs(self, broker_id: int | None) -> dict[str, ConfigEntry]:
+        return self._run(self.admin.describe_broker_configs(broker_id))
+
+    def alter_broker_configs(
+        self,
+        broker_id: int | None,
+        set_configs: Mapping[str, str] | None = None,
+        delete_configs: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        self._run(
+            self.admin.alter_broker_configs(broker_id, set_configs, list(delete_configs), validate_only=validate_only)
+        )
+
     def delete_records(
         self, offsets: Mapping[tuple[str, int], int], *, timeout_ms: int = 30000
     ) -> dict[tuple[str, int], int | KafkaError]:
