@@ -32,7 +32,7 @@ from headwater.broker.authorizer import Authorizer, Refused, authorize
 from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
 from headwater.broker.config import BrokerConfig, Listener, topic_log_config
 from headwater.broker.controller.controller import Controller
-from headwater.broker.dynamic_config import DynamicBrokerConfig
+from headwater.broker.dynamic_config import FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE, DynamicBrokerConfig
 from headwater.broker.group.coordinator import GroupCoordinator
 from headwater.broker.handlers import HANDLERS, RequestContext, api_versions_fallback
 from headwater.broker.metadata_cache import MetadataCache
@@ -41,6 +41,7 @@ from headwater.broker.network import ClientConnection, CloseConnection, RequestH
 from headwater.broker.producer_ids import ProducerIdManager
 from headwater.broker.purgatory import Purgatory
 from headwater.broker.replica_manager import ReplicaManager
+from headwater.broker.replication_quota import ReplicationQuota
 from headwater.broker.sasl import SaslGate
 from headwater.broker.storage.cleaner import CleanStats
 from headwater.broker.storage.clock import Clock, SystemClock
@@ -80,6 +81,9 @@ class KafkaBroker:
         self.log_manager: LogManager | None = None
         #: dynamic broker configs (/config/brokers/<id> and <default>), applied live
         self.dynamic_config = DynamicBrokerConfig(config, self.zk, self._on_log_defaults)
+        #: replication throttles (KIP-73): what this broker sends as leader / fetches as follower
+        self.leader_quota = self._replication_quota("leader", LEADER_THROTTLED_RATE)
+        self.follower_quota = self._replication_quota("follower", FOLLOWER_THROTTLED_RATE)
         #: ACLs (authorizer.class.name); None: every request is allowed and nothing is checked
         self.authorizer = (
             Authorizer(self.zk, config.super_users, config.allow_everyone_if_no_acl_found)
@@ -335,6 +339,16 @@ class KafkaBroker:
         log.warning("controlled shutdown did not complete; shutting down anyway")
 
     # -- partitions and metadata ---------------------------------------------------------------------
+
+    def _replication_quota(self, kind: str, rate_config: str) -> ReplicationQuota:
+        return ReplicationQuota(
+            self.broker_id,
+            kind,
+            lambda: self.dynamic_config.rate(rate_config),
+            self.cache.config_of,
+            samples=self.config.replication_quota_window_num,
+            window_s=self.config.replication_quota_window_size_seconds,
+        )
 
     def _on_log_defaults(self, defaults: LogConfig) -> None:
         """A dynamic broker config changed the topic-config defaults: every log without its own

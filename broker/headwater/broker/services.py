@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from headwater.broker.producer_ids import ProducerIdManager
     from headwater.broker.purgatory import Purgatory
     from headwater.broker.replica_manager import ReplicaManager
+    from headwater.broker.replication_quota import ReplicationQuota
     from headwater.broker.zk import ZooKeeper
 
 __all__ = ["ControllerHost", "GroupHost", "HandlerServices"]
@@ -54,6 +55,7 @@ class HandlerServices(Protocol):
     producer_ids: ProducerIdManager
     authorizer: Authorizer | None  # None: authorizer.class.name is not set
     dynamic_config: DynamicBrokerConfig  # /config/brokers/<id> and <default>, applied live
+    leader_quota: ReplicationQuota  # leader.replication.throttled.rate (follower fetches)
 
     def metadata_changed(self) -> None:
         """An UpdateMetadata was applied: wake whoever waits for it."""

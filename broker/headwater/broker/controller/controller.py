@@ -18,8 +18,9 @@ ZooKeeper and reacts, one event at a time on one task, to:
   topic as Kafka's PartitionModifications handler does): the same for the new partitions;
 - deletions (``/admin/delete_topics``): StopReplica(delete) to the replicas, then remove znodes;
 - ISR changes made by leaders (``/isr_change_notification``): UpdateMetadata;
-- preferred leader election (periodically when ``auto.leader.rebalance.enable``, and on
-  ``/admin/preferred_replica_election``);
+- preferred leader election (periodically when ``auto.leader.rebalance.enable``, on
+  ``/admin/preferred_replica_election`` and on ElectLeaders);
+- partition reassignment (``/admin/reassign_partitions``, controller/reassignment.py);
 - controlled shutdown requests: move leadership off the broker before it exits.
 
 Every partition state change is a conditional write on the state znode's version; a conflict
@@ -41,6 +42,7 @@ from headwater.broker import zk as zkpaths
 from headwater.broker.controller import requests as build
 from headwater.broker.controller.channel import ControllerChannel
 from headwater.broker.controller.election import LeaderAndIsr, offline_leader, preferred_leader, shutdown_leader
+from headwater.broker.controller.reassignment import PartitionReassigner
 from headwater.broker.metadata_cache import BrokerInfo, parse_broker_registration
 from headwater.broker.zk import from_json, to_json
 from headwater.protocol.apis import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
@@ -93,6 +95,7 @@ class Controller:
         self._task: asyncio.Task[None] | None = None
         self._periodic: asyncio.Task[None] | None = None
         self._generation = 0  # bumps on every resignation; stale watch callbacks check it
+        self.reassigner = PartitionReassigner(self)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -191,6 +194,7 @@ class Controller:
         if self._periodic is not None:
             self._periodic.cancel()
             self._periodic = None
+        self.reassigner.stop()
         if self.channel is not None:
             await self.channel.close()
             self.channel = None
@@ -252,6 +256,7 @@ class Controller:
         self._watch_children(zkpaths.DELETE_TOPICS, self._on_delete_topics)
         self._watch_children(ISR_CHANGE, self._on_isr_change)
         self._watch_data(PREFERRED_ELECTION, self._on_preferred_node)
+        self.reassigner.start()
         if self.broker.config.auto_leader_rebalance_enable:
             self._periodic = asyncio.ensure_future(self._periodic_preferred_election())
 
