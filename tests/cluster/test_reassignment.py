@@ -226,3 +226,60 @@ def test_add_a_broker_and_reassign_a_topic_onto_it_with_a_throttle(growing_clust
         missing = [off for off, v in acked.items() if stored.get(off) != v]
         assert not missing, f"{TOPIC}-{p}: {len(missing)} acknowledged records lost, e.g. offsets {missing[:5]}"
         assert len(stored) >= PRELOAD_PER_PARTITION // 1000 + len(acked)
+
+    # the Ansible way (deploy/ansible/rebalance.yml): spread the topic over all four brokers again
+    out = _run_rebalance_playbook(c, tmp_path, [1, 2, 3, 4], throttle=20_000_000)
+    assert "Throttle was removed." in out
+    assert not c.zk.exists("/admin/reassign_partitions")
+    spread = json.loads(c.zk.get(f"/brokers/topics/{TOPIC}")[0])["partitions"]
+    assert all(len(rs) == 2 and set(rs) <= {1, 2, 3, 4} for rs in spread.values())
+    for p in spread:  # --verify's lines, as the playbook showed them: the generated plan is what happened
+        assert f"Reassignment of partition {TOPIC}-{p} completed successfully" in out
+    for p, rs in spread.items():
+        c.wait_for(lambda p=p, rs=rs: sorted(c.state(TOPIC, int(p))["isr"]) == sorted(rs), 60, f"{TOPIC}-{p} in sync")
+        stored = read_all(c, TOPIC, int(p))
+        acked = {off: v for (q, off), v in producer.acked.items() if q == int(p)}
+        assert all(stored.get(off) == v for off, v in acked.items())
+
+
+def _run_rebalance_playbook(c: Cluster, tmp_path: Path, broker_ids: list[int], throttle: int) -> str:
+    """deploy/ansible/rebalance.yml against the test cluster, from this machine (a local connection
+    in place of SSH, this checkout's headwater command in place of a broker unit's)."""
+    ansible_dir = Path(__file__).resolve().parents[2] / "deploy" / "ansible"
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(
+        json.dumps(
+            {
+                "all": {
+                    "children": {
+                        "dc1": {"hosts": {"localhost": {}}},
+                        "brokers": {"hosts": {"localhost": {}}},
+                        "zookeeper": {"hosts": {}},
+                    },
+                    "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+                }
+            }
+        )
+    )
+    extra = {
+        "rebalance_datacenter": "dc1",
+        "rebalance_broker_ids": broker_ids,
+        "rebalance_topics": [TOPIC],
+        "rebalance_throttle": throttle,
+        "rebalance_poll_interval": 1,
+        "rebalance_timeout": 120,
+        "rebalance_zookeeper_connect": f"127.0.0.1:{c.zk_port}{c.chroot}",
+        "rebalance_bootstrap": c.bootstrap,
+        "rebalance_headwater_cli": str(Path(sys.executable).parent / "headwater"),
+        "ansible_become": False,
+    }
+    run = subprocess.run(
+        ["ansible-playbook", "-i", str(inventory), "rebalance.yml", "-e", json.dumps(extra)],
+        cwd=ansible_dir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    return run.stdout
