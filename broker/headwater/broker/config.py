@@ -403,13 +403,13 @@ OTHER_TOPIC_CONFIGS = {
 }
 
 
-#: topic configs whose value is a comma-separated list (IncrementalAlterConfigs APPEND / SUBTRACT)
-LIST_TOPIC_CONFIGS = frozenset({"cleanup.policy"})
-
 #: which replicas the replication throttles apply to (replication_quota.py; set by reassign-partitions)
 THROTTLED_REPLICAS_CONFIGS = frozenset(
     {"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
 )
+
+#: topic configs whose value is a comma-separated list (IncrementalAlterConfigs APPEND / SUBTRACT)
+LIST_TOPIC_CONFIGS = frozenset({"cleanup.policy"}) | THROTTLED_REPLICAS_CONFIGS
 
 
 def validate_topic_config(configs: dict[str, str], defaults: LogConfig | None = None) -> str | None:
