@@ -40,6 +40,9 @@ def growing_cluster(tmp_path: Path, zookeeper: ZooKeeperServer) -> Iterator[Clus
         # allowed at the start of a move to about one second's worth of the throttle
         replication_quota_window_num=2,
         replication_quota_window_size_seconds=1,
+        # a follower's fetch brings at most this much per partition: the throttle acts in steps of
+        # it (Kafka's 1 MB default would let the first fetch copy a whole test partition at once)
+        replica_fetch_max_bytes=65536,
     )
     try:
         for b in (1, 2, 3):
@@ -109,7 +112,7 @@ def test_add_a_broker_and_reassign_a_topic_onto_it_with_a_throttle(growing_clust
     create_topic(c, TOPIC, partitions=PARTITIONS, rf=2, min_isr=2)
     current = json.loads(c.zk.get(f"/brokers/topics/{TOPIC}")[0])["partitions"]
     assert all(4 not in rs for rs in current.values())
-    preload = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 20})
+    preload = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 20, "batch.size": 16384})
     for p in range(PARTITIONS):
         for i in range(PRELOAD_PER_PARTITION // 1000):
             preload.produce(TOPIC, value=b"%06d" % i + b"p" * 994, partition=p)
@@ -163,6 +166,14 @@ def test_add_a_broker_and_reassign_a_topic_onto_it_with_a_throttle(growing_clust
         )
         assert again.returncode == 1 and "There is an existing assignment running." in again.stderr
 
+        # the controller moves mid-reassignment (its znode deleted, as operators force a failover):
+        # the new one resumes what /admin/reassign_partitions lists
+        first_controller = c.controller()
+        c.zk.delete("/controller")
+        c.wait_for(lambda: c.controller() not in (None, first_controller), 60, "another controller")
+        new_controller = c.controller()
+        assert new_controller is not None and c.zk.exists("/admin/reassign_partitions")
+
         # progress, measured from broker 4's own log dir, until --verify says done
         samples: list[tuple[float, int]] = []
         statuses: list[str] = []
@@ -183,6 +194,9 @@ def test_add_a_broker_and_reassign_a_topic_onto_it_with_a_throttle(growing_clust
         for p in PLAN:
             assert f"Reassignment of partition {TOPIC}-{p} completed successfully" in done.stdout
         assert "Throttle was removed." in done.stdout
+        resumed = c.brokers[new_controller].output.read_text(errors="replace")
+        assert f"[Controller id={new_controller}] reassignment of {TOPIC}-" in resumed
+        assert "completed: replicas" in resumed  # the new controller finished the move
         assert any("is still in progress" in s for s in statuses)
         # the producer kept going through the move
         c.wait_for(lambda: len(producer.acked) > acked_before + 100, 30, "acks after the move")
