@@ -10,7 +10,8 @@
   INVALID_REQUEST) or ``""``, the cluster-wide default: the dynamic broker configs of
   ``/config/brokers/<id>`` or ``/config/brokers/<default>`` (dynamic_config.py), with a change
   notification; only Kafka 2.3's dynamic broker configs Headwater applies may be set, anything
-  else or a bad value is INVALID_CONFIG with nothing stored. Applied live on every broker.
+  else or a bad value is INVALID_CONFIG with nothing stored. Applied live on every broker. With an
+  authorizer: AlterConfigs on Cluster, else CLUSTER_AUTHORIZATION_FAILED.
 - Other resource types: INVALID_REQUEST. A resource named twice: INVALID_REQUEST.
 - Accepted by any broker (Kafka's AdminClient sends topic configs to any broker).
 """
@@ -22,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from headwater.acls import CLUSTER_NAME
 from headwater.broker import config_admin, dynamic_config
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
@@ -57,7 +59,7 @@ async def alter(
         try:
             if counts[(rtype, rname)] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Duplicate resource in request: {rname}")
-            await _alter_one(broker, resource, new_overrides, bool(request["validate_only"]))
+            await _alter_one(broker, ctx, resource, new_overrides, bool(request["validate_only"]))
         except KafkaError as e:
             log.warning("%s of %s from %s refused: %s", api, rname, ctx.peer, e)
             responses.append(_response(rtype, rname, e.code, e.message))
@@ -70,10 +72,14 @@ async def alter(
 
 
 async def _alter_one(
-    broker: HandlerServices, resource: Message, new_overrides: NewOverrides, validate_only: bool
+    broker: HandlerServices, ctx: RequestContext, resource: Message, new_overrides: NewOverrides, validate_only: bool
 ) -> None:
     rtype, rname = resource["resource_type"], resource["resource_name"]
     if rtype == BROKER:
+        if broker.authorizer is not None and not broker.authorizer.allowed(
+            ctx, "AlterConfigs", "Cluster", CLUSTER_NAME
+        ):
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "AlterConfigs on the Cluster is needed")
         await _alter_broker(broker, resource, new_overrides, validate_only)
         return
     if rtype != TOPIC:
