@@ -177,12 +177,14 @@ def test_add_a_broker_and_reassign_a_topic_onto_it_with_a_throttle(growing_clust
         # progress, measured from broker 4's own log dir, until --verify says done
         samples: list[tuple[float, int]] = []
         statuses: list[str] = []
+        follower_rates: list[float] = []
         deadline = time.monotonic() + 120
         while True:
             samples.append((time.monotonic(), _replica_bytes(c, 4)))
             if not c.zk.exists("/admin/reassign_partitions"):
                 break
             assert time.monotonic() < deadline, f"reassignment not done; last --verify: {statuses[-1:]}"
+            follower_rates.append(c.metric(4, "kafka_server_followerreplication_byte_rate") or 0.0)
             if len(samples) % 10 == 1:
                 v = _cli("reassign-partitions", "--zookeeper", zk_connect, "--verify", "--reassignment-json-file",
                          str(plan))  # fmt: skip
@@ -217,6 +219,10 @@ def test_add_a_broker_and_reassign_a_topic_onto_it_with_a_throttle(growing_clust
             if t1 - t0 >= 3.0:
                 assert (b1 - b0) / (t1 - t0) <= 2.5 * THROTTLE, f"{(b1 - b0) / (t1 - t0):.0f} B/s over {t1 - t0:.1f}s"
                 break
+
+    # broker 4's own measure of its throttled fetching (kafka_server_followerreplication_byte_rate)
+    assert max(follower_rates) > 0
+    print(f"broker 4's follower byte-rate while moving: max {max(follower_rates) / 1000:.0f} kB/s")
 
     # the cluster's view: the plan is the assignment, the ISR is the new replicas, broker 1 holds nothing
     final = json.loads(c.zk.get(f"/brokers/topics/{TOPIC}")[0])["partitions"]

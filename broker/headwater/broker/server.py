@@ -84,6 +84,8 @@ class KafkaBroker:
         #: replication throttles (KIP-73): what this broker sends as leader / fetches as follower
         self.leader_quota = self._replication_quota("leader", LEADER_THROTTLED_RATE)
         self.follower_quota = self._replication_quota("follower", FOLLOWER_THROTTLED_RATE)
+        self.metrics.leader_replication_rate.set_function(self.leader_quota.rate)
+        self.metrics.follower_replication_rate.set_function(self.follower_quota.rate)
         #: ACLs (authorizer.class.name); None: every request is allowed and nothing is checked
         self.authorizer = (
             Authorizer(self.zk, config.super_users, config.allow_everyone_if_no_acl_found)
