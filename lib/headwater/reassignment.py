@@ -27,9 +27,11 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from headwater.scram import CHANGES_PATH, change_notification
+
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 BROKER_IDS = "/brokers/ids"
-CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGES = CHANGES_PATH
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
@@ -180,8 +182,7 @@ def change_entity_config(
             tx.create(path, value)
         else:
             tx.set_data(path, value, version=version)
-        note = json.dumps({"version": 2, "entity_path": f"{entity_type}/{name}"}).encode()
-        tx.create(f"{CONFIG_CHANGES}/config_change_", note, sequence=True)
+        tx.create(f"{CONFIG_CHANGES}/config_change_", change_notification(f"{entity_type}/{name}"), sequence=True)
         results = tx.commit()
         if any(isinstance(r, BadVersionError | NodeExistsError | NoNodeError) for r in results):
             continue

@@ -31,6 +31,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from headwater.broker.config import _log_defaults
 from headwater.broker.zk import ZooKeeper, from_json, to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.scram import CHANGES_PATH, change_notification
 
 if TYPE_CHECKING:
     from headwater.broker.config import BrokerConfig
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 
 CONFIG_BROKERS = "/config/brokers"
 DEFAULT_ENTITY = "<default>"
-CONFIG_CHANGE_PREFIX = "/config/changes/config_change_"
+CONFIG_CHANGE_PREFIX = f"{CHANGES_PATH}/config_change_"
 MAX_LONG = 2**63 - 1
 
 # DescribeConfigs config_source values
@@ -166,14 +167,14 @@ async def write_overrides(
     if problem:
         raise KafkaError(ErrorCode.INVALID_CONFIG, problem)
     await zk.call(zk.client.ensure_path, CONFIG_BROKERS)
-    await zk.call(zk.client.ensure_path, "/config/changes")
+    await zk.call(zk.client.ensure_path, CHANGES_PATH)
     data = to_json({"version": 1, "config": overrides})
     tx = zk.client.transaction()
     if version is None:
         tx.create(config_path(entity), data)
     else:
         tx.set_data(config_path(entity), data, version=version)
-    tx.create(CONFIG_CHANGE_PREFIX, to_json({"version": 2, "entity_path": f"brokers/{entity}"}), sequence=True)
+    tx.create(CONFIG_CHANGE_PREFIX, change_notification(f"brokers/{entity}"), sequence=True)
     results = await zk.call(tx.commit)
     failures = [r for r in results if isinstance(r, Exception)]
     if any(isinstance(r, BadVersionError | NoNodeError | NodeExistsError) for r in failures):
