@@ -49,13 +49,26 @@ def _add_service_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
 
 def _add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     try:
-        from headwater.cli import acls, configs, console, delete_records, groups, topics
+        from headwater.cli import (
+            acls,
+            configs,
+            console,
+            delete_records,
+            groups,
+            leader_election,
+            log_dirs,
+            reassign_partitions,
+            topics,
+        )
     except ImportError:  # pragma: no cover - during bootstrap of the tree
         return
     topics.add_parser(sub)
     configs.add_parser(sub)
     acls.add_parser(sub)
     delete_records.add_parser(sub)
+    log_dirs.add_parser(sub)
+    leader_election.add_parser(sub)
+    reassign_partitions.add_parser(sub)
     groups.add_parser(sub)
     console.add_parsers(sub)
 

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from headwater.client.admin import Admin, ConfigEntry, NewTopic, TopicDescription
+from headwater.client.admin import Admin, ConfigEntry, LogDirInfo, NewTopic, TopicDescription
 from headwater.client.consumer import Consumer, ConsumerRecord, FetchResult, OffsetAndTimestamp, Subscription
 from headwater.client.errors import KafkaTimeoutError
 from headwater.client.producer import Producer, RecordFuture, RecordMetadata
@@ -349,10 +349,35 @@ class SyncAdmin(_Facade):
     ) -> None:
         self._run(self.admin.alter_topic_configs(topic, set_configs, list(delete_configs), validate_only=validate_only))
 
+    def describe_broker_configs(self, broker_id: int | None) -> dict[str, ConfigEntry]:
+        return self._run(self.admin.describe_broker_configs(broker_id))
+
+    def alter_broker_configs(
+        self,
+        broker_id: int | None,
+        set_configs: Mapping[str, str] | None = None,
+        delete_configs: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        self._run(
+            self.admin.alter_broker_configs(broker_id, set_configs, list(delete_configs), validate_only=validate_only)
+        )
+
     def delete_records(
         self, offsets: Mapping[tuple[str, int], int], *, timeout_ms: int = 30000
     ) -> dict[tuple[str, int], int | KafkaError]:
         return self._run(self.admin.delete_records(dict(offsets), timeout_ms=timeout_ms))
+
+    def describe_log_dirs(
+        self, broker_ids: Iterable[int] | None = None, partitions: Iterable[tuple[str, int]] | None = None
+    ) -> dict[int, list[LogDirInfo] | KafkaError]:
+        return self._run(self.admin.describe_log_dirs(broker_ids, partitions))
+
+    def elect_leaders(
+        self, partitions: Iterable[tuple[str, int]] | None = None, *, unclean: bool = False, timeout_ms: int = 30000
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        return self._run(self.admin.elect_leaders(partitions, unclean=unclean, timeout_ms=timeout_ms))
 
     def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 30000) -> dict[str, KafkaError | None]:
         return self._run(self.admin.delete_topics(list(names), timeout_ms=timeout_ms))
