@@ -123,11 +123,12 @@ class AuditingProducer:
         self.publish_interval = (publish_interval_ms or min(window_ms, 1000)) / 1000.0
         # Counted per batch, not per record: each batch's records per window (a tally) move to
         # _counts (acknowledged) or away (failed) when the batch settles. _lock guards the
-        # tallies, _counts and _pending: SyncAuditingProducer's callers track from their threads.
+        # tallies and _counts: SyncAuditingProducer's callers track from their threads. The tallies
+        # of unsettled batches are what is in flight (a window with one is not published yet).
         self._lock = threading.Lock()
         self._tallies: dict[BatchOutcome, dict[WindowKey, int]] = {}
+        self._last: tuple[BatchOutcome | None, dict[WindowKey, int]] = (None, {})  # the batch tracked last
         self._counts: Counter[WindowKey] = Counter()  # acknowledged, not yet published
-        self._pending: Counter[WindowKey] = Counter()  # sent, not yet acknowledged or failed
         self._fixed_headers = ((HEADER_HOST, self.host.encode()), (HEADER_DC, self.datacenter.encode()))
         self._fixed_size = sum(len(k) + len(v) + 4 for k, v in self._fixed_headers)
         # (ms, its origin.created header): one string per millisecond, read and replaced as one object
@@ -205,11 +206,15 @@ class AuditingProducer:
     def track(self, outcome: BatchOutcome, window: WindowKey) -> None:
         """Count a record of ``outcome``'s batch in ``window`` once the batch settles (any thread)."""
         with self._lock:
-            self._pending[window] += 1
-            tally = self._tallies.get(outcome)
-            new = tally is None
-            if tally is None:
-                tally = self._tallies[outcome] = {}
+            last, tally = self._last  # most records go to the batch the one before went to
+            new = False
+            if last is not outcome:
+                found = self._tallies.get(outcome)
+                if found is None:
+                    new = True
+                    found = self._tallies[outcome] = {}
+                tally = found
+                self._last = (outcome, tally)
             tally[window] = tally.get(window, 0) + 1
         if new:  # outside the lock: a batch already settled calls back at once, in this thread
             on_settled(outcome, self._batch_settled, outcome)
@@ -217,11 +222,10 @@ class AuditingProducer:
     def _batch_settled(self, outcome: BatchOutcome) -> None:
         with self._lock:
             tally = self._tallies.pop(outcome, {})
-            for window, n in tally.items():
-                self._pending[window] -= n
-                if self._pending[window] <= 0:
-                    del self._pending[window]
-                if outcome.error is None:
+            if self._last[0] is outcome:
+                self._last = (None, {})
+            if outcome.error is None:
+                for window, n in tally.items():
                     self._counts[window] += n
 
     async def send_and_wait(
@@ -257,10 +261,11 @@ class AuditingProducer:
         async with self._publish_lock:
             now_window = int(time.time() * 1000) // self.window_ms
             with self._lock:
+                in_flight = {k for tally in self._tallies.values() for k in tally}
                 ready = [
                     (k, self._counts.pop(k))
                     for k, n in list(self._counts.items())
-                    if n > 0 and (all_windows or (k[1] < now_window and not self._pending.get(k)))
+                    if n > 0 and (all_windows or (k[1] < now_window and k not in in_flight))
                 ]
             events, self._unsent = self._unsent, []
             for k, n in ready:
