@@ -350,51 +350,64 @@ class Producer:
         limit = self.max_request_size - _BATCH_OVERHEAD - _RECORD_OVERHEAD - hsize
         batch_size = self.batch_size
         choose = self.partitioner.partition
-        tp = None
+        # a sticky partitioner keeps a null key's partition until its batch closes: no call per record
+        sticky = getattr(self.partitioner, "sticky_until_new_batch", False)
+        tp = -1  # the partition of ``batch``
         batch: _Batch | None = None
+        outcome: BatchOutcome | None = None
+        add = out.append
         n = 0
         with self._lock:
-            tm = self.cluster.topics.get(topic)
+            tm = self.cluster.topics.get(topic)  # read once: a refresh meanwhile is seen by the next call
             cached = self._partitions.get(topic)
+            room = self.buffer_memory - self._buffered  # kept here, written back before other calls
             for kb, vb in records:
                 vsize = (len(kb) if kb else 0) + (len(vb) if vb else 0)
                 if vsize > limit:
                     break
                 size = _RECORD_OVERHEAD + hsize + vsize
-                if self._buffered > 0 and self._buffered + size > self.buffer_memory:
+                if size > room and room < self.buffer_memory:
                     break
-                if tm is None or cached is None or cached[0] is not tm or self.cluster.topics.get(topic) is not tm:
+                if tm is None or cached is None or cached[0] is not tm:
+                    self._buffered = self.buffer_memory - room
                     fut = self._send_now(topic, kb, vb, hdrs, ts, size, partition, future_class)
+                    room = self.buffer_memory - self._buffered
                     if fut is None:
                         break
-                    out.append(fut)
+                    add(fut)
                     n += 1
                     tm = self.cluster.topics.get(topic)
                     cached = self._partitions.get(topic)
                     batch = None
                     continue
-                p = (
-                    partition
-                    if partition is not None
-                    else choose(topic, kb, cached[1], cached[2] if kb is None else cached[1])
-                )
+                if partition is not None:
+                    p = partition
+                elif kb is None and sticky and batch is not None and not batch.closed:
+                    p = tp
+                else:
+                    p = choose(topic, kb, cached[1], cached[2] if kb is None else cached[1])
                 if p != tp or batch is None or batch.closed or batch.size + size > batch_size:
                     if partition is not None and (tm is None or partition not in tm.partitions):
                         break  # the slow path refreshes the metadata and says UnknownTopicError
-                    out.append(self._append(topic, p, (kb, vb, ts, hdrs), size, future_class))
+                    self._buffered = self.buffer_memory - room
+                    add(self._append(topic, p, (kb, vb, ts, hdrs), size, future_class))
+                    room = self.buffer_memory - self._buffered
                     n += 1
                     tp = p
                     queue = self._queues.get((topic, p))
                     batch = queue[-1] if queue else None
+                    outcome = batch.outcome if batch is not None else None
                     continue
+                assert outcome is not None
                 records_of = batch.records
-                out.append(future_class(batch.outcome, len(records_of)))
+                add(future_class(outcome, len(records_of)))
                 records_of.append((kb, vb, ts, hdrs))
                 batch.size += size
-                self._buffered += size
+                room -= size
                 if batch.size >= batch_size:
                     self._close_batch(batch)
                 n += 1
+            self._buffered = self.buffer_memory - room
         return n
 
     async def append(
