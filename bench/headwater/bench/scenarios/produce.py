@@ -12,6 +12,7 @@ produce`` against kcat on the same file of lines; runs interleaved, each row a r
 
 from __future__ import annotations
 
+import resource
 import statistics
 import subprocess
 import sys
@@ -169,8 +170,8 @@ SYNC_MODES = {
 }
 
 
-def _sync_rate(bench: Bench, topic: str, count: int, mode: str) -> tuple[float, str]:
-    """records/s of one headwater-sync-produce run (and a note on failures)."""
+def _sync_rate(bench: Bench, topic: str, count: int, mode: str) -> tuple[float, float, str]:
+    """records/s of one headwater-sync-produce run, its CPU per record (us, both threads), a note on failures."""
     assert bench.main is not None
     cmd = Bench.loadgen(
         "headwater-sync-produce",
@@ -180,7 +181,9 @@ def _sync_rate(bench: Bench, topic: str, count: int, mode: str) -> tuple[float, 
     )
     got = bench.run_json(cmd, bench.plan.max_seconds * 2 + 120)
     note = f"{got['errors']} records failed: {got['first_error']}" if got["errors"] else ""
-    return (int(got["acked"]) / float(got["seconds"]) if got["seconds"] else 0.0), note
+    acked = int(got["acked"])
+    cpu_us = float(got["cpu"]) * 1e6 / acked if acked else 0.0
+    return (acked / float(got["seconds"]) if got["seconds"] else 0.0), cpu_us, note
 
 
 def _high_watermark(bootstrap: str, topic: str) -> int:
@@ -193,15 +196,20 @@ def _high_watermark(bootstrap: str, topic: str) -> int:
         c.close()
 
 
-def _timed(cmd: list[str], stdin: Path | None, timeout: float) -> float:
-    """Wall seconds of one command, start-up included (what an operator waits for)."""
-    started = time.perf_counter()
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(cmd: list[str], stdin: Path | None, timeout: float) -> tuple[float, float]:
+    """Wall seconds of one command, start-up included (what an operator waits for), and its CPU seconds."""
+    started, cpu0 = time.perf_counter(), _children_cpu()
     with open(stdin, "rb") if stdin else open("/dev/null", "rb") as f:
         proc = subprocess.run(cmd, stdin=f, capture_output=True, timeout=timeout, check=False)
     if proc.returncode != 0:
         why = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
         raise GeneratorError(f"{Path(cmd[0]).name} exited {proc.returncode}: {why}")
-    return time.perf_counter() - started
+    return time.perf_counter() - started, _children_cpu() - cpu0
 
 
 def run_blocking(bench: Bench) -> list[Row]:
@@ -243,14 +251,16 @@ def run_blocking(bench: Bench) -> list[Row]:
         goal=Goal(">= 50% of kcat", 0.5, on="ratio"),
     )
     kcat_rates: list[float] = []
+    kcat_cpu: list[float] = []
     notes: list[str] = []
     try:
         for _ in range(bench.plan.runs):
             for mode, row in sync_rows.items():
                 topic = bench.topic(f"sync-{mode}")
                 bench.create_topic(target, topic, 1)
-                rate, note = _sync_rate(bench, topic, count, mode)
+                rate, cpu_us, note = _sync_rate(bench, topic, count, mode)
                 row.figure("records/s").add(rate)
+                row.figure("client CPU us/record").add(cpu_us)
                 if note:
                     row.note = note
     except GeneratorError as e:
@@ -261,12 +271,16 @@ def run_blocking(bench: Bench) -> list[Row]:
         row = sync_rows[mode]
         if not row.unavailable and plain:
             row.ratio_override = row.value / plain
+    cpu_per_record = {m: r.figures["client CPU us/record"].median for m, r in sync_rows.items() if not r.unavailable}
     sync_rows["plain"].note = (
         f"{count:,} records/run, batch_size {SYNC_BATCH:,} (librdkafka's default batch.size is 1 MB); "
         "send() appends in the calling thread, the loop thread only sends batches"
     )
     sync_rows["audit"].note = "ratio = SyncAuditingProducer / SyncProducer records/s"
     sync_rows["headers"].note = "ratio = / SyncProducer records/s; each record 100 B + ~60 B of headers"
+    for mode, row in sync_rows.items():
+        if mode in cpu_per_record:
+            row.note += f"; client CPU {cpu_per_record[mode]:.2f} us/record (both threads)"
     # the console producer and kcat, on the same file
     if bench.native.kcat is None:
         cli.unavailable = bench.native.kcat_why_not
@@ -279,12 +293,15 @@ def run_blocking(bench: Bench) -> list[Row]:
                 topic = bench.topic("cli-kcat")
                 bench.create_topic(target, topic, 1)
                 kcat = [str(bench.native.kcat), "-P", "-b", target.bootstrap, "-t", topic, "-X", "acks=1", "-l"]
-                kcat_rates.append(lines / _timed([*kcat, str(path)], None, bench.plan.max_seconds * 4 + 60))
+                seconds, cpu = _timed([*kcat, str(path)], None, bench.plan.max_seconds * 4 + 60)
+                kcat_rates.append(lines / seconds)
+                kcat_cpu.append(cpu)
                 topic2 = bench.topic("cli-headwater")
                 bench.create_topic(target, topic2, 1)
                 ours = [sys.executable, "-m", "headwater.cli.main", "produce", "--bootstrap-server", target.bootstrap]
-                seconds = _timed([*ours, "--topic", topic2, "--acks", "1"], path, bench.plan.max_seconds * 4 + 60)
+                seconds, cpu = _timed([*ours, "--topic", topic2, "--acks", "1"], path, bench.plan.max_seconds * 4 + 60)
                 cli.figure("records/s").add(lines / seconds)
+                cli.figure("CPU s").add(cpu)
                 for t in (topic, topic2):
                     written = _high_watermark(target.bootstrap, t)
                     if written != lines:
@@ -297,8 +314,14 @@ def run_blocking(bench: Bench) -> list[Row]:
             kcat_rate = statistics.median(kcat_rates)
             cli.ratio_override = cli.value / kcat_rate
             cli.extra["kcat_records_per_s"] = kcat_rates
+            cli.extra["kcat_cpu_s"] = kcat_cpu
+            ours_cpu = cli.figures["CPU s"].median
             cli.note = "; ".join(
-                [f"kcat {kcat_rate:,.0f} rec/s; wall time of each process, start-up included; acks=1 both", *notes]
+                [
+                    f"kcat {kcat_rate:,.0f} rec/s; wall time of each process, start-up included; acks=1 both",
+                    f"CPU: headwater produce {ours_cpu:.2f} s, kcat {statistics.median(kcat_cpu):.2f} s",
+                    *notes,
+                ]
             )
     return [bench.add(r) for r in (*sync_rows.values(), cli)]
 
