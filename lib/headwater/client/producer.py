@@ -213,6 +213,11 @@ class Producer:
         self._next_sequence: dict[tuple[str, int], int] = {}
         self._pid_task: asyncio.Task[None] | None = None
 
+    @property
+    def closing(self) -> bool:
+        """close() was called: sends are refused."""
+        return self._closing
+
     async def __aenter__(self) -> Producer:
         await self.start()
         return self
@@ -278,6 +283,25 @@ class Producer:
                 f"a record of about {size} bytes is larger than max_request_size ({self.max_request_size})",
             )
         return kb, vb, hdrs, int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms), size
+
+    def serialized_size(self, kb: bytes | None, vb: bytes | None, hdrs: Headers) -> int:
+        """A serialized record's size in a batch (at most); raises as :meth:`prepare` does."""
+        if self._closing:
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
+        size = _RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0)
+        if hdrs:
+            size += sum([len(k) + len(v or b"") + 4 for k, v in hdrs])
+        if size + _BATCH_OVERHEAD > self.max_request_size:
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"a record of about {size} bytes is larger than max_request_size ({self.max_request_size})",
+            )
+        return size
+
+    @staticmethod
+    def serialize_headers(headers: Iterable[tuple[str, Any]]) -> Headers:
+        """Headers as records carry them: (str, bytes or None) pairs."""
+        return tuple([(str(k), to_bytes(v)) for k, v in headers]) if headers else ()
 
     def try_append(
         self,

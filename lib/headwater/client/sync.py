@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -194,11 +195,19 @@ class SyncProducer(_Facade):
         if keys is not None and len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys for {len(values)} values")
         try:
-            _, _, hdrs, ts, _ = p.prepare(b"", None, headers, timestamp_ms)
+            hdrs = p.serialize_headers(headers)
+            ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+            if p.closing:
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
         except Exception as e:
             return [SyncRecordFuture.failed(self._lt.loop, topic, e) for _ in values]
         ks, vs = p._key_serializer, p._value_serializer
-        if ks is to_bytes and vs is to_bytes and all(type(v) is bytes for v in values):
+        if (
+            ks is to_bytes
+            and vs is to_bytes
+            and all(type(v) is bytes for v in values)
+            and (keys is None or all(k is None or type(k) is bytes for k in keys))
+        ):
             records: Sequence[tuple[Any, Any]] = (
                 list(zip(keys, values)) if keys is not None else [(None, v) for v in values]
             )
@@ -207,7 +216,7 @@ class SyncProducer(_Facade):
             try:
                 records = [(ks(k), vs(v)) for k, v in records]
             except Exception:  # one by one: the bad ones get failed futures
-                return [self.send(topic, v, k, headers, partition, ts) for k, v in records]
+                return [self.send(topic, v, k, hdrs, partition, ts) for k, v in records]
         out: list[SyncRecordFuture] = []
         i = 0
         while i < len(records):
@@ -216,10 +225,26 @@ class SyncProducer(_Facade):
             taken = p.try_append_many(topic, records[i : i + step], hdrs, ts, partition, SyncRecordFuture, out)
             i += taken
             if taken < step:  # this one waits (or fails): alone, then the rest again in bulk
-                k, v = records[i]
-                out.append(self.send(topic, v, k, headers, partition, ts))
+                kb, vb = records[i]
+                out.append(self._send_serialized(topic, kb, vb, hdrs, ts, partition))
                 i += 1
         return out
+
+    def _send_serialized(
+        self, topic: str, kb: bytes | None, vb: bytes | None, hdrs: Headers, ts: int, partition: int | None
+    ) -> SyncRecordFuture:
+        """:meth:`send` for a record already serialized (its size checked here, as prepare does)."""
+        p = self._accumulator
+        try:
+            size = p.serialized_size(kb, vb, hdrs)
+            fut = p.try_append(topic, kb, vb, hdrs, ts, size, partition, SyncRecordFuture)
+            if fut is None:
+                fut = self._append_waiting(topic, kb, vb, hdrs, ts, size, partition)
+        except BufferError:
+            raise
+        except Exception as e:  # delivered through the future, like every other error
+            return SyncRecordFuture.failed(self._lt.loop, topic, e)
+        return fut
 
     def _append_waiting(
         self,

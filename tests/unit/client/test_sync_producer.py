@@ -192,3 +192,33 @@ def test_sync_auditing_producer_counts_acknowledged_batches() -> None:
         }
 
     with_fakes(blocking(body), state)
+
+
+def test_send_many_serializes_once_and_refuses_only_the_bad_records() -> None:
+    def body(s: State, b: list[FakeBroker]) -> None:
+        with SyncProducer(
+            b[0].bootstrap,
+            linger_ms=5,
+            value_serializer=lambda v: json.dumps(v).encode(),
+            key_serializer=lambda k: None if k is None else str(k).encode(),
+            max_request_size=10_000,
+            buffer_memory=3000,  # the 40 records below do not fit at once: some wait for space
+        ) as p:
+            p.start()
+            values: list[Any] = [{"n": i, "pad": "x" * 200} for i in range(40)]
+            values[7] = {"big": "x" * 20_000}  # larger than a request
+            futures = p.send_many("t", values, keys=list(range(40)))
+            p.flush(30)
+            too_big = futures[7].exception(0)
+            assert isinstance(too_big, KafkaError) and too_big.code is ErrorCode.MESSAGE_TOO_LARGE
+            assert [f.result(0).offset for i, f in enumerate(futures) if i != 7] == list(range(39))
+            # str keys with the default serializers take the per-record path and are encoded
+        with SyncProducer(b[0].bootstrap) as p:
+            assert [f.result(30).offset for f in p.send_many("t", [b"s1", b"s2"], keys=["a", None])] == [39, 40]
+        logged = records_in(s, ("t", 0))
+        assert [(k, v) for _, k, v in logged[:39]] == [
+            (str(i).encode(), json.dumps({"n": i, "pad": "x" * 200}).encode()) for i in range(40) if i != 7
+        ]
+        assert [(k, v) for _, k, v in logged[39:]] == [(b"a", b"s1"), (None, b"s2")]
+
+    with_fakes(blocking(body))
