@@ -316,13 +316,17 @@ class Producer:
     ) -> F | None:
         """Append a prepared record now, from any thread; None when that would need a wait.
 
+        Raises KafkaError when the producer is closing.
+
         The synchronous path, taken whenever nothing needs waiting for: the sender runs, the
         topic's metadata is known, the buffer has room and no earlier send is still waiting
         (records of one partition keep the order of send calls). Else :meth:`append` (on the loop).
         """
-        if self._sender is None or self._send_lock.locked() or self._closing:
+        if self._sender is None or self._send_lock.locked():
             return None
         with self._lock:
+            if self._closing:  # read under the lock: close() fails what is queued under it, after setting this
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
             # the common case inline (one call less per record): the partition's open batch has room
             tm = self.cluster.topics.get(topic)
             cached = self._partitions.get(topic)
@@ -368,7 +372,7 @@ class Producer:
         Every record gets ``hdrs`` and timestamp ``ts``. A record too large for a request stops it too
         (:meth:`prepare` says why).
         """
-        if self._sender is None or self._send_lock.locked() or self._closing:
+        if self._sender is None or self._send_lock.locked():
             return 0
         hsize = sum([len(k) + len(v or b"") + 4 for k, v in hdrs]) if hdrs else 0
         limit = self.max_request_size - _BATCH_OVERHEAD - _RECORD_OVERHEAD - hsize
@@ -382,6 +386,8 @@ class Producer:
         add = out.append
         n = 0
         with self._lock:
+            if self._closing:  # see try_append
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
             tm = self.cluster.topics.get(topic)  # read once: a refresh meanwhile is seen by the next call
             cached = self._partitions.get(topic)
             room = self.buffer_memory - self._buffered  # kept here, written back before other calls

@@ -222,7 +222,11 @@ class SyncProducer(_Facade):
         while i < len(records):
             # a slice at a time: the accumulator's lock (which the sender takes too) is held per call
             step = min(len(records) - i, _MANY_STEP)
-            taken = p.try_append_many(topic, records[i : i + step], hdrs, ts, partition, SyncRecordFuture, out)
+            try:
+                taken = p.try_append_many(topic, records[i : i + step], hdrs, ts, partition, SyncRecordFuture, out)
+            except KafkaError as e:  # closed meanwhile: the rest fail, as send() would fail them
+                out.extend(SyncRecordFuture.failed(self._lt.loop, topic, e) for _ in records[i:])
+                break
             i += taken
             if taken < step:  # this one waits (or fails): alone, then the rest again in bulk
                 kb, vb = records[i]

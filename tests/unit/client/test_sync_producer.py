@@ -222,3 +222,37 @@ def test_send_many_serializes_once_and_refuses_only_the_bad_records() -> None:
         assert [(k, v) for _, k, v in logged[39:]] == [(b"a", b"s1"), (None, b"s2")]
 
     with_fakes(blocking(body))
+
+
+def test_close_while_other_threads_send_leaves_no_record_pending() -> None:
+    def body(s: State, b: list[FakeBroker]) -> None:
+        p = SyncProducer(b[0].bootstrap, linger_ms=2, batch_size=1000)
+        p.start()
+        futures: list[SyncRecordFuture] = []
+        stop = threading.Event()
+
+        def produce() -> None:
+            i = 0
+            while not stop.is_set():
+                futures.append(p.send("t", b"%d" % i))
+                if i % 100 == 99:
+                    futures.extend(p.send_many("t", [b"m"] * 10))
+                i += 1
+
+        sender = threading.Thread(target=produce)
+        sender.start()
+        deadline = time.monotonic() + 30
+        while len(futures) < 2000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        p.close(10)
+        stop.set()
+        sender.join(30)
+        assert not sender.is_alive()
+        pending = [f for f in futures if not f.done()]
+        assert not pending, f"{len(pending)} of {len(futures)} records left pending by close()"
+        written = [f for f in futures if f.exception(0) is None]
+        refused = [f.exception(0) for f in futures if f.exception(0) is not None]
+        assert written and refused and all("closed" in str(e) for e in refused)
+        assert len(records_in(s, ("t", 0))) == len(written)
+
+    with_fakes(blocking(body))
