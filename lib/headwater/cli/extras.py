@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+from collections.abc import Callable
 
 __all__ = ["EXTRAS", "describe_missing", "missing_for"]
 
@@ -22,10 +23,34 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 
 _EXTRA_OF = {module: extra for extra, modules in EXTRAS.items() for module in modules}
 
-#: (command, its action or None) -> (the extra, the modules it cannot start without)
-_NEEDS: dict[tuple[str, str | None], tuple[str, tuple[str, ...]]] = {
-    ("audit", "serve"): ("audit", ("aiohttp",)),  # psycopg only with a PostgreSQL store: caught if used
-    ("load", None): ("loader", ("pyspark", "pyarrow")),
+
+def _service_property(args: argparse.Namespace, key: str) -> str:
+    """A property of the service's configuration as it will run (its file, then --override), or ''."""
+    from headwater.properties import parse_properties
+
+    value = ""
+    try:
+        with open(args.config, encoding="utf-8") as f:
+            value = parse_properties(f.read()).get(key, "")
+    except (OSError, ValueError, TypeError):  # the command itself reports a bad or missing file
+        pass
+    for item in getattr(args, "override", None) or []:
+        k, sep, v = str(item).partition("=")
+        if sep and k.strip() == key:
+            value = v.strip()
+    return value
+
+
+def _audit_modules(args: argparse.Namespace) -> tuple[str, ...]:
+    # psycopg only for a PostgreSQL store (the default store is SQLite)
+    postgres = _service_property(args, "store").startswith(("postgresql://", "postgres://"))
+    return ("aiohttp", "psycopg") if postgres else ("aiohttp",)
+
+
+#: (command, its action or None) -> (the extra, the modules it cannot start without, given its arguments)
+_NEEDS: dict[tuple[str, str | None], tuple[str, Callable[[argparse.Namespace], tuple[str, ...]]]] = {
+    ("audit", "serve"): ("audit", _audit_modules),
+    ("load", None): ("loader", lambda args: ("pyspark", "pyarrow")),
 }
 
 
@@ -47,8 +72,8 @@ def missing_for(args: argparse.Namespace) -> str | None:
     need = _NEEDS.get((str(command), action)) or _NEEDS.get((str(command), None))
     if need is None:
         return None
-    extra, modules = need
-    for module in modules:
+    extra, modules_for = need
+    for module in modules_for(args):
         if not _installed(module):
             return _message(" ".join(["headwater", str(command), *([action] if action else [])]), module, extra)
     return None

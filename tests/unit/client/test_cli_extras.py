@@ -58,6 +58,16 @@ def test_audit_serve_without_the_audit_extra(tmp_path: Path) -> None:
     )
 
 
+def test_audit_serve_with_a_postgresql_store_without_psycopg(tmp_path: Path) -> None:
+    config = tmp_path / "audit.properties"
+    config.write_text("clusters=dc1\ndc1.bootstrap.servers=127.0.0.1:1\nstore=sqlite:///a.db\nhttp.port=0\n")
+    store = "store=postgresql://audit@127.0.0.1:1/audit"
+    line = one_line(run_without("psycopg", "audit", "serve", "-c", str(config), "--override", store))
+    assert line == (
+        "headwater audit serve: error: psycopg is not installed; install the audit extra: pip install 'headwater[audit]'"
+    )
+
+
 @pytest.mark.parametrize("module", ["pyspark", "pyarrow"])
 def test_load_without_the_loader_extra(tmp_path: Path, module: str) -> None:
     config = tmp_path / "loader.properties"
