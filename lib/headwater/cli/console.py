@@ -148,7 +148,6 @@ def _produce(args: argparse.Namespace) -> int:
     try:
         producer.start()
         number = 0
-        last = None
         for lines in _lines(sys.stdin.buffer):
             keys: list[bytes] | None = None
             if separator is not None:
@@ -168,10 +167,7 @@ def _produce(args: argparse.Namespace) -> int:
                 first.result()
                 watched.append(first)
                 values, keys, number = values[1:], keys[1:] if keys else None, 1
-            for fut in producer.send_many(topic, values, keys, headers, partition):
-                if fut.outcome is not last:  # the first future of each batch
-                    last = fut.outcome
-                    watched.append(fut)
+            watched += producer.send_many(topic, values, keys, headers, partition, per_record=False)
             number += len(values)
             if len(watched) >= _CHECK_EVERY:
                 watched = _collect(watched, failures, wait=False)

@@ -364,9 +364,11 @@ class Producer:
         partition: int | None,
         future_class: Callable[[BatchOutcome, int], F],
         out: list[F],
+        each: bool = True,
     ) -> int:
         """Append serialized (key, value) records from ``records[0]`` on, from any thread, while none
         needs a wait; their futures go to ``out``. How many were appended (the rest: :meth:`append`).
+        ``each=False``: only the first record's future per batch (a batch settles as a whole).
 
         One lock and one call for many records: what ``headwater produce`` sends a chunk of stdin with.
         Every record gets ``hdrs`` and timestamp ``ts``. A record too large for a request stops it too
@@ -430,7 +432,8 @@ class Producer:
                     continue
                 assert outcome is not None
                 records_of = batch.records
-                add(future_class(outcome, len(records_of)))
+                if each:
+                    add(future_class(outcome, len(records_of)))
                 records_of.append((kb, vb, ts, hdrs))
                 batch.size += size
                 room -= size

@@ -14,6 +14,7 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
 from typing import Any, TypeVar
 
 from headwater.client.admin import Admin, ConfigEntry, NewTopic, TopicDescription
@@ -185,11 +186,15 @@ class SyncProducer(_Facade):
         headers: Iterable[tuple[str, Any]] = (),
         partition: int | None = None,
         timestamp_ms: int | None = None,
+        *,
+        per_record: bool = True,
     ) -> list[SyncRecordFuture]:
         """Queue many records at once, in order: what ``[send(...) for ...]`` does, in one call.
 
         The records share ``headers`` and the timestamp (default: now, once). A record that must
         wait (buffer space, metadata) or is refused goes through :meth:`send` and the rest follow it.
+        ``per_record=False`` returns fewer futures, enough to see every failure: one per batch the
+        records went to (a batch succeeds or fails as a whole), and each refused record's.
         """
         p = self._accumulator
         if keys is not None and len(keys) != len(values):
@@ -205,12 +210,10 @@ class SyncProducer(_Facade):
         if (
             ks is to_bytes
             and vs is to_bytes
-            and all(type(v) is bytes for v in values)
-            and (keys is None or all(k is None or type(k) is bytes for k in keys))
+            and set(map(type, values)) <= {bytes}
+            and (keys is None or set(map(type, keys)) <= {bytes, type(None)})
         ):
-            records: Sequence[tuple[Any, Any]] = (
-                list(zip(keys, values)) if keys is not None else [(None, v) for v in values]
-            )
+            records: Sequence[tuple[Any, Any]] = list(zip(keys if keys is not None else repeat(None), values))
         else:
             records = [(None, v) for v in values] if keys is None else list(zip(keys, values))
             try:
@@ -223,7 +226,9 @@ class SyncProducer(_Facade):
             # a slice at a time: the accumulator's lock (which the sender takes too) is held per call
             step = min(len(records) - i, _MANY_STEP)
             try:
-                taken = p.try_append_many(topic, records[i : i + step], hdrs, ts, partition, SyncRecordFuture, out)
+                taken = p.try_append_many(
+                    topic, records[i : i + step], hdrs, ts, partition, SyncRecordFuture, out, per_record
+                )
             except KafkaError as e:  # closed meanwhile: the rest fail, as send() would fail them
                 out.extend(SyncRecordFuture.failed(self._lt.loop, topic, e) for _ in records[i:])
                 break
