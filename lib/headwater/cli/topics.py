@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from headwater.cli.extras import describe_missing
 from headwater.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, UnknownTopicError
 from headwater.protocol.errors import ErrorCode
 
@@ -69,12 +70,16 @@ def describe_error(e: BaseException) -> str:
 
 
 def run_command(prog: str, func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Run ``func``; any failure becomes ``prog: error: ...`` on stderr and exit code 1 (a CliError's own)."""
+    """Run ``func``; any failure becomes ``prog: error: ...`` on stderr and exit code 1 (a CliError's own; 2 for a missing extra)."""
     try:
         return func(args)
     except (KeyboardInterrupt, BrokenPipeError):
         raise
     except Exception as e:  # never a traceback for bad input or an unreachable cluster
+        missing = describe_missing(prog, e)
+        if missing is not None:  # an optional extra: exit code 2, as every command says it
+            print(missing, file=sys.stderr)
+            return 2
         print(f"{prog}: error: {describe_error(e)}", file=sys.stderr)
         return e.exit_code if isinstance(e, CliError) else 1
 
