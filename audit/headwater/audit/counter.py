@@ -219,9 +219,10 @@ class TierCounter:
         admin: Admin | None = None,
     ) -> None:
         self.alias = alias
+        security = config.security.get(alias)
         self.config = config
         self.store = store
-        self.admin = admin or Admin(bootstrap, client_id="headwater-audit")
+        self.admin = admin or Admin(bootstrap, client_id="headwater-audit", security=security)
         self.cluster = self.admin.cluster
         self.offsets: dict[TopicPartition, int] = {}
         self.stored: dict[TopicPartition, int] = {}  # what the store holds (the compare-and-set base)

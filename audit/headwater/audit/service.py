@@ -34,6 +34,7 @@ from headwater.audit.counter import TierCounter
 from headwater.audit.reconcile import PRODUCER, WAREHOUSE, Completeness, reconcile
 from headwater.audit.store import UNAUDITED_DC, Gap, PendingAlert, Store
 from headwater.audit.web import make_app
+from headwater.client.security import describe
 from headwater.service.supervisor import HealthRegistry, Supervisor, Unit
 
 log = logging.getLogger("headwater.audit")
@@ -306,6 +307,8 @@ class AuditService:
             self.http_port,
             self.config.http_auth.scheme,
         )
+        for alias, bootstrap in self.config.clusters.items():
+            log.info("cluster %s: %s via %s", alias, describe(self.config.security.get(alias)), bootstrap)
         stuck_s = max(120.0, self.config.fetch_max_wait_ms / 1000 * 20)
         for c in self.counters:
             self.supervisor.start(
