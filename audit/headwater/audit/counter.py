@@ -94,7 +94,7 @@ def count_batch(
 
     The per-record loop runs in the compiled record codec (protocol/records/counting.py; its
     pure-Python reference when the codec is not built): no Record object per record."""
-    found = count_origins(batch, window_ms, min_offset, HEADER_DC, HEADER_CREATED, MAX_TIMESTAMP)
+    found = count_origins(batch, window_ms, min_offset, HEADER_DC, HEADER_CREATED, MAX_TIMESTAMP, header=h)
     for (window, dc), n in found.items():
         if dc is None:  # no (valid) origin headers: unaudited, in the window of its timestamp
             c = counts[(topic, window, UNAUDITED_DC, alias)]
