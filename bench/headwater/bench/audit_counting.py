@@ -120,7 +120,7 @@ def measure(batches: int = 2000, codec: Codec = Codec.NONE, repeat: int = 3) -> 
     if dict(got) != dict(expected) or sum(c[0] for c in got.values()) != records:
         raise AssertionError("the compiled count differs from the record-by-record count")
     rates = {
-        "compiled": _rate(compiled, records, repeat) if rec.EXTENSION else None,
+        "compiled": _rate(compiled, records, repeat) if counting.COMPILED else None,
         "python": _rate(without_extension, records, max(1, repeat // 2)),
         "decode+loop": _rate(audit(_decode_and_loop), records, repeat),
     }
@@ -130,11 +130,12 @@ def measure(batches: int = 2000, codec: Codec = Codec.NONE, repeat: int = 3) -> 
         "read_header": _rate(lambda: [batch_header.read_header(b) for _, b in data], records, repeat),
         "crc32c": _rate(lambda: [batch_header.crc_matches(b, 0, h) for h, b in data], records, repeat),
     }
-    if rec._C is not None and codec == Codec.NONE:
-        c, dc, cr = rec._C, HEADER_DC.encode(), HEADER_CREATED.encode()
+    c = counting._COMPILED
+    if c is not None and codec == Codec.NONE:
+        dc, cr = HEADER_DC.encode(), HEADER_CREATED.encode()
         parts["c_loop"] = _rate(
             lambda: [
-                c.count_origins(
+                c(
                     p,
                     h.records_count,
                     h.base_offset,

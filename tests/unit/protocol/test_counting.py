@@ -81,6 +81,10 @@ RECORDS = st.lists(
 CODECS = st.sampled_from([Codec.NONE, Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD])
 
 
+def test_the_compiled_loop_is_built() -> None:
+    assert counting.COMPILED, "the compiled codec predates count_origins: rebuild it (`make deps`, hatch_build.py)"
+
+
 def audited(n: int, created: int, dc: bytes = b"dc1") -> RecordInput:
     return RecordInput(
         b"k", b"v" * 100, created, [("origin.host", b"web-7"), (DC, dc), (CREATED, str(created).encode())]

@@ -20,7 +20,12 @@ from headwater.protocol.records import header as _h
 from headwater.protocol.records import record as _r
 from headwater.protocol.records.compression import DEFAULT_MAX_OUTPUT, Codec, decompress
 
-__all__ = ["OriginCounts", "count_origins", "created_value"]
+__all__ = ["COMPILED", "OriginCounts", "count_origins", "created_value"]
+
+# A compiled codec built before count_origins existed (a stale in-place build) counts in Python.
+_COMPILED = getattr(_r._C, "count_origins", None)
+#: True when batches are counted by the compiled codec.
+COMPILED = _COMPILED is not None
 
 #: Records per (window start, origin datacenter); datacenter None: not classified (no origin).
 OriginCounts = dict[tuple[int, str | None], int]
@@ -73,8 +78,8 @@ def count_origins(
         payload = memoryview(decompress(h.codec, payload, max_output=max_output))
     log_append = bool(h.attributes & _h.TIMESTAMP_TYPE_BIT)
     args = (payload, count, h.base_offset, h.base_timestamp, h.max_timestamp, log_append, min_offset, window_ms)
-    if _r._C is not None:
-        got: OriginCounts | None = _r._C.count_origins(
+    if _COMPILED is not None and _r._C is not None:
+        got: OriginCounts | None = _COMPILED(
             *args, dc_header.encode(), created_header.encode(), max_time, created_value
         )
         if got is not None:
