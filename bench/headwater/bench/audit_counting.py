@@ -11,7 +11,7 @@ per-batch path (``count_batch``: CRC-32C, decompression, the per-record loop) ti
 - ``decode+loop``: how the audit counted before: every record decoded (compiled) into a Record,
   then its headers read in Python;
 
-and the parts of the compiled path on their own (header, CRC-32C, the loop), to say where the time
+and the parts of the compiled path on their own (header, CRC-32C, decompression, the loop), to say where the time
 goes. Goal (issue 25): 2,000,000 records/s per audit process. Prints a table; ``--json`` one object.
 """
 
@@ -31,7 +31,7 @@ from headwater.client.audit import HEADER_CREATED, HEADER_DC, HEADER_HOST
 from headwater.protocol.records import counting
 from headwater.protocol.records import header as batch_header
 from headwater.protocol.records import record as rec
-from headwater.protocol.records.compression import Codec
+from headwater.protocol.records.compression import Codec, decompress
 from headwater.protocol.records.record import RecordInput, decode_batch, encode_batch
 
 GOAL = 2_000_000
@@ -130,6 +130,8 @@ def measure(batches: int = 2000, codec: Codec = Codec.NONE, repeat: int = 3) -> 
         "read_header": _rate(lambda: [batch_header.read_header(b) for _, b in data], records, repeat),
         "crc32c": _rate(lambda: [batch_header.crc_matches(b, 0, h) for h, b in data], records, repeat),
     }
+    if codec != Codec.NONE:
+        parts["decompress"] = _rate(lambda: [decompress(codec, p) for _, p in payloads], records, repeat)
     c = counting._COMPILED
     if c is not None and codec == Codec.NONE:
         dc, cr = HEADER_DC.encode(), HEADER_CREATED.encode()
