@@ -3,9 +3,10 @@
 Every record is counted in the window of its own creation time (``origin.created``) under its own
 ``origin.dc``. A batch header cannot prove that a batch falls into one window (its base timestamp is
 the *first* record's, not the smallest: a batch ``[60000, 59999]`` straddles) nor that its records
-share one origin (a re-producer keeping origin headers mixes datacenters), so batches are decoded
-(the compiled record codec) and counted record by record. A record without origin headers is
-counted as unaudited (datacenter ``-``) at this cluster, by its timestamp.
+share one origin (a re-producer keeping origin headers mixes datacenters), so batches are counted
+record by record, in the compiled record codec (protocol/records/counting.py: no Record object per
+record). A record without origin headers is counted as unaudited (datacenter ``-``) at this
+cluster, by its timestamp.
 
 Every fetch round's counts, events, rejected events, gaps and the offsets reached go to the store in
 one transaction that checks the offsets it started from (compare-and-set, :meth:`Store.apply`).
@@ -42,6 +43,7 @@ from headwater.client.consumer import Consumer
 from headwater.client.errors import OffsetOutOfRangeError
 from headwater.client.raw import fetch_raw
 from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.records.counting import count_origins
 from headwater.protocol.records.header import BatchHeader
 from headwater.protocol.records.record import Record, decode_batch
 from headwater.service.supervisor import FatalError, Unit
@@ -78,21 +80,6 @@ class BadEvent(ValueError):
         self.reason = reason
 
 
-def _origin(r: Record) -> tuple[str | None, int | None]:
-    dc = created = None
-    for k, v in r.headers:
-        if k == HEADER_DC and v is not None:
-            dc = v.decode("utf-8", "replace")
-        elif k == HEADER_CREATED and v is not None:
-            try:
-                created = int(v)
-            except ValueError:
-                created = None
-            if created is not None and not 0 <= created < MAX_TIMESTAMP:
-                created = None
-    return dc, created
-
-
 def count_batch(
     alias: str,
     topic: str,
@@ -103,19 +90,18 @@ def count_batch(
     min_offset: int = 0,
 ) -> None:
     """Add one batch's records from ``min_offset`` on to ``counts`` ((count, unaudited) per (topic,
-    window, dc, tier)), each in the window of its own creation time and under its own datacenter."""
-    _, records = decode_batch(batch)
-    for r in records:
-        if r.offset < min_offset:
-            continue
-        dc, created = _origin(r)
-        if dc is None or created is None:
-            ts = r.timestamp if -MAX_TIMESTAMP <= r.timestamp < MAX_TIMESTAMP else -1  # -2^63 would not fit BIGINT
-            c = counts[(topic, ts // window_ms * window_ms, UNAUDITED_DC, alias)]
-            c[0] += 1
-            c[1] += 1
+    window, dc, tier)), each in the window of its own creation time and under its own datacenter.
+
+    The per-record loop runs in the compiled record codec (protocol/records/counting.py; its
+    pure-Python reference when the codec is not built): no Record object per record."""
+    found = count_origins(batch, window_ms, min_offset, HEADER_DC, HEADER_CREATED, MAX_TIMESTAMP, header=h)
+    for (window, dc), n in found.items():
+        if dc is None:  # no (valid) origin headers: unaudited, in the window of its timestamp
+            c = counts[(topic, window, UNAUDITED_DC, alias)]
+            c[0] += n
+            c[1] += n
         else:
-            counts[(topic, created // window_ms * window_ms, dc, alias)][0] += 1
+            counts[(topic, window, dc, alias)][0] += n
 
 
 def _fields(e: dict[str, Any], spec: dict[str, type]) -> None:

@@ -3,8 +3,9 @@
 
 record.py stays the reference implementation (and the fallback when this module is not built, or
 when HEADWATER_NO_EXTENSIONS=1); tests/unit/test_crecords.py checks the two against each other on
-generated and on malformed input. Only the loops over records live here: batch headers, CRCs and
-codecs stay in Python (they cost once per batch, not once per record).
+generated and on malformed input; count_origins (the audit's per-record counting) is checked
+against counting.py in tests/unit/protocol/test_counting.py. Only the loops over records live here:
+batch headers, CRCs and codecs stay in Python (they cost once per batch, not once per record).
 
 Records are built straight as instances of the caller's NamedTuple class (``Record``, or the
 consumer's ``ConsumerRecord`` with its topic and partition in ``prefix``), allocated as the tuple
@@ -16,7 +17,7 @@ from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from headwater.protocol.errors import ErrorCode, KafkaError
 
@@ -166,6 +167,241 @@ def parse_records(const unsigned char[::1] data, Py_ssize_t count, int64_t base_
             out.append(_new_record(tp, prefix, np, offset, ts, key, value, headers))
     if p != end:
         raise _corrupt(f"{end - p} bytes follow the {count} records of the batch")
+    return out
+
+
+# -- counting by origin ---------------------------------------------------------------------------
+# The reference is counting.py's _count_origins (what the audit did record by record in Python).
+# Anything out of the ordinary -- a malformed record, a varint beyond 64 bits, an offset that
+# overflows -- makes count_origins return None: the caller then runs the reference, which raises
+# (or counts) exactly as before. Only the common case is fast; no case is counted differently.
+
+cdef struct _Slot:
+    int64_t window
+    const unsigned char* dc  # the origin datacenter's bytes (inside the payload); NULL: unaudited
+    Py_ssize_t dc_len
+    int64_t n
+
+cdef enum:
+    _SLOTS = 16
+
+
+cdef inline Py_ssize_t _uv(const unsigned char* d, Py_ssize_t p, Py_ssize_t end, uint64_t* out) noexcept nogil:
+    """The unsigned varint at ``p`` into ``out``; the new position, or -1 for anything the reference
+    would not read as a 64-bit value (past the end, longer than 10 bytes, bits beyond 64)."""
+    cdef uint64_t result = 0
+    cdef int shift = 0
+    cdef unsigned char b
+    while True:
+        if p >= end:
+            return -1
+        b = d[p]
+        p += 1
+        if shift == 63 and (b & 0x7E):
+            return -1
+        result |= (<uint64_t>(b & 0x7F)) << shift
+        if not (b & 0x80):
+            out[0] = result
+            return p
+        shift += 7
+        if shift > 63:
+            return -1
+
+
+cdef inline bint _ascii(const unsigned char* s, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if s[i] & 0x80:
+            return False
+    return True
+
+
+cdef inline int64_t _floor_window(int64_t t, int64_t w) noexcept nogil:
+    cdef int64_t q = t / w
+    if t % w != 0 and t < 0:
+        q -= 1
+    return q * w
+
+
+cdef int _flush(_Slot* slots, Py_ssize_t n, dict out) except -1:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if slots[i].dc == NULL:
+            key = (slots[i].window, None)
+        else:
+            key = (slots[i].window, PyUnicode_DecodeUTF8(<const char*>slots[i].dc, slots[i].dc_len, "replace"))
+        out[key] = out.get(key, 0) + slots[i].n
+    return 0
+
+
+cdef inline bint _same(_Slot* slot, const unsigned char* dc, Py_ssize_t dc_len) noexcept nogil:
+    if slot.dc == NULL or dc == NULL:
+        return slot.dc == dc
+    return slot.dc_len == dc_len and memcmp(slot.dc, dc, dc_len) == 0
+
+
+cdef inline bint _digits(const unsigned char* s, Py_ssize_t n, int64_t* out) noexcept nogil:
+    """Plain ASCII decimal digits (at most 18: no overflow) into ``out``."""
+    cdef int64_t v = 0
+    cdef Py_ssize_t i
+    for i in range(n):
+        if s[i] < 48 or s[i] > 57:
+            return False
+        v = v * 10 + (s[i] - 48)
+    out[0] = v
+    return True
+
+
+def count_origins(const unsigned char[::1] data, Py_ssize_t count, int64_t base_offset, int64_t base_ts,
+                  int64_t max_ts, bint log_append, int64_t min_offset, int64_t window_ms,
+                  bytes dc_header, bytes created_header, int64_t max_time, object created_value):
+    """Records per (window start, origin datacenter or None) of ``count`` records filling ``data``;
+    None when the reference must decide (see above). ``created_value(bytes, max_time)`` reads a
+    creation time that is not plain digits, as the reference does."""
+    cdef const unsigned char* d = &data[0] if data.shape[0] else NULL
+    cdef Py_ssize_t end = data.shape[0]
+    cdef Py_ssize_t p = 0, rstart, kp, k, hc, j
+    cdef const unsigned char* dck = <const unsigned char*><const char*>dc_header
+    cdef const unsigned char* crk = <const unsigned char*><const char*>created_header
+    cdef Py_ssize_t dck_len = len(dc_header), crk_len = len(created_header)
+    cdef uint64_t z
+    cdef int64_t length, n, vn, delta, ts, offset, created, window
+    cdef bint ts_ok, has_created
+    cdef const unsigned char* dc
+    cdef Py_ssize_t dc_len
+    cdef _Slot slots[_SLOTS]
+    cdef Py_ssize_t nslots = 0, last = 0, s
+    cdef Py_ssize_t i
+    cdef dict out = {}
+    if window_ms <= 0:
+        raise ValueError(f"window_ms {window_ms} is not positive")
+    for i in range(count):
+        p = _uv(d, p, end, &z)
+        if p < 0:
+            return None
+        length = _unzigzag(z)
+        rstart = p
+        if length < 0 or length > end - rstart:
+            return None
+        p += 1  # attributes
+        p = _uv(d, p, end, &z)
+        if p < 0:
+            return None
+        ts_ok = True
+        if log_append:
+            ts = max_ts
+        else:
+            delta = _unzigzag(z)
+            if (delta > 0 and base_ts > INT64_MAX - delta) or (delta < 0 and base_ts < INT64_MIN - delta):
+                ts_ok = False
+                ts = 0
+            else:
+                ts = base_ts + delta
+        p = _uv(d, p, end, &z)
+        if p < 0:
+            return None
+        delta = _unzigzag(z)
+        if (delta > 0 and base_offset > INT64_MAX - delta) or (delta < 0 and base_offset < INT64_MIN - delta):
+            return None
+        offset = base_offset + delta
+        for k in range(2):  # key, value
+            p = _uv(d, p, end, &z)
+            if p < 0:
+                return None
+            n = _unzigzag(z)
+            if n >= 0:
+                if n > end - p:
+                    return None
+                p += n
+            elif n != -1:
+                return None
+        if p >= end:
+            return None
+        dc = NULL
+        dc_len = 0
+        has_created = False
+        created = 0
+        if d[p] == 0:
+            p += 1
+        else:
+            p = _uv(d, p, end, &z)
+            if p < 0:
+                return None
+            hc = <Py_ssize_t>_unzigzag(z)
+            if _unzigzag(z) < 0:
+                return None
+            for j in range(hc):
+                p = _uv(d, p, end, &z)
+                if p < 0:
+                    return None
+                n = _unzigzag(z)
+                if n < 0 or n > end - p:
+                    return None
+                k = <Py_ssize_t>n
+                kp = p
+                p += k
+                p = _uv(d, p, end, &z)
+                if p < 0:
+                    return None
+                vn = _unzigzag(z)
+                if vn >= 0:
+                    if vn > end - p:
+                        return None
+                elif vn != -1:
+                    return None
+                if k == dck_len and memcmp(d + kp, dck, k) == 0:
+                    if vn >= 0:
+                        dc = d + p
+                        dc_len = <Py_ssize_t>vn
+                elif k == crk_len and memcmp(d + kp, crk, k) == 0:
+                    if vn >= 0:
+                        if 0 < vn <= 18 and _digits(d + p, <Py_ssize_t>vn, &created):
+                            has_created = created < max_time
+                        else:
+                            got = created_value(PyBytes_FromStringAndSize(<const char*>d + p, <Py_ssize_t>vn),
+                                                max_time)
+                            has_created = got is not None
+                            if has_created:
+                                created = got
+                elif not _ascii(d + kp, k):
+                    try:
+                        PyUnicode_DecodeUTF8(<const char*>d + kp, k, NULL)
+                    except UnicodeDecodeError:
+                        return None
+                if vn > 0:
+                    p += vn
+        if p - rstart != length:
+            return None
+        if offset < min_offset:
+            continue
+        if dc != NULL and has_created:
+            window = created // window_ms * window_ms
+        else:
+            dc = NULL
+            if not ts_ok or ts < -max_time or ts >= max_time:
+                ts = -1
+            window = _floor_window(ts, window_ms)
+        if nslots and slots[last].window == window and _same(&slots[last], dc, dc_len):
+            slots[last].n += 1
+            continue
+        for s in range(nslots):
+            if slots[s].window == window and _same(&slots[s], dc, dc_len):
+                break
+        else:
+            if nslots == _SLOTS:
+                _flush(slots, nslots, out)
+                nslots = 0
+            s = nslots
+            nslots += 1
+            slots[s].window = window
+            slots[s].dc = dc
+            slots[s].dc_len = dc_len
+            slots[s].n = 0
+        slots[s].n += 1
+        last = s
+    if p != end:
+        return None
+    _flush(slots, nslots, out)
     return out
 
 
