@@ -28,6 +28,7 @@ from headwater.broker.security import (
     listener_security,
 )
 from headwater.broker.storage.log import LogConfig
+from headwater.broker.storage.validator import COMPRESSION_TYPES, TIMESTAMP_TYPES
 from headwater.properties import parse_properties
 
 log = logging.getLogger(__name__)
@@ -227,6 +228,10 @@ _HANDLED_ELSEWHERE = {
     "log.cleaner.min.cleanable.ratio",
     "log.cleaner.min.compaction.lag.ms",
     "log.cleaner.delete.retention.ms",
+    "log.cleaner.max.compaction.lag.ms",
+    "log.message.timestamp.type",
+    "log.message.timestamp.difference.max.ms",
+    "compression.type",
     "host.name",
     "port",
 }
@@ -266,6 +271,14 @@ def _log_defaults(p: dict[str, str], message_max_bytes: int) -> LogConfig:
         kwargs["min_compaction_lag_ms"] = _int(p["log.cleaner.min.compaction.lag.ms"])
     if "log.cleaner.delete.retention.ms" in p:
         kwargs["delete_retention_ms"] = _int(p["log.cleaner.delete.retention.ms"])
+    if "log.cleaner.max.compaction.lag.ms" in p:
+        kwargs["max_compaction_lag_ms"] = _int(p["log.cleaner.max.compaction.lag.ms"])
+    if "log.message.timestamp.type" in p:
+        kwargs["message_timestamp_type"] = p["log.message.timestamp.type"].strip()
+    if "log.message.timestamp.difference.max.ms" in p:
+        kwargs["message_timestamp_difference_max_ms"] = _int(p["log.message.timestamp.difference.max.ms"])
+    if "compression.type" in p:
+        kwargs["compression_type"] = p["compression.type"].strip()
     return LogConfig(**kwargs)
 
 
@@ -384,17 +397,21 @@ TOPIC_CONFIGS: dict[str, str] = {
     "max.message.bytes": "max_message_bytes",
     "delete.retention.ms": "delete_retention_ms",
     "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
+    "message.timestamp.difference.max.ms": "message_timestamp_difference_max_ms",
+}
+#: string-valued topic configs that map onto LogConfig, with Kafka's valid values
+STRING_TOPIC_CONFIGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "message.timestamp.type": ("message_timestamp_type", TIMESTAMP_TYPES),
+    "compression.type": ("compression_type", COMPRESSION_TYPES),
 }
 #: Topic configs with their own parsing, or stored for what reads them (min.insync.replicas: Produce).
 OTHER_TOPIC_CONFIGS = {
     "cleanup.policy",
     "min.insync.replicas",
     "unclean.leader.election.enable",
-    "compression.type",
-    "message.timestamp.type",
     "min.cleanable.dirty.ratio",
     "file.delete.delay.ms",
-    "message.timestamp.difference.max.ms",
 }
 
 
@@ -414,17 +431,18 @@ def validate_topic_config(configs: dict[str, str], defaults: LogConfig | None = 
                 int(v)
             except ValueError:
                 return f"Invalid value {v} for configuration {k}: not a number"
+        elif k in STRING_TOPIC_CONFIGS:
+            if v not in STRING_TOPIC_CONFIGS[k][1]:
+                return f"Invalid value {v} for configuration {k}: String must be one of: {', '.join(STRING_TOPIC_CONFIGS[k][1])}"
         elif k not in OTHER_TOPIC_CONFIGS:
             return f"Unknown topic config name: {k}"
         elif k == "cleanup.policy" and (not v or not set(v.split(",")) <= {"delete", "compact"}):
             return f"Invalid value {v} for configuration cleanup.policy"
-        elif k == "message.timestamp.type" and v != "CreateTime":
-            return "message.timestamp.type: only CreateTime is supported"
         elif k == "min.insync.replicas" and not (v.isdigit() and int(v) >= 1):
             return f"Invalid value {v} for configuration min.insync.replicas: Value must be at least 1"
         elif k == "unclean.leader.election.enable" and v.lower() not in ("true", "false"):
             return f"Invalid value {v} for configuration unclean.leader.election.enable: Expected value to be true or false"
-        elif k in ("file.delete.delay.ms", "message.timestamp.difference.max.ms"):
+        elif k == "file.delete.delay.ms":
             if not v.isdigit():
                 return f"Invalid value {v} for configuration {k}: Value must be at least 0"
         elif k == "min.cleanable.dirty.ratio":
@@ -446,6 +464,9 @@ def topic_log_config(defaults: LogConfig, overrides: dict[str, str]) -> LogConfi
     changes: dict[str, Any] = {TOPIC_CONFIGS[k]: int(v) for k, v in overrides.items() if k in TOPIC_CONFIGS}
     if overrides.get("cleanup.policy"):
         changes["cleanup_policy"] = overrides["cleanup.policy"]
+    for k, (attr, _) in STRING_TOPIC_CONFIGS.items():
+        if overrides.get(k):
+            changes[attr] = overrides[k]
     if overrides.get("min.cleanable.dirty.ratio"):
         changes["min_cleanable_dirty_ratio"] = float(overrides["min.cleanable.dirty.ratio"])
     return dataclasses.replace(defaults, **changes)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from headwater.broker.config import OTHER_TOPIC_CONFIGS, TOPIC_CONFIGS
+from headwater.broker.config import OTHER_TOPIC_CONFIGS, STRING_TOPIC_CONFIGS, TOPIC_CONFIGS
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
 
@@ -45,6 +45,8 @@ _BROKER_SYNONYM = {
     "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
     "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "message.timestamp.difference.max.ms": "log.message.timestamp.difference.max.ms",
 }
 
 
@@ -63,13 +65,14 @@ def _topic_defaults(broker: HandlerServices) -> dict[str, str]:
         "min.insync.replicas": str(c.min_insync_replicas),
         "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower(),
         "cleanup.policy": d.cleanup_policy,
-        "compression.type": "producer",
-        "message.timestamp.type": "CreateTime",
+        "compression.type": d.compression_type,
+        "message.timestamp.type": d.message_timestamp_type,
         "delete.retention.ms": str(d.delete_retention_ms),
         "min.cleanable.dirty.ratio": str(d.min_cleanable_dirty_ratio),
         "min.compaction.lag.ms": str(d.min_compaction_lag_ms),
         "file.delete.delay.ms": "60000",
-        "message.timestamp.difference.max.ms": str(2**63 - 1),
+        "message.timestamp.difference.max.ms": str(d.message_timestamp_difference_max_ms),
+        "max.compaction.lag.ms": str(d.max_compaction_lag_ms),
     }
 
 
@@ -92,7 +95,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                 out["error_message"] = f"Topic {rname} does not exist"
                 continue
             defaults = _topic_defaults(broker)
-            for name in sorted(set(TOPIC_CONFIGS) | OTHER_TOPIC_CONFIGS):
+            for name in sorted(set(TOPIC_CONFIGS) | set(STRING_TOPIC_CONFIGS) | OTHER_TOPIC_CONFIGS):
                 if keys is not None and name not in keys:
                     continue
                 override = info.config.get(name)
