@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import struct
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -143,14 +144,20 @@ class LogConfig:
     message_timestamp_difference_max_ms: int = MAX_LONG
     #: compression.type: producer (keep the producer's codec) or the codec the leader recompresses to
     compression_type: str = "producer"
+    #: log.index.size.max.bytes / segment.index.bytes: a segment rolls once its offset index holds
+    #: this many bytes of entries (8 each) or its time index (12 each), as Kafka's full index does
+    segment_index_bytes: int = 10 * 1024 * 1024
+    #: log.roll.jitter.ms / segment.jitter.ms: each segment rolls up to this much before segment.ms
+    #: (a random amount drawn when it becomes active), so partitions created together do not roll together
+    segment_jitter_ms: int = 0
 
     def __post_init__(self) -> None:
         if not 61 <= self.segment_bytes <= INT32_MAX:
             raise ValueError(f"segment_bytes {self.segment_bytes} must be between 61 and {INT32_MAX}")
         if self.segment_ms <= 0:
             raise ValueError(f"segment_ms {self.segment_ms} must be positive")
-        if self.flush_interval_messages <= 0:
-            raise ValueError(f"flush_interval_messages {self.flush_interval_messages} must be positive")
+        if self.flush_interval_messages < 0:
+            raise ValueError(f"flush_interval_messages {self.flush_interval_messages} must not be negative")
         if self.flush_interval_ms is not None and self.flush_interval_ms < 0:
             raise ValueError(f"flush_interval_ms {self.flush_interval_ms} must not be negative")
         if self.index_interval_bytes < 0:
@@ -172,6 +179,8 @@ class LogConfig:
             raise ValueError(f"message_timestamp_type {self.message_timestamp_type!r} must be one of {TIMESTAMP_TYPES}")
         if self.message_timestamp_difference_max_ms < 0:
             raise ValueError("message_timestamp_difference_max_ms must not be negative")
+        if self.segment_index_bytes < 0 or self.segment_jitter_ms < 0:
+            raise ValueError("segment_index_bytes and segment_jitter_ms must not be negative")
         if self.compression_type not in COMPRESSION_TYPES:
             raise ValueError(f"compression_type {self.compression_type!r} must be one of {COMPRESSION_TYPES}")
 
@@ -312,6 +321,7 @@ class Log:
         self.topic = topic
         self.partition = partition
         self._config = config
+        self._roll_jitter_ms = self._draw_roll_jitter()
         self._fs = fs
         self._clock = clock
         self._segments = segments
@@ -830,13 +840,27 @@ class Log:
         cfg = self._config
         if seg.size + append_bytes > cfg.segment_bytes:
             reason = f"size {seg.size} + {append_bytes} > segment.bytes {cfg.segment_bytes}"
-        elif seg.rolling_base_ms is not None and now_ms - seg.rolling_base_ms > cfg.max_segment_ms:
-            reason = f"segment.ms {cfg.segment_ms} (or max.compaction.lag.ms {cfg.max_compaction_lag_ms}) passed"
+        elif seg.rolling_base_ms is not None and now_ms - seg.rolling_base_ms > self._roll_after_ms():
+            reason = (
+                f"segment.ms {cfg.segment_ms} (less segment.jitter.ms {self._roll_jitter_ms}, or "
+                f"max.compaction.lag.ms {cfg.max_compaction_lag_ms}) passed"
+            )
+        elif len(seg.index) >= cfg.segment_index_bytes // 8 or len(seg.time_index) >= cfg.segment_index_bytes // 12:
+            reason = f"its index is full (segment.index.bytes {cfg.segment_index_bytes})"
         elif last_offset - seg.base_offset > INT32_MAX:
             reason = "relative offsets would overflow"
         else:
             return seg
         return self.roll(reason)
+
+    def _draw_roll_jitter(self) -> int:
+        """Kafka's ``rollJitterMs``: drawn for each active segment, below min(segment.jitter.ms, segment.ms)."""
+        jitter = min(self._config.segment_jitter_ms, self._config.segment_ms)
+        return random.randrange(jitter) if jitter > 0 else 0
+
+    def _roll_after_ms(self) -> int:
+        """How long the active segment stays active: segment.ms (or max.compaction.lag.ms) less its jitter."""
+        return self._config.max_segment_ms - self._roll_jitter_ms
 
     def roll_if_idle(self) -> bool:
         """Roll the active segment when segment.ms has passed since its first append even though
@@ -845,7 +869,7 @@ class Log:
         if self._offline or not seg.size or seg.rolling_base_ms is None:
             return False
         now = self._clock.time_ms()
-        if now - seg.rolling_base_ms <= self._config.max_segment_ms:
+        if now - seg.rolling_base_ms <= self._roll_after_ms():
             return False
         self.roll(f"segment.ms {self._config.segment_ms} (or max.compaction.lag.ms) passed without appends")
         return True
@@ -864,6 +888,7 @@ class Log:
             raise _storage_error(f"{self._ident} cannot roll a new segment", e) from e
         self._segments.append(new)
         self._base_offsets.append(new.base_offset)
+        self._roll_jitter_ms = self._draw_roll_jitter()
         self._dir_unsynced = True
         log.info("%s rolled new segment at offset %d (%s)", self._ident, new.base_offset, reason)
         self.take_producer_snapshot()
