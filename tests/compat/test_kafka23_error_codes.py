@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.errors import KafkaConnectionError
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.admin import CreateTopicsRequest
@@ -63,6 +64,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeperServer)
         f"{zookeeper.connect}/errcodes",
         socket_request_max_bytes=SOCKET_REQUEST_MAX_BYTES,
         message_max_bytes=200_000,
+        num_partitions=3,
     )
     b.start()
     try:
@@ -126,8 +128,8 @@ def _topic(name: str, partitions: int, rf: int, configs: dict[str, str] | None =
     )
 
 
-def _create(topics: list[Any]) -> Any:
-    return CreateTopicsRequest(version=3, topics=topics, timeout_ms=10000, validate_only=False)
+def _create(topics: list[Any], version: int = 3) -> Any:
+    return CreateTopicsRequest(version=version, topics=topics, timeout_ms=10000, validate_only=False)
 
 
 PRODUCE_CASES = [
@@ -279,3 +281,20 @@ def test_a_request_above_socket_request_max_bytes_closes_the_connection(broker: 
     # The broker keeps serving: a new connection produces as usual.
     ok = _request(client(broker), _produce("t1", 0, _records(10)))
     assert ok["responses"][0]["partition_responses"][0]["error_code"] == 0
+
+
+def test_create_topics_v4_takes_broker_defaults_for_minus_one(broker: BrokerProcess) -> None:
+    """KIP-464: librdkafka sends -1 for "broker default" (CreateTopics v4); below v4 it is refused."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    futures = admin.create_topics(
+        [NewTopic("defaults", num_partitions=-1, replication_factor=-1)], operation_timeout=30
+    )
+    futures["defaults"].result(60)
+    metadata = admin.list_topics("defaults", timeout=30).topics["defaults"]
+    assert len(metadata.partitions) == 3  # the broker's num.partitions
+    assert {len(p.replicas) for p in metadata.partitions.values()} == {1}  # default.replication.factor
+    c = client(broker)
+    v3 = _request(c, _create([_topic("minus-one-v3", -1, 1)], version=3))
+    assert v3["topics"][0]["error_code"] == INVALID_PARTITIONS
+    v4 = _request(c, _create([_topic("minus-one-v4", 2, -1)], version=4))
+    assert v4["topics"][0]["error_code"] == 0

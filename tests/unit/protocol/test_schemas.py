@@ -139,7 +139,7 @@ KAFKA_2_3 = {
     15: (0, 3),
     16: (0, 2),
     18: (0, 2),
-    19: (0, 3),
+    19: (0, 4),  # v4 from Kafka 2.4 (KIP-464): -1 partitions / replication factor = broker default
     20: (0, 3),
     21: (0, 1),
     22: (0, 1),

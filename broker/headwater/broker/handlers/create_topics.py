@@ -1,9 +1,13 @@
-"""CreateTopics (key 19), v0-3.
+"""CreateTopics (key 19), v0-4.
 
 - Validates name (INVALID_TOPIC_EXCEPTION), partitions (INVALID_PARTITIONS), replication
   factor against the live brokers (INVALID_REPLICATION_FACTOR), a manual assignment
   (INVALID_REPLICA_ASSIGNMENT), configs (INVALID_CONFIG); an existing topic gets
   TOPIC_ALREADY_EXISTS; a name given twice in one request gets INVALID_REQUEST.
+- v4+ (KIP-464): num_partitions / replication_factor -1 without a manual assignment take the
+  broker's ``num.partitions`` / ``default.replication.factor`` (librdkafka and kafkajs send -1
+  for "broker default"); below v4, -1 is refused as before (INVALID_PARTITIONS /
+  INVALID_REPLICATION_FACTOR), as a Kafka 2.3 broker refuses it.
 - validate_only (v1+) checks everything and writes nothing.
 - With timeout_ms > 0 the answer waits (up to timeout_ms) until every new partition has a
   leader in this broker's metadata, so an immediate Metadata request sees the topic; a
@@ -44,14 +48,20 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
             )
             continue
         assignment = {a["partition_index"]: list(a["broker_ids"]) for a in t["assignments"]}
+        num_partitions, replication_factor = t["num_partitions"], t["replication_factor"]
+        if ctx.version >= 4 and not assignment:
+            if num_partitions == -1:
+                num_partitions = broker.config.num_partitions
+            if replication_factor == -1:
+                replication_factor = broker.config.default_replication_factor
         configs = {c["name"]: c["value"] for c in t["configs"] if c["value"] is not None}
         try:
             await topic_admin.create_topic(
                 broker.zk,
                 broker.cache,
                 name,
-                t["num_partitions"],
-                t["replication_factor"],
+                num_partitions,
+                replication_factor,
                 assignment or None,
                 configs,
                 validate_only,

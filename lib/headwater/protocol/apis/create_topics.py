@@ -1,15 +1,18 @@
-"""CreateTopics (key 19), v0-3 as in Kafka 2.3.
+"""CreateTopics (key 19), v0-4: v0-3 as in Kafka 2.3, v4 from Kafka 2.4 (KIP-464).
 
 Request:
   v0    topics[name, num_partitions, replication_factor, assignments[partition_index,
         broker_ids[]], configs[name, value]], timeout_ms.
   v1    adds validate_only.
   v2-3  same as v1.
+  v4    same as v3; num_partitions and replication_factor may be -1 without assignments: the
+        broker's num.partitions / default.replication.factor (KIP-464).
 Response:
   v0    topics[name, error_code].
   v1    adds error_message per topic.
   v2    adds throttle_time_ms.
   v3    same as v2 (throttled responses are sent before throttling).
+  v4    same as v3.
 
 num_partitions and replication_factor are -1 when assignments are given.
 """
@@ -30,7 +33,7 @@ CREATE_TOPICS = Api(
     key=19,
     name="CreateTopics",
     min_version=0,
-    max_version=3,
+    max_version=4,
     request=Struct(
         Field(
             "topics",
