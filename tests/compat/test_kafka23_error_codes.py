@@ -65,6 +65,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeperServer)
         socket_request_max_bytes=SOCKET_REQUEST_MAX_BYTES,
         message_max_bytes=200_000,
         num_partitions=3,
+        log_cleaner_max_compaction_lag_ms=86_400_000,
     )
     b.start()
     try:
@@ -241,6 +242,11 @@ CREATE_TOPICS_CASES = [
     ("existing topic", [_topic("t1", 1, 1)], TOPIC_ALREADY_EXISTS),
     ("unknown config", [_topic("bad-config", 1, 1, {"retention.hours": "1"})], INVALID_CONFIG),
     ("invalid config value", [_topic("bad-value", 1, 1, {"segment.ms": "0"})], INVALID_CONFIG),
+    (
+        "min lag above the broker's max lag",
+        [_topic("lags", 1, 1, {"min.compaction.lag.ms": "90000000"})],
+        INVALID_CONFIG,
+    ),
     ("named twice", [_topic("twice", 1, 1), _topic("twice", 1, 1)], INVALID_REQUEST),
     ("249 characters", [_topic("b" * 249, 1, 1)], 0),
 ]

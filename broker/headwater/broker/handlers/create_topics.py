@@ -65,6 +65,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                 assignment or None,
                 configs,
                 validate_only,
+                broker.config.log_defaults,
             )
         except KafkaError as e:
             if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
