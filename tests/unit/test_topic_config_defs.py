@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from headwater.broker.config import config_from_props, topic_log_config, validate_topic_config
+from headwater.broker.config import ConfigError, config_from_props, topic_log_config, validate_topic_config
 from headwater.broker.storage.log import LogConfig
 from headwater.broker.topic_configs import TOPIC_CONFIG_DEFS
 
@@ -102,3 +102,18 @@ def test_broker_level_defaults_reach_the_log_config_and_are_not_unknown() -> Non
     assert (d.max_compaction_lag_ms, d.compression_type) == (3600000, "zstd")
     assert (d.segment_jitter_ms, d.segment_index_bytes) == (3600000, 4096)
     assert cfg.unknown == []
+
+
+@pytest.mark.parametrize(
+    ("prop", "value", "message"),
+    [
+        ("log.message.timestamp.type", "WallClock", "String must be one of: CreateTime, LogAppendTime"),
+        ("compression.type", "brotli", "String must be one of:"),
+        ("log.cleaner.max.compaction.lag.ms", "0", "Value must be at least 1"),
+        ("log.preallocate", "sometimes", "Expected value to be either true or false"),
+    ],
+)
+def test_an_invalid_broker_default_stops_start_up_with_kafkas_message(prop: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        config_from_props({"zookeeper.connect": "localhost:2181", prop: value})
+    assert str(e.value).startswith(f"Invalid value {value} for configuration {prop}: ") and message in str(e.value)

@@ -32,6 +32,7 @@ from headwater.broker.topic_configs import (
     BROKER_DEFAULT_PROPERTIES,
     LIST,
     TOPIC_CONFIG_DEFS,
+    check_broker_defaults,
     check_value,
     log_value,
 )
@@ -367,6 +368,9 @@ def config_from_props(props: dict[str, str]) -> BrokerConfig:
     except SecurityConfigError as e:
         raise ConfigError(str(e)) from None
 
+    problem = check_broker_defaults(props)
+    if problem is not None:
+        raise ConfigError(problem)
     dirs_raw = props.get("log.dirs") or props.get("log.dir") or "/tmp/kafka-logs"
     log_dirs = [d.strip() for d in dirs_raw.split(",") if d.strip()]
     try:

@@ -266,15 +266,28 @@ def broker_synonyms(name: str) -> tuple[str, ...]:
 BROKER_DEFAULT_PROPERTIES = frozenset(p for n in TOPIC_CONFIG_DEFS for p in broker_synonyms(n))
 
 
-def check_value(name: str, value: str) -> str | None:
-    """Kafka's error message for ``name=value`` as a topic config, or None when it is valid."""
+def check_value(name: str, value: str, shown_as: str | None = None) -> str | None:
+    """Kafka's error message for ``name=value`` as a topic config, or None when it is valid.
+    ``shown_as`` names the property in the message (a broker property supplying the default)."""
     d = TOPIC_CONFIG_DEFS.get(name)
     if d is None:
         return f"Unknown topic config name: {name}"
     why = _parse_check(d.type, value)
     if why is None and d.validator is not None:
         why = d.validator(value.strip() if d.type in (INT, LONG, DOUBLE, BOOLEAN) else value)
-    return None if why is None else f"Invalid value {value} for configuration {name}: {why}"
+    return None if why is None else f"Invalid value {value} for configuration {shown_as or name}: {why}"
+
+
+def check_broker_defaults(props: dict[str, str]) -> str | None:
+    """The first broker property that supplies a topic config's default and is invalid by that
+    topic config's rule (``log.message.timestamp.type=WallClock``), as Kafka refuses it at start-up."""
+    for name in TOPIC_CONFIG_DEFS:
+        for prop in broker_synonyms(name):
+            if prop in props and not prop.endswith((".hours", ".minutes")):
+                problem = check_value(name, props[prop], shown_as=prop)
+                if problem is not None:
+                    return problem
+    return None
 
 
 def log_value(name: str, value: str) -> object:
