@@ -24,6 +24,7 @@ encoder, not ours), the expected code as Kafka 2.3 answers it:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -69,25 +70,36 @@ def broker(tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeperServer)
     )
     b.start()
     try:
-        c = client(b)
-        for name, configs in (
-            ("t1", {}),
-            ("tiny", {"max.message.bytes": "1000"}),
-            ("small-seg", {"segment.bytes": "2000", "max.message.bytes": "100000"}),
-        ):
-            topic = _topic(name, 1, 1, configs)
-            assert _request(c, _create([topic]))["topics"][0]["error_code"] == 0
-        produced = _request(c, _produce("t1", 0, _records(10)))
-        assert produced["responses"][0]["partition_responses"][0]["error_code"] == 0
+        with client(b) as c:
+            for name, configs in (
+                ("t1", {}),
+                ("tiny", {"max.message.bytes": "1000"}),
+                ("small-seg", {"segment.bytes": "2000", "max.message.bytes": "100000"}),
+            ):
+                topic = _topic(name, 1, 1, configs)
+                assert _request(c, _create([topic]))["topics"][0]["error_code"] == 0
+            produced = _request(c, _produce("t1", 0, _records(10)))
+            assert produced["responses"][0]["partition_responses"][0]["error_code"] == 0
         yield b
     finally:
         b.stop()
 
 
-def client(b: BrokerProcess) -> KafkaNetClient:
+@pytest.fixture(scope="module")
+def kp(broker: BrokerProcess) -> Iterator[KafkaNetClient]:
+    """kafka-python's network client, shared by the module's tests, closed (with its I/O thread) after."""
+    with client(broker) as c:
+        yield c
+
+
+@contextmanager
+def client(b: BrokerProcess) -> Iterator[KafkaNetClient]:
     c = KafkaNetClient(bootstrap_servers=b.bootstrap, request_timeout_ms=30000)
-    c.check_version()
-    return c
+    try:
+        c.check_version()
+        yield c
+    finally:
+        c.close()
 
 
 def _request(c: KafkaNetClient, request: Any) -> dict[str, Any]:
@@ -148,9 +160,9 @@ PRODUCE_CASES = [
 
 @pytest.mark.parametrize(("case", "topic", "partition", "size", "acks", "code"), PRODUCE_CASES, ids=lambda x: x)
 def test_produce_error_codes(
-    broker: BrokerProcess, case: str, topic: str, partition: int, size: int, acks: int, code: int
+    kp: KafkaNetClient, case: str, topic: str, partition: int, size: int, acks: int, code: int
 ) -> None:
-    resp = _request(client(broker), _produce(topic, partition, _records(size), acks))
+    resp = _request(kp, _produce(topic, partition, _records(size), acks))
     assert resp["responses"][0]["partition_responses"][0]["error_code"] == code, (case, resp)
 
 
@@ -165,7 +177,7 @@ FETCH_CASES = [
 
 @pytest.mark.parametrize(("case", "topic", "partition", "offset", "epoch", "code"), FETCH_CASES, ids=lambda x: x)
 def test_fetch_error_codes(
-    broker: BrokerProcess, case: str, topic: str, partition: int, offset: int, epoch: int, code: int
+    kp: KafkaNetClient, case: str, topic: str, partition: int, offset: int, epoch: int, code: int
 ) -> None:
     t = FetchRequest.FetchTopic
     req = FetchRequest(
@@ -193,7 +205,7 @@ def test_fetch_error_codes(
         ],
         forgotten_topics_data=[],
     )
-    resp = _request(client(broker), req)
+    resp = _request(kp, req)
     assert resp["responses"][0]["partitions"][0]["error_code"] == code, (case, resp)
 
 
@@ -210,7 +222,7 @@ LIST_OFFSETS_CASES = [
     ("case", "topic", "partition", "timestamp", "epoch", "code"), LIST_OFFSETS_CASES, ids=lambda x: x
 )
 def test_list_offsets_error_codes(
-    broker: BrokerProcess, case: str, topic: str, partition: int, timestamp: int, epoch: int, code: int
+    kp: KafkaNetClient, case: str, topic: str, partition: int, timestamp: int, epoch: int, code: int
 ) -> None:
     t = ListOffsetsRequest.ListOffsetsTopic
     req = ListOffsetsRequest(
@@ -226,7 +238,7 @@ def test_list_offsets_error_codes(
             )
         ],
     )
-    resp = _request(client(broker), req)
+    resp = _request(kp, req)
     assert resp["topics"][0]["partitions"][0]["error_code"] == code, (case, resp)
 
 
@@ -253,8 +265,8 @@ CREATE_TOPICS_CASES = [
 
 
 @pytest.mark.parametrize(("case", "topics", "code"), CREATE_TOPICS_CASES, ids=lambda x: x if isinstance(x, str) else "")
-def test_create_topics_error_codes(broker: BrokerProcess, case: str, topics: list[Any], code: int) -> None:
-    resp = _request(client(broker), _create(topics))
+def test_create_topics_error_codes(kp: KafkaNetClient, case: str, topics: list[Any], code: int) -> None:
+    resp = _request(kp, _create(topics))
     assert {t["error_code"] for t in resp["topics"]} == {code}, (case, resp)
 
 
@@ -269,27 +281,27 @@ METADATA_CASES = [
 
 
 @pytest.mark.parametrize(("case", "topic", "auto_create", "codes"), METADATA_CASES, ids=lambda x: x)
-def test_metadata_error_codes(broker: BrokerProcess, case: str, topic: str, auto_create: bool, codes: set[int]) -> None:
+def test_metadata_error_codes(kp: KafkaNetClient, case: str, topic: str, auto_create: bool, codes: set[int]) -> None:
     req = MetadataRequest(
         version=7,
         topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
         allow_auto_topic_creation=auto_create,
     )
-    resp = _request(client(broker), req)
+    resp = _request(kp, req)
     assert resp["topics"][0]["error_code"] in codes, (case, resp)
 
 
 def test_a_request_above_socket_request_max_bytes_closes_the_connection(broker: BrokerProcess) -> None:
-    c = client(broker)
     big = _produce("t1", 0, _records(SOCKET_REQUEST_MAX_BYTES + 1000))
-    with pytest.raises(KafkaConnectionError):
+    with client(broker) as c, pytest.raises(KafkaConnectionError):
         c.send_and_receive(0, big, timeout_ms=30000)
     # The broker keeps serving: a new connection produces as usual.
-    ok = _request(client(broker), _produce("t1", 0, _records(10)))
+    with client(broker) as c:
+        ok = _request(c, _produce("t1", 0, _records(10)))
     assert ok["responses"][0]["partition_responses"][0]["error_code"] == 0
 
 
-def test_create_topics_v4_takes_broker_defaults_for_minus_one(broker: BrokerProcess) -> None:
+def test_create_topics_v4_takes_broker_defaults_for_minus_one(broker: BrokerProcess, kp: KafkaNetClient) -> None:
     """KIP-464: librdkafka sends -1 for "broker default" (CreateTopics v4); below v4 it is refused."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     futures = admin.create_topics(
@@ -299,8 +311,24 @@ def test_create_topics_v4_takes_broker_defaults_for_minus_one(broker: BrokerProc
     metadata = admin.list_topics("defaults", timeout=30).topics["defaults"]
     assert len(metadata.partitions) == 3  # the broker's num.partitions
     assert {len(p.replicas) for p in metadata.partitions.values()} == {1}  # default.replication.factor
-    c = client(broker)
-    v3 = _request(c, _create([_topic("minus-one-v3", -1, 1)], version=3))
+    v3 = _request(kp, _create([_topic("minus-one-v3", -1, 1)], version=3))
     assert v3["topics"][0]["error_code"] == INVALID_PARTITIONS
-    v4 = _request(c, _create([_topic("minus-one-v4", 2, -1)], version=4))
+    v4 = _request(kp, _create([_topic("minus-one-v4", 2, -1)], version=4))
     assert v4["topics"][0]["error_code"] == 0
+
+
+def test_create_topics_v5_returns_the_topics_partitions_replication_factor_and_configs(kp: KafkaNetClient) -> None:
+    """KIP-525, a flexible version (KIP-482) encoded and decoded by kafka-python."""
+    resp = _request(kp, _create([_topic("described-v5", -1, -1, {"retention.ms": "1000"})], version=5))
+    topic = resp["topics"][0]
+    assert (topic["error_code"], topic["num_partitions"], topic["replication_factor"]) == (0, 3, 1)
+    configs = {e["name"]: (e["value"], e["config_source"]) for e in topic["configs"]}
+    assert configs["retention.ms"] == ("1000", 1)  # DYNAMIC_TOPIC_CONFIG
+    assert configs["max.compaction.lag.ms"] == ("86400000", 4)  # STATIC_BROKER_CONFIG (this broker's)
+    assert configs["message.timestamp.type"] == ("CreateTime", 5)  # DEFAULT_CONFIG
+    refused = _request(kp, _create([_topic("t1", 1, 1)], version=5))["topics"][0]
+    assert (refused["error_code"], refused["num_partitions"], refused["replication_factor"]) == (
+        TOPIC_ALREADY_EXISTS,
+        -1,
+        -1,
+    )

@@ -139,7 +139,7 @@ KAFKA_2_3 = {
     15: (0, 3),
     16: (0, 2),
     18: (0, 2),
-    19: (0, 4),  # v4 from Kafka 2.4 (KIP-464): -1 partitions / replication factor = broker default
+    19: (0, 5),  # v4-5 from Kafka 2.4: KIP-464 (-1 = broker default), KIP-525 (v5, flexible)
     20: (0, 3),
     21: (0, 1),
     22: (0, 1),

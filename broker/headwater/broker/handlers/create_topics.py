@@ -1,4 +1,4 @@
-"""CreateTopics (key 19), v0-4.
+"""CreateTopics (key 19), v0-5.
 
 - Validates name (INVALID_TOPIC_EXCEPTION), partitions (INVALID_PARTITIONS), replication
   factor against the live brokers (INVALID_REPLICATION_FACTOR), a manual assignment
@@ -8,6 +8,9 @@
   broker's ``num.partitions`` / ``default.replication.factor`` (librdkafka and kafkajs send -1
   for "broker default"); below v4, -1 is refused as before (INVALID_PARTITIONS /
   INVALID_REPLICATION_FACTOR), as a Kafka 2.3 broker refuses it.
+- v5 (flexible, KIP-525): each created (or validated) topic's result also carries its
+  partition count, replication factor and every topic config with its value and source (as
+  DescribeConfigs gives them); a refused topic's carry -1, -1 and no configs.
 - validate_only (v1+) checks everything and writes nothing.
 - With timeout_ms > 0 the answer waits (up to timeout_ms) until every new partition has a
   leader in this broker's metadata, so an immediate Metadata request sees the topic; a
@@ -23,6 +26,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from headwater.broker import topic_admin
+from headwater.broker.handlers.describe_configs import topic_config_entries
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
 
@@ -56,7 +60,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                 replication_factor = broker.config.default_replication_factor
         configs = {c["name"]: c["value"] for c in t["configs"] if c["value"] is not None}
         try:
-            await topic_admin.create_topic(
+            placed = await topic_admin.create_topic(
                 broker.zk,
                 broker.cache,
                 name,
@@ -75,7 +79,12 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
         if not validate_only:
             log.info("created topic %s (client %r)", name, ctx.client_id)
             created.append(name)
-        results.append(_result(name, ErrorCode.NONE, None))
+        result = _result(name, ErrorCode.NONE, None)
+        if ctx.version >= 5:
+            result["num_partitions"] = len(placed)
+            result["replication_factor"] = len(next(iter(placed.values()), []))
+            result["configs"] = topic_config_entries(broker, configs)
+        results.append(result)
     if created and request["timeout_ms"] > 0:
         ready = await _wait_for_leaders(broker, created, request["timeout_ms"] / 1000.0)
         for r in results:

@@ -30,7 +30,7 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
 
-def _topic_defaults(broker: HandlerServices) -> dict[str, tuple[str, str | None]]:
+def topic_defaults(broker: HandlerServices) -> dict[str, tuple[str, str | None]]:
     """Each topic config's default for this broker: (value, the broker property that set it or None)."""
     c = broker.config
     d = c.log_defaults
@@ -47,6 +47,25 @@ def _topic_defaults(broker: HandlerServices) -> dict[str, tuple[str, str | None]
         else:
             value = c.raw[prop].strip() if prop is not None else spec.default
         out[name] = (value, prop)
+    return out
+
+
+def topic_config_entries(broker: HandlerServices, overrides: dict[str, str]) -> list[Message]:
+    """Every topic config of a topic with these overrides as CreateTopics v5 returns them (KIP-525):
+    name, effective value, read_only, config_source, is_sensitive."""
+    out: list[Message] = []
+    for name, (default, prop) in sorted(topic_defaults(broker).items()):
+        override = overrides.get(name)
+        source = DYNAMIC_TOPIC_CONFIG if override is not None else STATIC_BROKER_CONFIG if prop else DEFAULT_CONFIG
+        out.append(
+            {
+                "name": name,
+                "value": override if override is not None else default,
+                "read_only": False,
+                "config_source": source,
+                "is_sensitive": False,
+            }
+        )
     return out
 
 
@@ -68,7 +87,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                 out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 out["error_message"] = f"Topic {rname} does not exist"
                 continue
-            defaults = _topic_defaults(broker)
+            defaults = topic_defaults(broker)
             for name in sorted(TOPIC_CONFIG_DEFS):
                 if keys is not None and name not in keys:
                     continue
