@@ -58,6 +58,7 @@ def test_create_time_keeps_the_producer_timestamps(tmp_path: Path) -> None:
         ((NOW - 1000, NOW + 1000), True),  # both ends of the window
         ((NOW - 1001,), False),
         ((NOW, NOW + 1001), False),  # one record outside refuses the batch
+        ((-1,), True),  # no timestamp (an up-converted magic 0 message): not checked, as in Kafka
     ],
 )
 def test_timestamps_outside_the_difference_window_are_invalid(

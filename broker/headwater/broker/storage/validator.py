@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.compression import Codec, codec_from_name
-from headwater.protocol.records.header import BatchSummary, set_log_append_time
+from headwater.protocol.records.header import NO_TIMESTAMP, BatchSummary, set_log_append_time
 from headwater.protocol.records.record import decode_batch, encode_batch
 
 CREATE_TIME = "CreateTime"
@@ -52,12 +52,13 @@ def check_timestamps(
 ) -> None:
     """Raise INVALID_TIMESTAMP when a record's timestamp lies more than ``max_difference_ms`` from
     ``now_ms`` (Kafka's message.timestamp.difference.max.ms, CreateTime topics only). Every
-    record is checked, as Kafka does, so a batch is decoded only when the limit is set."""
+    record is checked, as Kafka does, so a batch is decoded only when the limit is set; a record
+    without a timestamp (-1, an up-converted magic 0 message) is not checked, as in Kafka."""
     if max_difference_ms >= MAX_LONG:
         return
     for position, h in summaries:
         for r in decode_batch(records, position, verify_crc=False)[1]:
-            if abs(r.timestamp - now_ms) > max_difference_ms:
+            if r.timestamp != NO_TIMESTAMP and abs(r.timestamp - now_ms) > max_difference_ms:
                 raise KafkaError(
                     ErrorCode.INVALID_TIMESTAMP,
                     f"Timestamp {r.timestamp} of message with offset {r.offset - h.base_offset} is out of range. "
