@@ -23,7 +23,9 @@ one ``pwrite``, and only then made visible. A failed write truncates the file ba
 disk never holds what the log in memory does not.
 
 Two kinds of append: :meth:`Log.append` (leader) assigns offsets from the log end offset and
-stamps the leader's epoch on every batch; :meth:`Log.append_as_follower` keeps the offsets and
+stamps the leader's epoch on every batch (and, per the topic's configs, refuses timestamps outside
+message.timestamp.difference.max.ms, recompresses to compression.type and stamps LogAppendTime:
+see :mod:`~headwater.broker.storage.validator`); :meth:`Log.append_as_follower` keeps the offsets and
 epochs the leader assigned, byte for byte. Either way a batch whose epoch is above the cache's
 latest starts a new entry in the :class:`~headwater.broker.storage.leader_epoch.LeaderEpochCache`
 (``leader_epoch_cache``). The entry is written to the checkpoint *before* the batch is written
