@@ -19,7 +19,7 @@ from tests.harness.broker import BrokerProcess
 BAD = [
     {"segment.bytes": "10"},
     {"segment.ms": "0"},
-    {"flush.messages": "0"},
+    {"flush.messages": "-1"},
     {"min.insync.replicas": "abc"},
     {"min.insync.replicas": "0"},
     {"cleanup.policy": "shred"},

@@ -29,6 +29,14 @@ from headwater.broker.security import (
     listener_security,
 )
 from headwater.broker.storage.log import LogConfig
+from headwater.broker.topic_configs import (
+    BROKER_DEFAULT_PROPERTIES,
+    LIST,
+    TOPIC_CONFIG_DEFS,
+    check_broker_defaults,
+    check_value,
+    log_value,
+)
 from headwater.properties import parse_properties
 
 log = logging.getLogger(__name__)
@@ -232,6 +240,10 @@ _HANDLED_ELSEWHERE = {
     "log.cleaner.min.cleanable.ratio",
     "log.cleaner.min.compaction.lag.ms",
     "log.cleaner.delete.retention.ms",
+    "log.cleaner.max.compaction.lag.ms",
+    "log.message.timestamp.type",
+    "log.message.timestamp.difference.max.ms",
+    "compression.type",
     "host.name",
     "port",
 }
@@ -271,6 +283,19 @@ def _log_defaults(p: dict[str, str], message_max_bytes: int) -> LogConfig:
         kwargs["min_compaction_lag_ms"] = _int(p["log.cleaner.min.compaction.lag.ms"])
     if "log.cleaner.delete.retention.ms" in p:
         kwargs["delete_retention_ms"] = _int(p["log.cleaner.delete.retention.ms"])
+    if "log.cleaner.max.compaction.lag.ms" in p:
+        kwargs["max_compaction_lag_ms"] = _int(p["log.cleaner.max.compaction.lag.ms"])
+    if "log.message.timestamp.type" in p:
+        kwargs["message_timestamp_type"] = p["log.message.timestamp.type"].strip()
+    if "log.message.timestamp.difference.max.ms" in p:
+        kwargs["message_timestamp_difference_max_ms"] = _int(p["log.message.timestamp.difference.max.ms"])
+    if "compression.type" in p:
+        kwargs["compression_type"] = p["compression.type"].strip()
+    jitter = first("log.roll.jitter.ms", "log.roll.jitter.hours")
+    if jitter:
+        kwargs["segment_jitter_ms"] = _int(jitter[1]) * (1 if jitter[0].endswith(".ms") else 3600_000)
+    if "log.index.size.max.bytes" in p:
+        kwargs["segment_index_bytes"] = _int(p["log.index.size.max.bytes"])
     return LogConfig(**kwargs)
 
 
@@ -304,7 +329,7 @@ def config_from_props(props: dict[str, str]) -> BrokerConfig:
                 values[attr] = parse(raw)
             except ValueError as e:
                 raise ConfigError(f"{key}={raw!r}: {e}") from None
-        elif key not in _HANDLED_ELSEWHERE and not is_security_property(key):
+        elif key not in _HANDLED_ELSEWHERE and key not in BROKER_DEFAULT_PROPERTIES and not is_security_property(key):
             unknown.append(key)
     if "zookeeper.connect" not in props:
         raise ConfigError("zookeeper.connect is required (for example zookeeper.connect=localhost:2181)")
@@ -348,6 +373,9 @@ def config_from_props(props: dict[str, str]) -> BrokerConfig:
     except SecurityConfigError as e:
         raise ConfigError(str(e)) from None
 
+    problem = check_broker_defaults(props)
+    if problem is not None:
+        raise ConfigError(problem)
     dirs_raw = props.get("log.dirs") or props.get("log.dir") or "/tmp/kafka-logs"
     log_dirs = [d.strip() for d in dirs_raw.split(",") if d.strip()]
     try:
@@ -377,46 +405,27 @@ def config_from_props(props: dict[str, str]) -> BrokerConfig:
     return cfg
 
 
-# Topic-level configs (/config/topics/<topic>) and how they map onto LogConfig.
-TOPIC_CONFIGS: dict[str, str] = {
-    "segment.bytes": "segment_bytes",
-    "segment.ms": "segment_ms",
-    "retention.ms": "retention_ms",
-    "retention.bytes": "retention_bytes",
-    "flush.messages": "flush_interval_messages",
-    "flush.ms": "flush_interval_ms",
-    "index.interval.bytes": "index_interval_bytes",
-    "max.message.bytes": "max_message_bytes",
-    "delete.retention.ms": "delete_retention_ms",
-    "min.compaction.lag.ms": "min_compaction_lag_ms",
-}
-#: Topic configs with their own parsing, or stored for what reads them (min.insync.replicas: Produce).
-OTHER_TOPIC_CONFIGS = {
-    "cleanup.policy",
-    "min.insync.replicas",
-    "unclean.leader.election.enable",
-    "compression.type",
-    "message.timestamp.type",
-    "min.cleanable.dirty.ratio",
-    "file.delete.delay.ms",
-    "message.timestamp.difference.max.ms",
-}
-
-
+# Topic-level configs (/config/topics/<topic>): the table is topic_configs.TOPIC_CONFIG_DEFS.
+#: every topic config name Kafka 2.3 knows
+ALL_TOPIC_CONFIGS = frozenset(TOPIC_CONFIG_DEFS)
+#: topic configs that set a LogConfig field, and which one
+TOPIC_CONFIGS: dict[str, str] = {d.name: d.log_attr for d in TOPIC_CONFIG_DEFS.values() if d.log_attr}
+#: topic configs read where they are used (min.insync.replicas: Produce) or accepted without effect
+OTHER_TOPIC_CONFIGS = frozenset(n for n in TOPIC_CONFIG_DEFS if n not in TOPIC_CONFIGS)
 #: which replicas the replication throttles apply to (replication_quota.py; set by reassign-partitions)
 THROTTLED_REPLICAS_CONFIGS = frozenset(
     {"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
 )
-
 #: topic configs whose value is a comma-separated list (IncrementalAlterConfigs APPEND / SUBTRACT)
-LIST_TOPIC_CONFIGS = frozenset({"cleanup.policy"}) | THROTTLED_REPLICAS_CONFIGS
+LIST_TOPIC_CONFIGS = frozenset(d.name for d in TOPIC_CONFIG_DEFS.values() if d.type == LIST) | THROTTLED_REPLICAS_CONFIGS
 
 
 def validate_topic_config(configs: dict[str, str], defaults: LogConfig | None = None) -> str | None:
     """An error message for the first invalid topic config, or None.
 
-    Values are checked by building the real :class:`LogConfig` the partitions would get, so what is
-    accepted here can never fail later inside LeaderAndIsr, Produce or the ISR maintenance.
+    Each value is checked with Kafka's rule and message (topic_configs.py), then by building the real
+    :class:`LogConfig` the partitions would get, so what is accepted here can never fail later
+    inside LeaderAndIsr, Produce or the ISR maintenance.
     """
     for k, v in configs.items():
         if k in THROTTLED_REPLICAS_CONFIGS:  # replication throttles (KIP-73): '*' or partition:broker,...
@@ -424,31 +433,9 @@ def validate_topic_config(configs: dict[str, str], defaults: LogConfig | None = 
             if problem:
                 return f"Invalid value {v} for configuration {k}: {problem}"
             continue
-        if k in TOPIC_CONFIGS:
-            try:
-                int(v)
-            except ValueError:
-                return f"Invalid value {v} for configuration {k}: not a number"
-        elif k not in OTHER_TOPIC_CONFIGS:
-            return f"Unknown topic config name: {k}"
-        elif k == "cleanup.policy" and (not v or not set(v.split(",")) <= {"delete", "compact"}):
-            return f"Invalid value {v} for configuration cleanup.policy"
-        elif k == "message.timestamp.type" and v != "CreateTime":
-            return "message.timestamp.type: only CreateTime is supported"
-        elif k == "min.insync.replicas" and not (v.isdigit() and int(v) >= 1):
-            return f"Invalid value {v} for configuration min.insync.replicas: Value must be at least 1"
-        elif k == "unclean.leader.election.enable" and v.lower() not in ("true", "false"):
-            return f"Invalid value {v} for configuration unclean.leader.election.enable: Expected value to be true or false"
-        elif k in ("file.delete.delay.ms", "message.timestamp.difference.max.ms"):
-            if not v.isdigit():
-                return f"Invalid value {v} for configuration {k}: Value must be at least 0"
-        elif k == "min.cleanable.dirty.ratio":
-            try:
-                ratio = float(v)
-            except ValueError:
-                ratio = -1.0
-            if not 0.0 <= ratio <= 1.0:
-                return f"Invalid value {v} for configuration {k}: Value must be between 0 and 1"
+        problem = check_value(k, v)
+        if problem is not None:
+            return problem
     try:
         topic_log_config(defaults or LogConfig(), configs)
     except ValueError as e:
@@ -458,9 +445,5 @@ def validate_topic_config(configs: dict[str, str], defaults: LogConfig | None = 
 
 def topic_log_config(defaults: LogConfig, overrides: dict[str, str]) -> LogConfig:
     """The broker defaults with a topic's overrides; raises ValueError for a value LogConfig refuses."""
-    changes: dict[str, Any] = {TOPIC_CONFIGS[k]: int(v) for k, v in overrides.items() if k in TOPIC_CONFIGS}
-    if overrides.get("cleanup.policy"):
-        changes["cleanup_policy"] = overrides["cleanup.policy"]
-    if overrides.get("min.cleanable.dirty.ratio"):
-        changes["min_cleanable_dirty_ratio"] = float(overrides["min.cleanable.dirty.ratio"])
+    changes: dict[str, Any] = {TOPIC_CONFIGS[k]: log_value(k, v) for k, v in overrides.items() if k in TOPIC_CONFIGS}
     return dataclasses.replace(defaults, **changes)

@@ -21,6 +21,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from headwater.broker import zk as zkpaths
 from headwater.broker.config import validate_topic_config
 from headwater.broker.metadata_cache import MetadataCache, parse_broker_registration
+from headwater.broker.storage.log import LogConfig
 from headwater.broker.zk import ZooKeeper, to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
 
@@ -142,8 +143,13 @@ async def create_topic(
     assignment: dict[int, list[int]] | None,
     configs: dict[str, str],
     validate_only: bool = False,
+    log_defaults: LogConfig | None = None,
 ) -> dict[int, list[int]]:
-    """Validate and (unless ``validate_only``) write a new topic. Raises KafkaError."""
+    """Validate and (unless ``validate_only``) write a new topic. Raises KafkaError.
+
+    ``configs`` are checked over ``log_defaults`` (the broker's), so a topic whose overrides
+    conflict with a broker default (min.compaction.lag.ms above log.cleaner.max.compaction.lag.ms)
+    is refused here rather than failing when its partitions are created."""
     validate_topic_name(name)
     if name in cache.topics:
         raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -184,7 +190,7 @@ async def create_topic(
         if not live:
             raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "No live brokers")
         assignment = assign_replicas(live, num_partitions, replication_factor, racks)
-    problem = validate_topic_config(configs)
+    problem = validate_topic_config(configs, log_defaults)
     if problem:
         raise KafkaError(ErrorCode.INVALID_CONFIG, problem)
     if validate_only:

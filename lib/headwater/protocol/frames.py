@@ -6,6 +6,8 @@ Wire layout of every frame::
     request header v1:    int16 api_key, int16 api_version, int32 correlation_id,
                           nullable_string client_id
     response header v0:   int32 correlation_id
+    (a flexible version, KIP-482 -- CreateTopics v5: request header v2 = v1 + tagged fields,
+    response header v1 = v0 + tagged fields; ApiVersions responses always use v0)
     body                  -- the API's request or response struct at api_version
 
 :class:`FrameDecoder` is fed bytes as they arrive and yields complete frames; a declared
@@ -139,6 +141,7 @@ class RequestHeader(NamedTuple):
 
 
 _HEADER = struct.Struct(">hhih")
+_API_VERSIONS_KEY = 18
 
 
 def decode_request_header(frame: memoryview) -> tuple[RequestHeader, Reader]:
@@ -173,12 +176,15 @@ def decode_request(frame: memoryview) -> tuple[RequestHeader, Api, Message]:
             ErrorCode.UNSUPPORTED_VERSION,
             f"{api.name} v{header.api_version} is outside v{api.min_version}-{api.max_version}",
         )
+    flexible = api.is_flexible(header.api_version)
+    if flexible:
+        r.skip_tagged_fields()  # request header v2
     lean = LEAN_REQUEST_DECODERS.get(header.api_key)
-    if lean is not None:
+    if lean is not None and not flexible:
         got = lean(r.buf, r.pos, r.end, header.api_version)
         if got is not None and got[1] == r.end:
             return header, api, got[0]
-    body = api.request.decode(r, header.api_version)  # also what the lean path leaves to it
+    body = api.request.decode(r, header.api_version, flexible)  # also what the lean path leaves to it
     if r.remaining():
         raise DecodeError(f"{r.remaining()} unexpected bytes after {api.name} v{header.api_version} request")
     return header, api, body
@@ -200,7 +206,10 @@ def encode_response(correlation_id: int, api: Api, version: int, body: Message) 
     w = Writer()
     w.int32(0)  # size placeholder, patched below
     w.int32(correlation_id)
-    api.response.encode(w, version, body)
+    flexible = api.is_flexible(version)
+    if flexible and api.key != _API_VERSIONS_KEY:
+        w.empty_tagged_fields()  # response header v1 (ApiVersions keeps v0, KIP-511)
+    api.response.encode(w, version, body, flexible)
     parts = w.parts()
     size = w.size() - 4
     first = parts[0]
@@ -216,7 +225,10 @@ def encode_request(api: Api, version: int, correlation_id: int, client_id: str |
     w.int16(version)
     w.int32(correlation_id)
     w.nullable_string(client_id)
-    api.request.encode(w, version, body)
+    flexible = api.is_flexible(version)
+    if flexible:
+        w.empty_tagged_fields()  # request header v2
+    api.request.encode(w, version, body, flexible)
     payload = w.getvalue()
     return _SIZE.pack(len(payload)) + payload
 
@@ -225,4 +237,7 @@ def decode_response(api: Api, version: int, frame: memoryview) -> tuple[int, Mes
     """(correlation_id, body) of a response frame (without its size prefix)."""
     r = Reader(frame)
     correlation_id = r.int32()
-    return correlation_id, api.response.decode(r, version)
+    flexible = api.is_flexible(version)
+    if flexible and api.key != _API_VERSIONS_KEY:
+        r.skip_tagged_fields()
+    return correlation_id, api.response.decode(r, version, flexible)

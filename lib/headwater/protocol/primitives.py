@@ -146,6 +146,40 @@ class Reader:
         n = self.int32()
         return None if n < 0 else self.raw(n)
 
+    def compact_length(self) -> int:
+        """A flexible version's length: unsigned varint N+1; -1 means null."""
+        n = self.uvarint() - 1
+        if n > self.end - self.pos:
+            raise DecodeError(f"length {n} exceeds the {self.end - self.pos} bytes left")
+        return n
+
+    def compact_string(self) -> str:
+        n = self.compact_length()
+        if n < 0:
+            raise DecodeError("null where a COMPACT_STRING is required")
+        return self._utf8(n)
+
+    def compact_nullable_string(self) -> str | None:
+        n = self.compact_length()
+        return None if n < 0 else self._utf8(n)
+
+    def compact_bytes(self) -> bytes:
+        n = self.compact_length()
+        if n < 0:
+            raise DecodeError("null where COMPACT_BYTES are required")
+        return bytes(self.raw(n))
+
+    def compact_nullable_bytes(self) -> bytes | None:
+        n = self.compact_length()
+        return None if n < 0 else bytes(self.raw(n))
+
+    def skip_tagged_fields(self) -> None:
+        """A flexible version's tagged fields: a count, then (tag, size, bytes) each; none is known here."""
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            size = self.uvarint()
+            self._need(size)
+
     def array_length(self) -> int:
         """An int32 array length; -1 means null. Guards against lengths the input cannot hold."""
         n = self.int32()
@@ -224,6 +258,35 @@ class Writer:
             self._buf += _I32.pack(-1)
         else:
             self.bytes_(v)
+
+    def uvarint(self, v: int) -> None:
+        self._buf += encode_uvarint(v)
+
+    def compact_string(self, v: str) -> None:
+        b = v.encode("utf-8")
+        if len(b) > 0x7FFF:
+            raise ValueError("string longer than 32767 bytes")
+        self._buf += encode_uvarint(len(b) + 1)
+        self._buf += b
+
+    def compact_nullable_string(self, v: str | None) -> None:
+        if v is None:
+            self._buf += b"\x00"
+        else:
+            self.compact_string(v)
+
+    def compact_bytes(self, v: bytes | bytearray | memoryview) -> None:
+        self._buf += encode_uvarint(len(v) + 1)
+        self._buf += v
+
+    def compact_nullable_bytes(self, v: bytes | bytearray | memoryview | None) -> None:
+        if v is None:
+            self._buf += b"\x00"
+        else:
+            self.compact_bytes(v)
+
+    def empty_tagged_fields(self) -> None:
+        self._buf += b"\x00"
 
     def file_region(self, region: FileRegion) -> None:
         """An int32 length, then the region's bytes, sent later straight from the file."""

@@ -11,8 +11,11 @@ absent at that version get their default, so handlers see one shape across versi
 Encoding takes such a dict; missing keys take the field's default. Fields outside the
 version are skipped both ways.
 
-No flexible (tagged-field) versions: the advertised snapshot is Kafka 2.3, the last release
-before KIP-482, so every version here uses the classic encodings.
+Flexible versions (KIP-482): an :class:`Api` with ``flexible_since`` encodes its versions from
+there on with compact strings, bytes and arrays (unsigned varint length + 1, 0 = null) and an
+empty tagged-field section after every struct (tagged fields received are skipped: none is
+known here). The advertised snapshot is Kafka 2.3 (no flexible versions) but for CreateTopics v5
+(Kafka 2.4); every other API uses the classic encodings.
 """
 
 from __future__ import annotations
@@ -56,6 +59,18 @@ NULLABLE_BYTES = Primitive("nullable_bytes", Reader.nullable_bytes, Writer.nulla
 #: Record batches: decoded as a zero-copy memoryview (or None); encoded from bytes,
 #: memoryview, None, or a FileRegion that the server sends with sendfile.
 RECORDS = Primitive("records", Reader.nullable_view, _write_records, None)
+
+#: what a classic primitive becomes in a flexible version
+_COMPACT: dict[str, Primitive] = {
+    "string": Primitive("compact_string", Reader.compact_string, Writer.compact_string, ""),
+    "nullable_string": Primitive(
+        "compact_nullable_string", Reader.compact_nullable_string, Writer.compact_nullable_string, None
+    ),
+    "bytes": Primitive("compact_bytes", Reader.compact_bytes, Writer.compact_bytes, b""),
+    "nullable_bytes": Primitive(
+        "compact_nullable_bytes", Reader.compact_nullable_bytes, Writer.compact_nullable_bytes, None
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -104,64 +119,75 @@ class Struct:
     def default_value(self) -> Message:
         return {f.name: f.default_value() for f in self.fields}
 
-    def decode(self, r: Reader, version: int) -> Message:
+    def decode(self, r: Reader, version: int, flexible: bool = False) -> Message:
         out: Message = {}
         for f in self.fields:
             if f.present_in(version):
-                out[f.name] = _read(f.type, r, version)
+                out[f.name] = _read(f.type, r, version, flexible)
             else:
                 out[f.name] = f.default_value()
+        if flexible:
+            r.skip_tagged_fields()
         return out
 
-    def encode(self, w: Writer, version: int, value: Message) -> None:
+    def encode(self, w: Writer, version: int, value: Message, flexible: bool = False) -> None:
         for f in self.fields_at(version):
             v = value.get(f.name, _MISSING)
             if v is _MISSING:
                 v = f.default_value()
             try:
-                _write(f.type, w, version, v)
+                _write(f.type, w, version, v, flexible)
             except (TypeError, ValueError, OverflowError, AttributeError, struct.error) as e:
                 raise ValueError(f"cannot encode field {f.name!r} at v{version}: {e}") from e
+        if flexible:
+            w.empty_tagged_fields()
 
 
 _MISSING = object()
 
 
-def _read(t: Primitive | Array | Struct, r: Reader, version: int) -> Any:
+def _read(t: Primitive | Array | Struct, r: Reader, version: int, flexible: bool = False) -> Any:
     if isinstance(t, Primitive):
-        return t.read(r)
+        return (_COMPACT.get(t.name, t) if flexible else t).read(r)
     if isinstance(t, Struct):
-        return t.decode(r, version)
-    n = r.array_length()
+        return t.decode(r, version, flexible)
+    n = r.compact_length() if flexible else r.array_length()
     if n < 0:
         if n != -1 or t.nullable_since is None or version < t.nullable_since:
             raise DecodeError(f"invalid array length {n}")
         return None
     elem = t.of
     if isinstance(elem, Primitive):
-        read = elem.read
+        read = (_COMPACT.get(elem.name, elem) if flexible else elem).read
         return [read(r) for _ in range(n)]
-    return [elem.decode(r, version) for _ in range(n)]
+    return [elem.decode(r, version, flexible) for _ in range(n)]
 
 
-def _write(t: Primitive | Array | Struct, w: Writer, version: int, v: Any) -> None:
+def _write(t: Primitive | Array | Struct, w: Writer, version: int, v: Any, flexible: bool = False) -> None:
     if isinstance(t, Primitive):
-        t.write(w, v)
+        (_COMPACT.get(t.name, t) if flexible else t).write(w, v)
     elif isinstance(t, Struct):
-        t.encode(w, version, v)
+        t.encode(w, version, v, flexible)
     elif v is None:
         if t.nullable_since is None or version < t.nullable_since:
             raise ValueError("null array at a version that does not allow it")
-        w.int32(-1)
+        if flexible:
+            w.uvarint(0)
+        else:
+            w.int32(-1)
     else:
-        w.int32(len(v))
+        if flexible:
+            w.uvarint(len(v) + 1)
+        else:
+            w.int32(len(v))
         elem = t.of
         if isinstance(elem, Primitive):
+            write = (_COMPACT.get(elem.name, elem) if flexible else elem).write
             for item in v:
-                elem.write(w, item)
+                write(w, item)
         else:
             for item in v:
-                elem.encode(w, version, item)
+                elem.encode(w, version, item, flexible)
 
 
 @dataclass(frozen=True)
@@ -174,6 +200,13 @@ class Api:
     max_version: int
     request: Struct
     response: Struct
+    #: the first flexible version (KIP-482), None when none is
+    flexible_since: int | None = None
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
+
+    def is_flexible(self, version: int) -> bool:
+        """Compact encodings and tagged fields at this version; request header v2 and (but for
+        ApiVersions) response header v1."""
+        return self.flexible_since is not None and version >= self.flexible_since

@@ -1,7 +1,10 @@
 """Where a source topic goes in the target: the destination topic, created when missing.
 
 A destination topic is created with the source's partition count and the source's non-default
-topic configs (:data:`COPIED_CONFIGS`). A :class:`TopicPlan` says which path its partitions take:
+topic configs (:data:`COPIED_CONFIGS`). ``message.timestamp.type`` is not among them (as MM2's
+default config filter leaves it out): a source topic with LogAppendTime gets a CreateTime target, so
+the target keeps the source leader's stamped batches (timestamp type and append times, byte for
+byte on the identity path) instead of stamping its own append time over the source's. A :class:`TopicPlan` says which path its partitions take:
 identity (same partition number, batches copied raw) when the counts are equal.
 """
 
@@ -29,7 +32,6 @@ COPIED_CONFIGS = (
     "segment.ms",
     "min.compaction.lag.ms",
     "delete.retention.ms",
-    "message.timestamp.type",
     "compression.type",
 )
 

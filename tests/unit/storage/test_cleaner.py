@@ -225,3 +225,24 @@ def test_a_truncation_below_the_clean_head_makes_what_is_written_again_dirty(man
     assert stats is not None and stats.first_dirty == KEYS * ROUNDS - 3
     got = read_all(lg)
     assert [r.value for r in got if r.key == b"k1"] == [b"rewritten again"]
+
+
+def test_a_dirty_segment_older_than_max_compaction_lag_is_cleaned_below_the_dirty_ratio(tmp_path: Path) -> None:
+    """KIP-354: the ratio alone would never clean this log; age does, and only once the lag passed."""
+    clock = ManualClock(T0)
+    manager = LogManager([str(tmp_path / "logs")], LogConfig(), OsFileSystem(), clock)
+    cfg = dataclasses.replace(compacted(), min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=60_000)
+    lg = manager.create_log("c", 0, cfg)
+    write_rounds(lg, 2)
+    lg.roll()
+    assert clean(manager) is not None  # the first cleaning: everything dirty, ratio 1.0
+    for k in range(3):  # a little dirt over a large clean head: ratio far below 0.99
+        lg.append(keyed((f"k{k}", "again"), ts=clock.time_ms()), 0)
+    lg.roll()
+    lg.append(keyed(("k9", "active")), 0)
+    assert clean(manager) is None
+    clock.advance(60_001)
+    stats = clean(manager)
+    assert stats is not None and stats.records_removed == 3  # the older k0..k2 records went
+    assert view(read_all(lg))["k0"][1] == "again"
+    manager.shutdown()

@@ -1,9 +1,16 @@
-"""CreateTopics (key 19), v0-3.
+"""CreateTopics (key 19), v0-5.
 
 - Validates name (INVALID_TOPIC_EXCEPTION), partitions (INVALID_PARTITIONS), replication
   factor against the live brokers (INVALID_REPLICATION_FACTOR), a manual assignment
   (INVALID_REPLICA_ASSIGNMENT), configs (INVALID_CONFIG); an existing topic gets
   TOPIC_ALREADY_EXISTS; a name given twice in one request gets INVALID_REQUEST.
+- v4+ (KIP-464): num_partitions / replication_factor -1 without a manual assignment take the
+  broker's ``num.partitions`` / ``default.replication.factor`` (librdkafka and kafkajs send -1
+  for "broker default"); below v4, -1 is refused as before (INVALID_PARTITIONS /
+  INVALID_REPLICATION_FACTOR), as a Kafka 2.3 broker refuses it.
+- v5 (flexible, KIP-525): each created (or validated) topic's result also carries its
+  partition count, replication factor and every topic config with its value and source (as
+  DescribeConfigs gives them); a refused topic's carry -1, -1 and no configs.
 - validate_only (v1+) checks everything and writes nothing.
 - With timeout_ms > 0 the answer waits (up to timeout_ms) until every new partition has a
   leader in this broker's metadata, so an immediate Metadata request sees the topic; a
@@ -19,6 +26,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from headwater.broker import topic_admin
+from headwater.broker.handlers.describe_configs import topic_config_entries
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
 
@@ -44,17 +52,24 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
             )
             continue
         assignment = {a["partition_index"]: list(a["broker_ids"]) for a in t["assignments"]}
+        num_partitions, replication_factor = t["num_partitions"], t["replication_factor"]
+        if ctx.version >= 4 and not assignment:
+            if num_partitions == -1:
+                num_partitions = broker.config.num_partitions
+            if replication_factor == -1:
+                replication_factor = broker.config.default_replication_factor
         configs = {c["name"]: c["value"] for c in t["configs"] if c["value"] is not None}
         try:
-            await topic_admin.create_topic(
+            placed = await topic_admin.create_topic(
                 broker.zk,
                 broker.cache,
                 name,
-                t["num_partitions"],
-                t["replication_factor"],
+                num_partitions,
+                replication_factor,
                 assignment or None,
                 configs,
                 validate_only,
+                broker.config.log_defaults,
             )
         except KafkaError as e:
             if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
@@ -64,7 +79,12 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
         if not validate_only:
             log.info("created topic %s (client %r)", name, ctx.client_id)
             created.append(name)
-        results.append(_result(name, ErrorCode.NONE, None))
+        result = _result(name, ErrorCode.NONE, None)
+        if ctx.version >= 5:
+            result["num_partitions"] = len(placed)
+            result["replication_factor"] = len(next(iter(placed.values()), []))
+            result["configs"] = topic_config_entries(broker, configs)
+        results.append(result)
     if created and request["timeout_ms"] > 0:
         ready = await _wait_for_leaders(broker, created, request["timeout_ms"] / 1000.0)
         for r in results:

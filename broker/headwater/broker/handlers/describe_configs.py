@@ -1,15 +1,17 @@
 """DescribeConfigs (key 32), v0-2.
 
-- TOPIC resources (type 2): every topic-level config with its effective value: the topic's
-  override (source DYNAMIC_TOPIC_CONFIG) or the broker's default (STATIC_BROKER_CONFIG when
-  set in the broker's properties, else DEFAULT_CONFIG). Unknown topic:
+- TOPIC resources (type 2): every Kafka 2.3 topic-level config (topic_configs.py) with its
+  effective value: the topic's override (source DYNAMIC_TOPIC_CONFIG) or the broker's default
+  (STATIC_BROKER_CONFIG when one of its broker properties is set, e.g. ``log.retention.hours``
+  for retention.ms, else DEFAULT_CONFIG with Kafka's default). Unknown topic:
   UNKNOWN_TOPIC_OR_PARTITION.
 - BROKER resources (type 4) for this broker's id: the properties it was started with
   (STATIC_BROKER_CONFIG, read-only unless dynamic) and every dynamic broker config with its
   effective value and source (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
   STATIC_BROKER_CONFIG, DEFAULT_CONFIG; dynamic_config.py); ``""`` the cluster-wide dynamic
   defaults; another broker's id gets INVALID_REQUEST. Sensitive values (passwords) are null.
-- ``configuration_keys`` null means all; synonyms (v1+) list the override then the default.
+- ``configuration_keys`` null means all; synonyms (v1+) list, as Kafka does, the topic override,
+  the static broker property, then Kafka's default (under the broker property's name).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from headwater.broker import dynamic_config
-from headwater.broker.config import OTHER_TOPIC_CONFIGS, TOPIC_CONFIGS
+from headwater.broker.topic_configs import MAX_LONG, TOPIC_CONFIG_DEFS, broker_synonyms
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
 
@@ -31,50 +33,44 @@ DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
-# topic config -> the broker property that supplies its default
-_BROKER_SYNONYM = {
-    "segment.bytes": "log.segment.bytes",
-    "segment.ms": "log.roll.ms",
-    "retention.ms": "log.retention.ms",
-    "retention.bytes": "log.retention.bytes",
-    "flush.messages": "log.flush.interval.messages",
-    "flush.ms": "log.flush.interval.ms",
-    "index.interval.bytes": "log.index.interval.bytes",
-    "max.message.bytes": "message.max.bytes",
-    "min.insync.replicas": "min.insync.replicas",
-    "unclean.leader.election.enable": "unclean.leader.election.enable",
-    "cleanup.policy": "log.cleanup.policy",
-    "compression.type": "compression.type",
-    "message.timestamp.type": "log.message.timestamp.type",
-    "delete.retention.ms": "log.cleaner.delete.retention.ms",
-    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
-    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
-}
 
-
-def _topic_defaults(broker: HandlerServices) -> dict[str, str]:
-    d = broker.config.log_defaults
+def topic_defaults(broker: HandlerServices) -> dict[str, tuple[str, str | None]]:
+    """Each topic config's default for this broker: (value, the broker property that set it or None)."""
     c = broker.config
-    return {
-        "segment.bytes": str(d.segment_bytes),
-        "segment.ms": str(d.segment_ms),
-        "retention.ms": str(d.retention_ms),
-        "retention.bytes": str(d.retention_bytes),
-        "flush.messages": str(d.flush_interval_messages),
-        "flush.ms": str(d.flush_interval_ms if d.flush_interval_ms is not None else 2**63 - 1),
-        "index.interval.bytes": str(d.index_interval_bytes),
-        "max.message.bytes": str(d.max_message_bytes),
-        "min.insync.replicas": str(c.min_insync_replicas),
-        "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower(),
-        "cleanup.policy": d.cleanup_policy,
-        "compression.type": "producer",
-        "message.timestamp.type": "CreateTime",
-        "delete.retention.ms": str(d.delete_retention_ms),
-        "min.cleanable.dirty.ratio": str(d.min_cleanable_dirty_ratio),
-        "min.compaction.lag.ms": str(d.min_compaction_lag_ms),
-        "file.delete.delay.ms": "60000",
-        "message.timestamp.difference.max.ms": str(2**63 - 1),
-    }
+    d = c.log_defaults
+    out: dict[str, tuple[str, str | None]] = {}
+    for name, spec in TOPIC_CONFIG_DEFS.items():
+        prop = next((p for p in broker_synonyms(name) if p in c.raw), None)
+        if spec.log_attr is not None:
+            v = getattr(d, spec.log_attr)
+            value = str(MAX_LONG if v is None else v)  # flush.ms: None = never
+        elif name == "min.insync.replicas":
+            value = str(c.min_insync_replicas)
+        elif name == "unclean.leader.election.enable":
+            value = str(c.unclean_leader_election_enable).lower()
+        else:
+            value = c.raw[prop].strip() if prop is not None else spec.default
+        out[name] = (value, prop)
+    return out
+
+
+def topic_config_entries(broker: HandlerServices, overrides: dict[str, str]) -> list[Message]:
+    """Every topic config of a topic with these overrides as CreateTopics v5 returns them (KIP-525):
+    name, effective value, read_only, config_source, is_sensitive."""
+    out: list[Message] = []
+    for name, (default, prop) in sorted(topic_defaults(broker).items()):
+        override = overrides.get(name)
+        source = DYNAMIC_TOPIC_CONFIG if override is not None else STATIC_BROKER_CONFIG if prop else DEFAULT_CONFIG
+        out.append(
+            {
+                "name": name,
+                "value": override if override is not None else default,
+                "read_only": False,
+                "config_source": source,
+                "is_sensitive": False,
+            }
+        )
+    return out
 
 
 async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
@@ -95,24 +91,31 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                 out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 out["error_message"] = f"Topic {rname} does not exist"
                 continue
-            defaults = _topic_defaults(broker)
-            for name in sorted(set(TOPIC_CONFIGS) | OTHER_TOPIC_CONFIGS):
+            defaults = topic_defaults(broker)
+            for name in sorted(TOPIC_CONFIG_DEFS):
                 if keys is not None and name not in keys:
                     continue
                 override = info.config.get(name)
-                prop = _BROKER_SYNONYM.get(name)
-                static = prop is not None and prop in broker.config.raw
-                default_source = STATIC_BROKER_CONFIG if static else DEFAULT_CONFIG
+                default, prop = defaults[name]
+                default_source = STATIC_BROKER_CONFIG if prop is not None else DEFAULT_CONFIG
                 synonyms = []
                 if override is not None:
                     synonyms.append({"name": name, "value": override, "source": DYNAMIC_TOPIC_CONFIG})
-                synonyms.append({"name": prop or name, "value": defaults.get(name), "source": default_source})
+                if prop is not None:
+                    synonyms.append({"name": prop, "value": default, "source": STATIC_BROKER_CONFIG})
+                synonyms.append(
+                    {
+                        "name": broker_synonyms(name)[0] if broker_synonyms(name) else name,
+                        "value": TOPIC_CONFIG_DEFS[name].default,
+                        "source": DEFAULT_CONFIG,
+                    }
+                )
                 out["configs"].append(
                     {
                         "name": name,
-                        "value": override if override is not None else defaults.get(name),
+                        "value": override if override is not None else default,
                         "read_only": False,
-                        "is_default": override is None and not static,
+                        "is_default": override is None and prop is None,
                         "config_source": DYNAMIC_TOPIC_CONFIG if override is not None else default_source,
                         "is_sensitive": False,
                         "synonyms": synonyms if request["include_synonyms"] else [],

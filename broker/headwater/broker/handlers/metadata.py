@@ -5,8 +5,9 @@
 - ``topics`` null (v1+) or empty (v0) means every topic.
 - An unknown topic is created when ``auto.create.topics.enable`` and, from v4, the request's
   ``allow_auto_topic_creation`` allow it; it is answered LEADER_NOT_AVAILABLE until its
-  leaders are known, as Kafka does. Otherwise UNKNOWN_TOPIC_OR_PARTITION; an illegal name
-  gets INVALID_TOPIC_EXCEPTION.
+  leaders are known, as Kafka does; an illegal name then gets INVALID_TOPIC_EXCEPTION (the
+  failed creation's error). Without auto-creation any unknown name, legal or not, gets
+  UNKNOWN_TOPIC_OR_PARTITION, as in Kafka 2.3.
 - controller_id: the active controller; until the controller exists, the lowest live broker id.
 - Authorized operations (v8) are not computed: we answer Kafka's "not requested" sentinel.
 """
@@ -95,14 +96,16 @@ async def _missing_topic(broker: HandlerServices, name: str, create: bool) -> Me
     def answer(code: ErrorCode) -> Message:
         return {"error_code": code, "name": name, "is_internal": False, "partitions": []}
 
+    if not create:
+        # Kafka 2.3 (KafkaApis.getTopicMetadata) checks the name only when it tries to create the
+        # topic: without auto-creation an illegal name is simply a topic that does not exist.
+        return answer(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name not in broker.cache.topics else ErrorCode.LEADER_NOT_AVAILABLE
+        )
     try:
         topic_admin.validate_topic_name(name)
     except KafkaError:
         return answer(ErrorCode.INVALID_TOPIC_EXCEPTION)
-    if not create:
-        return answer(
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name not in broker.cache.topics else ErrorCode.LEADER_NOT_AVAILABLE
-        )
     cfg = broker.config
     try:
         await topic_admin.create_topic(

@@ -19,7 +19,10 @@
   OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, DUPLICATE_SEQUENCE_NUMBER refuse the batch
   (nothing written); a retry of one of the producer's last five batches is answered NONE with
   the original base offset (after replication, for acks=all) and written nothing.
-- log_append_time_ms is -1 (CreateTime topics only); log_start_offset from v5.
+- log_append_time_ms (v2+) is the time the leader stamped on the batches of a LogAppendTime
+  topic (storage/validator.py), -1 for CreateTime; log_start_offset from v5.
+- INVALID_TIMESTAMP (message.timestamp.difference.max.ms) refuses the whole record set; a topic
+  with compression.type other than producer has its batches recompressed before the append.
 """
 
 from __future__ import annotations
@@ -148,7 +151,7 @@ def _append(
         "partition_index": index,
         "error_code": ErrorCode.NONE,
         "base_offset": appended.first_offset,
-        "log_append_time_ms": -1,
+        "log_append_time_ms": appended.log_append_time,
         "log_start_offset": appended.log_start_offset,
     }
     if acks != -1 or part.high_watermark > appended.last_offset:

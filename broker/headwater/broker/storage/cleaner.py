@@ -10,7 +10,10 @@ A compacted log has a *clean* head, already compacted, and a *dirty* tail writte
   count line, then ``topic partition offset`` lines).
 - The first uncleanable offset is the active segment's base offset, or the base of the first
   segment holding a record younger than ``min.compaction.lag.ms``.
-- A log is cleaned when dirty bytes / (clean + dirty bytes) reaches ``min.cleanable.dirty.ratio``.
+- A log is cleaned when dirty bytes / (clean + dirty bytes) reaches ``min.cleanable.dirty.ratio``,
+  or, whatever the ratio, when a dirty segment's first batch is older than ``max.compaction.lag.ms``
+  (KIP-354; :func:`max_compaction_delay`). On a compacted log the active segment also rolls once
+  it is that old (``LogConfig.max_segment_ms``), so no record stays uncompacted for much longer.
 
 One cleaning: an offset map (key -> its last offset) is built over the dirty section; then every
 segment below the first uncleanable offset is rewritten, grouped so that a group stays within
@@ -104,6 +107,25 @@ def cleanable_section(
             end = s.base_offset
             break
     return max(first_dirty, log_start), end
+
+
+def max_compaction_delay(segments: Sequence[Segment], first_dirty: int, max_lag_ms: int, now_ms: int) -> int:
+    """How long past ``max.compaction.lag.ms`` the oldest dirty record is (KIP-354; 0: not past).
+
+    As Kafka's ``LogCleanerManager.maxCompactionDelay``: over the dirty segments other than the
+    active one, the earliest first-batch timestamp (a batch without one is skipped); a log whose
+    delay is positive is cleaned even below ``min.cleanable.dirty.ratio``."""
+    if max_lag_ms >= 2**63 - 1:
+        return 0
+    earliest: int | None = None
+    for s in segments[:-1]:
+        if s.next_offset <= first_dirty or not s.size:
+            continue
+        first = next(iter(s.walk(0)), None)
+        if first is not None and first.max_timestamp > 0:
+            earliest = first.max_timestamp if earliest is None else min(earliest, first.max_timestamp)
+    clean_until = now_ms - max(max_lag_ms, 0)
+    return clean_until - earliest if earliest is not None and earliest < clean_until else 0
 
 
 def dirty_ratio(segments: Sequence[Segment], first_dirty: int, first_uncleanable: int) -> tuple[float, int]:

@@ -23,7 +23,9 @@ one ``pwrite``, and only then made visible. A failed write truncates the file ba
 disk never holds what the log in memory does not.
 
 Two kinds of append: :meth:`Log.append` (leader) assigns offsets from the log end offset and
-stamps the leader's epoch on every batch; :meth:`Log.append_as_follower` keeps the offsets and
+stamps the leader's epoch on every batch (and, per the topic's configs, refuses timestamps outside
+message.timestamp.difference.max.ms, recompresses to compression.type and stamps LogAppendTime:
+see :mod:`~headwater.broker.storage.validator`); :meth:`Log.append_as_follower` keeps the offsets and
 epochs the leader assigned, byte for byte. Either way a batch whose epoch is above the cache's
 latest starts a new entry in the :class:`~headwater.broker.storage.leader_epoch.LeaderEpochCache`
 (``leader_epoch_cache``). The entry is written to the checkpoint *before* the batch is written
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import struct
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -81,6 +84,16 @@ from headwater.broker.storage.segment import (
     SegmentCorruptError,
     SegmentWriteError,
     parse_segment_file_name,
+)
+from headwater.broker.storage.validator import (
+    COMPRESSION_TYPES,
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    TIMESTAMP_TYPES,
+    check_timestamps,
+    recompress,
+    stamp_log_append_time,
+    target_codec,
 )
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.primitives import FileRegion
@@ -123,14 +136,30 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5  # log.cleaner.min.cleanable.ratio / min.cleanable.dirty.ratio
     min_compaction_lag_ms: int = 0  # log.cleaner.min.compaction.lag.ms / min.compaction.lag.ms
     delete_retention_ms: int = 86_400_000  # log.cleaner.delete.retention.ms / delete.retention.ms
+    #: log.cleaner.max.compaction.lag.ms / max.compaction.lag.ms (KIP-354): a dirty segment older
+    #: than this is cleaned whatever the dirty ratio; a compacted log's active segment rolls by it
+    max_compaction_lag_ms: int = MAX_LONG
+    #: log.message.timestamp.type / message.timestamp.type: CreateTime or LogAppendTime (the
+    #: leader stamps each batch, see validator.py)
+    message_timestamp_type: str = CREATE_TIME
+    #: log.message.timestamp.difference.max.ms / message.timestamp.difference.max.ms
+    message_timestamp_difference_max_ms: int = MAX_LONG
+    #: compression.type: producer (keep the producer's codec) or the codec the leader recompresses to
+    compression_type: str = "producer"
+    #: log.index.size.max.bytes / segment.index.bytes: a segment rolls once its offset index holds
+    #: this many bytes of entries (8 each) or its time index (12 each), as Kafka's full index does
+    segment_index_bytes: int = 10 * 1024 * 1024
+    #: log.roll.jitter.ms / segment.jitter.ms: each segment rolls up to this much before segment.ms
+    #: (a random amount drawn when it becomes active), so partitions created together do not roll together
+    segment_jitter_ms: int = 0
 
     def __post_init__(self) -> None:
         if not 61 <= self.segment_bytes <= INT32_MAX:
             raise ValueError(f"segment_bytes {self.segment_bytes} must be between 61 and {INT32_MAX}")
         if self.segment_ms <= 0:
             raise ValueError(f"segment_ms {self.segment_ms} must be positive")
-        if self.flush_interval_messages <= 0:
-            raise ValueError(f"flush_interval_messages {self.flush_interval_messages} must be positive")
+        if self.flush_interval_messages < 0:
+            raise ValueError(f"flush_interval_messages {self.flush_interval_messages} must not be negative")
         if self.flush_interval_ms is not None and self.flush_interval_ms < 0:
             raise ValueError(f"flush_interval_ms {self.flush_interval_ms} must not be negative")
         if self.index_interval_bytes < 0:
@@ -141,10 +170,31 @@ class LogConfig:
             raise ValueError(f"min_cleanable_dirty_ratio {self.min_cleanable_dirty_ratio} must be between 0 and 1")
         if self.min_compaction_lag_ms < 0 or self.delete_retention_ms < 0:
             raise ValueError("min_compaction_lag_ms and delete_retention_ms must not be negative")
+        if self.max_compaction_lag_ms < 1:
+            raise ValueError(f"max_compaction_lag_ms {self.max_compaction_lag_ms} must be at least 1")
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise ValueError(
+                f"conflict topic config setting min.compaction.lag.ms ({self.min_compaction_lag_ms}) > "
+                f"max.compaction.lag.ms ({self.max_compaction_lag_ms})"
+            )
+        if self.message_timestamp_type not in TIMESTAMP_TYPES:
+            raise ValueError(f"message_timestamp_type {self.message_timestamp_type!r} must be one of {TIMESTAMP_TYPES}")
+        if self.message_timestamp_difference_max_ms < 0:
+            raise ValueError("message_timestamp_difference_max_ms must not be negative")
+        if self.segment_index_bytes < 0 or self.segment_jitter_ms < 0:
+            raise ValueError("segment_index_bytes and segment_jitter_ms must not be negative")
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise ValueError(f"compression_type {self.compression_type!r} must be one of {COMPRESSION_TYPES}")
 
     @property
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def max_segment_ms(self) -> int:
+        """How old the active segment may get before it rolls: segment.ms, or max.compaction.lag.ms
+        when that is shorter on a compacted log (Kafka's ``maxSegmentMs``, KIP-354)."""
+        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
 
 
 class AppendInfo(NamedTuple):
@@ -157,6 +207,8 @@ class AppendInfo(NamedTuple):
     #: an idempotent producer's retry of a batch already in the log: nothing was written, the
     #: offsets are the original batch's
     duplicate: bool = False
+    #: the time the leader stamped on the batches of a LogAppendTime topic (-1: CreateTime)
+    log_append_time: int = -1
 
 
 class FetchData(NamedTuple):
@@ -271,6 +323,7 @@ class Log:
         self.topic = topic
         self.partition = partition
         self._config = config
+        self._roll_jitter_ms = self._draw_roll_jitter()
         self._fs = fs
         self._clock = clock
         self._segments = segments
@@ -602,15 +655,28 @@ class Log:
         when the write failed (the log is as before the call) or the log is offline.
         """
         summaries = self._validate(records)
-        if self._config.compact:
+        cfg = self._config
+        if cfg.compact:
             _refuse_null_keys(records, summaries, f"{self.topic}-{self.partition}")
+        now_ms = self._clock.time_ms()
+        if cfg.message_timestamp_type == CREATE_TIME:
+            check_timestamps(records, summaries, now_ms, cfg.message_timestamp_difference_max_ms)
         duplicate = self.producer_state.check(h for _, h in summaries)
         if duplicate is not None:
             b = duplicate.batch
             return AppendInfo(
                 b.first_offset, b.last_offset, b.max_timestamp, b.last_offset, 0, self._log_start_offset, True
             )
+        codec = target_codec(cfg.compression_type)
+        if codec is not None and (recompressed := recompress(records, summaries, codec)) is not None:
+            records = recompressed
+            summaries = self._validate(records)
         buf = bytearray(records)  # the one copy: offsets are rewritten in it, then it is written
+        log_append_time = -1
+        if cfg.message_timestamp_type == LOG_APPEND_TIME:
+            log_append_time = now_ms
+            stamp_log_append_time(buf, summaries, now_ms)
+            summaries = [s._replace(header=s.header._replace(max_timestamp=now_ms)) for s in summaries]
         first_offset = offset = self._next_offset
         max_timestamp = -1
         offset_of_max_timestamp = -1
@@ -632,6 +698,7 @@ class Log:
             offset_of_max_timestamp,
             offset - first_offset,
             self._log_start_offset,
+            log_append_time=log_append_time,
         )
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
@@ -775,13 +842,27 @@ class Log:
         cfg = self._config
         if seg.size + append_bytes > cfg.segment_bytes:
             reason = f"size {seg.size} + {append_bytes} > segment.bytes {cfg.segment_bytes}"
-        elif seg.rolling_base_ms is not None and now_ms - seg.rolling_base_ms > cfg.segment_ms:
-            reason = f"segment.ms {cfg.segment_ms} passed"
+        elif seg.rolling_base_ms is not None and now_ms - seg.rolling_base_ms > self._roll_after_ms():
+            reason = (
+                f"segment.ms {cfg.segment_ms} (less segment.jitter.ms {self._roll_jitter_ms}, or "
+                f"max.compaction.lag.ms {cfg.max_compaction_lag_ms}) passed"
+            )
+        elif len(seg.index) >= cfg.segment_index_bytes // 8 or len(seg.time_index) >= cfg.segment_index_bytes // 12:
+            reason = f"its index is full (segment.index.bytes {cfg.segment_index_bytes})"
         elif last_offset - seg.base_offset > INT32_MAX:
             reason = "relative offsets would overflow"
         else:
             return seg
         return self.roll(reason)
+
+    def _draw_roll_jitter(self) -> int:
+        """Kafka's ``rollJitterMs``: drawn for each active segment, below min(segment.jitter.ms, segment.ms)."""
+        jitter = min(self._config.segment_jitter_ms, self._config.segment_ms)
+        return random.randrange(jitter) if jitter > 0 else 0
+
+    def _roll_after_ms(self) -> int:
+        """How long the active segment stays active: segment.ms (or max.compaction.lag.ms) less its jitter."""
+        return self._config.max_segment_ms - self._roll_jitter_ms
 
     def roll_if_idle(self) -> bool:
         """Roll the active segment when segment.ms has passed since its first append even though
@@ -790,9 +871,9 @@ class Log:
         if self._offline or not seg.size or seg.rolling_base_ms is None:
             return False
         now = self._clock.time_ms()
-        if now - seg.rolling_base_ms <= self._config.segment_ms:
+        if now - seg.rolling_base_ms <= self._roll_after_ms():
             return False
-        self.roll(f"segment.ms {self._config.segment_ms} passed without appends")
+        self.roll(f"segment.ms {self._config.segment_ms} (or max.compaction.lag.ms) passed without appends")
         return True
 
     def roll(self, reason: str = "requested") -> Segment:
@@ -809,6 +890,7 @@ class Log:
             raise _storage_error(f"{self._ident} cannot roll a new segment", e) from e
         self._segments.append(new)
         self._base_offsets.append(new.base_offset)
+        self._roll_jitter_ms = self._draw_roll_jitter()
         self._dir_unsynced = True
         log.info("%s rolled new segment at offset %d (%s)", self._ident, new.base_offset, reason)
         self.take_producer_snapshot()

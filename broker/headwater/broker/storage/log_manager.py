@@ -45,6 +45,7 @@ from headwater.broker.storage.cleaner import (
     CleanStats,
     cleanable_section,
     dirty_ratio,
+    max_compaction_delay,
 )
 from headwater.broker.storage.clock import Clock, SystemClock
 from headwater.broker.storage.fs import FileSystem, OsFileSystem, read_file, write_file_atomically
@@ -333,7 +334,8 @@ class LogManager:
             self.expire_producers()
 
     def _next_cleaning(self) -> tuple[TopicPartition, float, Cleaning] | None:
-        """The compacted log with the highest dirty ratio at or above its min.cleanable.dirty.ratio."""
+        """The compacted log with the highest dirty ratio among those at or above their
+        min.cleanable.dirty.ratio or with a dirty segment older than max.compaction.lag.ms."""
         now_ms = self.clock.time_ms()
         best: tuple[float, TopicPartition, Log, int, int | None] | None = None
         for tp, lg in list(self._logs.items()):
@@ -352,7 +354,10 @@ class LogManager:
                 segments, first_dirty, lg.log_start_offset, cfg.min_compaction_lag_ms, now_ms, hw
             )
             ratio, dirty = dirty_ratio(segments, start, end)
-            if dirty > 0 and ratio >= cfg.min_cleanable_dirty_ratio and (best is None or ratio > best[0]):
+            due = ratio >= cfg.min_cleanable_dirty_ratio or (
+                max_compaction_delay(segments, first_dirty, cfg.max_compaction_lag_ms, now_ms) > 0
+            )
+            if dirty > 0 and due and (best is None or ratio > best[0]):
                 best = (ratio, tp, lg, start, hw)
         if best is None:
             return None

@@ -41,6 +41,10 @@ _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _OFFSET_LENGTH_EPOCH_MAGIC = struct.Struct(">qiib")
 _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
+_ATTRIBUTES = struct.Struct(">h")
+_MAX_TIMESTAMP = struct.Struct(">q")
+_CRC = struct.Struct(">I")
+MAX_TIMESTAMP_OFFSET = 35
 
 CODEC_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
@@ -87,6 +91,15 @@ class BatchHeader(NamedTuple):
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_BIT)
 
+    @property
+    def is_log_append_time(self) -> bool:
+        """Timestamp type LogAppendTime (bit 3): every record's timestamp is max_timestamp."""
+        return bool(self.attributes & TIMESTAMP_TYPE_BIT)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the 61-byte header at ``pos``. Raises KafkaError(CORRUPT_MESSAGE) if short or not magic 2."""
@@ -129,6 +142,18 @@ def rewrite_offset_and_epoch(buf: bytearray | memoryview, pos: int, base_offset:
     """Set base_offset and partition_leader_epoch in place (outside the CRC: no recomputation)."""
     _BASE_OFFSET.pack_into(buf, pos, base_offset)
     _LEADER_EPOCH.pack_into(buf, pos + 12, leader_epoch)
+
+
+def set_log_append_time(buf: bytearray | memoryview, pos: int, append_time_ms: int) -> None:
+    """Stamp the batch at ``pos`` as Kafka's leader does for a LogAppendTime topic: set the
+    timestamp-type bit (3) of the attributes, set max_timestamp to ``append_time_ms`` (every
+    record of the batch then reads as that time) and recompute the CRC, which covers both fields.
+    base_timestamp and the records' deltas are left as the producer wrote them."""
+    (attributes,) = _ATTRIBUTES.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+    _ATTRIBUTES.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_BIT)
+    _MAX_TIMESTAMP.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, append_time_ms)
+    (length,) = struct.unpack_from(">i", buf, pos + 8)
+    _CRC.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, LOG_OVERHEAD + length))
 
 
 class BatchSummary(NamedTuple):
