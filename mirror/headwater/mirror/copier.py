@@ -33,6 +33,7 @@ from headwater.client.partitioner import murmur2, to_positive
 from headwater.client.raw import as_plain_batch, produce_raw
 from headwater.mirror.config import HEARTBEATS_TOPIC, MirrorConfig
 from headwater.mirror.copies import ScanBudget, TargetCopies, scan_target, skip_copied
+from headwater.mirror.fetch_ahead import FetchAhead
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan
 from headwater.protocol.errors import DecodeError, ErrorCode, KafkaError
@@ -197,6 +198,7 @@ class Copier:
         backoff = 0.1
         failures = 0
         name = self.flow.flow.name
+        ahead: FetchAhead | None = None
         try:
             while not self.stop.is_set():
                 if self.next_offset < 0:  # nothing committed: where auto.offset.reset points
@@ -204,24 +206,34 @@ class Copier:
                 try:
                     if self.resume_scan:
                         await self._resume_scan()
-                    part = await self.flow.fetcher.fetch(tp, self.next_offset)
+                    if ahead is not None and ahead.taken_to != self.next_offset:  # moved by someone else
+                        await _dropped(ahead)
+                        ahead = None
+                    if ahead is None:  # (again) from the acknowledged offset
+                        ahead = FetchAhead(self.flow.fetcher.fetch, tp, self.next_offset, self.max_buffered_bytes())
+                        ahead.start()
+                    parts = await ahead.next(self.config.fetch_max_bytes)
                     unit.progress()
                     self.metrics.lag.labels(name, topic, str(partition)).set(
-                        max(part.high_watermark - self.next_offset, 0)
+                        max(parts[-1].high_watermark - self.next_offset, 0)
                     )
                     failures, backoff = 0, 0.1
-                    if not part.batches:
+                    batches = [hb for part in parts for hb in part.batches]
+                    if not batches:
                         continue
-                    data = [(h, b) for h, b in part.batches if not h.is_control]
+                    data = [(h, b) for h, b in batches if not h.is_control]
                     if data and self.copies is not None:
                         data = self._skip_previous_copies(data)
                     if data:
                         await self._wait_for_lease()
                         await self._deliver(data)
                         unit.progress()
-                    self.next_offset = max(self.next_offset, part.batches[-1][0].next_offset)
+                    self.next_offset = ahead.taken_to = max(self.next_offset, batches[-1][0].next_offset)
+                    ahead.release(sum(len(b) for _, b in batches))
                 except OffsetOutOfRangeError:
                     # never a silent reset: a gap below the log start is reported, or stops this partition
+                    await _dropped(ahead)
+                    ahead = None
                     old = self.next_offset
                     if self.flow.gaps is not None:  # always, in Mirror.run
                         self.next_offset = await self.flow.gaps.out_of_range(topic, partition, old)
@@ -231,6 +243,8 @@ class Copier:
                 except (KafkaConnectionError, KafkaTimeoutError, KafkaError, UnknownTopicError) as e:
                     # A leader moving, a broker restarting: retried here a few times; then the
                     # supervisor takes over (ERROR, counted, unhealthy while it backs off).
+                    await _dropped(ahead)
+                    ahead = None
                     failures += 1
                     if failures > _RETRIES_BEFORE_FAILING:
                         raise
@@ -243,7 +257,13 @@ class Copier:
         except _Stopped:
             pass
         finally:
+            await _dropped(ahead)
             self._drop_copies()
+
+    def max_buffered_bytes(self) -> int:
+        """``fetch.max.buffered.bytes``; unset: twice ``fetch.max.bytes`` (see :mod:`headwater.mirror.fetch_ahead`)."""
+        configured = self.config.fetch_max_buffered_bytes
+        return 2 * self.config.fetch_max_bytes if configured is None else configured
 
     async def _resume_scan(self) -> None:
         """What did the previous owner copy past the committed offset before it stopped? (Held
@@ -501,6 +521,12 @@ class Copier:
         except TimeoutError:
             return
         raise _Stopped
+
+
+async def _dropped(ahead: FetchAhead | None) -> None:
+    """Stop fetching ahead (what it holds is fetched again from the acknowledged offset)."""
+    if ahead is not None:
+        await ahead.close()
 
 
 class _Stopped(Exception):

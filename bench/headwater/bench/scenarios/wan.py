@@ -37,11 +37,13 @@ PARTITIONS = 3
 DELAYS_MS = (0, 20, 40, 80)  # one way
 QUICK_DELAYS_MS = (0, 40)
 MIB = 1 << 20
-#: (label, mirror settings): the defaults, larger fetches, more fetch rounds in flight per broker
+#: (label, mirror settings): the defaults (8 MiB fetches, fetching ahead), without fetching ahead
+#: (each fetch waits for the previous one's acknowledgement, as before issue 22's item 2), and the
+#: old 1 MiB fetches with fetching ahead
 SETTINGS: tuple[tuple[str, dict[str, str]], ...] = (
-    ("defaults (fetch.max.bytes 1 MiB, fetch.max.in.flight 1)", {}),
-    ("fetch.max.bytes 8 MiB", {"fetch.max.bytes": str(8 * MIB)}),
-    ("fetch.max.in.flight 4", {"fetch.max.in.flight": "4"}),
+    ("defaults (fetch.max.bytes 8 MiB, fetch.max.buffered.bytes 16 MiB)", {}),
+    ("fetch.max.buffered.bytes 0 (no fetching ahead)", {"fetch.max.buffered.bytes": "0"}),
+    ("fetch.max.bytes 1 MiB (fetching ahead)", {"fetch.max.bytes": str(MIB)}),
 )
 QUICK_SETTINGS = SETTINGS[:1]
 GOAL_DELAY_MS = 40  # 80 ms round trip

@@ -1,0 +1,168 @@
+"""Fetching ahead (issue 22, mirror/headwater/mirror/fetch_ahead.py): a partition's next fetch goes
+out while the previous batches are still being produced, within ``fetch.max.buffered.bytes``, in
+offset order, and a failed fetch reaches the copier only behind the parts fetched before it
+(unit tests: the real FetchAhead and, last, the real Mirror and Copier on fakes)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import headwater.mirror.copier as copier_module
+from headwater.client.errors import OffsetOutOfRangeError
+from headwater.client.raw import RawPartition
+from headwater.mirror.fetch_ahead import FetchAhead
+from headwater.mirror.mirror import FlowState
+from headwater.mirror.plan import TopicPlan
+from headwater.protocol.records.header import read_header
+from headwater.protocol.records.record import RecordInput, encode_batch
+from tests.mirror.fakes import FakeFetcher, FakeGroup, fake_mirror, wait_until
+
+TP = ("orders", 0)
+RECORDS_PER_BATCH = 10
+
+
+def _part(offset: int, batches: int = 1) -> RawPartition:
+    """``batches`` batches of RECORDS_PER_BATCH records from ``offset``."""
+    out = []
+    for i in range(batches):
+        base = offset + i * RECORDS_PER_BATCH
+        b = encode_batch(
+            [RecordInput(None, f"v{base + j:06d}".encode(), 1_700_000_000_000) for j in range(RECORDS_PER_BATCH)],
+            base_offset=base,
+        )
+        out.append((read_header(b), memoryview(b)))
+    return RawPartition(out, 10_000, 0)
+
+
+def test_the_next_fetch_goes_out_while_the_previous_part_is_held_and_stops_at_the_bound() -> None:
+    async def main() -> None:
+        calls: list[int] = []
+
+        async def fetch(tp: tuple[str, int], offset: int) -> RawPartition:
+            calls.append(offset)
+            return _part(offset)
+
+        size = sum(len(b) for _, b in _part(0).batches)
+        ahead = FetchAhead(fetch, TP, 0, max_buffered_bytes=3 * size)
+        ahead.start()
+        first = await ahead.next(max_bytes=size)
+        assert [h.base_offset for p in first for h, _ in p.batches] == [0]
+        # the first part is held (being produced, not acknowledged): the fetches after it went out
+        # anyway, each at the offset the previous one ended at, until 3 parts are held
+        await wait_until(lambda: len(calls) == 3, "three fetches")
+        await asyncio.sleep(0.1)
+        assert calls == [0, 10, 20], "no fourth fetch while three parts' bytes are held"
+        assert ahead.buffered == 3 * size
+        # parts behind one another are taken together, within the produce size given
+        taken = await ahead.next(max_bytes=2 * size)
+        assert [h.base_offset for p in taken for h, _ in p.batches] == [10, 20]
+        ahead.release(size)  # the first part acknowledged: room for one more fetch
+        await wait_until(lambda: len(calls) == 4, "the fourth fetch")
+        assert calls[-1] == 30
+        await ahead.close()
+
+    asyncio.run(main())
+
+
+def test_zero_buffered_bytes_fetches_only_after_the_previous_part_was_acknowledged() -> None:
+    async def main() -> None:
+        calls: list[int] = []
+
+        async def fetch(tp: tuple[str, int], offset: int) -> RawPartition:
+            calls.append(offset)
+            return _part(offset)
+
+        ahead = FetchAhead(fetch, TP, 0, max_buffered_bytes=0)
+        ahead.start()
+        part = await ahead.next(max_bytes=1 << 20)
+        await asyncio.sleep(0.1)
+        assert calls == [0]
+        ahead.release(sum(len(b) for p in part for _, b in p.batches))
+        await wait_until(lambda: calls == [0, 10], "the second fetch after the acknowledgement")
+        await ahead.close()
+
+    asyncio.run(main())
+
+
+def test_a_failed_fetch_is_raised_only_behind_the_parts_fetched_before_it() -> None:
+    async def main() -> None:
+        async def fetch(tp: tuple[str, int], offset: int) -> RawPartition:
+            if offset >= 20:
+                raise OffsetOutOfRangeError(tp[0], tp[1], offset)
+            return _part(offset)
+
+        ahead = FetchAhead(fetch, TP, 0, max_buffered_bytes=1 << 20)
+        ahead.start()
+        got = []
+        try:
+            while True:
+                for p in await ahead.next(max_bytes=1):  # one part at a time
+                    got.extend(h.base_offset for h, _ in p.batches)
+        except OffsetOutOfRangeError as e:
+            assert e.offset == 20
+        assert got == [0, 10]
+        await ahead.close()
+
+    asyncio.run(main())
+
+
+def test_a_copier_produces_in_source_order_and_acknowledges_only_what_the_target_took(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real Copier with a slow target: fetches run ahead of the produce, every batch is
+    produced once, in offset order, and the acknowledged offset never passes what was produced."""
+    produced: list[int] = []
+    #: (offset fetched, the copier's acknowledged offset at that moment)
+    fetched: list[tuple[int, int]] = []
+    flows: list[FlowState] = []
+    end = 200
+
+    async def answer(tp: tuple[str, int], offset: int) -> RawPartition:
+        fetched.append((offset, flows[0].copiers[TP].next_offset))
+        if offset >= end:
+            return await FakeFetcher.idle(tp, offset)
+        return _part(offset, batches=2)
+
+    async def produce_raw(cluster: object, topic: str, partition: int, records: bytes, **kwargs: object) -> int:
+        await asyncio.sleep(0.05)  # the destination's acknowledgement takes a while
+        view = memoryview(records)
+        pos = 0
+        while pos < len(view):
+            h = read_header(view, pos)
+            produced.extend(range(h.base_offset, h.next_offset))
+            pos += h.size
+        c = flows[0].copiers[TP]
+        assert c.next_offset <= h.base_offset, "acknowledged before the target took it"
+        return len(produced)
+
+    class Target:
+        async def refresh(self, topics: list[str]) -> None:
+            pass
+
+        async def close(self) -> None:
+            pass
+
+    async def plan(f: FlowState, topic: str, n: int) -> TopicPlan:
+        return TopicPlan(topic, n, n)
+
+    monkeypatch.setattr(copier_module, "produce_raw", produce_raw)
+
+    async def main() -> None:
+        group = FakeGroup("m1", {"orders": 1})
+        group.offsets[TP] = 0
+        m, f = fake_mirror(group, FakeFetcher(answer), **{"fetch.max.bytes": "2048"})
+        flows.append(f)
+        m.target = Target()  # type: ignore[assignment]
+        m._plan_topic = plan  # type: ignore[method-assign]
+        await m._rebalance(f)
+        c = f.copiers[TP]
+        await wait_until(lambda: c.next_offset == end, "everything acknowledged")
+        await m._shutdown()
+        assert produced == list(range(end)), "every record once, in source order"
+        assert group.offsets[TP] == end, "the commit is the acknowledged offset"
+
+    asyncio.run(main())
+    ahead = [offset - acked for offset, acked in fetched if offset < end]
+    assert max(ahead) >= 2 * 2 * RECORDS_PER_BATCH, "fetches went out before the previous batches were acknowledged"
