@@ -6,16 +6,17 @@ offset order, and a failed fetch reaches the copier only behind the parts fetche
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 
 import headwater.mirror.copier as copier_module
 from headwater.client.errors import OffsetOutOfRangeError
 from headwater.client.raw import RawPartition
-from headwater.mirror.fetch_ahead import FetchAhead
+from headwater.mirror.fetch_ahead import FetchAhead, part_bytes
 from headwater.mirror.mirror import FlowState
 from headwater.mirror.plan import TopicPlan
-from headwater.protocol.records.header import read_header
+from headwater.protocol.records.header import BatchHeader, read_header
 from headwater.protocol.records.record import RecordInput, encode_batch
 from tests.mirror.fakes import FakeFetcher, FakeGroup, fake_mirror, wait_until
 
@@ -104,6 +105,92 @@ def test_a_failed_fetch_is_raised_only_behind_the_parts_fetched_before_it() -> N
             assert e.offset == 20
         assert got == [0, 10]
         await ahead.close()
+
+    asyncio.run(main())
+
+
+class _Log:
+    """A source partition in memory: batches of varying record counts, served like a broker
+    (from the batch holding the offset, whole batches up to ``max_bytes``), after ``rtt`` seconds."""
+
+    def __init__(self, records: int, seed: int, rtt: float = 0.01, max_bytes: int = 2000) -> None:
+        rng = random.Random(seed)
+        self.batches: list[tuple[BatchHeader, memoryview]] = []
+        offset = 0
+        while offset < records:
+            n = min(rng.randint(3, 15), records - offset)
+            b = encode_batch(
+                [RecordInput(None, f"v{offset + j:06d}".encode(), 0) for j in range(n)], base_offset=offset
+            )
+            self.batches.append((read_header(b), memoryview(b)))
+            offset += n
+        self.end = offset
+        self.rtt = rtt
+        self.max_bytes = max_bytes
+        self.on_the_wire = 0
+        self.most_on_the_wire = 0
+        self.asked: list[int] = []
+
+    async def fetch(self, tp: tuple[str, int], offset: int) -> RawPartition:
+        self.asked.append(offset)
+        self.on_the_wire += 1
+        self.most_on_the_wire = max(self.most_on_the_wire, self.on_the_wire)
+        try:
+            await asyncio.sleep(self.rtt)
+        finally:
+            self.on_the_wire -= 1
+        if offset > self.end:
+            raise OffsetOutOfRangeError(tp[0], tp[1], offset)
+        out, size = [], 0
+        for h, b in self.batches:
+            if h.next_offset <= offset:
+                continue
+            if out and size + len(b) > self.max_bytes:
+                break
+            out.append((h, b))
+            size += len(b)
+        return RawPartition(out, self.end, 0)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_speculative_fetches_overlap_on_the_wire_and_every_offset_is_handed_out_once_in_order(seed: int) -> None:
+    async def main() -> None:
+        source = _Log(3000, seed)
+        ahead = FetchAhead(source.fetch, TP, 0, 1 << 20, in_flight=3, fetch_max_bytes=source.max_bytes)
+        ahead.start()
+        offsets: list[int] = []
+        while len(offsets) < source.end:
+            for part in await ahead.next(max_bytes=1):
+                for h, _ in part.batches:
+                    offsets.extend(range(h.base_offset, h.next_offset))
+                ahead.release(part_bytes(part))
+        await ahead.close()
+        assert offsets == list(range(source.end)), "every offset once, in order"
+        assert source.most_on_the_wire == 3, "three fetches of the partition on the wire at once"
+        assert ahead.speculative_used > 0
+        # an exact fetch for every answer but the speculative ones used: round trips saved
+        exact = ahead.fetches - ahead.speculative_used - ahead.speculative_dropped
+        assert exact < len(source.asked) * 0.75
+
+    asyncio.run(main())
+
+
+def test_a_speculative_fetch_past_the_log_end_is_never_reported() -> None:
+    async def main() -> None:
+        source = _Log(300, seed=4, rtt=0.005)
+        ahead = FetchAhead(source.fetch, TP, 0, 1 << 20, in_flight=2, fetch_max_bytes=source.max_bytes)
+        ahead._span = 10_000  # a wildly wrong estimate: every guess is past the log end
+        ahead._high_watermark = 10**9
+        ahead.start()
+        offsets: list[int] = []
+        while len(offsets) < source.end:
+            for part in await ahead.next(max_bytes=1 << 20):
+                for h, _ in part.batches:
+                    offsets.extend(range(h.base_offset, h.next_offset))
+                ahead.release(part_bytes(part))
+        await ahead.close()
+        assert offsets == list(range(source.end))
+        assert any(offset > source.end for offset in source.asked), "the guess went past the log end"
 
     asyncio.run(main())
 

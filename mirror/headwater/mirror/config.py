@@ -20,7 +20,8 @@ a :class:`MirrorConfigError` whose message is one line naming the property.
 Headwater's own settings: ``replication.factor`` (of destination topics; default: the smaller of 3
 and the destination's live brokers), ``offset.commit.interval.ms`` (5000), ``auto.offset.reset``
 (``earliest``), ``fetch.max.bytes`` per partition (8 MiB: a cross-DC flow moves at most this per round trip of its link), ``fetch.max.wait.ms`` (500), ``fetch.max.in.flight``
-(Fetch requests outstanding per source broker, 1), ``fetch.max.buffered.bytes`` (per partition: the
+(fetches in flight per partition and Fetch rounds per source broker, 2; see
+:mod:`headwater.mirror.fetch_ahead`), ``fetch.max.buffered.bytes`` (per partition: the
 next fetch goes out while less than this is fetched and not yet acknowledged by the target; default
 twice ``fetch.max.bytes``, 0: no fetching ahead; see :mod:`headwater.mirror.fetch_ahead`), ``resume.scan.max.bytes`` (64 MiB) and
 ``resume.scan.total.max.bytes`` (256 MiB: how much of the target a new owner's resume scan reads
@@ -127,7 +128,7 @@ class MirrorConfig:
     auto_offset_reset: str = "earliest"
     fetch_max_bytes: int = 8 * 1024 * 1024
     fetch_max_wait_ms: int = 500
-    fetch_max_in_flight: int = 1
+    fetch_max_in_flight: int = 2
     fetch_max_buffered_bytes: int | None = None  # per partition; None: twice fetch_max_bytes
     resume_scan_max_bytes: int = 64 * 1024 * 1024
     resume_scan_total_max_bytes: int = 256 * 1024 * 1024
@@ -283,7 +284,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         auto_offset_reset=aliases_reset[reset],
         fetch_max_bytes=_int(props, "fetch.max.bytes", 8 * 1024 * 1024, minimum=1024) or 8 * 1024 * 1024,
         fetch_max_wait_ms=_int(props, "fetch.max.wait.ms", 500) or 0,
-        fetch_max_in_flight=_int(props, "fetch.max.in.flight", 1, minimum=1) or 1,
+        fetch_max_in_flight=_int(props, "fetch.max.in.flight", 2, minimum=1) or 2,
         fetch_max_buffered_bytes=_int(props, "fetch.max.buffered.bytes", None, minimum=0),
         resume_scan_max_bytes=_int(props, "resume.scan.max.bytes", 64 * 1024 * 1024, minimum=0) or 0,
         resume_scan_total_max_bytes=_int(props, "resume.scan.total.max.bytes", 256 * 1024 * 1024, minimum=0) or 0,

@@ -210,7 +210,14 @@ class Copier:
                         await _dropped(ahead)
                         ahead = None
                     if ahead is None:  # (again) from the acknowledged offset
-                        ahead = FetchAhead(self.flow.fetcher.fetch, tp, self.next_offset, self.max_buffered_bytes())
+                        ahead = FetchAhead(
+                            self.flow.fetcher.fetch,
+                            tp,
+                            self.next_offset,
+                            self.max_buffered_bytes(),
+                            in_flight=self.config.fetch_max_in_flight,
+                            fetch_max_bytes=self.config.fetch_max_bytes,
+                        )
                         ahead.start()
                     parts = await ahead.next(self.config.fetch_max_bytes)
                     unit.progress()

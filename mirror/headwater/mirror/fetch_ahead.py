@@ -9,22 +9,36 @@ flow's :class:`~headwater.mirror.fetcher.SourceFetcher` for the partition at the
 after the last batch it fetched, and queues what comes back, in order; the copier takes from the
 queue, produces, and only once the destination acknowledged a part does it :meth:`release` its
 bytes. The next fetch goes out while the partition holds less than ``fetch.max.buffered.bytes``
-(fetched and not yet acknowledged), so at most about ``fetch.max.buffered.bytes +
-fetch.max.bytes`` of a partition's batches are in memory (the default, twice ``fetch.max.bytes``,
-is one part being produced, one waiting and one on the wire).
+(fetched and not yet acknowledged).
+
+Several fetches in flight per partition. The offset a fetch must start at is known only when the
+previous answer arrived (it ends at a batch boundary). So while the source has more than the
+fetches on the wire cover (its high watermark, from the last answer), up to ``fetch.max.in.flight``
+fetches of a partition are on the wire at once: the first at the exact offset, each further one
+*speculatively* :data:`SPECULATION_SHARE` of the last full fetch's offset span after the one before.
+Answers are used in order. A speculative answer is used only from the exact offset the previous
+answer ended at -- the batches before it (the overlap) are dropped; if it does not reach back to
+that offset (a gap: the guess went too far), or it failed, it and the fetches after it are thrown
+away and the next fetch is exact again. Speculation never decides which offsets are copied, only
+whether a round trip was saved. The flow's fetcher puts a partition's fetches into successive
+rounds of its source broker, so ``fetch.max.in.flight`` is also the number of rounds per broker.
+At most about ``fetch.max.buffered.bytes + fetch.max.in.flight * fetch.max.bytes`` of a partition's
+batches are in memory (the default buffered bound, twice ``fetch.max.bytes``, is one part being
+produced and one waiting).
 
 What does not change:
 
-- Order: one fetch per partition at a time, each at the offset the previous one ended at; the
-  queue hands parts out in that order, so the copier produces batches in source order.
+- Order: each answer is used only from the offset the previous one ended at; the queue hands
+  parts out in that order, so the copier produces batches in source order, each once.
 - Offsets and commits: the copier's acknowledged offset (``next_offset``, what is committed) still
   moves only past batches the destination acknowledged; what was fetched ahead and not produced
   is simply fetched again by whoever resumes (nothing lost, nothing skipped).
-- Errors: a failed fetch (offset out of range, a leader moving, the link cut) is queued behind the
-  parts fetched before it and the task stops; the copier meets the error only after it produced
+- Errors: a failed exact fetch (offset out of range, a leader moving, the link cut) is queued behind
+  the parts fetched before it and the task stops; the copier meets the error only after it produced
   those parts, i.e. with ``next_offset`` equal to the offset that failed -- exactly as when it
   fetched itself (the gap report of :mod:`headwater.mirror.gaps` names the same range). The copier
-  then drops this object and starts a new one from its acknowledged offset.
+  then drops this object and starts a new one from its acknowledged offset. A failed speculative
+  fetch is never reported: the exact fetch that replaces it meets the error if there is one.
 """
 
 from __future__ import annotations
@@ -33,6 +47,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from headwater.client.raw import RawPartition
 
@@ -47,14 +62,37 @@ def part_bytes(part: RawPartition) -> int:
     return sum(len(b) for _, b in part.batches)
 
 
+#: a speculative fetch starts this share of the previous full fetch's offsets after the one before
+#: it: a little overlap (dropped) is cheaper than a gap (the speculative answer is then thrown away)
+SPECULATION_SHARE = 0.8
+
+
+@dataclass
+class _InFlight:
+    start: int
+    speculative: bool
+    task: asyncio.Task[RawPartition]
+
+
 class FetchAhead:
     """One partition's fetches, sent ahead of the copier that produces them.
 
     Owned by one copier, used from the event loop only. ``max_buffered_bytes`` 0 turns fetching
     ahead off: the next fetch waits until everything fetched was released (acknowledged).
+    ``in_flight`` fetches at most on the wire at once (see the module docstring: the second and
+    later ones start at an estimated offset and are used only where they continue the first).
     """
 
-    def __init__(self, fetch: Fetch, tp: TopicPartition, offset: int, max_buffered_bytes: int) -> None:
+    def __init__(
+        self,
+        fetch: Fetch,
+        tp: TopicPartition,
+        offset: int,
+        max_buffered_bytes: int,
+        *,
+        in_flight: int = 1,
+        fetch_max_bytes: int = 0,
+    ) -> None:
         self._fetch = fetch
         self.tp = tp
         #: where the next fetch starts: right after the last batch fetched
@@ -62,13 +100,20 @@ class FetchAhead:
         #: where the parts taken so far end (the copier's acknowledged offset once it produced them)
         self.taken_to = offset
         self.max_buffered_bytes = max_buffered_bytes
+        self.in_flight = max(1, in_flight) if max_buffered_bytes > 0 else 1
+        self.fetch_max_bytes = fetch_max_bytes
         #: bytes fetched and not yet released (queued, or being produced by the copier)
         self.buffered = 0
         self._queue: deque[RawPartition | Exception] = deque()
         self._ready = asyncio.Event()
         self._room = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._wire: deque[_InFlight] = deque()
+        self._span = 0  # offsets a full fetch covered last time (0: none seen, no speculation)
+        self._high_watermark = -1
         self.fetches = 0  # sent, for tests and the curious
+        self.speculative_used = 0
+        self.speculative_dropped = 0
 
     def start(self) -> None:
         if self._task is None:
@@ -77,21 +122,74 @@ class FetchAhead:
     def _has_room(self) -> bool:
         return self.buffered == 0 or self.buffered < self.max_buffered_bytes
 
-    async def _run(self) -> None:
-        while True:
-            while not self._has_room():
-                self._room.clear()
-                await self._room.wait()
-            self.fetches += 1
-            try:
-                part = await self._fetch(self.tp, self.fetch_offset)
-            except Exception as e:  # handed to the copier, behind the parts fetched before it
-                self._put(e)
+    def _send(self, start: int, speculative: bool) -> None:
+        self.fetches += 1
+        self._wire.append(_InFlight(start, speculative, asyncio.ensure_future(self._fetch(self.tp, start))))
+
+    def _fill_the_wire(self) -> None:
+        """Send fetches while there is room: the first at the exact offset, then -- while the
+        source's high watermark says there is more than the fetches on the wire cover -- at
+        estimated offsets after it."""
+        while self._has_room() and len(self._wire) < self.in_flight:
+            if not self._wire:
+                self._send(self.fetch_offset, False)
+                continue
+            step = int(self._span * SPECULATION_SHARE)
+            start = self._wire[-1].start + step
+            if step <= 0 or start + self._span > self._high_watermark:
                 return
-            if part.batches:
-                self.fetch_offset = max(self.fetch_offset, part.batches[-1][0].next_offset)
-                self.buffered += part_bytes(part)
-            self._put(part)
+            self._send(start, True)
+
+    async def _drop_wire(self) -> None:
+        wire, self._wire = list(self._wire), deque()
+        for f in wire:
+            f.task.cancel()
+        await asyncio.gather(*(f.task for f in wire), return_exceptions=True)
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                self._fill_the_wire()
+                if not self._wire:
+                    self._room.clear()
+                    await self._room.wait()
+                    continue
+                head = self._wire[0]
+                try:
+                    part = await head.task
+                except Exception as e:
+                    self._wire.popleft()
+                    if head.speculative:  # a guess that failed (e.g. past the log end): ask exactly
+                        self.speculative_dropped += 1
+                        await self._drop_wire()
+                        continue
+                    await self._drop_wire()
+                    self._put(e)  # handed to the copier, behind the parts fetched before it
+                    return
+                self._wire.popleft()
+                if head.speculative:
+                    kept = [(h, b) for h, b in part.batches if h.base_offset >= self.fetch_offset]
+                    if not kept or kept[0][0].base_offset != self.fetch_offset:
+                        # a gap before it (the guess went too far) or nothing new: ask exactly
+                        self.speculative_dropped += 1
+                        await self._drop_wire()
+                        continue
+                    self.speculative_used += 1
+                    part = RawPartition(kept, part.high_watermark, part.log_start_offset)
+                self._accept(part)
+        finally:
+            await self._drop_wire()
+
+    def _accept(self, part: RawPartition) -> None:
+        self._high_watermark = part.high_watermark
+        if part.batches:
+            end = part.batches[-1][0].next_offset
+            size = part_bytes(part)
+            if self.fetch_max_bytes and size * 2 >= self.fetch_max_bytes:  # a full fetch: its span
+                self._span = end - part.batches[0][0].base_offset
+            self.fetch_offset = max(self.fetch_offset, end)
+            self.buffered += size
+        self._put(part)
 
     def _put(self, item: RawPartition | Exception) -> None:
         last = self._queue[-1] if self._queue else None
