@@ -19,11 +19,11 @@ a :class:`MirrorConfigError` whose message is one line naming the property.
 
 Headwater's own settings: ``replication.factor`` (of destination topics; default: the smaller of 3
 and the destination's live brokers), ``offset.commit.interval.ms`` (5000), ``auto.offset.reset``
-(``earliest``), ``fetch.max.bytes`` per partition (8 MiB: a cross-DC flow moves at most this per round trip of its link), ``fetch.max.wait.ms`` (500), ``fetch.max.in.flight``
-(fetches in flight per partition and Fetch rounds per source broker, 2; see
-:mod:`headwater.mirror.fetch_ahead`), ``fetch.max.buffered.bytes`` (per partition: the
-next fetch goes out while less than this is fetched and not yet acknowledged by the target; default
-twice ``fetch.max.bytes``, 0: no fetching ahead; see :mod:`headwater.mirror.fetch_ahead`), ``resume.scan.max.bytes`` (64 MiB) and
+(``earliest``), ``fetch.max.bytes`` per partition (8 MiB), ``fetch.max.wait.ms`` (500),
+``fetch.max.in.flight`` (fetches of a partition on the wire, and Fetch rounds per source broker, 2),
+``fetch.max.buffered.bytes`` (per partition, fetched ahead and not yet acknowledged by the target;
+default twice ``fetch.max.bytes``, 0: no fetching ahead; all three: :mod:`headwater.mirror.fetch_ahead`),
+``resume.scan.max.bytes`` (64 MiB) and
 ``resume.scan.total.max.bytes`` (256 MiB: how much of the target a new owner's resume scan reads
 per partition and holds, summed, over all partitions; see :mod:`headwater.mirror.copies`),
 ``repartition`` (``auto``: decode only when partition counts differ; ``always``),
