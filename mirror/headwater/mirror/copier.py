@@ -2,7 +2,8 @@
 
 ::
 
-    fetch (raw) from the source leader at the next offset
+    fetch (raw) from the source leader, ahead of the produce (fetch_ahead.py: the next fetches are
+    on the wire while these batches are produced; parts taken in offset order)
       -> fast path: the complete batches as they are (control batches dropped, producer state of
          idempotent batches reset), produced raw with acks=all to the SAME partition number
       -> re-partitioning path (partition counts differ, or a test fault is set): records decoded

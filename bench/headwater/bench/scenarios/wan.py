@@ -41,7 +41,9 @@ MIB = 1 << 20
 #: (label, mirror settings): the defaults (8 MiB fetches, fetching ahead with two fetches per
 #: partition on the wire); 8 MiB fetches without fetching ahead (each fetch waits for the previous
 #: one's acknowledgement, one at a time, as before issue 22's item 2); the consumer's 1 MiB
-#: fetches with fetching ahead; and the mirror's defaults before issue 22's item 2
+#: fetches with fetching ahead, with two fetches per partition on the wire and with one (where the
+#: link's in-flight bound does not limit, so each mechanism shows); and the mirror's defaults before
+#: issue 22's item 2
 SETTINGS: tuple[tuple[str, dict[str, str]], ...] = (
     ("defaults (fetch.max.bytes 8 MiB, fetch.max.in.flight 2, fetch.max.buffered.bytes 16 MiB)", {}),
     (
@@ -49,6 +51,10 @@ SETTINGS: tuple[tuple[str, dict[str, str]], ...] = (
         {"fetch.max.in.flight": "1", "fetch.max.buffered.bytes": "0"},
     ),
     ("fetch.max.bytes 1 MiB (fetching ahead, 2 in flight)", {"fetch.max.bytes": str(MIB)}),
+    (
+        "fetch.max.bytes 1 MiB, fetch.max.in.flight 1 (fetching ahead)",
+        {"fetch.max.bytes": str(MIB), "fetch.max.in.flight": "1"},
+    ),
     (
         "before: fetch.max.bytes 1 MiB, fetch.max.in.flight 1, no fetching ahead",
         {"fetch.max.bytes": str(MIB), "fetch.max.in.flight": "1", "fetch.max.buffered.bytes": "0"},
