@@ -408,7 +408,15 @@ class Copier:
         replicated), the batches that attempt did append (found in the target past
         ``target_end``) are dropped before the retry, so a lost answer does not turn into a
         duplicate; after a definite "not appended" (NOT_LEADER_FOR_PARTITION ...) the retry goes
-        out at once, without that scan. An error retrying cannot fix raises FatalError."""
+        out at once, without that scan. An error retrying cannot fix raises FatalError.
+
+        Order and retries with fetching ahead: whatever is fetched ahead waits in the copier's
+        :class:`~headwater.mirror.fetch_ahead.FetchAhead` queue; the next produce of this partition
+        leaves only once this one was acknowledged, and a retry resends exactly the batches not
+        yet found in the target, so a retriable error in the middle of a run of batches neither
+        reorders them (nothing later was sent) nor duplicates them (what the failed attempt
+        appended is skipped). The produce is deliberately not pipelined: see docs/mirror.md,
+        "Across a WAN link"."""
         backoff = 0.1
         attempt = 0
         while batches:
