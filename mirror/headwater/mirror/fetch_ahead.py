@@ -15,7 +15,7 @@ Several fetches in flight per partition. The offset a fetch must start at is kno
 previous answer arrived (it ends at a batch boundary). So while the source has more than the
 fetches on the wire cover (its high watermark, from the last answer), up to ``fetch.max.in.flight``
 fetches of a partition are on the wire at once: the first at the exact offset, each further one
-*speculatively* :data:`SPECULATION_SHARE` of the last full fetch's offset span after the one before.
+*speculatively* the last full fetch's offset span, less its largest batch, after the one before.
 Answers are used in order. A speculative answer is used only from the exact offset the previous
 answer ended at -- the batches before it (the overlap) are dropped; if it does not reach back to
 that offset (a gap: the guess went too far), or it failed, it and the fetches after it are thrown
@@ -62,11 +62,6 @@ def part_bytes(part: RawPartition) -> int:
     return sum(len(b) for _, b in part.batches)
 
 
-#: a speculative fetch starts this share of the previous full fetch's offsets after the one before
-#: it: a little overlap (dropped) is cheaper than a gap (the speculative answer is then thrown away)
-SPECULATION_SHARE = 0.8
-
-
 @dataclass
 class _InFlight:
     start: int
@@ -110,6 +105,7 @@ class FetchAhead:
         self._task: asyncio.Task[None] | None = None
         self._wire: deque[_InFlight] = deque()
         self._span = 0  # offsets a full fetch covered last time (0: none seen, no speculation)
+        self._largest_batch = 0  # offsets of the largest batch of that fetch
         self._high_watermark = -1
         self.fetches = 0  # sent, for tests and the curious
         self.speculative_used = 0
@@ -134,7 +130,10 @@ class FetchAhead:
             if not self._wire:
                 self._send(self.fetch_offset, False)
                 continue
-            step = int(self._span * SPECULATION_SHARE)
+            # the last full fetch's span less its largest batch: an overlap of about one batch
+            # (dropped) is cheaper than a gap (the whole answer thrown away); a fetch of a single
+            # batch gives nothing to guess with
+            step = self._span - self._largest_batch
             start = self._wire[-1].start + step
             if step <= 0 or start + self._span > self._high_watermark:
                 return
@@ -154,31 +153,39 @@ class FetchAhead:
                     self._room.clear()
                     await self._room.wait()
                     continue
-                head = self._wire[0]
-                try:
-                    part = await head.task
-                except Exception as e:
-                    self._wire.popleft()
-                    if head.speculative:  # a guess that failed (e.g. past the log end): ask exactly
-                        self.speculative_dropped += 1
-                        await self._drop_wire()
-                        continue
-                    await self._drop_wire()
-                    self._put(e)  # handed to the copier, behind the parts fetched before it
-                    return
-                self._wire.popleft()
-                if head.speculative:
-                    kept = [(h, b) for h, b in part.batches if h.base_offset >= self.fetch_offset]
-                    if not kept or kept[0][0].base_offset != self.fetch_offset:
-                        # a gap before it (the guess went too far) or nothing new: ask exactly
-                        self.speculative_dropped += 1
-                        await self._drop_wire()
-                        continue
-                    self.speculative_used += 1
-                    part = RawPartition(kept, part.high_watermark, part.log_start_offset)
-                self._accept(part)
+                await asyncio.wait([self._wire[0].task])
+                # every answer already in, in order, before the next fetches go out: a speculative
+                # start is then guessed from the newest known end, not from an older guess
+                while self._wire and self._wire[0].task.done():
+                    if not await self._take_head():
+                        return
         finally:
             await self._drop_wire()
+
+    async def _take_head(self) -> bool:
+        """Use (or drop) the answer at the head of the wire; False once a failed exact fetch was
+        handed to the copier (this object then fetches no more)."""
+        head = self._wire.popleft()
+        try:
+            part = head.task.result()
+        except Exception as e:
+            await self._drop_wire()
+            if head.speculative:  # a guess that failed (e.g. past the log end): ask exactly
+                self.speculative_dropped += 1
+                return True
+            self._put(e)  # handed to the copier, behind the parts fetched before it
+            return False
+        if head.speculative:
+            kept = [(h, b) for h, b in part.batches if h.base_offset >= self.fetch_offset]
+            if not kept or kept[0][0].base_offset != self.fetch_offset:
+                # a gap before it (the guess went too far) or nothing new: ask exactly
+                self.speculative_dropped += 1
+                await self._drop_wire()
+                return True
+            self.speculative_used += 1
+            part = RawPartition(kept, part.high_watermark, part.log_start_offset)
+        self._accept(part)
+        return True
 
     def _accept(self, part: RawPartition) -> None:
         self._high_watermark = part.high_watermark
@@ -187,6 +194,7 @@ class FetchAhead:
             size = part_bytes(part)
             if self.fetch_max_bytes and size * 2 >= self.fetch_max_bytes:  # a full fetch: its span
                 self._span = end - part.batches[0][0].base_offset
+                self._largest_batch = max(h.next_offset - h.base_offset for h, _ in part.batches)
             self.fetch_offset = max(self.fetch_offset, end)
             self.buffered += size
         self._put(part)
