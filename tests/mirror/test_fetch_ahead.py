@@ -48,16 +48,16 @@ def test_the_next_fetch_goes_out_while_the_previous_part_is_held_and_stops_at_th
         size = sum(len(b) for _, b in _part(0).batches)
         ahead = FetchAhead(fetch, TP, 0, max_buffered_bytes=3 * size)
         ahead.start()
-        first = await ahead.next(max_bytes=size)
-        assert [h.base_offset for p in first for h, _ in p.batches] == [0]
+        first = await ahead.next()
+        assert [h.base_offset for h, _ in first.batches] == [0]
         # the first part is held (being produced, not acknowledged): the fetches after it went out
         # anyway, each at the offset the previous one ended at, until 3 parts are held
         await wait_until(lambda: len(calls) == 3, "three fetches")
         await asyncio.sleep(0.1)
         assert calls == [0, 10, 20], "no fourth fetch while three parts' bytes are held"
         assert ahead.buffered == 3 * size
-        # parts behind one another are taken together, within the produce size given
-        taken = await ahead.next(max_bytes=2 * size)
+        # taken one at a time, in offset order
+        taken = [await ahead.next(), await ahead.next()]
         assert [h.base_offset for p in taken for h, _ in p.batches] == [10, 20]
         ahead.release(size)  # the first part acknowledged: room for one more fetch
         await wait_until(lambda: len(calls) == 4, "the fourth fetch")
@@ -77,10 +77,10 @@ def test_zero_buffered_bytes_fetches_only_after_the_previous_part_was_acknowledg
 
         ahead = FetchAhead(fetch, TP, 0, max_buffered_bytes=0)
         ahead.start()
-        part = await ahead.next(max_bytes=1 << 20)
+        part = await ahead.next()
         await asyncio.sleep(0.1)
         assert calls == [0]
-        ahead.release(sum(len(b) for p in part for _, b in p.batches))
+        ahead.release(part_bytes(part))
         await wait_until(lambda: calls == [0, 10], "the second fetch after the acknowledgement")
         await ahead.close()
 
@@ -99,8 +99,7 @@ def test_a_failed_fetch_is_raised_only_behind_the_parts_fetched_before_it() -> N
         got = []
         try:
             while True:
-                for p in await ahead.next(max_bytes=1):  # one part at a time
-                    got.extend(h.base_offset for h, _ in p.batches)
+                got.extend(h.base_offset for h, _ in (await ahead.next()).batches)
         except OffsetOutOfRangeError as e:
             assert e.offset == 20
         assert got == [0, 10]
@@ -160,10 +159,10 @@ def test_speculative_fetches_overlap_on_the_wire_and_every_offset_is_handed_out_
         ahead.start()
         offsets: list[int] = []
         while len(offsets) < source.end:
-            for part in await ahead.next(max_bytes=1):
-                for h, _ in part.batches:
-                    offsets.extend(range(h.base_offset, h.next_offset))
-                ahead.release(part_bytes(part))
+            part = await ahead.next()
+            for h, _ in part.batches:
+                offsets.extend(range(h.base_offset, h.next_offset))
+            ahead.release(part_bytes(part))
         await ahead.close()
         assert offsets == list(range(source.end)), "every offset once, in order"
         assert source.most_on_the_wire == 3, "three fetches of the partition on the wire at once"
@@ -184,10 +183,10 @@ def test_a_speculative_fetch_past_the_log_end_is_never_reported() -> None:
         ahead.start()
         offsets: list[int] = []
         while len(offsets) < source.end:
-            for part in await ahead.next(max_bytes=1 << 20):
-                for h, _ in part.batches:
-                    offsets.extend(range(h.base_offset, h.next_offset))
-                ahead.release(part_bytes(part))
+            part = await ahead.next()
+            for h, _ in part.batches:
+                offsets.extend(range(h.base_offset, h.next_offset))
+            ahead.release(part_bytes(part))
         await ahead.close()
         assert offsets == list(range(source.end))
         assert any(offset > source.end for offset in source.asked), "the guess went past the log end"

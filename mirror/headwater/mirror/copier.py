@@ -220,13 +220,13 @@ class Copier:
                             fetch_max_bytes=self.config.fetch_max_bytes,
                         )
                         ahead.start()
-                    parts = await ahead.next(self.config.fetch_max_bytes)
+                    part = await ahead.next()
                     unit.progress()
                     self.metrics.lag.labels(name, topic, str(partition)).set(
-                        max(parts[-1].high_watermark - self.next_offset, 0)
+                        max(part.high_watermark - self.next_offset, 0)
                     )
                     failures, backoff = 0, 0.1
-                    batches = [hb for part in parts for hb in part.batches]
+                    batches = part.batches
                     if not batches:
                         continue
                     data = [(h, b) for h, b in batches if not h.is_control]

@@ -207,29 +207,21 @@ class FetchAhead:
             self._queue.append(item)
         self._ready.set()
 
-    async def next(self, max_bytes: int) -> list[RawPartition]:
-        """The next queued parts, in fetch order: the first one, then those behind it while their
-        batches together stay within ``max_bytes`` (one produce request). Raises the error of a
-        failed fetch once every part fetched before it has been taken."""
+    async def next(self) -> RawPartition:
+        """The next fetched part, in fetch order. Raises the error of a failed fetch once every part
+        fetched before it has been taken.
+
+        One part at a time, never several joined into one produce: a part is what one source fetch
+        returned, which a broker reads from one log segment, so it fits the target topic's
+        ``segment.bytes`` (copied from the source) -- two joined need not, and the target refuses a
+        record set larger than a segment (RECORD_LIST_TOO_LARGE)."""
         while not self._queue:
             self._ready.clear()
             await self._ready.wait()
         first = self._queue.popleft()
         if isinstance(first, Exception):
             raise first
-        parts = [first]
-        total = part_bytes(first)
-        while self._queue:
-            following = self._queue[0]
-            if not isinstance(following, RawPartition):
-                break
-            size = part_bytes(following)
-            if total + size > max_bytes and size:
-                break
-            parts.append(following)
-            total += size
-            self._queue.popleft()
-        return parts
+        return first
 
     def release(self, nbytes: int) -> None:
         """``nbytes`` of what was taken are acknowledged by the destination (or dropped): room for
