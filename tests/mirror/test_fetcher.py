@@ -103,3 +103,41 @@ def test_fetch_max_in_flight_lets_a_second_round_go_out_while_the_first_waits(mo
         await f.close()
 
     asyncio.run(main())
+
+
+def test_fetches_of_one_partition_at_several_offsets_go_into_successive_rounds_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A copier fetching ahead has several fetches of its partition waiting (issue 22): a Fetch
+    carries a partition once, so each round takes the oldest, and each answer goes to its own
+    fetch; one cancelled before a round took it is never sent."""
+    requests: list[dict[TopicPartition, int]] = []
+    release = asyncio.Event()
+
+    async def fetch_from_node(
+        cluster: object, node: int, parts: dict[TopicPartition, int], **kwargs: object
+    ) -> dict[TopicPartition, RawPartition | KafkaError]:
+        requests.append(dict(parts))
+        await release.wait()
+        return {tp: RawPartition([], offset * 10, 0) for tp, offset in parts.items()}
+
+    monkeypatch.setattr(fetcher_module, "fetch_from_node", fetch_from_node)
+
+    async def main() -> None:
+        source = FakeSource({("t", 0): 1, ("t", 1): 1})
+        f = SourceFetcher(cast(Any, source), max_bytes=1 << 20, max_wait_ms=500, in_flight=2)
+        a = asyncio.ensure_future(f.fetch(("t", 0), 100))
+        b = asyncio.ensure_future(f.fetch(("t", 0), 200))
+        other = asyncio.ensure_future(f.fetch(("t", 1), 5))
+        c = asyncio.ensure_future(f.fetch(("t", 0), 300))
+        gone = asyncio.ensure_future(f.fetch(("t", 0), 400))
+        await asyncio.sleep(0.01)
+        assert requests == [{("t", 0): 100, ("t", 1): 5}, {("t", 0): 200}]
+        gone.cancel()
+        release.set()
+        answers = await asyncio.gather(a, b, c, other)
+        assert [p.high_watermark for p in answers] == [1000, 2000, 3000, 50]
+        assert requests[2:] == [{("t", 0): 300}], "the cancelled fetch at 400 was never sent"
+        await f.close()
+
+    asyncio.run(main())

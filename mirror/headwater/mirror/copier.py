@@ -2,7 +2,8 @@
 
 ::
 
-    fetch (raw) from the source leader at the next offset
+    fetch (raw) from the source leader, ahead of the produce (fetch_ahead.py: the next fetches are
+    on the wire while these batches are produced; parts taken in offset order)
       -> fast path: the complete batches as they are (control batches dropped, producer state of
          idempotent batches reset), produced raw with acks=all to the SAME partition number
       -> re-partitioning path (partition counts differ, or a test fault is set): records decoded
@@ -33,6 +34,7 @@ from headwater.client.partitioner import murmur2, to_positive
 from headwater.client.raw import as_plain_batch, produce_raw
 from headwater.mirror.config import HEARTBEATS_TOPIC, MirrorConfig
 from headwater.mirror.copies import ScanBudget, TargetCopies, scan_target, skip_copied
+from headwater.mirror.fetch_ahead import FetchAhead
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan
 from headwater.protocol.errors import DecodeError, ErrorCode, KafkaError
@@ -197,6 +199,7 @@ class Copier:
         backoff = 0.1
         failures = 0
         name = self.flow.flow.name
+        ahead: FetchAhead | None = None
         try:
             while not self.stop.is_set():
                 if self.next_offset < 0:  # nothing committed: where auto.offset.reset points
@@ -204,24 +207,41 @@ class Copier:
                 try:
                     if self.resume_scan:
                         await self._resume_scan()
-                    part = await self.flow.fetcher.fetch(tp, self.next_offset)
+                    if ahead is not None and ahead.taken_to != self.next_offset:  # moved by someone else
+                        await _dropped(ahead)
+                        ahead = None
+                    if ahead is None:  # (again) from the acknowledged offset
+                        ahead = FetchAhead(
+                            self.flow.fetcher.fetch,
+                            tp,
+                            self.next_offset,
+                            self.max_buffered_bytes(),
+                            in_flight=self.config.fetch_max_in_flight,
+                            fetch_max_bytes=self.config.fetch_max_bytes,
+                        )
+                        ahead.start()
+                    part = await ahead.next()
                     unit.progress()
                     self.metrics.lag.labels(name, topic, str(partition)).set(
                         max(part.high_watermark - self.next_offset, 0)
                     )
                     failures, backoff = 0, 0.1
-                    if not part.batches:
+                    batches = part.batches
+                    if not batches:
                         continue
-                    data = [(h, b) for h, b in part.batches if not h.is_control]
+                    data = [(h, b) for h, b in batches if not h.is_control]
                     if data and self.copies is not None:
                         data = self._skip_previous_copies(data)
                     if data:
                         await self._wait_for_lease()
                         await self._deliver(data)
                         unit.progress()
-                    self.next_offset = max(self.next_offset, part.batches[-1][0].next_offset)
+                    self.next_offset = ahead.taken_to = max(self.next_offset, batches[-1][0].next_offset)
+                    ahead.release(sum(len(b) for _, b in batches))
                 except OffsetOutOfRangeError:
                     # never a silent reset: a gap below the log start is reported, or stops this partition
+                    await _dropped(ahead)
+                    ahead = None
                     old = self.next_offset
                     if self.flow.gaps is not None:  # always, in Mirror.run
                         self.next_offset = await self.flow.gaps.out_of_range(topic, partition, old)
@@ -231,6 +251,8 @@ class Copier:
                 except (KafkaConnectionError, KafkaTimeoutError, KafkaError, UnknownTopicError) as e:
                     # A leader moving, a broker restarting: retried here a few times; then the
                     # supervisor takes over (ERROR, counted, unhealthy while it backs off).
+                    await _dropped(ahead)
+                    ahead = None
                     failures += 1
                     if failures > _RETRIES_BEFORE_FAILING:
                         raise
@@ -243,7 +265,13 @@ class Copier:
         except _Stopped:
             pass
         finally:
+            await _dropped(ahead)
             self._drop_copies()
+
+    def max_buffered_bytes(self) -> int:
+        """``fetch.max.buffered.bytes``; unset: twice ``fetch.max.bytes`` (see :mod:`headwater.mirror.fetch_ahead`)."""
+        configured = self.config.fetch_max_buffered_bytes
+        return 2 * self.config.fetch_max_bytes if configured is None else configured
 
     async def _resume_scan(self) -> None:
         """What did the previous owner copy past the committed offset before it stopped? (Held
@@ -380,7 +408,15 @@ class Copier:
         replicated), the batches that attempt did append (found in the target past
         ``target_end``) are dropped before the retry, so a lost answer does not turn into a
         duplicate; after a definite "not appended" (NOT_LEADER_FOR_PARTITION ...) the retry goes
-        out at once, without that scan. An error retrying cannot fix raises FatalError."""
+        out at once, without that scan. An error retrying cannot fix raises FatalError.
+
+        Order and retries with fetching ahead: whatever is fetched ahead waits in the copier's
+        :class:`~headwater.mirror.fetch_ahead.FetchAhead` queue; the next produce of this partition
+        leaves only once this one was acknowledged, and a retry resends exactly the batches not
+        yet found in the target, so a retriable error in the middle of a run of batches neither
+        reorders them (nothing later was sent) nor duplicates them (what the failed attempt
+        appended is skipped). The produce is deliberately not pipelined: see docs/mirror.md,
+        "Across a WAN link"."""
         backoff = 0.1
         attempt = 0
         while batches:
@@ -501,6 +537,12 @@ class Copier:
         except TimeoutError:
             return
         raise _Stopped
+
+
+async def _dropped(ahead: FetchAhead | None) -> None:
+    """Stop fetching ahead (what it holds is fetched again from the acknowledged offset)."""
+    if ahead is not None:
+        await ahead.close()
 
 
 class _Stopped(Exception):

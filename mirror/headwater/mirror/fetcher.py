@@ -18,9 +18,12 @@ each copier with its partition's part of the response; requests that arrive mean
 next round. A busy partition therefore waits at most one long poll, and a round returns as soon
 as any partition in it has data (min_bytes = 1).
 
-``fetch.max.in.flight`` (default 1) lets a broker have more than one round outstanding -- for a
+``fetch.max.in.flight`` (default 2) lets a broker have more than one round outstanding -- for a
 WAN link, where the round trip rather than the long poll bounds the rate (issue 22): the next
-round is on the wire while the broker still answers the previous one.
+round is on the wire while the broker still answers the previous one. A partition may have
+several fetches waiting (a copier fetching ahead at more than one offset, see
+:mod:`headwater.mirror.fetch_ahead`): a round takes the oldest of each partition's (one entry per
+partition in a Fetch request), the others go into the next rounds in the order they were asked.
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ class SourceFetcher:
         self.total_max_bytes = total_max_bytes
         self.in_flight = max(1, in_flight)
         self.timeout = timeout
-        self._waiting: dict[int, dict[TopicPartition, _Waiter]] = {}
+        #: per source broker, per partition: the fetches waiting for a round, oldest first
+        self._waiting: dict[int, dict[TopicPartition, list[_Waiter]]] = {}
         self._rounds: dict[int, set[asyncio.Task[None]]] = {}
         self.rounds_sent = 0  # for tests and the operator's curiosity: Fetch requests sent
 
@@ -75,17 +79,17 @@ class SourceFetcher:
                 raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for {tp[0]}-{tp[1]} in the source")
         fut: asyncio.Future[RawPartition] = asyncio.get_running_loop().create_future()
         waiting = self._waiting.setdefault(leader, {})
-        previous = waiting.get(tp)
-        if previous is not None and not previous[1].done():
-            previous[1].cancel()  # one request per partition: the newest wins
-        waiting[tp] = (offset, fut)
+        entry = (offset, fut)
+        waiting.setdefault(tp, []).append(entry)
         self._maybe_start_round(leader)
         try:
             return await fut
         finally:
-            entry = waiting.get(tp)
-            if entry is not None and entry[1] is fut:
-                del waiting[tp]  # cancelled before a round took it
+            queued = waiting.get(tp)
+            if queued is not None and entry in queued:
+                queued.remove(entry)  # cancelled before a round took it
+                if not queued:
+                    del waiting[tp]
 
     def _maybe_start_round(self, node: int) -> None:
         rounds = self._rounds.setdefault(node, set())
@@ -101,8 +105,16 @@ class SourceFetcher:
         self._maybe_start_round(node)
 
     async def _round(self, node: int) -> None:
-        taken = self._waiting.pop(node, {})
-        taken = {tp: w for tp, w in taken.items() if not w[1].done()}
+        waiting = self._waiting.get(node, {})
+        taken: dict[TopicPartition, _Waiter] = {}
+        for tp in list(waiting):
+            queued = waiting[tp]
+            while queued and tp not in taken:
+                offset, fut = queued.pop(0)
+                if not fut.done():
+                    taken[tp] = (offset, fut)
+            if not queued:
+                del waiting[tp]
         if not taken:
             return
         self.rounds_sent += 1

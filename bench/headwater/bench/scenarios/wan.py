@@ -5,9 +5,10 @@ A source cluster of one broker whose ``WAN`` listener is advertised through a li
 one ``headwater mirror`` process bootstrapped through the link. The source topic (3 partitions, as
 the lab's topics) is filled once with 100-byte records; then, for each one-way delay (0, 20, 40,
 80 ms; bandwidth not capped, to see latency alone), the link is set over its control endpoint and a
-fresh mirror (the lab's ``fetch.max.wait.ms = 100``; otherwise its defaults, then 8 MiB fetches,
-then four fetch rounds in flight per source broker) (its own group, ``DefaultReplicationPolicy`` with a source alias per delay, so each run
-writes its own destination topic) copies the whole topic. Records/s from the first destination
+fresh mirror (the lab's ``fetch.max.wait.ms = 100``; the variants in ``SETTINGS``: the defaults,
+without fetching ahead, with 1 MiB fetches, and the settings before issue 22's item 2; its own
+group, ``DefaultReplicationPolicy`` with a source alias per delay, so each run writes its own
+destination topic) copies the whole topic. Records/s from the first destination
 record to the last, as in scenario 7; the ratio is to the same run's 0 ms row.
 
 The issue's goal: at 80 ms round trip (40 ms one way) >= 50 % of LAN throughput and >= 300,000
@@ -37,11 +38,27 @@ PARTITIONS = 3
 DELAYS_MS = (0, 20, 40, 80)  # one way
 QUICK_DELAYS_MS = (0, 40)
 MIB = 1 << 20
-#: (label, mirror settings): the defaults, larger fetches, more fetch rounds in flight per broker
+#: (label, mirror settings): the defaults (8 MiB fetches, fetching ahead with two fetches per
+#: partition on the wire); 8 MiB fetches without fetching ahead (each fetch waits for the previous
+#: one's acknowledgement, one at a time, as before issue 22's item 2); the consumer's 1 MiB
+#: fetches with fetching ahead, with two fetches per partition on the wire and with one (where the
+#: link's in-flight bound does not limit, so each mechanism shows); and the mirror's defaults before
+#: issue 22's item 2
 SETTINGS: tuple[tuple[str, dict[str, str]], ...] = (
-    ("defaults (fetch.max.bytes 1 MiB, fetch.max.in.flight 1)", {}),
-    ("fetch.max.bytes 8 MiB", {"fetch.max.bytes": str(8 * MIB)}),
-    ("fetch.max.in.flight 4", {"fetch.max.in.flight": "4"}),
+    ("defaults (fetch.max.bytes 8 MiB, fetch.max.in.flight 2, fetch.max.buffered.bytes 16 MiB)", {}),
+    (
+        "fetch.max.in.flight 1, fetch.max.buffered.bytes 0 (no fetching ahead)",
+        {"fetch.max.in.flight": "1", "fetch.max.buffered.bytes": "0"},
+    ),
+    ("fetch.max.bytes 1 MiB (fetching ahead, 2 in flight)", {"fetch.max.bytes": str(MIB)}),
+    (
+        "fetch.max.bytes 1 MiB, fetch.max.in.flight 1 (fetching ahead)",
+        {"fetch.max.bytes": str(MIB), "fetch.max.in.flight": "1"},
+    ),
+    (
+        "before: fetch.max.bytes 1 MiB, fetch.max.in.flight 1, no fetching ahead",
+        {"fetch.max.bytes": str(MIB), "fetch.max.in.flight": "1", "fetch.max.buffered.bytes": "0"},
+    ),
 )
 QUICK_SETTINGS = SETTINGS[:1]
 GOAL_DELAY_MS = 40  # 80 ms round trip
