@@ -417,7 +417,9 @@ THROTTLED_REPLICAS_CONFIGS = frozenset(
     {"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
 )
 #: topic configs whose value is a comma-separated list (IncrementalAlterConfigs APPEND / SUBTRACT)
-LIST_TOPIC_CONFIGS = frozenset(d.name for d in TOPIC_CONFIG_DEFS.values() if d.type == LIST) | THROTTLED_REPLICAS_CONFIGS
+LIST_TOPIC_CONFIGS = (
+    frozenset(d.name for d in TOPIC_CONFIG_DEFS.values() if d.type == LIST) | THROTTLED_REPLICAS_CONFIGS
+)
 
 
 def validate_topic_config(configs: dict[str, str], defaults: LogConfig | None = None) -> str | None:
