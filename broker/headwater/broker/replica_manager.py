@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 ISR_CHANGE_PREFIX = "/isr_change_notification/isr_change_"
+#: how long ISR changes are gathered into one /isr_change_notification znode
+ISR_CHANGE_BATCH_S = 0.05
+#: ISR gauges are refreshed at most this often while ISRs change
+GAUGES_DEBOUNCE_S = 0.2
 
 
 class ReplicaManager:
@@ -51,6 +55,9 @@ class ReplicaManager:
         self.fetchers = ReplicaFetcherManager(broker, self)
         self._isr_task: asyncio.Task[None] | None = None
         self._isr_updates: set[asyncio.Task[None]] = set()
+        self._isr_changed: set[TP] = set()
+        self._isr_flush: asyncio.Task[None] | None = None
+        self._gauges_handle: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         self._isr_task = asyncio.ensure_future(self._isr_maintenance())
@@ -59,6 +66,10 @@ class ReplicaManager:
         if self._isr_task is not None:
             self._isr_task.cancel()
             await asyncio.gather(self._isr_task, return_exceptions=True)
+        if self._isr_flush is not None:
+            self._isr_flush.cancel()
+        if self._gauges_handle is not None:
+            self._gauges_handle.cancel()
         await self.fetchers.stop()
 
     def high_watermark_of(self, tp: TP) -> int | None:
@@ -297,13 +308,12 @@ class ReplicaManager:
             "isr": new_isr,
         }
         try:
-            stat = await zk.call(
-                zk.client.set,
-                zkpaths.partition_state_path(part.topic, part.index),
-                to_json(state),
-                version=part.zk_version,
+            (result,) = await zk.set_many(
+                [(zkpaths.partition_state_path(part.topic, part.index), to_json(state), part.zk_version)]
             )
-        except (BadVersionError, NoNodeError):
+        finally:
+            part.isr_update_in_flight = False
+        if isinstance(result, (BadVersionError, NoNodeError)):
             log.info(
                 "%s-%d: ISR change to %s skipped: the partition state changed in ZooKeeper",
                 part.topic,
@@ -311,32 +321,54 @@ class ReplicaManager:
                 new_isr,
             )
             return
-        except Exception as e:
-            log.warning("%s-%d: ISR change to %s failed: %s", part.topic, part.index, new_isr, e)
+        if isinstance(result, Exception):
+            log.warning("%s-%d: ISR change to %s failed: %s", part.topic, part.index, new_isr, result)
             return
-        finally:
-            part.isr_update_in_flight = False
         if part.leader_epoch != epoch or not part.is_leader:
             return
-        part.zk_version = stat.version
+        part.zk_version = result.version
         old = part.isr
         part.isr = new_isr
         (self.broker.metrics.isr_expands if expand else self.broker.metrics.isr_shrinks).inc()
-        log.info("%s-%d: ISR %s -> %s (zk version %d)", part.topic, part.index, old, new_isr, stat.version)
-        self.update_gauges()
-        try:
-            await zk.call(
-                zk.client.create,
-                ISR_CHANGE_PREFIX,
-                to_json({"version": 1, "partitions": [{"topic": part.topic, "partition": part.index}]}),
-                sequence=True,
-                makepath=True,
-            )
-        except Exception as e:
-            log.warning("could not notify the controller of an ISR change: %s", e)
-        if part.maybe_increment_high_watermark():
-            pass
+        log.info("%s-%d: ISR %s -> %s (zk version %d)", part.topic, part.index, old, new_isr, result.version)
+        self._update_gauges_soon()
+        self._notify_isr_change(part.key)
+        part.maybe_increment_high_watermark()
         self.broker.purgatory.notify(part.key)
+
+    def _notify_isr_change(self, tp: TP) -> None:
+        """Tell the controller (``/isr_change_notification``) that ``tp``'s ISR changed.
+
+        Changes are gathered for ISR_CHANGE_BATCH_S and written as one sequential znode listing
+        them all (Kafka propagates them in batches too): when a broker rejoins, its leaders expand
+        thousands of ISRs at once, and one notification per partition would cost the controller a
+        watch event and three ZooKeeper round trips each.
+        """
+        self._isr_changed.add(tp)
+        if self._isr_flush is None or self._isr_flush.done():
+            self._isr_flush = asyncio.ensure_future(self._flush_isr_changes())
+
+    async def _flush_isr_changes(self) -> None:
+        await asyncio.sleep(ISR_CHANGE_BATCH_S)
+        changed, self._isr_changed = sorted(self._isr_changed), set()
+        if not changed:
+            return
+        zk = self.broker.zk
+        value = {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in changed]}
+        (result,) = await zk.create_many([(ISR_CHANGE_PREFIX, to_json(value))], makepath=True, sequence=True)
+        if isinstance(result, Exception):
+            log.warning("could not notify the controller of %d ISR change(s): %s", len(changed), result)
+
+    def _update_gauges_soon(self) -> None:
+        """One gauge update for a burst of ISR changes: ``update_gauges`` walks every partition, and
+        a returning broker makes its leaders change thousands of ISRs in a few seconds."""
+        if self._gauges_handle is None:
+
+            def run() -> None:
+                self._gauges_handle = None
+                self.update_gauges()
+
+            self._gauges_handle = asyncio.get_running_loop().call_later(GAUGES_DEBOUNCE_S, run)
 
     def update_gauges(self) -> None:
         m = self.broker.metrics
