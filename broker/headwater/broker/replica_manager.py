@@ -232,9 +232,13 @@ class ReplicaManager:
     def record_follower_fetch(
         self, part: Partition, replica_id: int, fetch_offset: int, log_start_offset: int = -1
     ) -> None:
-        before = part.low_watermark() if part.log is not None else -1
+        # The low watermark can only move when the follower's log start offset does: most fetches
+        # (an idle follower's, every round, for each of thousands of partitions) skip computing it
+        st = part.followers.get(replica_id)
+        start_moves = st is not None and part.log is not None and 0 <= log_start_offset != st.log_start_offset
+        before = part.low_watermark() if start_moves else -1
         part.update_follower(replica_id, fetch_offset, self.now_ms(), log_start_offset)
-        if part.log is not None and part.low_watermark() != before:
+        if start_moves and part.low_watermark() != before:
             self.broker.purgatory.notify(part.key)  # a DeleteRecords may wait for it
         moved = part.maybe_increment_high_watermark()
         if part.follower_to_add(replica_id) and not part.isr_update_in_flight:
