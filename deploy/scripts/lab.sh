@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The multi-DC lab (deploy/compose/docker-compose.yml):
-#   lab.sh up         docker compose up -d --wait, then print the bootstrap addresses
+#   lab.sh up         the lab's certificates (lab.sh certs), docker compose up -d --wait, then print the
+#                     bootstrap addresses
+#   lab.sh certs      make the lab CA and one certificate per broker in $LAB_TLS_DIR (default
+#                     deploy/compose/tls) with openssl, unless they are there already
 #   lab.sh down       docker compose down (volumes are kept; `lab.sh down -v` drops them)
 #   lab.sh addresses  print the bootstrap addresses of the three clusters
 #   lab.sh load       run the nightly load now (in the loader container, on the lab's Spark master)
@@ -12,6 +15,38 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 COMPOSE_FILE="$ROOT/deploy/compose/docker-compose.yml"
 compose() { docker compose -f "$COMPOSE_FILE" "$@"; }
+TLS_DIR="${LAB_TLS_DIR:-$ROOT/deploy/compose/tls}"
+
+# The lab's CA and, per broker, a PEM keystore (certificate, CA, key: ssl.keystore.type=PEM) for
+# the WAN listener (SASL_SSL). Names: the broker's host name and its DC's link (what the mirror
+# dials), localhost. Made once; delete the directory to make new ones. Lab-only: the keys are
+# unencrypted and readable by the containers' user.
+certs() {
+  local cluster i name sans
+  mkdir -p "$TLS_DIR"
+  if [ ! -s "$TLS_DIR/ca.pem" ] || [ ! -s "$TLS_DIR/ca.key" ]; then
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 825 \
+      -subj "/CN=Headwater Lab CA" -keyout "$TLS_DIR/ca.key" -out "$TLS_DIR/ca.pem" 2>/dev/null
+    rm -f "$TLS_DIR"/*-broker?.pem  # certificates of an older CA
+    echo "lab CA: $TLS_DIR/ca.pem"
+  fi
+  for cluster in dc1 dc2 agg; do
+    for i in 1 2 3; do
+      name="$cluster-broker$i"
+      [ -s "$TLS_DIR/$name.pem" ] && continue
+      sans="DNS:$name,DNS:localhost,IP:127.0.0.1"
+      [ "$cluster" = agg ] || sans="$sans,DNS:$cluster-link"
+      openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$name" \
+        -addext "subjectAltName=$sans" -keyout "$TLS_DIR/$name.key" -out "$TLS_DIR/$name.csr" 2>/dev/null
+      openssl x509 -req -in "$TLS_DIR/$name.csr" -CA "$TLS_DIR/ca.pem" -CAkey "$TLS_DIR/ca.key" \
+        -CAcreateserial -days 825 -copy_extensions copy -out "$TLS_DIR/$name.crt" 2>/dev/null
+      cat "$TLS_DIR/$name.crt" "$TLS_DIR/ca.pem" "$TLS_DIR/$name.key" >"$TLS_DIR/$name.pem"
+      rm -f "$TLS_DIR/$name.csr" "$TLS_DIR/$name.crt" "$TLS_DIR/$name.key"
+    done
+  done
+  chmod 0755 "$TLS_DIR"
+  chmod 0644 "$TLS_DIR"/*.pem
+}
 
 addresses() {
   local cluster i addr list
@@ -68,7 +103,9 @@ aggregate="agg-broker1:9092,agg-broker2:9092,agg-broker3:9092"
 cmd="${1:-up}"
 [ $# -eq 0 ] || shift
 case "$cmd" in
+  certs) certs ;;
   up)
+    certs
     compose up -d --wait --wait-timeout "${LAB_WAIT_TIMEOUT:-300}" "$@"
     echo
     echo "Headwater lab is up (all healthy): 3 clusters (ZooKeeper + 3 brokers each), demo activity in dc1 and"
@@ -93,7 +130,8 @@ case "$cmd" in
     ;;
   check)
     # shellcheck disable=SC2086 # word splitting of the source list is intended
-    compose exec -T audit headwater lab check $sources --aggregate "$aggregate" --audit-url http://127.0.0.1:8080 "$@"
+    compose exec -T audit headwater lab check $sources --aggregate "$aggregate" --audit-url http://127.0.0.1:8080 \
+      --command-config /etc/headwater/lab-admin.properties "$@"
     ;;
   *) compose "$cmd" "$@" ;;
 esac

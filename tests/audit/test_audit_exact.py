@@ -25,7 +25,15 @@ from headwater.audit.config import parse
 from headwater.audit.counter import TierCounter, count_batch
 from headwater.audit.reconcile import reconcile
 from headwater.audit.service import AuditService
-from headwater.audit.store import CountRow, OffsetConflict, Store, StoreUnavailable
+from headwater.audit.store import (
+    MIGRATIONS,
+    CountRow,
+    Migration,
+    OffsetConflict,
+    SchemaTooNew,
+    Store,
+    StoreUnavailable,
+)
 from headwater.client.audit import AUDIT_TOPIC
 from headwater.client.errors import OffsetOutOfRangeError
 from headwater.client.raw import RawPartition
@@ -715,6 +723,69 @@ def test_an_existing_sqlite_store_is_migrated_in_place(tmp_path: Path) -> None:
     assert Store(f"sqlite:///{tmp_path / 'old.db'}").watermarks() == {("dc1", "t"): {0: 7}}  # opens again
 
 
+def _versions(path: Path) -> list[tuple[int, str]]:
+    conn = sqlite3.connect(path)
+    try:
+        return [(int(v), str(d)) for v, d in conn.execute("SELECT version, description FROM audit_schema_version")]
+    finally:
+        conn.close()
+
+
+def test_schema_migrations_are_numbered_applied_in_order_once_and_recorded(tmp_path: Path) -> None:
+    latest = MIGRATIONS[-1].version
+    assert [m.version for m in MIGRATIONS] == list(range(1, latest + 1))
+    # A store written before versioning: every migration from 1 applies, in order, over what it had.
+    conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+    for stmt in OLD_SCHEMA:
+        conn.execute(stmt)
+    conn.close()
+    store = Store(f"sqlite:///{tmp_path / 'old.db'}")
+    assert store.migrated == list(range(1, latest + 1)) and store.schema_version() == latest
+    assert [v for v, _ in _versions(tmp_path / "old.db")] == list(range(1, latest + 1))
+    assert store.offsets("dc1") == {("t", 0): 42}
+    store.close()
+    again = Store(f"sqlite:///{tmp_path / 'old.db'}")  # idempotent: nothing left to apply
+    assert again.migrated == [] and again.schema_version() == latest
+    assert again.offsets("dc1") == {("t", 0): 42}
+    again.close()
+    # A store at version 1 (before the prune indexes) gets only what it lacks.
+    v1 = Store(f"sqlite:///{tmp_path / 'v1.db'}", migrations=MIGRATIONS[:1])
+    assert v1.migrated == [1]
+    v1.close()
+    conn = sqlite3.connect(tmp_path / "v1.db")
+    indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    conn.close()
+    assert "audit_counts_by_window" not in indexes
+    up = Store(f"sqlite:///{tmp_path / 'v1.db'}")
+    assert up.migrated == [2] and up.schema_version() == latest
+    up.close()
+    conn = sqlite3.connect(tmp_path / "v1.db")
+    indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    conn.close()
+    assert {"audit_counts_by_window", "audit_rejected_by_received"} <= indexes
+
+
+def test_a_failing_migration_leaves_the_store_at_the_previous_version(tmp_path: Path) -> None:
+    dsn = f"sqlite:///{tmp_path / 'a.db'}"
+    Store(dsn).close()
+    latest = MIGRATIONS[-1].version
+    broken = Migration(latest + 1, "broken", ("CREATE TABLE audit_new (a INTEGER)", "THIS IS NOT SQL"))
+    with pytest.raises(StoreUnavailable, match="syntax error"):
+        Store(dsn, migrations=(*MIGRATIONS, broken))
+    conn = sqlite3.connect(tmp_path / "a.db")
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    conn.close()
+    assert "audit_new" not in tables  # rolled back with its version row
+    assert [v for v, _ in _versions(tmp_path / "a.db")] == list(range(1, latest + 1))
+    fixed = Migration(latest + 1, "fixed", ("CREATE TABLE IF NOT EXISTS audit_new (a INTEGER)",))
+    store = Store(dsn, migrations=(*MIGRATIONS, fixed))
+    assert store.migrated == [latest + 1] and store.schema_version() == latest + 1
+    store.close()
+    # This code does not know version latest + 1: it refuses the store, saying why.
+    with pytest.raises(SchemaTooNew, match=rf"schema version {latest + 1}, newer than this audit service knows"):
+        Store(dsn)
+
+
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[Any]:
     from tests.audit.postgres import LocalPostgres, binaries
@@ -736,6 +807,8 @@ def test_postgres_store_survives_a_restart_migrates_and_compares_and_sets(postgr
             conn.execute(stmt)
     store = Store(postgres.dsn)
     other = Store(postgres.dsn)  # a second service instance
+    assert store.migrated == [m.version for m in MIGRATIONS] and other.migrated == []
+    assert store.schema_version() == other.schema_version() == MIGRATIONS[-1].version
     assert store.offsets("dc1") == {("t", 0): 42}
     counts = {("t", NOW, "dc1", "dc1"): (8, 0)}
     assert store.apply("dc1", {("t", 0): 50}, counts, 0, 0, previous={("t", 0): 42}) == 0
@@ -790,7 +863,7 @@ def _agg_status(rows: list[Any]) -> dict[str, str]:
     return {r.datacenter: r.status for r in rows if r.tier == "agg"}
 
 
-def test_heartbeats_hold_a_cut_datacenters_windows_open_at_the_aggregate_then_complete(
+def test_heartbeats_show_a_cut_datacenters_windows_late_at_the_aggregate_then_complete(
     tmp_path: Path, fetch: FakeFetch
 ) -> None:
     past = NOW - 10 * W
@@ -823,11 +896,27 @@ def test_heartbeats_hold_a_cut_datacenters_windows_open_at_the_aggregate_then_co
         bad = service.registry.get_sample_value
         assert bad("headwater_audit_bad_events_total", {"tier": "agg", "reason": "unparsable heartbeat"}) == 1
         assert not [r for r in store.counts() if r.topic == "heartbeats"]
-        # The cut: dc2's window at agg stays open (no loss, no alert); dc1's closes as usual.
+        # The cut: dc2's window at agg is past its end + grace, its hop lags: late (6 records still on
+        # their way), not loss, no alert; dc1's closes as usual.
         assert await service.check() == 0
         rows = await service.rows_async("t", None, None)
-        assert _agg_status(rows) == {"dc1": "complete", "dc2": "open"}
+        assert _agg_status(rows) == {"dc1": "complete", "dc2": "late"}
+        cut = next(r for r in rows if r.tier == "agg" and r.datacenter == "dc2")
+        assert (cut.count, cut.expected, cut.missing, cut.lagging, cut.pending) == (4, 10, 6, True, True)
+        assert cut.as_json()["pending"] is True and cut.as_json()["status"] == "late"
         assert store.alerted() == {}
+        # Prometheus' completeness gauge is not fed the pending window (HeadwaterAuditLoss stays quiet).
+        gauge = service.registry.get_sample_value
+        assert gauge("headwater_audit_completeness", {"topic": "t", "tier": "agg"}) == 1.0
+        # How far behind the tier is: the oldest pending window's age (grows while the link is down).
+        behind = gauge("headwater_audit_tier_behind_seconds", {"topic": "t", "tier": "agg"})
+        assert behind is not None and behind >= (time.time() * 1000 - past - W) / 1000 - 5
+        # The overview: late, not a problem; the records on their way, and how long the window waited.
+        ov = await service.overview(hours=1000)
+        entry = next(e for e in ov["entries"] if (e["datacenter"], e["tier"]) == ("dc2", "agg"))
+        assert (entry["status"], entry["missing"], entry["late"]) == ("late", 0, 6)
+        assert entry["behind_s"] is not None and entry["behind_s"] >= (time.time() * 1000 - past - W) // 1000 - 5
+        assert ov["healthy"] and ov["headline"] == "no loss, 1 late" and ov["late"] == 1
         # The replication latency gauge, at scrape time.
         service.replication_latency.clock = lambda: (NOW + 300_000) / 1000
         latency = {
@@ -848,6 +937,10 @@ def test_heartbeats_hold_a_cut_datacenters_windows_open_at_the_aggregate_then_co
         assert await service.check() == 0
         rows = await service.rows_async("t", None, None)
         assert _agg_status(rows) == {"dc1": "complete", "dc2": "complete"}
+        assert not any(r.pending for r in rows)
+        assert (
+            service.registry.get_sample_value("headwater_audit_tier_behind_seconds", {"topic": "t", "tier": "agg"}) == 0
+        )
         assert {(r.datacenter, r.count, r.late) for r in store.counts("t") if r.tier == "agg"} == {
             ("dc1", 10, 0),
             ("dc2", 10, 0),
@@ -860,6 +953,54 @@ def test_heartbeats_hold_a_cut_datacenters_windows_open_at_the_aggregate_then_co
 
     asyncio.run(scenario())
     store.close()
+
+
+def test_a_fresh_heartbeat_overtaking_the_backlog_after_a_heal_keeps_the_cut_late_for_grace(
+    tmp_path: Path, fetch: FakeFetch
+) -> None:
+    """After a heal the mirror copies the heartbeats partition independently of the data: the first
+    fresh heartbeat may reach agg before the cut's backlog. For grace.ms after heartbeats resume from
+    a silence longer than grace.ms, dc2's windows are still judged by the last heartbeat before it:
+    late, not loss (no alert); the backlog arriving then makes them complete, and records still
+    missing once grace.ms has passed are a loss."""
+    past = NOW - 10 * W
+    stuck = past + 30_000
+    service, c, _ = _cut_dc2(tmp_path, fetch, [_heartbeat("dc2", stuck), _heartbeat("dc1", NOW)])
+    grace = service.config.grace_ms
+    clock = [NOW / 1000]
+    c.clock = lambda: clock[0]
+
+    async def status() -> str:
+        await service.check()
+        return _agg_status(await service.rows_async("t", None, None))["dc2"]
+
+    async def scenario() -> None:
+        await c._round()
+        assert await status() == "late"
+        # The heal: a fresh heartbeat, and not yet the backlog.
+        fetch.logs[("heartbeats", 0)].append(_batch([_heartbeat("dc2", NOW)], base_offset=2))
+        await c._round()
+        assert c.heartbeats["dc2"] == NOW and c.resumed == {"dc2": (stuck, NOW)}
+        assert c.held_heartbeats() == {"dc1": NOW, "dc2": stuck}
+        assert await status() == "late"  # still on its way: not loss
+        assert service.store.alerted() == {}
+        clock[0] += grace / 1000 - 1
+        assert await status() == "late"
+        # The backlog arrives within grace.ms of the heal: complete, and not counted as late.
+        fetch.logs[("t", 0)].append(_batch([_rec(past + i, "dc2") for i in range(4, 9)], base_offset=14))
+        await c._round()
+        assert await status() == "late"  # 9 of 10: one record still on its way
+        clock[0] += 2  # grace.ms after the heal: what is still missing is lost
+        assert c.held_heartbeats() == {"dc1": NOW, "dc2": NOW} and c.resumed == {}
+        assert await status() == "loss"
+        assert {(k[2], k[3]): v for k, v in service.store.alerted().items()} == {("dc2", "agg"): "loss"}
+        assert {(r.datacenter, r.count, r.late) for r in service.store.counts("t") if r.tier == "agg"} == {
+            ("dc1", 10, 0),
+            ("dc2", 9, 0),
+        }
+
+    asyncio.run(scenario())
+    service.store.close()
 
 
 def test_without_heartbeats_a_cut_datacenters_window_closes_as_before(tmp_path: Path, fetch: FakeFetch) -> None:
@@ -879,9 +1020,11 @@ def test_without_heartbeats_a_cut_datacenters_window_closes_as_before(tmp_path: 
 
 def test_heartbeats_bound_only_other_datacenters_aggregate_tiers() -> None:
     rows = [CountRow("t", 0, dc, tier, 10, 0, 0) for dc in ("dc1", "dc2") for tier in ("producer", dc, "agg")]
+    rows += [CountRow("t", W, "dc2", "producer", 10, 0, 0), CountRow("t", W, "dc2", "agg", 6, 0, 0)]
+    rows += [CountRow("t", W, "dc2", "dc2", 10, 0, 0), CountRow("t", 20 * W, "dc2", "producer", 10, 0, 0)]
     beats = {("agg", "dc1"): 10 * W, ("agg", "dc2"): W - 1, ("dc2", "dc2"): 0}
 
-    def status(heartbeat: Any) -> dict[tuple[str, str], str]:
+    def status(heartbeat: Any) -> dict[tuple[int, str, str], str]:
         got = reconcile(
             rows,
             ["dc1", "dc2", "agg"],
@@ -892,10 +1035,51 @@ def test_heartbeats_bound_only_other_datacenters_aggregate_tiers() -> None:
             watermark=lambda t, p: 10 * W,
             heartbeat=heartbeat,
         )
-        return {(r.datacenter, r.tier): r.status for r in got}
+        return {(r.window_start // W, r.datacenter, r.tier): r.status for r in got}
 
-    assert set(status(None).values()) == {"complete"}
-    assert set(status(lambda tier, dc: None).values()) == {"complete"}
+    no_beats = status(None)
+    assert no_beats.pop((1, "dc2", "agg")) == "loss"  # without heartbeats: judged by the tier's watermark
+    assert no_beats.pop((20, "dc2", "agg")) == "open"  # not yet past end + grace by the tier's own watermark
+    assert set(no_beats.values()) == {"complete", "open"}
+    assert status(lambda tier, dc: None) == status(None)
     got = status(lambda tier, dc: beats.get((tier, dc)))
-    assert got.pop(("dc2", "agg")) == "open"  # the heartbeat from dc2 is behind the window's end + grace
-    assert set(got.values()) == {"complete"}  # dc2's own tier ignores heartbeats; dc1's are current
+    # The heartbeat from dc2 is behind the window's end + grace: window 1, short by 4, is late (on
+    # its way), not loss; window 0, balanced, is complete; window 20 is still open (the tier's own
+    # watermark has not passed it), whatever the heartbeats say.
+    assert got.pop((1, "dc2", "agg")) == "late"
+    assert got.pop((20, "dc2", "agg")) == "open"
+    assert {k: v for k, v in got.items() if v != "complete"} == {
+        (20, "dc2", "producer"): "open",
+        (20, "dc2", "dc2"): "open",
+    }
+
+
+def test_postgres_migrations_of_two_instances_starting_at_once_apply_once(postgres: Any) -> None:
+    import threading
+
+    import psycopg
+
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        for stmt in ["DROP SCHEMA public CASCADE", "CREATE SCHEMA public"]:
+            conn.execute(stmt)
+    stores: list[Store] = []
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            stores.append(Store(postgres.dsn))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert sorted(v for s in stores for v in s.migrated) == [m.version for m in MIGRATIONS]  # each once
+    with psycopg.connect(postgres.dsn) as conn:
+        versions = [r[0] for r in conn.execute("SELECT version FROM audit_schema_version ORDER BY version")]
+    assert versions == [m.version for m in MIGRATIONS]
+    for s in stores:
+        s.close()

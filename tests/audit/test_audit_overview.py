@@ -228,3 +228,25 @@ def test_the_topic_chart_has_a_time_axis_markers_open_windows_and_deep_links(tmp
 
     run(scenario())
     s.store.close()
+
+
+def test_the_headline_says_late_only_while_records_are_on_their_way() -> None:
+    """A row late because records are still on their way (pending) makes the headline "no loss, N
+    late"; one whose records all arrived, some after the window closed, leaves it "all healthy"."""
+    from headwater.audit import overview
+    from headwater.audit.reconcile import Completeness
+
+    now = 100 * 60_000
+
+    def row(dc: str, tier: str, count: int, status: str, late: int = 0, lagging: bool = False) -> Completeness:
+        return Completeness("t", 0, 60_000, dc, tier, count, 10, count / 10, status, late, 0, lagging)
+
+    arrived_late = [row("dc1", "producer", 10, "complete"), row("dc1", "agg", 10, "late", late=3)]
+    ov = overview.build(arrived_late, [], {}, now_ms=now, hours=6)
+    assert (ov["headline"], ov["healthy"], ov["late"]) == ("all healthy", True, 0)
+    assert ov["entries"][0]["status"] == "late" and ov["entries"][0]["behind_s"] is None
+    on_their_way = [*arrived_late, row("dc2", "producer", 10, "complete"), row("dc2", "agg", 4, "late", lagging=True)]
+    ov = overview.build(on_their_way, [], {}, now_ms=now, hours=6)
+    assert (ov["headline"], ov["healthy"], ov["late"]) == ("no loss, 1 late", True, 1)
+    e = next(e for e in ov["entries"] if e["datacenter"] == "dc2")
+    assert (e["status"], e["missing"], e["late"], e["behind_s"]) == ("late", 0, 6, (now - 60_000) // 1000)

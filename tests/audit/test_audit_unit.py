@@ -148,3 +148,34 @@ def test_warehouse_tier_is_due_once_a_later_window_was_loaded() -> None:
     tiers = {(r.window_start, r.tier): r.status for r in reconcile(rows, ["dc1"], {"dc1"}, W, 1000, now_ms=10 * W)}
     assert tiers[(W, "warehouse")] == "complete"
     assert (2 * W, "warehouse") not in tiers
+
+
+def test_the_lab_check_does_not_take_a_pending_late_window_as_closed() -> None:
+    """``headwater lab check`` reads the last closed windows from the API: a window that is late and
+    still short while its hop lags (``pending``) is not balanced, not closed, and not reported as ok."""
+    import io
+
+    from headwater.lab.check import audit_status
+
+    def row(w: int, dc: str, tier: str, count: int, status: str, pending: bool = False) -> dict[str, object]:
+        return {
+            "topic": "t",
+            "window_start": w,
+            "window_end": w + W,
+            "datacenter": dc,
+            "tier": tier,
+            "count": count,
+            "expected": 10,
+            "status": status,
+            "pending": pending,
+        }
+
+    rows = [row(0, "dc2", t, 10, "complete") for t in ("producer", "dc2", "agg")]
+    rows += [row(W, "dc2", "producer", 10, "complete"), row(W, "dc2", "dc2", 10, "complete")]
+    rows += [row(W, "dc2", "agg", 4, "late", pending=True)]
+
+    def opener(url: str, timeout: float) -> io.BytesIO:
+        return io.BytesIO(json.dumps({"rows": rows}).encode())
+
+    got = audit_status("http://audit", ["t"], windows=2, opener=opener)
+    assert [(w["window_start"], w["status"]) for w in got] == [(0, "complete")]

@@ -28,6 +28,7 @@ from headwater.protocol.apis import (
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.records.record import RecordInput, encode_batch
 from tests.broker.wire import Wire
+from tests.compat.test_stock_clients import create_topic
 from tests.harness.broker import BrokerProcess
 
 SESSION_MS = 1500  # allowed by group.min.session.timeout.ms below
@@ -48,6 +49,7 @@ def coordinator(broker_factory: Callable[..., BrokerProcess]) -> Iterator[Broker
         assert time.monotonic() < deadline, "no coordinator"
         time.sleep(0.1)
     w.close()
+    create_topic(b.bootstrap, "t", partitions=2)  # offsets are committed for partitions that exist
     yield b
 
 
@@ -228,6 +230,62 @@ def test_a_static_member_rejoining_fences_its_old_member_id(coordinator: BrokerP
     assert _heartbeat(b, g, new["generation_id"], new["member_id"], "host-1") == ErrorCode.NONE
 
 
+SUB = [{"name": "range", "metadata": b"topics"}]  # the same subscription before and after a restart
+
+
+def test_a_static_member_restarting_in_a_stable_group_gets_its_assignment_back_without_a_rebalance(
+    coordinator: BrokerProcess,
+) -> None:
+    b, g = coordinator, "static-restart"
+    first = _join(b, g, instance="a", protocols=SUB)
+    with ThreadPoolExecutor(2) as pool:  # "b" joins; "a" rejoins the rebalance that starts
+        jb = pool.submit(_join, b, g, instance="b", protocols=SUB)
+        deadline = time.monotonic() + 10
+        while _describe(b, g)["group_state"] != "PreparingRebalance":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        ja = pool.submit(_join, b, g, first["member_id"], instance="a", protocols=SUB)
+        a, bm = ja.result(30), jb.result(30)
+    gen = a["generation_id"]
+    assert a["error_code"] == bm["error_code"] == ErrorCode.NONE and bm["generation_id"] == gen
+    leader = a if a["leader"] == a["member_id"] else bm
+    follower = bm if leader is a else a
+    assignments = [
+        {"member_id": a["member_id"], "assignment": b"p0"},
+        {"member_id": bm["member_id"], "assignment": b"p1"},
+    ]
+    with ThreadPoolExecutor(2) as pool:
+        fl = pool.submit(_sync, b, g, gen, leader["member_id"], assignments)
+        ff = pool.submit(_sync, b, g, gen, follower["member_id"], [])
+        assert fl.result(30)["error_code"] == ff.result(30)["error_code"] == ErrorCode.NONE
+
+    # "a" restarts: it joins again with its group.instance.id and no member id
+    again = _join(b, g, instance="a", protocols=SUB)
+    assert again["error_code"] == ErrorCode.NONE and again["member_id"] not in (a["member_id"], bm["member_id"])
+    assert again["generation_id"] == gen  # no new generation: nobody else rebalances
+    assert again["leader"] == (again["member_id"] if leader is a else bm["member_id"])
+    synced = _sync(b, g, gen, again["member_id"], [])
+    assert (synced["error_code"], synced["assignment"]) == (ErrorCode.NONE, b"p0")
+    assert _heartbeat(b, g, gen, bm["member_id"], "b") == ErrorCode.NONE  # not REBALANCE_IN_PROGRESS
+    assert _heartbeat(b, g, gen, a["member_id"], "a") == ErrorCode.FENCED_INSTANCE_ID
+    assert _commit(b, g, gen, a["member_id"], 5) == ErrorCode.UNKNOWN_MEMBER_ID  # its old id is gone
+    d = _describe(b, g)
+    assert d["group_state"] == "Stable"
+    assert {m["member_id"]: m["member_assignment"] for m in d["members"]} == {
+        again["member_id"]: b"p0",
+        bm["member_id"]: b"p1",
+    }
+    # a static member is removed by its session timeout: "b" stops heartbeating, "a" goes on
+    deadline = time.monotonic() + 30
+    while (hb := _heartbeat(b, g, gen, again["member_id"], "a")) == ErrorCode.NONE:
+        assert time.monotonic() < deadline, "the silent static member was not removed"
+        time.sleep(0.3)
+    assert hb == ErrorCode.REBALANCE_IN_PROGRESS
+    assert [m["member_id"] for m in _join(b, g, again["member_id"], instance="a", protocols=SUB)["members"]] == [
+        again["member_id"]
+    ]
+
+
 def test_offset_commit_v0_is_stored_in_zookeeper(coordinator: BrokerProcess, zk_connect: str) -> None:
     b = coordinator
     assert _commit(b, "zk-group", -1, "", 17, version=0) == ErrorCode.NONE
@@ -240,6 +298,81 @@ def test_offset_commit_v0_is_stored_in_zookeeper(coordinator: BrokerProcess, zk_
         zk.stop()
         zk.close()
     assert _fetch(b, "zk-group", version=1)["committed_offset"] == -1  # v1+ is the coordinator's, apart
+
+
+def _commit_many(b: BrokerProcess, version: int, group: str, tps: list[tuple[str, int]], **kw: Any) -> dict[Any, int]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for topic, p in tps:
+        topics.setdefault(topic, []).append(
+            {"partition_index": p, "committed_offset": 7, "committed_leader_epoch": -1, "committed_metadata": ""}
+        )
+    body = {
+        "group_id": group,
+        "generation_id": kw.get("generation", -1),
+        "member_id": kw.get("member", ""),
+        "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+    }
+    r = _call(b, OFFSET_COMMIT, version, body)
+    return {(t["name"], p["partition_index"]): p["error_code"] for t in r["topics"] for p in t["partitions"]}
+
+
+def _fetch_many(b: BrokerProcess, version: int, group: str, tps: list[tuple[str, int]]) -> dict[Any, tuple[int, int]]:
+    topics: dict[str, list[int]] = {}
+    for topic, p in tps:
+        topics.setdefault(topic, []).append(p)
+    body = {"group_id": group, "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}
+    r = _call(b, OFFSET_FETCH, version, body)
+    return {
+        (t["name"], p["partition_index"]): (p["committed_offset"], p["error_code"])
+        for t in r["topics"]
+        for p in t["partitions"]
+    }
+
+
+UNKNOWN = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+@pytest.mark.parametrize(
+    ("api", "version", "expected"),
+    [
+        # Kafka 2.3 KafkaApis: OffsetCommit answers a partition its metadata lacks
+        # UNKNOWN_TOPIC_OR_PARTITION (any version) and commits the others
+        ("commit", 0, {("t", 0): 0, ("t", 9): UNKNOWN, ("nope", 0): UNKNOWN}),
+        ("commit", 2, {("t", 0): 0, ("t", 9): UNKNOWN, ("nope", 0): UNKNOWN}),
+        ("commit", 7, {("t", 0): 0, ("t", 9): UNKNOWN, ("nope", 0): UNKNOWN}),
+        # OffsetFetch v1+ does not look at the metadata: no offset is -1 and NONE
+        ("fetch", 1, {("t", 0): (7, 0), ("t", 1): (-1, 0), ("nope", 0): (-1, 0)}),
+        ("fetch", 5, {("t", 0): (7, 0), ("t", 1): (-1, 0), ("nope", 0): (-1, 0)}),
+        # v0 (ZooKeeper) answers OffsetFetchResponse.UNKNOWN_PARTITION for unknown partitions
+        # and for partitions without an offset
+        ("fetch", 0, {("t", 0): (7, 0), ("t", 1): (-1, UNKNOWN), ("nope", 0): (-1, UNKNOWN)}),
+    ],
+)
+def test_offset_commit_and_fetch_answer_unknown_topics_and_partitions_as_kafka(
+    coordinator: BrokerProcess, api: str, version: int, expected: dict[Any, Any]
+) -> None:
+    b, g = coordinator, f"unknown-{api}-{version}"
+    if api == "commit":
+        assert _commit_many(b, version, g, list(expected)) == expected
+    else:
+        assert _commit_many(b, 0 if version == 0 else 7, g, [("t", 0)]) == {("t", 0): 0}
+        assert _fetch_many(b, version, g, list(expected)) == expected
+
+
+def test_offset_commit_checks_the_member_only_for_partitions_that_exist(coordinator: BrokerProcess) -> None:
+    b, g = coordinator, "member-errors"
+    joined = _joined(b, g)
+    me, gen = joined["member_id"], joined["generation_id"]
+    assert _sync(b, g, gen, me, [])["error_code"] == ErrorCode.NONE
+    assert _commit_many(b, 7, g, [("nope", 0)], generation=gen + 5, member="nobody") == {("nope", 0): UNKNOWN}
+    cases = [
+        ({"generation": gen, "member": "nobody"}, ErrorCode.UNKNOWN_MEMBER_ID),
+        ({"generation": gen + 1, "member": me}, ErrorCode.ILLEGAL_GENERATION),
+        ({"generation": -1, "member": ""}, ErrorCode.UNKNOWN_MEMBER_ID),  # a simple commit to a group with members
+        ({"generation": gen, "member": me}, ErrorCode.NONE),
+    ]
+    for kw, code in cases:
+        assert _commit_many(b, 7, g, [("t", 0), ("nope", 0)], **kw) == {("t", 0): code, ("nope", 0): UNKNOWN}, kw
 
 
 def test_groups_and_offsets_are_loaded_back_after_kill9(coordinator: BrokerProcess) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -26,7 +26,7 @@ from confluent_kafka.admin import (
 
 from headwater.testing.zookeeper import ZooKeeperServer
 from tests.cluster.harness import Cluster
-from tests.cluster.util import create_topic
+from tests.cluster.util import create_topic, produce_acked
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +38,8 @@ def ops_cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeperSe
         "/ops-cluster",
         3,
         log_retention_check_interval_ms=500,
+        # leadership returns to preferred replicas only when a test asks (ElectLeaders)
+        auto_leader_rebalance_enable=False,
     )
     try:
         yield c.start()
@@ -354,3 +356,249 @@ def test_delete_records_on_every_replica(ops_cluster: Cluster, tmp_path: Path) -
     assert out.returncode == 0, out.stderr
     assert f"partition: {topic}-0\tlow_watermark: 30" in out.stdout
     assert _consumer_watermarks(c, topic) == (30, 30)
+
+
+def test_preferred_election_after_a_restart_and_log_dirs(ops_cluster: Cluster, tmp_path: Path) -> None:
+    """A broker restart leaves leadership elsewhere; ElectLeaders (confluent-kafka, kafka-python and
+    the CLI) moves it back to the preferred replica. DescribeLogDirs reports each replica's size."""
+    from kafka.admin import KafkaAdminClient
+
+    c = ops_cluster
+    topic = "elect-me"
+    create_topic(c, topic, partitions=3, rf=3, min_isr=1)
+    acked = produce_acked(c, topic, [b"x" * 100 for _ in range(30)])
+    assert len(acked) == 30
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    controller = c.controller()
+    replicas = _zk_partitions(c, topic)
+    # a partition whose preferred replica is not the controller: restarting it moves no controller
+    p, preferred = next((int(p), rs[0]) for p, rs in sorted(replicas.items()) if rs[0] != controller)
+    assert c.state(topic, p)["leader"] == preferred
+
+    c.stop(preferred)
+    c.wait_for(lambda: c.state(topic, p)["leader"] not in (preferred, -1), 60, f"{topic}-{p} led elsewhere")
+    c.restart(preferred)
+    c.wait_for(lambda: preferred in c.state(topic, p)["isr"], 90, f"broker {preferred} back in the ISR of {topic}-{p}")
+    assert c.state(topic, p)["leader"] != preferred  # no automatic rebalance in this cluster
+
+    # confluent-kafka: elected; the controller's state and every client's metadata show it
+    fut = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, p)])
+    result = fut.result(60)
+    assert result[TopicPartition(topic, p)] is None
+    assert c.state(topic, p)["leader"] == preferred
+    c.wait_for(lambda: _metadata_partitions(admin, topic)[p] == preferred, 30, "metadata to show the preferred leader")
+    # asked again: nothing to do (ELECTION_NOT_NEEDED), leadership unchanged
+    again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, p)]).result(60)
+    err = again[TopicPartition(topic, p)]
+    assert err is not None and err.code() == KafkaError.ELECTION_NOT_NEEDED
+    unknown = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("no-such-topic", 0)]).result(60)
+    err = unknown[TopicPartition("no-such-topic", 0)]
+    assert err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    # kafka-python, every partition: already preferred everywhere (ELECTION_NOT_NEEDED is no error to it)
+    kp = KafkaAdminClient(bootstrap_servers=c.bootstrap, request_timeout_ms=30000)
+    try:
+        response = kp.elect_leaders(0, {topic: [0, 1, 2]}, timeout_ms=30000)
+        codes = {
+            (r.topic, x.partition_id): x.error_code
+            for r in response.replica_election_results
+            for x in r.partition_result
+        }
+        assert codes == {(topic, q): KafkaError.ELECTION_NOT_NEEDED for q in range(3)}
+        described = kp.describe_log_dirs({topic: [0, 1, 2]})
+    finally:
+        kp.close()
+
+    # the CLI (kafka-leader-election): leadership moved away again, then back with --path-to-json-file
+    c.stop(preferred)
+    c.wait_for(lambda: c.state(topic, p)["leader"] not in (preferred, -1), 60, f"{topic}-{p} led elsewhere")
+    c.restart(preferred)
+    c.wait_for(lambda: preferred in c.state(topic, p)["isr"], 90, f"broker {preferred} back in the ISR")
+    spec = tmp_path / "elect.json"
+    spec.write_text(json.dumps({"partitions": [{"topic": topic, "partition": q} for q in range(3)]}))
+    out = _cli(
+        "leader-election",
+        "--bootstrap-server",
+        c.bootstrap,
+        "--election-type",
+        "PREFERRED",
+        "--path-to-json-file",
+        str(spec),
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-{p}" in out.stdout
+    assert c.state(topic, p)["leader"] == preferred
+    out = _cli(
+        "leader-election", "--bootstrap-server", c.bootstrap, "--election-type", "preferred", "--all-topic-partitions"
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"{topic}-{p}" in out.stdout and "Valid replica already elected" in out.stdout
+    bad = _cli(
+        "leader-election",
+        "--bootstrap-server",
+        c.bootstrap,
+        "--election-type",
+        "preferred",
+        "--topic",
+        "no-such-topic",
+        "--partition",
+        "0",
+    )
+    assert bad.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in bad.stderr
+
+    # DescribeLogDirs: every replica of the topic, with its size on disk (kafka-python, then the CLI)
+    def disk_size(b: int, q: int) -> int:
+        d = Path(c.brokers[b].log_dir) / f"{topic}-{q}"
+        return sum(f.stat().st_size for f in d.glob("*.log"))
+
+    sizes_kp = {}
+    for broker in described:
+        for log_dir in broker["log_dirs"]:
+            assert log_dir["error_code"] == 0
+            for t in log_dir["topics"]:
+                for part in t["partitions"]:
+                    sizes_kp[(broker["broker"], t["name"], part["partition_index"])] = part["partition_size"]
+    assert {(b, q) for b, _, q in sizes_kp} == {(b, q) for b in (1, 2, 3) for q in range(3)}
+    out = _cli("log-dirs", "--describe", "--bootstrap-server", c.bootstrap, "--topic-list", topic)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    assert doc["version"] == 1 and sorted(b["broker"] for b in doc["brokers"]) == [1, 2, 3]
+    seen = {}
+    for broker in doc["brokers"]:
+        (log_dir,) = broker["logDirs"]
+        assert log_dir["error"] is None
+        assert Path(log_dir["logDir"]) == Path(c.brokers[broker["broker"]].log_dir).resolve()
+        for part in log_dir["partitions"]:
+            assert part["partition"].startswith(f"{topic}-") and part["isFuture"] is False
+            seen[(broker["broker"], int(part["partition"].rsplit("-", 1)[1]))] = part
+    assert set(seen) == {(b, q) for b in (1, 2, 3) for q in range(3)}
+    for (b, q), part in seen.items():
+        assert part["size"] == disk_size(b, q)
+        assert part["offsetLag"] >= 0
+        assert sizes_kp[(b, topic, q)] == part["size"]
+    for b in (1, 2, 3):  # the 30 acknowledged records of 100 bytes are on every replica
+        assert sum(seen[(b, q)]["size"] for q in range(3)) >= 30 * 100
+    out = _cli(
+        "log-dirs",
+        "--describe",
+        "--bootstrap-server",
+        c.bootstrap,
+        "--broker-list",
+        str(preferred),
+        "--topic-list",
+        topic,
+    )
+    assert out.returncode == 0, out.stderr
+    assert [b["broker"] for b in json.loads(out.stdout.strip().splitlines()[-1])["brokers"]] == [preferred]
+
+
+def _send_error(c: Cluster, topic: str, size: int) -> int | None:
+    """The error code of one acks=all record of ``size`` bytes (None: acknowledged)."""
+    result: list[object] = []
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "retries": 0, "linger.ms": 0})
+    p.produce(topic, value=b"v" * size, partition=0, on_delivery=lambda err, msg: result.append(err))
+    p.flush(30)
+    assert len(result) == 1
+    err = result[0]
+    return None if err is None else int(err.code())  # type: ignore[attr-defined]
+
+
+def _zk_json(c: Cluster, path: str) -> dict[str, object] | None:
+    if not c.zk.exists(path):
+        return None
+    return dict(json.loads(c.zk.get(path)[0]))
+
+
+def test_dynamic_broker_configs(ops_cluster: Cluster) -> None:
+    """kafka-configs --entity-type brokers: per-broker and cluster-default configs stored in
+    ZooKeeper with a notification, applied live, described with their sources; invalid ones
+    refused with nothing stored."""
+    from headwater.client.admin import NewTopic
+    from headwater.client.sync import SyncAdmin
+
+    c = ops_cluster
+    topic = "dyn-broker"
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    with SyncAdmin(c.bootstrap) as hw:  # one replica, on broker 2
+        assert hw.create_topics([NewTopic(topic, assignments={0: [2]})]) == {topic: None}
+    c.wait_for(lambda: _metadata_partitions(admin, topic).get(0) == 2, 60, f"{topic}-0 led by broker 2")
+    assert _send_error(c, topic, 5000) is None
+    try:
+        # per-broker, with confluent-kafka's incremental_alter_configs (sent to broker 2)
+        res = ConfigResource(
+            ConfigResource.Type.BROKER,
+            "2",
+            incremental_configs=[ConfigEntry("message.max.bytes", "2000", incremental_operation=AlterConfigOpType.SET)],
+        )
+        admin.incremental_alter_configs([res])[res].result(60)
+        assert _zk_json(c, "/config/brokers/2") == {"version": 1, "config": {"message.max.bytes": "2000"}}
+        changes = _config_changes(c)
+        assert {"version": 2, "entity_path": "brokers/2"} in changes.values()
+        # applied live: broker 2's partition refuses what it accepted a moment ago
+        c.wait_for(
+            lambda: _send_error(c, topic, 5000) == KafkaError.MSG_SIZE_TOO_LARGE, 30, "message.max.bytes applied"
+        )
+        assert _send_error(c, topic, 1000) is None
+        described = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "2")])
+        entries = next(iter(described.values())).result(60)
+        assert entries["message.max.bytes"].value == "2000"
+        assert entries["message.max.bytes"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+        other = next(iter(admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "1")]).values())).result(
+            60
+        )
+        assert other["message.max.bytes"].value == "1000012"
+        assert other["message.max.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+        assert other["broker.id"].source == ConfigSource.STATIC_BROKER_CONFIG.value and other["broker.id"].is_read_only
+
+        # cluster-wide default with the CLI (kafka-configs --entity-default)
+        out = _cli(
+            "configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "brokers",
+            "--entity-default", "--add-config", "follower.replication.throttled.rate=5000000,message.max.bytes=3000",
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert "Completed updating default config for brokers in the cluster." in out.stdout
+        assert _zk_json(c, "/config/brokers/<default>") == {
+            "version": 1,
+            "config": {"follower.replication.throttled.rate": "5000000", "message.max.bytes": "3000"},
+        }
+        assert {"version": 2, "entity_path": "brokers/<default>"} in _config_changes(c).values()
+        out = _cli("configs", "--bootstrap-server", c.bootstrap, "--describe", "--entity-type", "brokers",
+                   "--entity-name", "2")  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert "Dynamic configs for broker 2 are:" in out.stdout
+        assert (
+            "  message.max.bytes=2000 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:message.max.bytes=2000, "
+            "DYNAMIC_DEFAULT_BROKER_CONFIG:message.max.bytes=3000, DEFAULT_CONFIG:message.max.bytes=1000012}"
+        ) in out.stdout
+        assert "  follower.replication.throttled.rate=5000000 sensitive=false" in out.stdout
+        c.wait_for(
+            lambda: (
+                next(iter(admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "1")]).values()))
+                .result(60)["message.max.bytes"]
+                .source
+                == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+            ),
+            30,
+            "broker 1 to see the cluster default",
+        )
+
+        # refused, nothing stored: a static-only config, a bad value, another broker's id
+        before = (_zk_json(c, "/config/brokers/2"), _zk_json(c, "/config/brokers/<default>"))
+        for name, value in (("broker.id", "7"), ("message.max.bytes", "big"), ("log.retention.ms", "-5")):
+            bad = _cli("configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "brokers",
+                       "--entity-name", "2", "--add-config", f"{name}={value}")  # fmt: skip
+            assert bad.returncode == 1 and "INVALID_CONFIG" in bad.stderr, (name, bad.stderr)
+        res = ConfigResource(
+            ConfigResource.Type.BROKER,
+            "2",
+            incremental_configs=[ConfigEntry("log.dirs", "/tmp/x", incremental_operation=AlterConfigOpType.SET)],
+        )
+        with pytest.raises(KafkaException) as refused:
+            admin.incremental_alter_configs([res])[res].result(60)
+        assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+        assert (_zk_json(c, "/config/brokers/2"), _zk_json(c, "/config/brokers/<default>")) == before
+    finally:
+        for args in (["--entity-name", "2"], ["--entity-default"]):
+            _cli("configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "brokers", *args,
+                 "--delete-config", "message.max.bytes,follower.replication.throttled.rate")  # fmt: skip
+    c.wait_for(lambda: _send_error(c, topic, 5000) is None, 30, "message.max.bytes back to its default")

@@ -206,3 +206,40 @@ def test_bad_input_is_one_readable_line(broker_factory: Any) -> None:
     assert "no key separator" in fails("produce", "-b", bs, "--topic", "keyed", "--key-separator", ":", stdin="nokey\n")
     assert "--partitions" in fails("topics", "-b", bs, "create", "--topic", "zero", "--partitions", "0")
     assert "partition 5" in fails("consume", "-b", bs, "--topic", "keyed", "--partition", "5", "--timeout-ms", "100")
+
+
+def _read_back(bs: str, topic: str, count: int) -> list[tuple[bytes | None, bytes | None]]:
+    """Every record of partition 0 of ``topic`` as confluent-kafka reads it; the high watermark must be ``count``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.compat.test_stock_clients import consume_confluent
+
+    c = Consumer({"bootstrap.servers": bs, "group.id": "cli-read-back"})
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+    finally:
+        c.close()
+    assert (low, high) == (0, count)
+    msgs: list[Any] = consume_confluent(bs, topic, 0, count, timeout=120)
+    return [(m.key(), m.value()) for m in msgs]
+
+
+def test_produce_sends_every_line_once_and_in_order(broker: BrokerProcess) -> None:
+    """Large stdin (read in chunks of 1 MiB): the record count and order are the lines', including
+    empty lines, CRLF endings, lines split across chunks and a last line without a newline."""
+    bs = broker.bootstrap
+    ok("topics", "-b", bs, "create", "--topic", "many-lines")
+    values = [f"line {i} " + "x" * (i % 97) if i % 1000 else "" for i in range(40_000)]
+    text = "".join(v + ("\r\n" if i % 7 == 3 else "\n") for i, v in enumerate(values)) + "no newline at the end"
+    values.append("no newline at the end")
+    assert len(text) > 2 << 20  # more than two chunks
+    ok("produce", "-b", bs, "--topic", "many-lines", stdin=text)
+    got = _read_back(bs, "many-lines", len(values))
+    assert [v for _, v in got] == [v.encode() for v in values]
+    assert all(k is None for k, _ in got)
+
+    # keys with --parse-key (a tab): the same order, each key with its value
+    ok("topics", "-b", bs, "create", "--topic", "keyed-lines")
+    keyed = [(f"k{i % 7}", f"value {i}") for i in range(5000)]
+    ok("produce", "-b", bs, "--topic", "keyed-lines", "--parse-key", stdin="".join(f"{k}\t{v}\n" for k, v in keyed))
+    assert _read_back(bs, "keyed-lines", len(keyed)) == [(k.encode(), v.encode()) for k, v in keyed]

@@ -7,7 +7,10 @@ reaches agg through the mirror and the audit service answers; a changed broker s
 dc1's brokers one at a time, the second only after the first is back in every ISR, while a
 producer with acks=all keeps writing and loses nothing; with it comes a new build for dc1 (a new
 install label): each broker's new venv is installed in its own turn, its unit moves to it, and the
-old venv stays for rollback.
+old venv stays for rollback. The deployment has TLS and SCRAM on (a CA and per-broker keys from the
+inventory, users created in each datacenter's ZooKeeper): brokers talk to each other, and the mirror,
+the audit and the loader to them, on SASL_SSL with SCRAM-SHA-512; PLAINTEXT stays for the test's
+own clients.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from typing import Any
 
 import docker
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from headwater.testing.tls import TestCA
 from tests.integration.ansible_hosts import ANSIBLE_DIR, Fleet, PlaybookRun, build_wheelhouse, host_image, run_playbook
 from tests.integration.kafka_io import QUIET, consume, create_topic, metadata, produce, wait_for
 
@@ -41,11 +45,29 @@ BROKER_PORT = 9092
 ROLLING_TOPIC = "rolling"
 
 
+SCRAM_USERS = {
+    "broker": "broker-it-secret",
+    "mirror": "mirror-it-secret",
+    "audit": "audit-it-secret",
+    "loader": "loader-it-secret",
+}
+
+
 @dataclass
 class Deployment:
     fleet: Fleet
     workdir: Path
     runs: list[PlaybookRun] = field(default_factory=list)
+    tls: dict[str, str] = field(default_factory=dict)  # "ca" and, per broker host, "<host>.crt" / "<host>.key" (PEM)
+
+    def make_tls(self) -> None:
+        """The inventory's CA and broker keys (what an operator keeps in group_vars and vault)."""
+        ca = TestCA(self.workdir / "ca")
+        self.tls["ca"] = ca.ca_file.read_text()
+        for name, host in self.fleet.hosts.items():
+            cert = ca.issue(name, hosts=(host.address,))
+            self.tls[f"{name}.crt"] = cert.certificate.read_text()
+            self.tls[f"{name}.key"] = cert.key.read_text()
 
     def bootstrap(self, *hosts: str) -> str:
         return ",".join(f"{self.fleet.hosts[h].address}:{BROKER_PORT}" for h in hosts)
@@ -65,7 +87,12 @@ class Deployment:
         h = self.fleet.hosts
 
         def host(name: str, **hostvars: object) -> dict[str, object]:
-            return {"ansible_host": h[name].address, **hostvars}
+            return {
+                "ansible_host": h[name].address,
+                "headwater_tls_certificate": self.tls[f"{name}.crt"],
+                "headwater_tls_key": self.tls[f"{name}.key"],
+                **hostvars,
+            }
 
         inventory = {
             "all": {
@@ -83,6 +110,10 @@ class Deployment:
                     "audit_window_ms": 10000,
                     "audit_grace_ms": 10000,
                     "loader_topics": ["mirrored"],
+                    "headwater_tls_enabled": True,
+                    "headwater_tls_ca": self.tls["ca"],
+                    "headwater_scram_enabled": True,
+                    "headwater_scram_users": SCRAM_USERS,
                 },
                 "children": {
                     "dc1": {
@@ -134,6 +165,7 @@ def deployment(
     try:
         fleet.start(["dc1-a", "dc1-b", "agg-a"])
         d = Deployment(fleet, workdir)
+        d.make_tls()
         d.apply(d.inventory())
         yield d
     finally:
@@ -197,8 +229,32 @@ def test_site_makes_a_cluster_per_datacenter(deployment: Deployment) -> None:
     wait_for(lambda: set(metadata(deployment.dc1).brokers) == {1, 2}, 60, "dc1's brokers 1 and 2")
     wait_for(lambda: set(metadata(deployment.agg).brokers) == {1}, 60, "agg's broker 1")
     props = hosts["dc1-b"].run("cat", "/etc/headwater/server.properties")
-    for line in ("broker.id=2", "broker.rack=dc1", f"zookeeper.connect={hosts['dc1-a'].address}:2181"):
+    for line in (
+        "broker.id=2",
+        "broker.rack=dc1",
+        f"zookeeper.connect={hosts['dc1-a'].address}:2181",
+        "inter.broker.listener.name=SECURE",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL",
+    ):
         assert line in props.splitlines(), props
+    # The SECURE listener: TLS from the inventory's CA, SCRAM users in dc1's ZooKeeper; a wrong
+    # password is refused.
+    secure = f"{hosts['dc1-b'].address}:9093"
+    ca_file = deployment.workdir / "ca" / "ca-inventory.pem"
+    ca_file.write_text(deployment.tls["ca"])
+    conf = {
+        "bootstrap.servers": secure,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(ca_file),
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "mirror",
+        **QUIET,
+    }
+    assert set(AdminClient({**conf, "sasl.password": SCRAM_USERS["mirror"]}).list_topics(timeout=30).brokers) == {1, 2}
+    refused = AdminClient({**conf, "sasl.password": "wrong", "log_level": 0})  # its retries are expected
+    with pytest.raises(KafkaException):
+        refused.list_topics(timeout=10)
+    del refused
     # Replicated across both brokers of dc1: written through one, read back in full.
     create_topic(deployment.dc1, ROLLING_TOPIC, 2, replication_factor=2, config={"min.insync.replicas": "1"})
     records = [(b"k%d" % i, b"%d" % i) for i in range(200)]
@@ -230,6 +286,9 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
         return sorted(r.value or b"" for r in got) == sorted(marker + b"-%d" % i for i in range(20))
 
     wait_for(arrived, 180, "dc1's records in agg through the mirror", interval=2)
+    journal = agg.run("journalctl", "-u", "headwater-mirror.service", "--no-pager", check=False)
+    assert "cluster dc1: SASL_SSL (SCRAM-SHA-512 as mirror)" in journal, journal[-3000:]
+    assert SCRAM_USERS["mirror"] not in journal
     # The audit service answers over HTTP and knows the audited topic's tiers.
     base = f"http://{agg.address}:8080"
     with urllib.request.urlopen(f"{base}/healthz", timeout=10) as resp:

@@ -56,9 +56,17 @@ class Lab:
 
 
 @pytest.fixture(scope="module")
-def lab(docker_client: docker.DockerClient, images: dict[str, str]) -> Iterator[Lab]:
+def lab(
+    docker_client: docker.DockerClient, images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Lab]:
     project = f"hw-it-lab-{uuid.uuid4().hex[:8]}"
     env = dict(os.environ)
+    # the lab's CA and broker certificates, as `make lab` makes them (lab.sh certs), of this run only
+    env["LAB_TLS_DIR"] = str(tmp_path_factory.mktemp("lab-tls"))
+    certs = subprocess.run(
+        ["bash", str(ROOT / "deploy" / "scripts" / "lab.sh"), "certs"], env=env, capture_output=True, text=True
+    )
+    assert certs.returncode == 0, certs.stderr
     ports = iter(free_ports(18))
     for cluster in CLUSTERS:
         env[f"{cluster.upper()}_ZOOKEEPER_PORT"] = str(next(ports))
@@ -135,6 +143,22 @@ def test_compose_lab_serves_every_cluster_and_mirrors_the_dcs_into_the_aggregate
     for cluster, expected in (("dc1", {"lab-dc1"}), ("dc2", {"lab-dc2"}), ("agg", {"lab-dc1", "lab-dc2", "lab-agg"})):
         topics = set(metadata(lab.bootstrap(cluster)).topics)
         assert {t for t in topics if t.startswith("lab-")} == expected, (cluster, topics)
+    # Security: the mirror crossed the WAN on SASL_SSL as User:mirror; a principal without an ACL
+    # for a topic is refused (the audit's may read page-views, not write it).
+    mirror_log = lab.compose("logs", "mirror", check=False).stdout
+    assert "cluster dc1: SASL_SSL (SCRAM-SHA-512 as mirror)" in mirror_log, mirror_log[-3000:]
+    assert "mirror-lab-secret" not in mirror_log
+    refused = lab.compose(
+        "exec",
+        "-T",
+        "audit",
+        "python3",
+        "-c",
+        _AS_AUDIT_PRODUCE,
+        check=False,
+    )
+    assert "TOPIC_AUTHORIZATION_FAILED" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+
     # The mirror's own view: it serves its metrics on the published port.
     port = lab.env["MIRROR_METRICS_PORT"]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
@@ -149,6 +173,23 @@ def test_compose_lab_serves_every_cluster_and_mirrors_the_dcs_into_the_aggregate
         return len(result) == 11 and all(x["value"][1] == "1" for x in result)
 
     wait_for(all_up, 120, "Prometheus to scrape 9 brokers, the mirror and the audit service")
+
+
+# As User:audit (its password is in the audit container's environment), produce into dc1's page-views.
+_AS_AUDIT_PRODUCE = """
+import asyncio, os
+from headwater.client.producer import Producer
+sec = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+       "sasl.username": "audit", "sasl.password": "env:LAB_AUDIT_PASSWORD"}
+async def main():
+    async with Producer("dc1-broker1:9092", acks="all", security=sec, delivery_timeout_ms=20000) as p:
+        await (await p.send("page-views", b"not-allowed"))
+try:
+    asyncio.run(main())
+    print("written")
+except Exception as e:
+    print(repr(e))
+"""
 
 
 # ---- the whole pipeline under faults ---------------------------------------------------------
@@ -214,6 +255,7 @@ def test_pipeline_check_then_faults_lose_nothing_at_any_tier(lab: Lab) -> None:
         f"--aggregate={aggregate}",
         "--audit-url=http://127.0.0.1:8080",
         "--records=100",
+        "--command-config=/etc/headwater/lab-admin.properties",
         timeout=300,
         check=False,
     )

@@ -53,3 +53,14 @@ def test_add_config_syntax() -> None:
     for bad in ("retention.ms", "a=[b,c", "a=[b]c", "=1"):
         with pytest.raises(CliError):
             parse_add_config(bad)
+
+
+def test_throttled_replicas_are_list_configs_checked_by_the_topic_registry() -> None:
+    from headwater.broker.config import validate_topic_config
+
+    key = "follower.replication.throttled.replicas"
+    out = incremental({key: "0:1"}, [(key, APPEND, "0:4,1:4")])
+    assert out == {key: "0:1,0:4,1:4"}
+    assert validate_topic_config(out) is None
+    assert validate_topic_config({key: "*"}) is None
+    assert validate_topic_config({key: "0-4"}) is not None

@@ -11,8 +11,18 @@
     grace.ms = 120000     # a window closes for a tier once it was counted this long past its end
     store = sqlite:////var/lib/headwater/audit.db   # or postgresql://user:pass@host/db
     http.port = 8080
+    http.auth = none                         # or basic / bearer: http_auth.py (/healthz, /metrics stay open)
     alert.webhook.url = http://alerts:9000/hook     # optional
     heartbeats.topic = heartbeats            # the mirror's heartbeats, read on aggregate tiers
+
+Each cluster's client security takes Kafka's client property names under its alias, or unprefixed
+for every cluster (the alias's value wins), as in the mirror's file::
+
+    agg.security.protocol = SASL_SSL
+    agg.ssl.ca.location = /etc/headwater/ca.pem
+    agg.sasl.mechanism = SCRAM-SHA-512
+    agg.sasl.username = audit
+    agg.sasl.password = file:/etc/headwater/audit.password     # or env:NAME; never logged
 
 A cluster whose alias is also a datacenter name (``origin.dc`` of the producers) is that
 datacenter's local tier: only its own datacenter's records are expected there. Any other cluster is
@@ -24,8 +34,10 @@ for an aggregate before its own producers have reported).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from headwater.audit.http_auth import HttpAuth, HttpAuthConfigError, parse_http_auth
+from headwater.client.security import ClientSecurity, SecurityConfigError, cluster_security
 from headwater.properties import parse_properties
 
 
@@ -42,11 +54,14 @@ class AuditConfig:
     store: str = "sqlite:///audit.db"
     http_host: str = "0.0.0.0"
     http_port: int = 8080
+    http_auth: HttpAuth = field(default_factory=HttpAuth)  # http.auth*: the dashboard's and API's credentials, if any
     webhook_url: str | None = None
     fetch_max_wait_ms: int = 500
     aggregates: frozenset[str] | None = None  # aggregate.clusters; None: the clusters not named like a DC
     retention_days: int = 30  # windows (and their events, alerts, gaps) older than this are pruned
     heartbeats_topic: str = "heartbeats"  # the mirror's heartbeats (mirror/heartbeats.py) on aggregate tiers
+    #: alias -> how the audit's clients connect (``<alias>.security.protocol``, ``<alias>.sasl.*``, ...)
+    security: dict[str, ClientSecurity] = field(default_factory=dict)
 
     def audited(self, topic: str) -> bool:
         return any(p.fullmatch(topic) for p in self.topics)
@@ -72,6 +87,12 @@ def parse(raw: dict[str, str]) -> AuditConfig:
         alias, _, setting = key.partition(".")
         if setting in ("bootstrap.servers", "zookeeper.connect") and alias not in clusters:
             raise AuditConfigError(f"{key}: cluster {alias!r} is not in clusters ({', '.join(aliases)})")
+    security: dict[str, ClientSecurity] = {}
+    for a in aliases:
+        try:
+            security[a] = cluster_security(props, f"{a}.")
+        except SecurityConfigError as e:
+            raise AuditConfigError(str(e)) from None
     topics = []
     for item in (t.strip() for t in props.get("audit.topics", ".*").split(",")):
         if item:
@@ -109,12 +130,21 @@ def parse(raw: dict[str, str]) -> AuditConfig:
         store=store,
         http_host=props.get("http.host", "0.0.0.0"),
         http_port=integer("http.port", 8080, 0),
+        http_auth=_http_auth(props),
         webhook_url=props.get("alert.webhook.url") or None,
         fetch_max_wait_ms=integer("fetch.max.wait.ms", 500, 0),
         aggregates=aggregates,
         retention_days=integer("retention.days", 30, 1),
         heartbeats_topic=props.get("heartbeats.topic") or "heartbeats",
+        security=security,
     )
+
+
+def _http_auth(props: dict[str, str]) -> HttpAuth:
+    try:
+        return parse_http_auth(props)
+    except HttpAuthConfigError as e:
+        raise AuditConfigError(str(e)) from None
 
 
 def load(path: str, overrides: dict[str, str]) -> AuditConfig:

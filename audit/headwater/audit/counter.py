@@ -219,15 +219,20 @@ class TierCounter:
         admin: Admin | None = None,
     ) -> None:
         self.alias = alias
+        security = config.security.get(alias)
         self.config = config
         self.store = store
-        self.admin = admin or Admin(bootstrap, client_id="headwater-audit")
+        self.admin = admin or Admin(bootstrap, client_id="headwater-audit", security=security)
         self.cluster = self.admin.cluster
         self.offsets: dict[TopicPartition, int] = {}
         self.stored: dict[TopicPartition, int] = {}  # what the store holds (the compare-and-set base)
         self.high_watermarks: dict[TopicPartition, int] = {}
         self.watermarks: dict[TopicPartition, int] = {}
         self.heartbeats: dict[str, int] = {}  # source datacenter -> newest heartbeat (ms) seen here
+        # source datacenter -> (newest heartbeat before a silence longer than grace.ms, when they
+        # resumed (ms)): the hop was cut and has just healed (see held_heartbeats)
+        self.resumed: dict[str, tuple[int, int]] = {}
+        self.clock: Callable[[], float] = time.time
         self.records_counted = 0
         self.events_seen = 0
         self.rejected = 0
@@ -401,9 +406,29 @@ class TierCounter:
             return None
         self.stored.update(moved)
         self.offsets.update(moved)
+        now = int(self.clock() * 1000)
         for source, newest in (heartbeats or {}).items():
+            before = self.heartbeats.get(source)
+            if before is not None and newest - before > self.config.grace_ms:
+                self.resumed[source] = (before, now)  # a silence longer than grace: the hop has healed
             self.heartbeats[source] = max(newest, self.heartbeats.get(source, 0))
         return int(new)
+
+    def held_heartbeats(self, now_ms: int | None = None) -> dict[str, int]:
+        """Per source datacenter, the heartbeat its windows here are judged by (reconcile.py): the
+        newest one seen — except for ``grace.ms`` after heartbeats resumed from a silence longer than
+        ``grace.ms`` (a cut link healed, a mirror restarted), when it is still the last one before the
+        silence. The mirror copies the heartbeats partition independently of the data partitions: after
+        a heal the first fresh heartbeat can reach this cluster before the backlog of the cut, and the
+        windows of the cut must stay ``late`` (not turn ``loss``) while the backlog arrives."""
+        now = int(self.clock() * 1000) if now_ms is None else now_ms
+        out = dict(self.heartbeats)
+        for source, (before, resumed_at) in list(self.resumed.items()):
+            if now < resumed_at + self.config.grace_ms:
+                out[source] = before
+            else:
+                del self.resumed[source]
+        return out
 
     async def _round(self) -> None:
         requests = [(t, p, o) for (t, p), o in self.offsets.items()]
@@ -429,7 +454,7 @@ class TierCounter:
         closed_before_dc = {
             (t, dc): min(cb, hb - w - self.config.grace_ms)
             for t, cb in closed_before.items()
-            for dc, hb in self.heartbeats.items()
+            for dc, hb in self.held_heartbeats().items()
             if dc != self.alias
         }
         heartbeats: dict[str, int] = {}

@@ -12,6 +12,13 @@ Stale: a tier whose counter is down, waiting for its store or lagging (its water
 clock) cannot say a window is complete; its entries are ``stale`` unless they already show a loss or
 duplicates. The producer tier's staleness (a cluster's ``__audit`` not read) makes every tier stale:
 the expected counts, and the warehouse's counts, come through ``__audit``.
+
+Late: a tier whose windows are past their end + grace while the hop feeding it lags (the mirror's
+heartbeats from the datacenter are older: a cut link, a stopped mirror) shows ``late`` with the records
+still on their way in ``late`` (plus those that arrived after the tier had closed a window) and
+``behind_s``, how long ago the oldest such window ended: it grows while the link is down. Late is not
+a problem (nothing is lost yet): while records are on their way the headline says "no loss, N late"
+instead of "all healthy" (windows whose records all arrived, some after the window closed, do not).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ class Entry:
     first_problem_window: int | None = None
     hop: str | None = None
     stale_reason: str | None = None
+    behind_s: int | None = None  # now - the end of the oldest window whose records are still on their way
     _statuses: set[str] = field(default_factory=set)
 
     def as_json(self) -> dict[str, Any]:
@@ -58,6 +66,7 @@ class Entry:
             "first_problem_window": self.first_problem_window,
             "hop": self.hop,
             "stale_reason": self.stale_reason,
+            "behind_s": self.behind_s,
         }
 
 
@@ -128,6 +137,10 @@ def build(
             e.windows += 1
             e._statuses.add(r.status)
             e.late += r.late
+            if r.pending:  # past its end + grace, the hop lags: the records still to come are late, not lost
+                e.late += r.missing
+                behind = max(now_ms - r.window_end, 0) // 1000
+                e.behind_s = max(e.behind_s or 0, behind)
             if r.status == "loss":
                 e.missing += r.missing
             elif r.status == "duplicates":
@@ -147,16 +160,25 @@ def build(
         key=lambda e: (SEVERITY.index(e.status), -(e.missing + e.duplicated), e.topic, e.datacenter, e.tier),
     )
     problems = [e for e in ordered if e.status in PROBLEMS]
+    # late now: records still on their way (a cut link, a stopped mirror); records that merely arrived
+    # after their window closed (and are all there) do not change the headline
+    late = [e for e in ordered if e.status == "late" and e.behind_s is not None]
     since = now_ms - hours * 3_600_000
     recent_gaps = [g for g in gaps if g.detected_ms >= since]
+    n = len(problems) + len(recent_gaps)
+    if n:
+        headline = f"{n} problem{'s' if n != 1 else ''}"
+    elif late:
+        headline = f"no loss, {len(late)} late"
+    else:
+        headline = "all healthy"
     return {
         "generated_ms": now_ms,
         "hours": hours,
         "healthy": not problems and not recent_gaps,
-        "problems": len(problems) + len(recent_gaps),
-        "headline": "all healthy"
-        if not problems and not recent_gaps
-        else f"{len(problems) + len(recent_gaps)} problem{'s' if len(problems) + len(recent_gaps) != 1 else ''}",
+        "problems": n,
+        "late": len(late),
+        "headline": headline,
         "stale": dict(stale),
         "total": len(ordered),
         "offset": offset,

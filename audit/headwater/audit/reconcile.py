@@ -7,15 +7,18 @@ events), ``completeness`` = count / expected, and the status:
 - ``open``        the window has not closed yet for this tier: its watermark (how far in creation
                   time the tier has been counted on every partition, see counter.py) or the
                   producer tier's has not passed window end + grace. Without watermarks (tests,
-                  tools), the clock: now < window end + grace. At an aggregate tier, once the
-                  mirror's heartbeats from the datacenter were ever seen there, the tier's
-                  watermark for that datacenter is at most its newest heartbeat: a cut link holds
-                  the datacenter's windows open there (not ``loss``) until its records arrive
+                  tools), the clock: now < window end + grace
+- ``late``        either (a) the window is past its end + grace for the tier, but the hop that feeds
+                  it lags: at an aggregate tier, once the mirror's heartbeats from the datacenter were
+                  ever seen there, the newest one is older than window end + grace (a cut link, a
+                  stopped mirror), and fewer records than the producers sent have arrived — they are
+                  on their way, not lost (``lagging``; ``missing`` says how many are still to come; no
+                  alert); once they arrive the window is ``complete``. Or (b) closed and balanced, but
+                  some counts arrived after the tier had closed it (``late`` counts them; never at the
+                  warehouse tier: a nightly load counts windows long closed by design)
 - ``loss``        closed, fewer records than the producers sent (``missing`` says how many)
 - ``duplicates``  closed, more records than the producers sent
-- ``late``        closed and balanced, but some counts arrived after the tier had closed it (never at the
-                  warehouse tier: a nightly load counts windows long closed by design)
-- ``complete``    closed and balanced
+- ``complete``    closed and balanced (also while the hop lags: every record is there)
 - ``unaudited``   records without origin headers (datacenter ``-``): nothing to compare with
 
 Which tiers a datacenter's records must reach: the producer tier; the cluster named like the
@@ -51,6 +54,13 @@ class Completeness:
     status: str
     late: int = 0
     updated_ms: int = 0  # the last write to this tier's count (0: none)
+    # past end + grace for the tier, but its hop lags (heartbeats): the missing records are on their way
+    lagging: bool = False
+
+    @property
+    def pending(self) -> bool:
+        """Late and still short: not final (no alert, not in the completeness gauge)."""
+        return self.lagging and self.status == "late" and self.missing > 0
 
     @property
     def missing(self) -> int:
@@ -59,6 +69,7 @@ class Completeness:
     def as_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["missing"] = self.missing
+        d["pending"] = self.pending
         return d
 
 
@@ -95,18 +106,22 @@ def reconcile(
         if r.tier == WAREHOUSE:
             reach[r.topic] = max(reach.get(r.topic, r.window_start), r.window_start)
 
-    def closed(tier: str, topic: str, dc: str, end: int) -> bool:
+    def judged(tier: str, topic: str, dc: str, end: int) -> str:
+        """``open``, ``lagging`` (closed by the tier's own watermark, but the hop from ``dc`` lags by
+        its heartbeats: a cut link) or ``closed``."""
+        if watermark is None:
+            if now_ms < end + grace_ms:
+                return "open"
+        else:
+            for t in {PRODUCER, PRODUCER if tier == WAREHOUSE else tier}:
+                wm = watermark(t, topic)
+                if wm is None or wm < end + grace_ms:
+                    return "open"
         if heartbeat is not None and tier not in (PRODUCER, WAREHOUSE, dc):
             newest = heartbeat(tier, dc)
             if newest is not None and newest < end + grace_ms:
-                return False  # the link from dc may be cut: its records may not have arrived yet
-        if watermark is None:
-            return now_ms >= end + grace_ms
-        for t in {PRODUCER, PRODUCER if tier == WAREHOUSE else tier}:
-            wm = watermark(t, topic)
-            if wm is None or wm < end + grace_ms:
-                return False
-        return True
+                return "lagging"  # the link from dc may be cut: its records may not have arrived yet
+        return "closed"
 
     out: list[Completeness] = []
     for (topic, start, dc), tiers in sorted(by_window.items()):
@@ -127,10 +142,11 @@ def reconcile(
             count = row.count if row is not None else 0
             late = row.late if row is not None else 0
             updated = row.updated_ms if row is not None else 0
-            if not closed(tier, topic, dc, end):
+            state = judged(tier, topic, dc, end)
+            if state == "open":
                 status = "open"
             elif count < expected:
-                status = "loss"
+                status = "late" if state == "lagging" else "loss"
             elif count > expected:
                 status = "duplicates"
             elif late and tier != WAREHOUSE:
@@ -138,5 +154,9 @@ def reconcile(
             else:
                 status = "complete"
             ratio = count / expected if expected else (1.0 if count == 0 else None)
-            out.append(Completeness(topic, start, end, dc, tier, count, expected, ratio, status, late, updated))
+            out.append(
+                Completeness(
+                    topic, start, end, dc, tier, count, expected, ratio, status, late, updated, state == "lagging"
+                )
+            )
     return out

@@ -34,12 +34,12 @@ from headwater.audit.counter import TierCounter
 from headwater.audit.reconcile import PRODUCER, WAREHOUSE, Completeness, reconcile
 from headwater.audit.store import UNAUDITED_DC, Gap, PendingAlert, Store
 from headwater.audit.web import make_app
+from headwater.client.security import describe
 from headwater.service.supervisor import HealthRegistry, Supervisor, Unit
 
 log = logging.getLogger("headwater.audit")
 
 _ALERTING = ("loss", "duplicates")
-_BALANCED = ("complete", "late")
 # headwater_audit_tier_completion_seconds: seconds after a window's end at which a tier reached 100 %
 COMPLETION_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
 ALERT_TIMEOUT_S = 10.0
@@ -75,6 +75,8 @@ class AuditService:
     def __init__(self, config: AuditConfig, *, counters: list[TierCounter] | None = None) -> None:
         self.config = config
         self.store = Store(config.store)
+        if self.store.migrated:
+            log.info("store: schema migrated to version %d (applied %s)", max(self.store.migrated), self.store.migrated)
         self.registry = CollectorRegistry()
         self._bad_events = Counter(
             "headwater_audit_bad_events",
@@ -120,12 +122,20 @@ class AuditService:
             buckets=COMPLETION_BUCKETS,
             registry=self.registry,
         )
+        self._behind = Gauge(
+            "headwater_audit_tier_behind_seconds",
+            "Per topic and tier: seconds since the end of the oldest window whose records are still on their "
+            "way (late while the hop's mirror heartbeats lag: a cut link, a stopped mirror); 0 when none",
+            ["topic", "tier"],
+            registry=self.registry,
+        )
         self._pruned = Counter(
             "headwater_audit_pruned_rows",
             "Store rows deleted because they are older than retention.days, per table",
             ["table"],
             registry=self.registry,
         )
+        self._behind_shown: set[tuple[str, str]] = set()
         self.replication_latency = ReplicationLatency(lambda: self.counters)
         self.registry.register(self.replication_latency)
         self.http_port: int | None = None
@@ -156,8 +166,9 @@ class AuditService:
         return out
 
     def _heartbeats(self) -> dict[tuple[str, str], int]:
-        """Per (tier, source datacenter): the newest heartbeat seen (read on the event loop)."""
-        return {(c.alias, source): ms for c in self.counters for source, ms in c.heartbeats.items()}
+        """Per (tier, source datacenter): the heartbeat the windows are judged by (the newest seen, held
+        back for grace.ms after a healed cut: TierCounter.held_heartbeats); read on the event loop."""
+        return {(c.alias, source): ms for c in self.counters for source, ms in c.held_heartbeats().items()}
 
     def rows(
         self,
@@ -281,6 +292,7 @@ class AuditService:
             self.recent_rows,
             overview_for=self.overview,
             completions_for=self.completions,
+            auth=self.config.http_auth,
         )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -290,10 +302,13 @@ class AuditService:
         sockets = getattr(server, "sockets", None) or []
         self.http_port = sockets[0].getsockname()[1] if sockets else self.config.http_port
         log.info(
-            "dashboard on http://%s:%d/ (API /api/v1/completeness, /metrics, /healthz)",
+            "dashboard on http://%s:%d/ (API /api/v1/completeness, /metrics, /healthz; http.auth=%s)",
             self.config.http_host,
             self.http_port,
+            self.config.http_auth.scheme,
         )
+        for alias, bootstrap in self.config.clusters.items():
+            log.info("cluster %s: %s via %s", alias, describe(self.config.security.get(alias)), bootstrap)
         stuck_s = max(120.0, self.config.fetch_max_wait_ms / 1000 * 20)
         for c in self.counters:
             self.supervisor.start(
@@ -342,9 +357,13 @@ class AuditService:
         last_closed: dict[tuple[str, str], list[Completeness]] = {}
         newest: dict[tuple[str, str], int] = {}
         recorded = 0
+        behind: dict[tuple[str, str], float] = {}
         for r in rows:
-            if r.status == "open" or r.datacenter == UNAUDITED_DC:
-                continue
+            if r.pending:
+                key = (r.topic, r.tier)
+                behind[key] = max(behind.get(key, 0.0), max(now - r.window_end, 0) / 1000)
+            if r.status == "open" or r.pending or r.datacenter == UNAUDITED_DC:
+                continue  # a pending late window (its hop lags) is not final: no alert, not in the gauge
             key = (r.topic, r.tier)
             if r.window_start > newest.get(key, -1):
                 newest[key] = r.window_start
@@ -372,6 +391,9 @@ class AuditService:
             await asyncio.to_thread(self.store.set_gap_payload, g.guid, json.dumps(_gap_json(g)))
             recorded += 1
         await self._record_completions(rows)
+        for topic, tier in {*behind, *self._behind_shown}:  # back to 0 once the records arrived
+            self._behind.labels(topic, tier).set(behind.get((topic, tier), 0.0))
+        self._behind_shown |= set(behind)
         for (topic, tier), rs in last_closed.items():
             expected = sum(r.expected or 0 for r in rs)
             count = sum(r.count for r in rs)

@@ -20,8 +20,17 @@ Tables (SQLite by default, PostgreSQL by DSN; the same SQL)::
     audit_heartbeats (cluster, source) -> newest_ms
                     the newest mirror heartbeat from datacenter ``source`` seen in ``cluster`` (counter.py)
 
-Schema changes are additive (CREATE ... IF NOT EXISTS, ADD COLUMN when missing), so a store written
-by an older version opens and is migrated in place.
+    audit_schema_version version -> description, applied_ms       (the migrations applied, see below)
+
+Schema migrations are versioned (:data:`MIGRATIONS`): numbered, applied in order at start, each in
+its own transaction together with its row in ``audit_schema_version`` — a crash in the middle of one
+leaves the store at the previous version, and the next start applies it again. A migration's
+statements are idempotent (CREATE ... IF NOT EXISTS, ADD COLUMN when missing), so a store written
+before versioning (no ``audit_schema_version``: version 0) is brought up by applying every migration
+from 1, whatever it already had. Two instances starting at once take turns (PostgreSQL: an advisory
+lock in the transaction; SQLite: BEGIN IMMEDIATE) and the second finds nothing left to do. A store
+whose version is newer than this code knows is refused (:class:`SchemaTooNew`): an older audit must
+not write into a schema it does not know.
 
 Exactly once: the counts a fetch produced and the offsets it reached are written in ONE transaction
 (:meth:`Store.apply`) that first checks each partition's stored offset is still the one the counter
@@ -37,6 +46,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -95,6 +105,49 @@ _ADDED_COLUMNS = [
 _SCHEMA_AFTER = [
     "CREATE INDEX IF NOT EXISTS audit_alerts_pending ON audit_alerts (delivered_ms, next_attempt_ms)",
 ]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered step of the schema: idempotent statements; ``columns`` are (table, column, type)
+    added when missing (SQLite has no ADD COLUMN IF NOT EXISTS)."""
+
+    version: int
+    description: str
+    statements: tuple[str, ...] = ()
+    columns: tuple[tuple[str, str, str], ...] = ()
+    after: tuple[str, ...] = ()  # statements that need the added columns
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "the schema before versioning: counts, events, offsets and watermarks, alerts outbox, stats, "
+        "rejected events, gaps, completion latency, heartbeats",
+        tuple(_SCHEMA),
+        tuple(_ADDED_COLUMNS),
+        tuple(_SCHEMA_AFTER),
+    ),
+    Migration(
+        2,
+        "indexes for the hourly retention prune (deletes by window start and by receive time)",
+        (
+            "CREATE INDEX IF NOT EXISTS audit_counts_by_window ON audit_counts (window_start)",
+            "CREATE INDEX IF NOT EXISTS audit_events_by_start ON audit_events (window_start)",
+            "CREATE INDEX IF NOT EXISTS audit_completion_by_window ON audit_completion (window_start)",
+            "CREATE INDEX IF NOT EXISTS audit_rejected_by_received ON audit_rejected (received_ms)",
+        ),
+    ),
+)
+
+_VERSION_TABLE = """CREATE TABLE IF NOT EXISTS audit_schema_version (
+    version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_ms BIGINT NOT NULL)"""
+_MIGRATION_LOCK = 0x68770A0D17  # pg_advisory_xact_lock key of the audit's migrations
+
+
+class SchemaTooNew(Exception):
+    """The store was migrated by a newer version of the audit service than this one."""
+
 
 CountKey = tuple[str, int, str, str]  # topic, window_start, datacenter, tier
 TopicPartition = tuple[str, int]
@@ -180,8 +233,12 @@ _TRANSIENT = _transient_errors()
 
 
 class Store:
-    def __init__(self, dsn: str, *, busy_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, dsn: str, *, busy_timeout_s: float = 5.0, migrations: tuple[Migration, ...] = MIGRATIONS
+    ) -> None:
         self.dsn = dsn
+        self.migrations = migrations
+        self.migrated: list[int] = []  # the migrations this instance applied
         self.sqlite = dsn.startswith("sqlite:///")
         self.mark = "?" if self.sqlite else "%s"
         self.busy_timeout_s = busy_timeout_s
@@ -227,14 +284,58 @@ class Store:
             raise StoreUnavailable(f"{type(e).__name__}: {e}".strip()) from e
 
     def _migrate(self, conn: Any) -> None:
-        for stmt in _SCHEMA:
+        """Apply the migrations newer than the store's version, in order, one transaction each."""
+        known = max((m.version for m in self.migrations), default=0)
+        for m in sorted(self.migrations, key=lambda m: m.version):
+            self._begin(conn)
+            try:
+                if not self.sqlite:  # instances starting at once take turns (SQLite: BEGIN IMMEDIATE)
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                conn.execute(_VERSION_TABLE)
+                if self._version(conn) < m.version:
+                    self._apply_migration(conn, m)
+                    self.migrated.append(m.version)
+                conn.execute("COMMIT")
+            except BaseException:
+                try:
+                    conn.execute("ROLLBACK")
+                except Exception:  # the connection broke: the transaction is gone with it
+                    pass
+                raise
+        conn.execute(_VERSION_TABLE)  # (no migrations given)
+        version = self._version(conn)
+        if version > known:
+            raise SchemaTooNew(
+                f"the audit store {self._where()} is at schema version {version}, newer than this audit "
+                f"service knows ({known}): run the newer version, or restore the store"
+            )
+
+    def _begin(self, conn: Any) -> None:
+        conn.execute("BEGIN IMMEDIATE" if self.sqlite else "BEGIN")
+
+    def _where(self) -> str:
+        return self.dsn.split("@")[-1] if not self.sqlite else self.dsn  # no password in the message
+
+    def _version(self, conn: Any) -> int:
+        row = conn.execute("SELECT MAX(version) FROM audit_schema_version").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def schema_version(self) -> int:
+        with self._lock:
+            return int(self._guarded(self._version))
+
+    def _apply_migration(self, conn: Any, m: Migration) -> None:
+        for stmt in m.statements:
             conn.execute(stmt)
-        for table, column, kind in _ADDED_COLUMNS:
+        for table, column, kind in m.columns:
             if column not in self._columns(conn, table):
-                guard = "" if self.sqlite else "IF NOT EXISTS "  # PostgreSQL: a second instance may race us
-                conn.execute(f"ALTER TABLE {table} ADD COLUMN {guard}{column} {kind}")
-        for stmt in _SCHEMA_AFTER:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        for stmt in m.after:
             conn.execute(stmt)
+        conn.execute(
+            self._sql("INSERT INTO audit_schema_version (version, description, applied_ms) VALUES (?, ?, ?)"),
+            (m.version, m.description, int(time.time() * 1000)),
+        )
 
     def _columns(self, conn: Any, table: str) -> set[str]:
         if self.sqlite:

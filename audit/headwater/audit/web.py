@@ -9,6 +9,9 @@
   latency, and a grid of windows by (datacenter, tier): green complete,
   red loss with the missing count, amber duplicates, blue late, grey open; each cell links to the
   window's drill-down; a chart of records per window per tier (inline SVG); refreshes every 10 s.
+  Windows late with records still on their way (their hop lags: a cut link) are drawn as hollow blue
+  points, not as a drop, and the latency table counts their wait "so far"; the overview's row shows
+  how long the tier is behind.
 - ``GET /window?topic=&window_start=&datacenter=`` — every tier of one window and the producer
   tier's per-host counts.
 - ``GET /api/v1/completeness?topic=T[&from=ms&to=ms]`` — ``{"rows": [...]}``; ``GET /api/v1/topics``;
@@ -16,6 +19,8 @@
 - A query value that is not a time (not an integer in [-2^62, 2^62)) answers 400 with a message.
 - Every store read runs on a worker thread (the callables given to :func:`make_app` are coroutines).
 - ``GET /metrics`` (Prometheus), ``GET /healthz``.
+- With ``http.auth = basic|bearer`` (http_auth.py) every path but /metrics and /healthz answers 401
+  with a ``WWW-Authenticate`` challenge until the request carries the credentials.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from headwater.audit.http_auth import HttpAuth, auth_middleware
 from headwater.audit.overview import SEVERITY
 from headwater.audit.reconcile import PRODUCER, Completeness
 from headwater.audit.store import UNAUDITED_DC, Gap
@@ -54,7 +60,7 @@ table.grid, table.latency { border-collapse: collapse; font-size: 0.85em; }
 .legend span { display: inline-block; padding: 2px 8px; margin-right: 4px; color: white; border-radius: 3px; }
 nav a { margin-right: 1em; } .muted { color: #777; }
 .headline { font-size: 1.4em; padding: 6px 12px; color: white; display: inline-block; border-radius: 4px; }
-.headline.ok { background: #2e7d32; } .headline.bad { background: #c62828; }
+.headline.ok { background: #2e7d32; } .headline.bad { background: #c62828; } .headline.late { background: #1565c0; }
 table.strip { border-collapse: collapse; font-size: 0.85em; }
 .strip td, .strip th { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: left; white-space: nowrap; }
 .strip td.num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -135,11 +141,12 @@ def _overview_args(request: web.Request) -> dict[str, int]:
 
 
 def _overview_page(data: dict[str, Any]) -> str:
-    cls = "ok" if data["healthy"] else "bad"
+    cls = ("late" if data.get("late") else "ok") if data["healthy"] else "bad"
     rows = []
     for e in data["entries"]:
         first = _fmt_time(e["first_problem_window"]) if e["first_problem_window"] is not None else ""
         status = e["status"]
+        behind = "" if e.get("behind_s") is None else f"{e['behind_s']} s"
         title = html.escape(e["stale_reason"] or "")
         link = _href("/topic", topic=e["topic"])
         rows.append(
@@ -147,7 +154,9 @@ def _overview_page(data: dict[str, Any]) -> str:
             f'title="{title}">{status}</td><td class="topic"><a href="{link}">{html.escape(e["topic"])}</a></td>'
             f'<td class="dc">{html.escape(e["datacenter"])}</td><td class="tier">{html.escape(e["tier"])}</td>'
             f'<td class="num missing">{e["missing"]}</td><td class="num duplicated">{e["duplicated"]}</td>'
-            f'<td class="num late">{e["late"]}</td><td class="first">{first}</td>'
+            f'<td class="num late">{e["late"]}</td>'
+            f'<td class="num behind">{behind}</td>'
+            f'<td class="first">{first}</td>'
             f'<td class="hop">{html.escape(e["hop"] or "")}</td><td class="why muted">{title}</td></tr>'
         )
     more = ""
@@ -199,11 +208,13 @@ def _overview_page(data: dict[str, Any]) -> str:
         f'<nav>last {data["hours"]} h · {hours} · <a href="/api/v1/overview?hours={data["hours"]}">JSON</a></nav>'
         f'<p class="legend">{legend}</p>'
         '<table class="strip" id="overview"><tr><th>status</th><th>topic</th><th>datacenter</th><th>tier</th>'
-        "<th>missing</th><th>duplicated</th><th>late</th><th>problem since (window, UTC)</th><th>hop</th>"
+        "<th>missing</th><th>duplicated</th><th>late</th><th>behind</th><th>problem since (window, UTC)</th><th>hop</th>"
         f"<th></th></tr>{''.join(rows)}</table>{more}{alert_table}{gap_table}"
         '<p class="muted">Absolute record counts over the windows shown; the hop is where the counts first '
         "differ (producer → datacenter → aggregate → warehouse). Stale: the tier's counter is down or behind, "
-        f"so its windows cannot be judged.</p>{_TICKER}"
+        "so its windows cannot be judged. Late: records past their window's end + grace still on their way "
+        "(the hop lags: a cut link or a stopped mirror; behind = since when), or counted after the window "
+        f"closed; not lost.</p>{_TICKER}"
     )
 
 
@@ -217,10 +228,21 @@ def _ranges(topic: str) -> str:
     return " · ".join(links)
 
 
-def _latency_table(windows: list[int], completions: dict[tuple[str, int, str, str], int]) -> str:
+def _latency_table(
+    windows: list[int],
+    completions: dict[tuple[str, int, str, str], int],
+    rows: list[Completeness] | None = None,
+    now_ms: int | None = None,
+) -> str:
     """Per window shown and (datacenter, tier): seconds after the window's end at which the tier
-    reached 100 %."""
-    by = {(w, dc, t): v for (_, w, dc, t), v in completions.items()}
+    reached 100 %; for a window still short while its hop lags (late, pending), how long it has been
+    waiting so far (``+95.0 s so far``): it grows while a link is cut or a mirror stopped."""
+    by: dict[tuple[int, str, str], str] = {(w, dc, t): f"{v / 1000:+.1f} s" for (_, w, dc, t), v in completions.items()}
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    waiting = {(r.window_start, r.datacenter, r.tier) for r in rows or [] if r.pending}
+    for r in rows or []:
+        if r.pending:
+            by[(r.window_start, r.datacenter, r.tier)] = f"{(now - r.window_end) / 1000:+.1f} s so far"
     shown = [w for w in windows if any(k[0] == w for k in by)]
     if not shown:
         return ""
@@ -230,12 +252,14 @@ def _latency_table(windows: list[int], completions: dict[tuple[str, int, str, st
     for w in shown:
         cells = []
         for dc, t in columns:
-            lat = by.get((w, dc, t))
-            cells.append(f"<td>{'' if lat is None else f'{lat / 1000:+.1f} s'}</td>")
+            text = by.get((w, dc, t), "")
+            cls = ' class="waiting" style="color:#1565c0"' if (w, dc, t) in waiting else ""
+            cells.append(f"<td{cls}>{text}</td>")
         body.append(f"<tr><th>{_fmt_time(w)}</th>{''.join(cells)}</tr>")
     return (
         '<h2>Tier completion latency</h2><p class="muted">When each tier reached 100 %, relative to the '
-        "window's end (negative: before it ended).</p>"
+        "window's end (negative: before it ended); in blue, windows whose records are still on their way "
+        "(late: the hop lags), and for how long so far.</p>"
         f'<table class="latency" id="latency"><tr><th>window (UTC)</th>{head}</tr>{"".join(body)}</table>'
     )
 
@@ -264,6 +288,12 @@ def _cell_text(r: Completeness) -> str:
     return f"{r.completeness * 100:.0f}%"
 
 
+def _cell_title(r: Completeness) -> str:
+    if r.pending:
+        return f"late: {r.count} of {r.expected} arrived, {r.missing} still on their way (the hop lags), not lost"
+    return f"{r.status}: {r.count} of {r.expected}"
+
+
 def _nice(top: int) -> int:
     """A round axis maximum at or above ``top`` (1, 2 or 5 times a power of ten)."""
     step = 1
@@ -287,7 +317,8 @@ def _chart(rows: list[Completeness]) -> str:
             continue
         series[r.tier][r.window_start] += r.count
         st = state[(r.tier, r.window_start)]
-        st[r.status] += 1
+        st["pending" if r.pending else r.status] += 1
+        st["waiting"] += r.missing if r.pending else 0
         st["missing"] += r.missing if r.status == "loss" else 0
         st["duplicated"] += r.count - (r.expected or 0) if r.status == "duplicates" else 0
     windows = sorted({w for s in series.values() for w in s})
@@ -316,7 +347,9 @@ def _chart(rows: list[Completeness]) -> str:
         )
     ticks = windows[:: max(1, len(windows) // 6)]
     for w in ticks:  # the time axis
-        label = time.strftime("%H:%M" if span < 86_400_000 else "%m-%d %H:%M", time.gmtime(w / 1000))
+        seconds = windows[1] - windows[0] < 60_000  # windows shorter than a minute: label the seconds
+        fmt = "%H:%M:%S" if seconds else "%H:%M" if span < 86_400_000 else "%m-%d %H:%M"
+        label = time.strftime(fmt, time.gmtime(w / 1000))
         parts.append(
             f'<line x1="{x(w):.1f}" y1="{top_pad + plot_h}" x2="{x(w):.1f}" y2="{top_pad + plot_h + 4}" stroke="#999"/>'
             f'<text class="xtick" x="{x(w):.1f}" y="{top_pad + plot_h + 16}" font-size="11" fill="#666" '
@@ -331,7 +364,7 @@ def _chart(rows: list[Completeness]) -> str:
     for i, (tier, points) in enumerate(sorted(series.items())):
         color = palette[i % len(palette)]
         ws = [w for w in windows if w in points]
-        closed = [w for w in ws if state[(tier, w)].get("open", 0) == 0]
+        closed = [w for w in ws if not state[(tier, w)].get("open", 0) and not state[(tier, w)].get("pending", 0)]
         opened = [w for w in ws if w not in closed]
         if closed:
             pts = " ".join(f"{x(w):.1f},{y(points[w]):.1f}" for w in closed)
@@ -343,6 +376,14 @@ def _chart(rows: list[Completeness]) -> str:
                 f'<polyline class="open" fill="none" stroke="{color}" stroke-width="1.5" stroke-dasharray="4 3" points="{pts}"/>'
             )
             for w in opened:
+                st = state[(tier, w)]
+                if st.get("pending"):  # past end + grace, its hop lags: late, still arriving (not a drop)
+                    parts.append(
+                        f'<circle class="late" cx="{x(w):.1f}" cy="{y(points[w]):.1f}" r="4" fill="white" '
+                        f'stroke="{_COLORS["late"]}" stroke-width="2"><title>{html.escape(tier)} {_fmt_time(w)}: late, '
+                        f"{st['waiting']} record(s) still on their way, {points[w]} counted so far</title></circle>"
+                    )
+                    continue
                 parts.append(
                     f'<circle class="open" cx="{x(w):.1f}" cy="{y(points[w]):.1f}" r="3" fill="white" stroke="{color}">'
                     f"<title>{html.escape(tier)} {_fmt_time(w)}: open, {points[w]} counted so far</title></circle>"
@@ -374,12 +415,14 @@ def make_app(
     *,
     overview_for: Callable[..., Awaitable[dict[str, Any]]] | None = None,
     completions_for: Callable[[str, int, int], Awaitable[dict[tuple[str, int, str, str], int]]] | None = None,
+    auth: HttpAuth | None = None,
 ) -> web.Application:
     """``recent_for(topic)``: the dashboard's rows (its latest windows); default: all of ``rows_for``.
     ``completions_for(topic, from, to)``: the tier completion latencies of those windows (ms);
     ``overview_for(hours, limit, offset, gaps_limit, gaps_offset)``: the overview's data (overview.py);
-    without it ``/`` is the first topic's page."""
-    app = web.Application()
+    without it ``/`` is the first topic's page. ``auth``: ``http.auth`` (http_auth.py); every path but
+    /healthz and /metrics then needs its credentials."""
+    app = web.Application(middlewares=[auth_middleware(auth)] if auth is not None and auth.enabled else [])
 
     async def gaps(topic: str | None) -> list[Gap]:
         return await gaps_for(topic) if gaps_for is not None else []
@@ -428,7 +471,7 @@ def make_app(
                 link = _href("/window", topic=topic, window_start=w, datacenter=dc)
                 cells.append(
                     f'<td class="cell {r.status}" style="background:{_COLORS[r.status]}" '
-                    f'title="{r.status}: {r.count} of {r.expected}"><a href="{link}">{_cell_text(r)}</a></td>'
+                    f'title="{_cell_title(r)}"><a href="{link}">{_cell_text(r)}</a></td>'
                 )
             body.append(f"<tr><th>{_fmt_time(w)}</th>{''.join(cells)}</tr>")
         return _page(
@@ -437,7 +480,7 @@ def make_app(
             f'<p class="legend">{legend}</p><p class="range">{_ranges(topic)}</p>{_chart(rows)}'
             f'<table class="grid"><tr><th>window (UTC)</th>{head}</tr>{"".join(body)}</table>'
             "<p class=\"muted\">Counts per window of the records' creation time; expected = the producers' count events.</p>"
-            f"{_latency_table(windows, await completions_for(topic, windows[-1], windows[0] + 1) if completions_for is not None and windows else {})}"
+            f"{_latency_table(windows, await completions_for(topic, windows[-1], windows[0] + 1) if completions_for is not None and windows else {}, rows)}"
             f"{_gaps_table(await gaps(topic))}",
         )
 

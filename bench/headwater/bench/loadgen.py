@@ -340,6 +340,75 @@ async def _headwater_produce(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def headwater_sync_produce(args: argparse.Namespace) -> dict[str, Any]:
+    """A blocking application's loop: ``SyncProducer.send`` per record, then ``flush``.
+
+    ``--mode audit`` uses SyncAuditingProducer (origin headers, counts per window); ``--mode headers``
+    the plain SyncProducer with the same three origin headers on every record and no auditing (what
+    the headers alone cost).
+    """
+    import socket
+
+    _headwater()
+    from headwater.client.audit import HEADER_CREATED, HEADER_DC, HEADER_HOST, SyncAuditingProducer
+    from headwater.client.sync import SyncProducer
+
+    kwargs: dict[str, Any] = {"acks": args.acks, "linger_ms": args.linger_ms, "max_request_size": args.max_request_size}
+    if args.batch_size is not None:
+        kwargs["batch_size"] = args.batch_size
+    if args.mode == "audit":
+        producer: SyncProducer = SyncAuditingProducer(args.bootstrap, datacenter="dc1", **kwargs)
+    else:
+        producer = SyncProducer(args.bootstrap, **kwargs)
+    host = socket.gethostname().encode()
+    value = _value(args.size)
+    topic = args.topic
+    errors: list[str] = []
+    try:
+        producer.start(30)
+        producer.send_and_wait(topic, value, timeout=30)  # metadata and a connection before the clock starts
+        send = producer.send
+        sent = 0
+        start, cpu0 = time.perf_counter(), _cpu()
+        deadline = start + args.seconds
+        futures = []
+        if args.mode == "headers":
+            ms = -1
+            headers: tuple[tuple[str, bytes], ...] = ()
+            while sent < args.count:
+                now = int(time.time() * 1000)
+                if now != ms:  # built once a millisecond, as SyncAuditingProducer does
+                    ms, headers = now, ((HEADER_HOST, host), (HEADER_DC, b"dc1"), (HEADER_CREATED, b"%d" % now))
+                futures.append(send(topic, value, None, headers))
+                sent += 1
+                if not sent & 1023 and time.perf_counter() > deadline:
+                    break
+        else:
+            while sent < args.count:
+                futures.append(send(topic, value))
+                sent += 1
+                if not sent & 1023 and time.perf_counter() > deadline:
+                    break
+        producer.flush(max(0.0, deadline - time.perf_counter()) + args.seconds)
+        seconds, cpu = time.perf_counter() - start, _cpu() - cpu0
+        failed = [f.exception(0) for f in futures if f.exception(0) is not None]
+        errors.extend(repr(e) for e in failed[:1])
+    finally:
+        producer.close(5)
+    acked = sent - len(failed)
+    return {
+        "sent": sent,
+        "acked": acked,
+        "errors": len(failed),
+        "first_error": errors[0] if errors else "",
+        "bytes": acked * args.size,
+        "seconds": seconds,
+        "cpu": cpu,
+        "tx_requests": -1,
+        "tx_bytes": -1,
+    }
+
+
 async def _headwater_consume(args: argparse.Namespace) -> dict[str, Any]:
     client = _headwater()
     async with client.Consumer(args.bootstrap) as consumer:
@@ -410,6 +479,7 @@ COMMANDS = {
     "confluent-latency-consumer": confluent_latency_consumer,
     "confluent-latency-producer": confluent_latency_producer,
     "headwater-produce": _run_async(_headwater_produce),
+    "headwater-sync-produce": headwater_sync_produce,
     "headwater-consume": _run_async(_headwater_consume),
     "headwater-latency-consumer": _run_async(_headwater_latency_consumer),
     "headwater-latency-producer": _run_async(_headwater_latency_producer),
@@ -429,6 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=None, help="headwater producer batch_size")
     parser.add_argument("--linger-ms", type=float, default=0.0, help="headwater producer linger_ms")
     parser.add_argument("--max-request-size", type=int, default=1048576, help="headwater producer")
+    parser.add_argument("--mode", choices=["plain", "audit", "headers"], default="plain", help="headwater-sync-produce")
     parser.add_argument("--fetch-bytes", type=int, default=1048576, help="headwater consumer, per partition")
     parser.add_argument("-X", action="append", default=[], metavar="KEY=VALUE", help="librdkafka property")
     args = parser.parse_args(argv)

@@ -29,6 +29,8 @@ SCENARIOS = {
     "7": "Mirror throughput (one source broker -> mirror -> one destination broker)",
     "8": "Spark loader (warm aggregate topic -> headwater load, local[*] -> Parquet)",
     "9": "Mirror across a WAN link (0, 20, 40, 80 ms one way; headwater lab link)",
+    "10": "Audit counting (records/s counted by one audit process, per-batch path)",
+    "11": "Security: TLS and SASL vs PLAINTEXT (throughput, connection set-up)",
 }
 
 

@@ -19,14 +19,27 @@ from headwater.bench import generators, profile
 from headwater.bench.context import Bench, Plan, Target
 from headwater.bench.native import discover
 from headwater.bench.report import SCENARIOS, Report, machine
-from headwater.bench.scenarios import consume, large, latency, load, mirror, produce, replicated, stored, wan
+from headwater.bench.scenarios import (
+    audit,
+    consume,
+    large,
+    latency,
+    load,
+    mirror,
+    produce,
+    replicated,
+    security,
+    stored,
+    wan,
+)
 from headwater.testing.cluster import LocalCluster
 
 ALL = tuple(SCENARIOS)
 #: ``--quick`` without ``--only``: scenario 8 is left out (the Spark loader's JVM and session
 #: start-up alone take ~30 s, the scenario ~60 s on this machine; CI runs ``--quick``), and so is 9
-#: (two more clusters, a link process and one mirror per delay); tests/bench runs each on its own
-QUICK = tuple(s for s in ALL if s not in ("8", "9"))
+#: (two more clusters, a link process and one mirror per delay), and 11 (a broker of its own with four
+#: listeners); tests/bench runs each on its own
+QUICK = tuple(s for s in ALL if s not in ("8", "9", "11"))
 
 
 @dataclass
@@ -96,10 +109,14 @@ def run(options: Options) -> tuple[Report, Path, Path]:
                 load.run(bench)
             if "9" in only:
                 wan.run(bench)
+            if "10" in only:
+                audit.run(bench)
+            if "11" in only:
+                security.run(bench)
             if options.profile:
                 profile.run(bench)
     finally:
-        report.rows.sort(key=lambda r: r.scenario)  # stable: each scenario keeps its order
+        report.rows.sort(key=lambda r: (len(r.scenario), r.scenario))  # 1..9, 10, 11; stable within a scenario
         report.notes = FIXED_NOTES + goal_notes(report)
         report.elapsed_s = time.monotonic() - started
         report.machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headwater.broker.authorizer import AUTHORIZER_CLASSES
+from headwater.broker.replication_quota import validate_throttled_replicas
 from headwater.broker.security import (
     PROTOCOLS,
     ClientSecurity,
@@ -103,6 +104,8 @@ class BrokerConfig:
     replica_fetch_backoff_ms: int = 1000
     replica_fetch_max_bytes: int = 1048576
     replica_fetch_response_max_bytes: int = 10485760
+    replication_quota_window_num: int = 11  # replication throttles' rate samples (KIP-73)
+    replication_quota_window_size_seconds: int = 1
     unclean_leader_election_enable: bool = False
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
@@ -177,6 +180,8 @@ _BROKER_PROPS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", _int),
     "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int),
     "replica.fetch.response.max.bytes": ("replica_fetch_response_max_bytes", _int),
+    "replication.quota.window.num": ("replication_quota_window_num", _int),
+    "replication.quota.window.size.seconds": ("replication_quota_window_size_seconds", _int),
     "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", _bool),
     "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds", _int),
     "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool),
@@ -398,8 +403,13 @@ OTHER_TOPIC_CONFIGS = {
 }
 
 
+#: which replicas the replication throttles apply to (replication_quota.py; set by reassign-partitions)
+THROTTLED_REPLICAS_CONFIGS = frozenset(
+    {"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
+)
+
 #: topic configs whose value is a comma-separated list (IncrementalAlterConfigs APPEND / SUBTRACT)
-LIST_TOPIC_CONFIGS = frozenset({"cleanup.policy"})
+LIST_TOPIC_CONFIGS = frozenset({"cleanup.policy"}) | THROTTLED_REPLICAS_CONFIGS
 
 
 def validate_topic_config(configs: dict[str, str], defaults: LogConfig | None = None) -> str | None:
@@ -409,6 +419,11 @@ def validate_topic_config(configs: dict[str, str], defaults: LogConfig | None = 
     accepted here can never fail later inside LeaderAndIsr, Produce or the ISR maintenance.
     """
     for k, v in configs.items():
+        if k in THROTTLED_REPLICAS_CONFIGS:  # replication throttles (KIP-73): '*' or partition:broker,...
+            problem = validate_throttled_replicas(v)
+            if problem:
+                return f"Invalid value {v} for configuration {k}: {problem}"
+            continue
         if k in TOPIC_CONFIGS:
             try:
                 int(v)

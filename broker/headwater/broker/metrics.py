@@ -60,6 +60,18 @@ class BrokerMetrics:
         self.active_controller = Gauge(
             "kafka_controller_kafkacontroller_activecontrollercount", "1 on the active controller", registry=r
         )
+        # Replication throttles (KIP-73), as Kafka's kafka.server:type=LeaderReplication / FollowerReplication
+        # byte-rate: the rate each quota measures (throttled partitions' bytes only)
+        self.leader_replication_rate = Gauge(
+            "kafka_server_leaderreplication_byte_rate",
+            "Bytes/s this broker sent as leader for throttled replicas (leader.replication.throttled.replicas)",
+            registry=r,
+        )
+        self.follower_replication_rate = Gauge(
+            "kafka_server_followerreplication_byte_rate",
+            "Bytes/s this broker fetched as follower for throttled replicas (follower.replication.throttled.replicas)",
+            registry=r,
+        )
         self.offline_partitions = Gauge(
             "kafka_controller_kafkacontroller_offlinepartitionscount",
             "Partitions without a live leader (controller only)",

@@ -13,6 +13,11 @@ One fetcher task per leader broker serves every partition this broker follows th
 3. OFFSET_OUT_OF_RANGE: below the leader's log start, start again there; past its log end
    (only after an unclean election), truncate to it.
 
+Replication throttle (KIP-73, replication_quota.py): while this broker's
+``follower.replication.throttled.rate`` is exceeded, partitions it follows that are listed in their
+topic's ``follower.replication.throttled.replicas`` and not in sync are left out of the fetch; the
+bytes fetched for throttled partitions are recorded against the rate.
+
 Errors that mean "ask the controller" (NOT_LEADER_FOR_PARTITION, FENCED/UNKNOWN_LEADER_EPOCH)
 park the partition for ``replica.fetch.backoff.ms`` until the next LeaderAndIsr moves it.
 """
@@ -40,6 +45,7 @@ _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+THROTTLED_BACKOFF_S = 0.1  # how often a fully throttled fetcher looks at the rate again
 
 
 def complete_batches(records: bytes | memoryview) -> memoryview:
@@ -206,9 +212,13 @@ class ReplicaFetcher:
 
     async def _fetch(self, ready: dict[TP, FetchState]) -> None:
         cfg = self.broker.config
+        quota = self.broker.follower_quota
+        over = quota.is_quota_exceeded()
         topics: dict[str, list[dict[str, int]]] = {}
         self._rounds += 1
         for (t, p), st in rotated(list(ready.items()), self._rounds):
+            if over and self.broker.broker_id not in st.partition.isr and quota.is_throttled((t, p)):
+                continue
             log_ = st.partition.log
             assert log_ is not None
             topics.setdefault(t, []).append(
@@ -220,6 +230,9 @@ class ReplicaFetcher:
                     "partition_max_bytes": cfg.replica_fetch_max_bytes,
                 }
             )
+        if not topics:  # every partition is throttled right now: wait for the rate to drop
+            await asyncio.sleep(THROTTLED_BACKOFF_S)
+            return
         body = {
             "replica_id": self.broker.broker_id,
             "max_wait_ms": self.max_wait_ms,
@@ -241,6 +254,8 @@ class ReplicaFetcher:
                     continue
                 code = r["error_code"]
                 if code == ErrorCode.NONE:
+                    if r["records"] and quota.is_throttled(tp):
+                        quota.record(len(r["records"]))
                     self._append(tp, s, r)
                 elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     await self._out_of_range(tp, s)

@@ -35,6 +35,7 @@ from headwater.protocol.schema import Message
 if TYPE_CHECKING:
     from headwater.broker.server import KafkaBroker
     from headwater.broker.storage.log import Log
+    from headwater.broker.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,11 @@ class ReplicaManager:
         limit of retention. Called from the log manager's thread; one dict read, one int read."""
         part = self.partitions.get(tp)
         return None if part is None else part.high_watermark
+
+    @property
+    def log_manager(self) -> LogManager | None:
+        """This broker's logs (None before start-up loaded them)."""
+        return self.broker.log_manager
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))

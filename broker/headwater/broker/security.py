@@ -24,13 +24,12 @@ import re
 import ssl
 from dataclasses import dataclass, field
 
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+from headwater.security import PROTOCOLS as PROTOCOLS
+from headwater.security import SecurityConfigError as SecurityConfigError
+from headwater.security import uses_sasl, uses_tls
+
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 CLIENT_AUTH = ("none", "requested", "required")
-
-
-class SecurityConfigError(ValueError):
-    """A security property has a value we cannot use; the message names the property."""
 
 
 @dataclass(frozen=True)
@@ -103,11 +102,11 @@ class ListenerSecurity:
 
     @property
     def uses_tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return uses_tls(self.protocol)
 
     @property
     def uses_sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        return uses_sasl(self.protocol)
 
 
 _JAAS_OPTION = re.compile(r'([A-Za-z0-9_.\-]+)\s*=\s*"((?:[^"\\]|\\.)*)"')
@@ -135,7 +134,7 @@ def listener_security(props: dict[str, str], listener: str, protocol: str) -> Li
         return props.get(prefix + name, props.get(name, default))
 
     tls: SslSettings | None = None
-    if protocol in ("SSL", "SASL_SSL"):
+    if uses_tls(protocol):
         kstype = (get("ssl.keystore.type") or "PEM").upper()
         if kstype != "PEM":
             raise SecurityConfigError(
@@ -159,7 +158,7 @@ def listener_security(props: dict[str, str], listener: str, protocol: str) -> Li
     mechanisms: tuple[str, ...] = ()
     plain_users: dict[str, str] = {}
     logins: dict[str, tuple[str, str]] = {}
-    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+    if uses_sasl(protocol):
         enabled = get("sasl.enabled.mechanisms") or ""
         mechanisms = tuple(m.strip().upper() for m in enabled.split(",") if m.strip())
         if not mechanisms:

@@ -32,6 +32,7 @@ from headwater.broker.authorizer import Authorizer, Refused, authorize
 from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
 from headwater.broker.config import BrokerConfig, Listener, topic_log_config
 from headwater.broker.controller.controller import Controller
+from headwater.broker.dynamic_config import FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE, DynamicBrokerConfig
 from headwater.broker.group.coordinator import GroupCoordinator
 from headwater.broker.handlers import HANDLERS, RequestContext, api_versions_fallback
 from headwater.broker.metadata_cache import MetadataCache
@@ -40,10 +41,12 @@ from headwater.broker.network import ClientConnection, CloseConnection, RequestH
 from headwater.broker.producer_ids import ProducerIdManager
 from headwater.broker.purgatory import Purgatory
 from headwater.broker.replica_manager import ReplicaManager
+from headwater.broker.replication_quota import ReplicationQuota
 from headwater.broker.sasl import SaslGate
 from headwater.broker.storage.cleaner import CleanStats
 from headwater.broker.storage.clock import Clock, SystemClock
 from headwater.broker.storage.fs import FileSystem, OsFileSystem
+from headwater.broker.storage.log import LogConfig
 from headwater.broker.storage.log_manager import LogManager
 from headwater.broker.zk import ZooKeeper
 from headwater.protocol.apis import CONTROLLED_SHUTDOWN
@@ -76,6 +79,13 @@ class KafkaBroker:
         self.groups = GroupCoordinator(self)
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.log_manager: LogManager | None = None
+        #: dynamic broker configs (/config/brokers/<id> and <default>), applied live
+        self.dynamic_config = DynamicBrokerConfig(config, self.zk, self._on_log_defaults)
+        #: replication throttles (KIP-73): what this broker sends as leader / fetches as follower
+        self.leader_quota = self._replication_quota("leader", LEADER_THROTTLED_RATE)
+        self.follower_quota = self._replication_quota("follower", FOLLOWER_THROTTLED_RATE)
+        self.metrics.leader_replication_rate.set_function(self.leader_quota.rate)
+        self.metrics.follower_replication_rate.set_function(self.follower_quota.rate)
         #: ACLs (authorizer.class.name); None: every request is allowed and nothing is checked
         self.authorizer = (
             Authorizer(self.zk, config.super_users, config.allow_everyone_if_no_acl_found)
@@ -136,6 +146,7 @@ class KafkaBroker:
         self.cache.on_topic_config = self._on_topic_config
         self.cache.on_controller_change = self.controller.on_controller_change
         self.cache.start()
+        self.dynamic_config.start()
         await self._register()
         self.zk.add_state_listener(self._on_zk_state)
         self.replicas.start()
@@ -330,6 +341,25 @@ class KafkaBroker:
         log.warning("controlled shutdown did not complete; shutting down anyway")
 
     # -- partitions and metadata ---------------------------------------------------------------------
+
+    def _replication_quota(self, kind: str, rate_config: str) -> ReplicationQuota:
+        return ReplicationQuota(
+            self.broker_id,
+            kind,
+            lambda: self.dynamic_config.rate(rate_config),
+            self.cache.config_of,
+            samples=self.config.replication_quota_window_num,
+            window_s=self.config.replication_quota_window_size_seconds,
+        )
+
+    def _on_log_defaults(self, defaults: LogConfig) -> None:
+        """A dynamic broker config changed the topic-config defaults: every log without its own
+        override of a key takes the new value (retention, segment size, ... at their next use)."""
+        if self.log_manager is None:
+            return
+        self.log_manager.default_config = defaults
+        for topic in sorted({t for (t, _), _log in self.log_manager.all_logs()}):
+            self.log_manager.update_topic_config(topic, topic_log_config(defaults, self.cache.config_of(topic)))
 
     def _on_topic_config(self, topic: str) -> None:
         if self.log_manager is not None and self.log_manager.partitions_of(topic):

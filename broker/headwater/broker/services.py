@@ -23,12 +23,14 @@ if TYPE_CHECKING:
     from headwater.broker.authorizer import Authorizer
     from headwater.broker.config import BrokerConfig
     from headwater.broker.controller.controller import Controller
+    from headwater.broker.dynamic_config import DynamicBrokerConfig
     from headwater.broker.group.coordinator import GroupCoordinator
     from headwater.broker.metadata_cache import MetadataCache
     from headwater.broker.metrics import BrokerMetrics
     from headwater.broker.producer_ids import ProducerIdManager
     from headwater.broker.purgatory import Purgatory
     from headwater.broker.replica_manager import ReplicaManager
+    from headwater.broker.replication_quota import ReplicationQuota
     from headwater.broker.zk import ZooKeeper
 
 __all__ = ["ControllerHost", "GroupHost", "HandlerServices"]
@@ -52,6 +54,8 @@ class HandlerServices(Protocol):
     groups: GroupCoordinator
     producer_ids: ProducerIdManager
     authorizer: Authorizer | None  # None: authorizer.class.name is not set
+    dynamic_config: DynamicBrokerConfig  # /config/brokers/<id> and <default>, applied live
+    leader_quota: ReplicationQuota  # leader.replication.throttled.rate (follower fetches)
 
     def metadata_changed(self) -> None:
         """An UpdateMetadata was applied: wake whoever waits for it."""

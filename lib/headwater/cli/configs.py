@@ -20,7 +20,18 @@ Users' SCRAM credentials, through ZooKeeper (as ``kafka-configs --zookeeper`` do
 ``/config/users/<name>`` holds the salted credential (never the password) and a
 ``/config/changes/config_change_<seq>`` notification announces it. Brokers read the credential at
 each authentication, so it applies to the next connection. ``--describe`` shows each mechanism's
-iteration count, never the keys. Dynamic broker configs (``--entity-type brokers``) are not built yet.
+iteration count, never the keys.
+
+Dynamic broker configs, through the brokers (as ``kafka-configs --bootstrap-server`` in Kafka 2.3):
+
+    headwater configs --bootstrap-server H:P --alter --entity-type brokers --entity-name 1 \\
+        --add-config follower.replication.throttled.rate=10485760
+    headwater configs --bootstrap-server H:P --alter --entity-type brokers --entity-default \\
+        --add-config log.retention.ms=86400000
+    headwater configs --bootstrap-server H:P --describe --entity-type brokers --entity-name 1 [--all]
+
+Stored in ``/config/brokers/<id>`` or ``/config/brokers/<default>`` and applied live by every broker
+(broker/dynamic_config.py lists the configs that may be changed).
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import argparse
 import json
 from typing import Any
 
+from headwater.cli.command_config import security_of
 from headwater.cli.topics import CliError, add_bootstrap_argument, bootstrap_of, run_command
 from headwater.cli.zookeeper import zookeeper_session
 from headwater.scram import (
@@ -55,6 +67,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     action.add_argument("--alter", action="store_true", help="add, change or delete config overrides")
     p.add_argument("--entity-type", required=True, choices=["topics", "users", "brokers"])
     p.add_argument("--entity-name")
+    p.add_argument("--entity-default", action="store_true", help="with --entity-type brokers: the cluster-wide default")
     p.add_argument(
         "--add-config",
         default="",
@@ -70,10 +83,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _run(args: argparse.Namespace) -> int:
     if args.entity_type == "brokers":
-        raise CliError("--entity-type brokers: dynamic broker configs are not built yet (topics and users only)")
+        return _run_brokers(args)
+    if args.entity_default:
+        raise CliError("--entity-default goes with --entity-type brokers")
     if args.entity_type == "users":
         if not args.zookeeper:
             raise CliError("--entity-type users needs --zookeeper (credentials are written to ZooKeeper)")
+        if args.command_config:
+            raise CliError(
+                "--entity-type users writes ZooKeeper (--zookeeper); --command-config is for --bootstrap-server"
+            )
         return _run_users(args)
     return _run_topics(args)
 
@@ -133,7 +152,8 @@ def _run_topics(args: argparse.Namespace) -> int:
 
     if not args.entity_name:
         raise CliError("--entity-type topics needs --entity-name")
-    admin: Any = SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000)
+    security = security_of(args, "headwater configs")
+    admin: Any = SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000, security=security)
     try:
         if args.describe:
             if args.add_config or args.delete_config:
@@ -158,6 +178,55 @@ def _run_topics(args: argparse.Namespace) -> int:
             raise CliError(f"a config cannot be both added and deleted: {both}")
         admin.alter_topic_configs(args.entity_name, to_set, to_delete)
         print(f"Completed updating config for topic {args.entity_name}.")
+        return 0
+    finally:
+        admin.close()
+
+
+def _run_brokers(args: argparse.Namespace) -> int:
+    """Dynamic broker configs through the brokers (IncrementalAlterConfigs / DescribeConfigs on a
+    BROKER resource), as kafka-configs --bootstrap-server does for brokers."""
+    from headwater.client.sync import SyncAdmin
+
+    if args.entity_default == bool(args.entity_name):
+        raise CliError("--entity-type brokers needs exactly one of --entity-name ID and --entity-default")
+    broker_id: int | None = None
+    if args.entity_name:
+        try:
+            broker_id = int(args.entity_name)
+        except ValueError:
+            raise CliError(f"--entity-name for brokers is a broker id, got {args.entity_name!r}") from None
+    admin: Any = SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000)
+    try:
+        if args.describe:
+            if args.add_config or args.delete_config:
+                raise CliError("--add-config and --delete-config go with --alter")
+            entries = admin.describe_broker_configs(broker_id)
+            dynamic = {"DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG"}
+            if broker_id is None:
+                print("Default configs for brokers in the cluster are:")
+            elif args.all:
+                print(f"All configs for broker {broker_id} are:")
+            else:
+                print(f"Dynamic configs for broker {broker_id} are:")
+            for e in entries.values():
+                if not args.all and e.source not in dynamic:
+                    continue
+                synonyms = ", ".join(f"{src}:{name}={value}" for name, value, src in e.synonyms)
+                print(f"  {e.name}={e.value} sensitive={str(e.is_sensitive).lower()} synonyms={{{synonyms}}}")
+            return 0
+        to_set = parse_add_config(args.add_config) if args.add_config else {}
+        to_delete = [k.strip() for k in args.delete_config.split(",") if k.strip()]
+        if not to_set and not to_delete:
+            raise CliError("--alter needs --add-config and/or --delete-config")
+        both = sorted(set(to_set) & set(to_delete))
+        if both:
+            raise CliError(f"a config cannot be both added and deleted: {both}")
+        admin.alter_broker_configs(broker_id, to_set, to_delete)
+        if broker_id is None:
+            print("Completed updating default config for brokers in the cluster.")
+        else:
+            print(f"Completed updating config for broker {broker_id}.")
         return 0
     finally:
         admin.close()

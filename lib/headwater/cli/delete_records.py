@@ -18,6 +18,7 @@ import json
 import sys
 from typing import Any
 
+from headwater.cli.command_config import security_of
 from headwater.cli.topics import CliError, add_bootstrap_argument, bootstrap_of, describe_error, run_command
 
 
@@ -64,7 +65,8 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError(f"cannot read {args.offset_json_file}: {e.strerror}") from None
     from headwater.client.sync import SyncAdmin
 
-    admin: Any = SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000)
+    security = security_of(args, "headwater delete-records")
+    admin: Any = SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000, security=security)
     try:
         results = admin.delete_records(offsets, timeout_ms=args.timeout_ms)
     finally:

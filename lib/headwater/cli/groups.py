@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from headwater.cli.command_config import security_of
 from headwater.cli.topics import CliError, add_bootstrap_argument, bootstrap_of, run_command
 from headwater.protocol.errors import ErrorCode
 
@@ -58,7 +59,8 @@ def _wrap(func: Callable[[argparse.Namespace, Any], Awaitable[int]]) -> Callable
         async def with_admin(args: argparse.Namespace) -> int:
             from headwater.client.groups import GroupAdmin
 
-            async with GroupAdmin(bootstrap_of(args)) as admin:
+            security = security_of(args, "headwater groups")
+            async with GroupAdmin(bootstrap_of(args), security=security) as admin:
                 return await func(args, admin)
 
         return run_command("headwater groups", lambda a: asyncio.run(with_admin(a)), args)

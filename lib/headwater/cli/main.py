@@ -8,7 +8,7 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 
-from headwater.cli import bench
+from headwater.cli import bench, extras
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,13 +49,26 @@ def _add_service_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
 
 def _add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     try:
-        from headwater.cli import acls, configs, console, delete_records, groups, topics
+        from headwater.cli import (
+            acls,
+            configs,
+            console,
+            delete_records,
+            groups,
+            leader_election,
+            log_dirs,
+            reassign_partitions,
+            topics,
+        )
     except ImportError:  # pragma: no cover - during bootstrap of the tree
         return
     topics.add_parser(sub)
     configs.add_parser(sub)
     acls.add_parser(sub)
     delete_records.add_parser(sub)
+    log_dirs.add_parser(sub)
+    leader_election.add_parser(sub)
+    reassign_partitions.add_parser(sub)
     groups.add_parser(sub)
     console.add_parsers(sub)
 
@@ -69,12 +82,23 @@ def _broker_start(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    missing = extras.missing_for(args)
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+    except ImportError as e:  # an extra's module on a path missing_for does not know: one line, no traceback
+        prog = " ".join(str(a) for a in ("headwater", getattr(args, "command", "")) if a)
+        message = extras.describe_missing(prog, e)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from headwater.cli.extras import describe_missing
 from headwater.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, UnknownTopicError
 from headwater.protocol.errors import ErrorCode
 
@@ -24,7 +25,9 @@ BOOTSTRAP_ENV = "HEADWATER_BOOTSTRAP_SERVER"
 
 
 class CliError(Exception):
-    """A user-facing failure: printed as one line on stderr, exit code 1."""
+    """A user-facing failure: printed as one line on stderr, exit code 1 (2 for usage errors)."""
+
+    exit_code = 1
 
 
 def add_bootstrap_argument(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
@@ -35,6 +38,14 @@ def add_bootstrap_argument(parser: argparse.ArgumentParser, *, suppress: bool) -
         metavar="HOST:PORT[,HOST:PORT...]",
         default=argparse.SUPPRESS if suppress else None,
         help=f"brokers to bootstrap from (default ${BOOTSTRAP_ENV})",
+    )
+    # kafka-topics' --command-config: read by headwater.cli.command_config.security_of
+    parser.add_argument(
+        "--command-config",
+        dest="command_config",
+        metavar="client.properties",
+        default=argparse.SUPPRESS if suppress else None,
+        help="client properties for a secured cluster: security.protocol, ssl.*, sasl.* (Kafka's names)",
     )
 
 
@@ -59,14 +70,18 @@ def describe_error(e: BaseException) -> str:
 
 
 def run_command(prog: str, func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Run ``func``; any failure becomes ``prog: error: ...`` on stderr and exit code 1."""
+    """Run ``func``; any failure becomes ``prog: error: ...`` on stderr and exit code 1 (a CliError's own; 2 for a missing extra)."""
     try:
         return func(args)
     except (KeyboardInterrupt, BrokenPipeError):
         raise
     except Exception as e:  # never a traceback for bad input or an unreachable cluster
+        missing = describe_missing(prog, e)
+        if missing is not None:  # an optional extra: exit code 2, as every command says it
+            print(missing, file=sys.stderr)
+            return 2
         print(f"{prog}: error: {describe_error(e)}", file=sys.stderr)
-        return 1
+        return e.exit_code if isinstance(e, CliError) else 1
 
 
 def parse_configs(items: list[str]) -> dict[str, str]:
@@ -129,9 +144,11 @@ def _wrap(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Names
 
 
 def _admin(args: argparse.Namespace) -> Any:
+    from headwater.cli.command_config import security_of
     from headwater.client.sync import SyncAdmin
 
-    return SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000)
+    security = security_of(args, "headwater topics")
+    return SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000, security=security)
 
 
 def _create(args: argparse.Namespace) -> int:

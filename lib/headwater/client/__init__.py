@@ -9,6 +9,7 @@ counts: :class:`AuditingProducer`. The client depends on
 """
 
 from headwater.client.admin import Admin, ConfigEntry, NewTopic, TopicDescription, validate_topic_name
+from headwater.client.assignors import Assignment, RangeAssignor, RoundRobinAssignor
 
 # These build on the above (keep them last).
 from headwater.client.audit import AuditingProducer, SyncAuditingProducer
@@ -31,9 +32,17 @@ from headwater.client.errors import (
     OffsetOutOfRangeError,
     UnknownTopicError,
 )
+from headwater.client.group_consumer import (
+    CommitFailedError,
+    FencedInstanceError,
+    GroupConfig,
+    GroupMembership,
+    RebalanceListener,
+)
 from headwater.client.partitioner import DefaultPartitioner, Partitioner, RoundRobinPartitioner, murmur2
 from headwater.client.producer import Producer, RecordFuture, RecordMetadata
 from headwater.client.sync import SyncAdmin, SyncConsumer, SyncProducer, SyncSubscription
+from headwater.client.sync_group import SyncGroupConsumer
 from headwater.client.zk_consumer import (
     Blacklist,
     ConsumerTimeoutError,
@@ -46,18 +55,23 @@ __all__ = [
     "EARLIEST",
     "LATEST",
     "Admin",
+    "Assignment",
     "AuditingProducer",
     "Blacklist",
     "BrokerConnection",
     "BrokerMetadata",
     "Cluster",
+    "CommitFailedError",
     "ConfigEntry",
     "Consumer",
     "ConsumerRecord",
     "ConsumerTimeoutError",
     "DefaultPartitioner",
     "ErrorCode",
+    "FencedInstanceError",
     "FetchResult",
+    "GroupConfig",
+    "GroupMembership",
     "KafkaConnectionError",
     "KafkaError",
     "KafkaStream",
@@ -68,13 +82,17 @@ __all__ = [
     "PartitionMetadata",
     "Partitioner",
     "Producer",
+    "RangeAssignor",
+    "RebalanceListener",
     "RecordFuture",
     "RecordMetadata",
+    "RoundRobinAssignor",
     "RoundRobinPartitioner",
     "Subscription",
     "SyncAdmin",
     "SyncAuditingProducer",
     "SyncConsumer",
+    "SyncGroupConsumer",
     "SyncProducer",
     "SyncSubscription",
     "TopicDescription",

@@ -23,12 +23,14 @@ from headwater.protocol.apis import (
     DELETE_RECORDS,
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
+    DESCRIBE_LOG_DIRS,
+    ELECT_LEADERS,
     INCREMENTAL_ALTER_CONFIGS,
 )
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Api, Message
 
-__all__ = ["Admin", "ConfigEntry", "NewTopic", "TopicDescription", "validate_topic_name"]
+__all__ = ["Admin", "ConfigEntry", "LogDirInfo", "NewTopic", "ReplicaInfo", "TopicDescription", "validate_topic_name"]
 
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME = 249
@@ -45,6 +47,7 @@ CONFIG_SOURCES = {
     6: "DYNAMIC_BROKER_LOGGER_CONFIG",
 }
 _RESOURCE_TOPIC = 2
+_RESOURCE_BROKER = 4
 
 
 def validate_topic_name(name: str) -> None:
@@ -91,6 +94,26 @@ class ConfigEntry:
     is_default: bool
     read_only: bool
     is_sensitive: bool
+    #: (name, value, source) of each layer that sets it, strongest first (when asked for)
+    synonyms: tuple[tuple[str, str | None, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    """One replica in a log dir (DescribeLogDirs)."""
+
+    size: int
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True)
+class LogDirInfo:
+    """One log dir of a broker (DescribeLogDirs): its error and the replicas it holds."""
+
+    path: str
+    error: KafkaError | None
+    replicas: dict[tuple[str, int], ReplicaInfo]
 
 
 class Admin:
@@ -342,6 +365,74 @@ class Admin:
             if code is not ErrorCode.NONE:
                 raise KafkaError(code, r.get("error_message") or f"altering configs of {topic!r}: {code.name}")
 
+    async def _know_broker(self, broker_id: int | None) -> None:
+        """Metadata that lists ``broker_id`` (a request goes to that broker), or KafkaError."""
+        if broker_id is not None and broker_id not in self.cluster.brokers:
+            await self.cluster.refresh()
+            if broker_id not in self.cluster.brokers:
+                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not alive in the cluster")
+
+    async def describe_broker_configs(self, broker_id: int | None) -> dict[str, ConfigEntry]:
+        """A broker's configs with their sources (``broker_id`` None: the cluster-wide dynamic
+        defaults), asked of that broker (any broker for the defaults)."""
+        body: Message = {
+            "resources": [
+                {
+                    "resource_type": _RESOURCE_BROKER,
+                    "resource_name": "" if broker_id is None else str(broker_id),
+                    "configuration_keys": None,
+                }
+            ],
+            "include_synonyms": True,
+        }
+        await self._know_broker(broker_id)
+        response = await self.cluster.request(broker_id, DESCRIBE_CONFIGS, body, version=1)
+        out: dict[str, ConfigEntry] = {}
+        for r in response["results"]:
+            code = ErrorCode.of(r["error_code"])
+            if code is not ErrorCode.NONE:
+                raise KafkaError(code, r.get("error_message") or f"describing broker configs: {code.name}")
+            for c in r["configs"]:
+                source_id = int(c.get("config_source", -1))
+                out[c["name"]] = ConfigEntry(
+                    name=c["name"],
+                    value=c.get("value"),
+                    source=CONFIG_SOURCES.get(source_id, "UNKNOWN"),
+                    is_default=source_id == 5,
+                    read_only=bool(c.get("read_only")),
+                    is_sensitive=bool(c.get("is_sensitive")),
+                    synonyms=tuple(
+                        (s["name"], s.get("value"), CONFIG_SOURCES.get(int(s["source"]), "UNKNOWN"))
+                        for s in c.get("synonyms") or []
+                    ),
+                )
+        return out
+
+    async def alter_broker_configs(
+        self,
+        broker_id: int | None,
+        set_configs: Mapping[str, str] | None = None,
+        delete_configs: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Set and delete dynamic broker configs of one broker (``broker_id`` None: the cluster-wide
+        default), IncrementalAlterConfigs sent to that broker. Raises the KafkaError answered
+        (INVALID_CONFIG: not a dynamic broker config or a bad value; nothing stored)."""
+        configs = [{"name": k, "config_operation": 0, "value": v} for k, v in (set_configs or {}).items()]
+        configs += [{"name": k, "config_operation": 1, "value": None} for k in delete_configs]
+        name = "" if broker_id is None else str(broker_id)
+        body: Message = {
+            "resources": [{"resource_type": _RESOURCE_BROKER, "resource_name": name, "configs": configs}],
+            "validate_only": validate_only,
+        }
+        await self._know_broker(broker_id)
+        response = await self.cluster.request(broker_id, INCREMENTAL_ALTER_CONFIGS, body)
+        for r in response["responses"]:
+            code = ErrorCode.of(r["error_code"])
+            if code is not ErrorCode.NONE:
+                raise KafkaError(code, r.get("error_message") or f"altering broker configs: {code.name}")
+
     async def delete_records(
         self, offsets: Mapping[tuple[str, int], int], *, timeout_ms: int = 30000
     ) -> dict[tuple[str, int], int | KafkaError]:
@@ -378,6 +469,91 @@ class Admin:
         for key in offsets:
             out.setdefault(key, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {key[0]}-{key[1]}"))
         return out
+
+    async def describe_log_dirs(
+        self, broker_ids: Iterable[int] | None = None, partitions: Iterable[tuple[str, int]] | None = None
+    ) -> dict[int, list[LogDirInfo] | KafkaError]:
+        """Each broker's log dirs and the replicas in them, as kafka-log-dirs asks them (one
+        DescribeLogDirs per broker; ``broker_ids`` None: every live broker, ``partitions`` None:
+        every replica). A broker that cannot be asked maps to its KafkaError."""
+        await self.cluster.refresh()
+        ids = sorted(self.cluster.brokers) if broker_ids is None else list(broker_ids)
+        topics: list[Message] | None = None
+        if partitions is not None:
+            grouped: dict[str, list[int]] = {}
+            for t, p in partitions:
+                grouped.setdefault(t, []).append(p)
+            topics = [{"topic": t, "partitions": ps} for t, ps in grouped.items()]
+        out: dict[int, list[LogDirInfo] | KafkaError] = {}
+
+        async def ask(broker_id: int) -> None:
+            if broker_id not in self.cluster.brokers:
+                out[broker_id] = KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not alive")
+                return
+            try:
+                response = await self.cluster.request(broker_id, DESCRIBE_LOG_DIRS, {"topics": topics})
+            except (KafkaError, KafkaConnectionError, KafkaTimeoutError) as e:
+                out[broker_id] = e if isinstance(e, KafkaError) else KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, str(e))
+                return
+            dirs = []
+            for r in response["results"]:
+                code = ErrorCode.of(r["error_code"])
+                replicas = {
+                    (t["name"], p["partition_index"]): ReplicaInfo(
+                        p["partition_size"], p["offset_lag"], p["is_future_key"]
+                    )
+                    for t in r["topics"]
+                    for p in t["partitions"]
+                }
+                error = None if code is ErrorCode.NONE else KafkaError(code, f"log dir {r['log_dir']}: {code.name}")
+                dirs.append(LogDirInfo(r["log_dir"], error, replicas))
+            out[broker_id] = dirs
+
+        await asyncio.gather(*(ask(b) for b in ids))
+        return {b: out[b] for b in ids}
+
+    async def elect_leaders(
+        self,
+        partitions: Iterable[tuple[str, int]] | None = None,
+        *,
+        unclean: bool = False,
+        timeout_ms: int = 30000,
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        """Elect the preferred replica (``unclean``: any live replica of a leaderless partition) as
+        leader of ``partitions`` (None: every partition), as kafka-leader-election does. Per
+        partition: None when elected, else the KafkaError (ELECTION_NOT_NEEDED when its leader
+        already is the one the election would choose)."""
+        body: Message = {
+            "election_type": 1 if unclean else 0,
+            "topic_partitions": None,
+            "timeout_ms": timeout_ms,
+        }
+        if partitions is not None:
+            grouped: dict[str, list[int]] = {}
+            for t, p in partitions:
+                grouped.setdefault(t, []).append(p)
+            body["topic_partitions"] = [{"topic": t, "partitions": ps} for t, ps in grouped.items()]
+        for attempt in range(self.retries + 1):
+            response = await self._to_controller(ELECT_LEADERS, body, timeout_ms / 1000.0 + 30.0)
+            top = ErrorCode.of(response.get("error_code", 0))
+            if top is ErrorCode.NOT_CONTROLLER and attempt < self.retries:
+                self.cluster.controller_id = -1
+                await asyncio.sleep(self.retry_backoff)
+                continue
+            if top is not ErrorCode.NONE:
+                raise KafkaError(top, f"ElectLeaders: {top.name}")
+            out: dict[tuple[str, int], KafkaError | None] = {}
+            for t in response["replica_election_results"]:
+                for p in t["partition_result"]:
+                    code = ErrorCode.of(p["error_code"])
+                    key = (t["topic"], p["partition_id"])
+                    out[key] = (
+                        None
+                        if code is ErrorCode.NONE
+                        else KafkaError(code, p.get("error_message") or f"{key[0]}-{key[1]}: {code.name}")
+                    )
+            return out
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, "ElectLeaders: no controller answered")
 
     async def wait_for_topic(self, name: str, *, timeout: float = 30.0, exists: bool = True) -> None:
         """Wait until every partition of ``name`` has a leader (or, ``exists=False``, until it is gone)."""

@@ -27,14 +27,17 @@ import contextlib
 import json
 import logging
 import socket
+import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from headwater.client.producer import Producer, RecordFuture, RecordMetadata
+from headwater.client.producer import Headers, Producer, RecordFuture, RecordMetadata
+from headwater.client.record_future import BatchOutcome, SyncRecordFuture, on_settled
 from headwater.client.sync import SyncProducer
+from headwater.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("headwater.client.audit")
 
@@ -118,8 +121,18 @@ class AuditingProducer:
         self.host = host or socket.gethostname()
         self.application = application
         self.publish_interval = (publish_interval_ms or min(window_ms, 1000)) / 1000.0
+        # Counted per batch, not per record: each batch's records per window (a tally) move to
+        # _counts (acknowledged) or away (failed) when the batch settles. _lock guards the
+        # tallies and _counts: SyncAuditingProducer's callers track from their threads. The tallies
+        # of unsettled batches are what is in flight (a window with one is not published yet).
+        self._lock = threading.Lock()
+        self._tallies: dict[BatchOutcome, dict[WindowKey, int]] = {}
+        self._last: tuple[BatchOutcome | None, dict[WindowKey, int]] = (None, {})  # the batch tracked last
         self._counts: Counter[WindowKey] = Counter()  # acknowledged, not yet published
-        self._pending: Counter[WindowKey] = Counter()  # sent, not yet acknowledged or failed
+        self._fixed_headers = ((HEADER_HOST, self.host.encode()), (HEADER_DC, self.datacenter.encode()))
+        self._fixed_size = sum(len(k) + len(v) + 4 for k, v in self._fixed_headers)
+        # (ms, its origin.created header): one string per millisecond, read and replaced as one object
+        self._created_cache: tuple[int, tuple[str, bytes]] = (-1, (HEADER_CREATED, b""))
         self._published: Counter[WindowKey] = Counter()  # totals published so far
         self._unsent: list[tuple[WindowKey, dict[str, Any]]] = []  # events whose send failed: re-sent as they are
         self._publisher: asyncio.Task[None] | None = None
@@ -157,22 +170,63 @@ class AuditingProducer:
         if not self.enabled or topic == self.audit_topic:
             return await self.producer.send(topic, value, key, headers, partition, timestamp_ms)
         self._ensure_publisher()
-        hdrs = list(headers)
-        created = _created(hdrs)
-        if created is None:
-            created = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
-            hdrs += [(HEADER_HOST, self.host), (HEADER_DC, self.datacenter), (HEADER_CREATED, str(created))]
-        if timestamp_ms is None:
-            timestamp_ms = created
-        window: WindowKey = (topic, created // self.window_ms)
-        self._pending[window] += 1
-        try:
-            fut = await self.producer.send(topic, value, key, hdrs, partition, timestamp_ms)
-        except BaseException:
-            self._settle(window, None)
-            raise
-        fut.add_done_callback(lambda f: self._settle(window, f))
+        p = self.producer
+        kb, vb, hdrs, ts, size = p.prepare(value, key, headers, timestamp_ms)
+        hdrs, ts, size, window = self.stamp(topic, hdrs, ts, size, timestamp_ms is None)
+        fut = p.try_append(topic, kb, vb, hdrs, ts, size, partition, RecordFuture)
+        if fut is None:
+            fut = await p.append(topic, kb, vb, hdrs, ts, size, partition, RecordFuture)
+        self.track(fut.outcome, window)
         return fut
+
+    def stamp(
+        self, topic: str, hdrs: Headers, ts: int, size: int, default_ts: bool
+    ) -> tuple[Headers, int, int, WindowKey]:
+        """Add the origin headers to a prepared record (unless it has them): (headers, timestamp,
+        size, its window). Any thread may call it."""
+        created = _created(hdrs) if hdrs else None
+        if created is None:
+            created = ts
+            cache = self._created_cache
+            if cache[0] != created:
+                cache = self._created_cache = (created, (HEADER_CREATED, str(created).encode()))
+            stamped = cache[1]
+            hdrs = (*hdrs, *self._fixed_headers, stamped)
+            size += self._fixed_size + len(HEADER_CREATED) + len(stamped[1]) + 4
+            limit = self.producer.max_request_size - 61  # 61: the batch header
+            if size > limit:
+                raise KafkaError(
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    f"a record of about {size} bytes with its origin headers is larger than max_request_size",
+                )
+        elif default_ts:
+            ts = created
+        return hdrs, ts, size, (topic, created // self.window_ms)
+
+    def track(self, outcome: BatchOutcome, window: WindowKey) -> None:
+        """Count a record of ``outcome``'s batch in ``window`` once the batch settles (any thread)."""
+        with self._lock:
+            last, tally = self._last  # most records go to the batch the one before went to
+            new = False
+            if last is not outcome:
+                found = self._tallies.get(outcome)
+                if found is None:
+                    new = True
+                    found = self._tallies[outcome] = {}
+                tally = found
+                self._last = (outcome, tally)
+            tally[window] = tally.get(window, 0) + 1
+        if new:  # outside the lock: a batch already settled calls back at once, in this thread
+            on_settled(outcome, self._batch_settled, outcome)
+
+    def _batch_settled(self, outcome: BatchOutcome) -> None:
+        with self._lock:
+            tally = self._tallies.pop(outcome, {})
+            if self._last[0] is outcome:
+                self._last = (None, {})
+            if outcome.error is None:
+                for window, n in tally.items():
+                    self._counts[window] += n
 
     async def send_and_wait(
         self,
@@ -186,13 +240,6 @@ class AuditingProducer:
         fut = await self.send(topic, value, key, headers, partition, timestamp_ms)
         return await fut
 
-    def _settle(self, window: WindowKey, fut: RecordFuture | None) -> None:
-        self._pending[window] -= 1
-        if self._pending[window] <= 0:
-            del self._pending[window]
-        if fut is not None and not fut.cancelled() and fut.exception() is None:
-            self._counts[window] += 1
-
     async def flush(self, timeout: float | None = None) -> None:
         await self.producer.flush(timeout)
 
@@ -200,8 +247,9 @@ class AuditingProducer:
 
     def counts(self) -> dict[WindowKey, int]:
         """Acknowledged records per (topic, window number), published or not."""
-        total = Counter(self._published)
-        total.update(self._counts)
+        with self._lock:
+            total = Counter(self._published)
+            total.update(self._counts)
         for k, event in self._unsent:
             total[k] += int(event["count"])
         return dict(total)
@@ -212,14 +260,15 @@ class AuditingProducer:
             self._publish_lock = asyncio.Lock()
         async with self._publish_lock:
             now_window = int(time.time() * 1000) // self.window_ms
-            ready = [
-                k
-                for k, n in self._counts.items()
-                if n > 0 and (all_windows or (k[1] < now_window and not self._pending[k]))
-            ]
+            with self._lock:
+                in_flight = {k for tally in self._tallies.values() for k in tally}
+                ready = [
+                    (k, self._counts.pop(k))
+                    for k, n in list(self._counts.items())
+                    if n > 0 and (all_windows or (k[1] < now_window and k not in in_flight))
+                ]
             events, self._unsent = self._unsent, []
-            for k in ready:
-                n = self._counts.pop(k)
+            for k, n in ready:
                 events.append(
                     (
                         k,
@@ -298,13 +347,46 @@ class AuditingProducer:
 
 
 class SyncAuditingProducer(SyncProducer):
-    """Blocking facade of :class:`AuditingProducer` (same arguments; the API of SyncProducer)."""
+    """Blocking facade of :class:`AuditingProducer` (same arguments; the API of SyncProducer).
+
+    The same path as SyncProducer's: the calling thread stamps the origin headers and appends the
+    record; its count is tallied per batch and moves to the acknowledged counts when the batch settles.
+    """
 
     producer_class = AuditingProducer
 
     def __init__(self, bootstrap: str | Sequence[str] | None = None, **kwargs: Any) -> None:
         super().__init__(bootstrap, **kwargs)
         self.auditing: AuditingProducer = self.producer  # type: ignore[assignment]
+        self._accumulator = self.auditing.producer
+        self._run(_async(self.auditing._ensure_publisher))
+
+    def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        headers: Iterable[tuple[str, Any]] = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> SyncRecordFuture:
+        """Queue one record with its origin headers; counted when its batch is acknowledged."""
+        a = self.auditing
+        if not a.enabled or topic == a.audit_topic:
+            return super().send(topic, value, key, headers, partition, timestamp_ms)
+        p = self._accumulator
+        try:
+            kb, vb, hdrs, ts, size = p.prepare(value, key, headers, timestamp_ms)
+            hdrs, ts, size, window = a.stamp(topic, hdrs, ts, size, timestamp_ms is None)
+            fut = p.try_append(topic, kb, vb, hdrs, ts, size, partition, SyncRecordFuture)
+            if fut is None:
+                fut = self._append_waiting(topic, kb, vb, hdrs, ts, size, partition)
+        except BufferError:
+            raise
+        except Exception as e:  # delivered through the future, like every other error
+            return SyncRecordFuture.failed(self._lt.loop, topic, e)
+        a.track(fut.outcome, window)
+        return fut
 
     def counts(self) -> dict[WindowKey, int]:
         return self._run(_async(self.auditing.counts))
@@ -314,7 +396,7 @@ async def _async(fn: Any) -> Any:
     return fn()
 
 
-def _created(headers: list[tuple[str, Any]]) -> int | None:
+def _created(headers: Sequence[tuple[str, Any]]) -> int | None:
     for k, v in headers:
         if k == HEADER_CREATED and v is not None:
             raw = v.decode() if isinstance(v, bytes | bytearray) else str(v)

@@ -176,7 +176,9 @@ class Cluster:
         errors: list[str] = []
         if self.zookeeper_bootstrap is not None:
             try:
-                self.bootstrap = await brokers_from_zookeeper(self.zookeeper_bootstrap, self.connect_timeout)
+                # a secured client picks each broker's listener of its protocol; a plain one the first
+                protocol = self.security.protocol if self.security and self.security.protocol != "PLAINTEXT" else None
+                self.bootstrap = await brokers_from_zookeeper(self.zookeeper_bootstrap, self.connect_timeout, protocol)
             except Exception as e:
                 errors.append(f"ZooKeeper {self.zookeeper_bootstrap}: {e!r}")
             if not self.bootstrap and not self.brokers:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from headwater.client.errors import (
     OffsetOutOfRangeError,
     UnknownTopicError,
 )
+from headwater.client.group_consumer import GroupConfig, GroupMembership, RebalanceListener
 from headwater.client.raw import fetch_body
 from headwater.client.security import ClientSecurity
 from headwater.protocol.apis import FETCH, LIST_OFFSETS
@@ -71,7 +73,11 @@ class _PartitionData:
 
 
 class Consumer:
-    """An asyncio simple consumer (no group, no committed offsets)."""
+    """An asyncio consumer: the simple consumer (fetch, offsets, follow), and with a ``group_id``
+    a member of a Kafka consumer group (``subscribe``, ``poll``, ``commit``; see
+    :mod:`headwater.client.group_consumer`, whose :class:`GroupConfig` names the other group
+    settings accepted here: ``group_instance_id``, ``session_timeout_ms``, ``auto_offset_reset``,
+    ``enable_auto_commit``, ``partition_assignment_strategy``, ...)."""
 
     def __init__(
         self,
@@ -87,7 +93,12 @@ class Consumer:
         isolation_level: int = 0,
         cluster: Cluster | None = None,
         security: ClientSecurity | Mapping[str, str] | None = None,
+        group_id: str | None = None,
+        **group_options: Any,
     ) -> None:
+        if group_options and group_id is None:
+            raise ValueError(f"{', '.join(sorted(group_options))}: group settings need a group_id")
+        group_config = GroupConfig(group_id, **group_options) if group_id is not None else None
         self.retry_backoff = retry_backoff_ms / 1000.0
         self.request_timeout = request_timeout_ms / 1000.0
         self.retries = retries
@@ -104,6 +115,8 @@ class Consumer:
             unknown_topic_timeout=unknown_topic_timeout_ms / 1000.0,
             allow_auto_create_topics=False,
         )
+        #: the group membership (None without a group_id)
+        self.group = GroupMembership(self, group_config) if group_config is not None else None
 
     async def __aenter__(self) -> Consumer:
         return self
@@ -112,12 +125,47 @@ class Consumer:
         await self.close()
 
     async def close(self) -> None:
+        if self.group is not None:
+            await self.group.close()
         if self._owns_cluster:
             await self.cluster.close()
 
     async def partitions_for(self, topic: str) -> list[int]:
         """The topic's partition ids; UnknownTopicError if it does not exist."""
         return await self.cluster.partitions_for(topic)
+
+    # -- consumer group (needs group_id) --------------------------------------------------------
+
+    def _membership(self) -> GroupMembership:
+        if self.group is None:
+            raise RuntimeError("subscribe/poll/commit need a Consumer built with group_id=...")
+        return self.group
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        pattern: str | re.Pattern[str] | None = None,
+        listener: RebalanceListener | None = None,
+    ) -> None:
+        """Join the group for ``topics`` or every topic matching ``pattern`` (a regular
+        expression matched against the whole name); ``listener`` gets
+        ``on_partitions_revoked``/``on_partitions_assigned``."""
+        self._membership().subscribe(topics, pattern=pattern, listener=listener)
+
+    async def poll(self, max_wait_ms: int | None = None) -> list[ConsumerRecord]:
+        """The next records of the assigned partitions ([] if none came within the wait)."""
+        return await self._membership().poll(max_wait_ms)
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit ``offsets`` (the next offset to read per partition; default: the positions)."""
+        await self._membership().commit(offsets)
+
+    async def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        return await self._membership().committed(partitions)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._membership().assignment)
 
     # -- fetch -----------------------------------------------------------------------------------
 

@@ -21,8 +21,10 @@ def is_zookeeper_bootstrap(bootstrap: object) -> bool:
     return isinstance(bootstrap, str) and bootstrap.startswith(ZK_SCHEME)
 
 
-def registered_brokers(zk: KazooClient) -> dict[int, tuple[str, int]]:
-    """``{broker id: (host, port)}`` of the first endpoint in each ``/brokers/ids`` registration."""
+def registered_brokers(zk: KazooClient, protocol: str | None = None) -> dict[int, tuple[str, int]]:
+    """``{broker id: (host, port)}`` of the first endpoint in each ``/brokers/ids`` registration, or
+    with ``protocol`` (``SASL_SSL``, ...) the first whose listener has that security protocol in the
+    registration's ``listener_security_protocol_map`` (the first endpoint when none has)."""
     out: dict[int, tuple[str, int]] = {}
     try:
         ids = zk.get_children("/brokers/ids")
@@ -34,7 +36,12 @@ def registered_brokers(zk: KazooClient) -> dict[int, tuple[str, int]]:
             data = json.loads(raw) if raw else {}
         except (NoNodeError, ValueError):
             continue
-        for url in data.get("endpoints") or []:
+        protocols = data.get("listener_security_protocol_map") or {}
+        endpoints = [str(u) for u in data.get("endpoints") or []]
+        if protocol is not None:
+            matching = [u for u in endpoints if protocols.get(u.partition("://")[0], u.partition("://")[0]) == protocol]
+            endpoints = matching + [u for u in endpoints if u not in matching]
+        for url in endpoints:
             _, _, hostport = str(url).partition("://")
             host, _, port = hostport.rpartition(":")
             if host and port.isdigit() and bid.isdigit():
@@ -46,16 +53,19 @@ def registered_brokers(zk: KazooClient) -> dict[int, tuple[str, int]]:
     return out
 
 
-def _read(connect: str, timeout: float) -> list[tuple[str, int]]:
+def _read(connect: str, timeout: float, protocol: str | None) -> list[tuple[str, int]]:
     zk = KazooClient(hosts=connect, timeout=timeout)
     try:
         zk.start(timeout=timeout)
-        return [addr for _, addr in sorted(registered_brokers(zk).items())]
+        return [addr for _, addr in sorted(registered_brokers(zk, protocol).items())]
     finally:
         zk.stop()
         zk.close()
 
 
-async def brokers_from_zookeeper(bootstrap: str, timeout: float = 10.0) -> list[tuple[str, int]]:
-    """The live brokers' addresses for a ``zk://`` bootstrap (read on a worker thread)."""
-    return await asyncio.to_thread(_read, bootstrap[len(ZK_SCHEME) :], timeout)
+async def brokers_from_zookeeper(
+    bootstrap: str, timeout: float = 10.0, protocol: str | None = None
+) -> list[tuple[str, int]]:
+    """The live brokers' addresses for a ``zk://`` bootstrap (read on a worker thread); with
+    ``protocol``, each broker's listener of that security protocol (see :func:`registered_brokers`)."""
+    return await asyncio.to_thread(_read, bootstrap[len(ZK_SCHEME) :], timeout, protocol)

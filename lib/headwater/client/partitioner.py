@@ -67,6 +67,10 @@ class Partitioner(Protocol):
 class DefaultPartitioner:
     """murmur2 for keyed records, a sticky random partition for records without a key."""
 
+    #: a null key's partition changes only after on_new_batch: the producer may skip asking again
+    #: while the batch it last chose is open (``Producer.try_append_many``)
+    sticky_until_new_batch = True
+
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
         self._sticky: dict[str, int] = {}

@@ -20,6 +20,12 @@ retention removed its records) re-sends the batch under a new producer id. When 
 given a sequence fails for good (an expiry, a non-retriable error), whether it was written is
 unknown, so the producer takes a new producer id for the batches after it: the next ones start
 again at sequence 0 instead of failing with OUT_OF_ORDER_SEQUENCE_NUMBER forever.
+
+Threads: the record accumulator (the partition queues, their open batches, the buffer count and
+the partitioner) is guarded by one lock, so :meth:`Producer.try_append` may be called from any
+thread -- :class:`~headwater.client.sync.SyncProducer` appends from its callers' threads, as Java's
+``KafkaProducer.send`` appends to its ``RecordAccumulator``, and the loop thread only drains whole
+batches. Everything else (the sender, requests, metadata) runs on the producer's event loop.
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ import asyncio
 import collections
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from headwater.client.cluster import STALE_METADATA_ERRORS, Cluster
 from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
@@ -50,6 +57,7 @@ _BATCH_OVERHEAD = 61  # the record batch header
 _RECORD_OVERHEAD = 21  # varints and attributes of one record, at most (small records are less)
 _SEQUENCE_SPACE = 2**31  # idempotent sequences are int32 and wrap to 0
 
+F = TypeVar("F")
 Serializer = Callable[[Any], bytes | None]
 Headers = tuple[tuple[str, bytes | None], ...]
 #: One queued record: (key, value, timestamp, headers), what encode_batch takes (a plain tuple:
@@ -99,11 +107,13 @@ class _Batch:
         "topic",
     )
 
-    def __init__(self, topic: str, partition: int, now: float, deadline: float) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, topic: str, partition: int, now: float, deadline: float
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.records: list[_Record] = []
-        self.outcome = BatchOutcome(asyncio.get_running_loop(), topic, partition)
+        self.outcome = BatchOutcome(loop, topic, partition)
         self.size = _BATCH_OVERHEAD
         self.created = now
         self.deadline = deadline
@@ -112,7 +122,7 @@ class _Batch:
         self.attempts = 0
         self.retry_at = 0.0
         self.producer_id = -1  # the producer id it was encoded with (idempotence)
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.done: asyncio.Future[None] = loop.create_future()
 
 
 class Producer:
@@ -133,6 +143,7 @@ class Producer:
         delivery_timeout_ms: int = 120000,
         max_request_size: int = 1048576,
         buffer_memory: int = 32 * 1024 * 1024,
+        max_block_ms: int | None = None,
         metadata_timeout_ms: int = 60000,
         unknown_topic_timeout_ms: int = 5000,
         connect_timeout_ms: int = 10000,
@@ -158,6 +169,8 @@ class Producer:
         self.delivery_timeout = delivery_timeout_ms / 1000.0
         self.max_request_size = max_request_size
         self.buffer_memory = buffer_memory
+        # how long send() waits for buffer space before BufferError (Kafka's max.block.ms); None: no limit
+        self.max_block = None if max_block_ms is None else max_block_ms / 1000.0
         self.partitioner: Partitioner = partitioner or DefaultPartitioner()
         self._key_serializer = key_serializer or to_bytes
         self._value_serializer = value_serializer or to_bytes
@@ -173,6 +186,11 @@ class Producer:
             unknown_topic_timeout=unknown_topic_timeout_ms / 1000.0,
             allow_auto_create_topics=True,
         )
+        # the accumulator's lock: _queues, their batches, _buffered, the partitioner, _partitions
+        self._lock = threading.RLock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = -1
+        self._wake_scheduled = False
         self._queues: dict[tuple[str, int], collections.deque[_Batch]] = {}
         self._inflight: dict[tuple[str, int], _Batch] = {}
         self._send_lock = asyncio.Lock()
@@ -195,6 +213,11 @@ class Producer:
         self._next_sequence: dict[tuple[str, int], int] = {}
         self._pid_task: asyncio.Task[None] | None = None
 
+    @property
+    def closing(self) -> bool:
+        """close() was called: sends are refused."""
+        return self._closing
+
     async def __aenter__(self) -> Producer:
         await self.start()
         return self
@@ -207,6 +230,8 @@ class Producer:
         if self._closing:
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
         if self._sender is None:
+            self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
             self._sender = asyncio.create_task(self._run(), name="headwater-producer-sender")
             await self.cluster.refresh()
 
@@ -226,35 +251,220 @@ class Producer:
         Waits (here, not in the future) for the topic's metadata and for buffer space; raises
         UnknownTopicError, KafkaError(MESSAGE_TOO_LARGE), TypeError for an unserializable value.
         """
+        kb, vb, hdrs, ts, size = self.prepare(value, key, headers, timestamp_ms)
+        now = self.try_append(topic, kb, vb, hdrs, ts, size, partition, RecordFuture)
+        if now is not None:
+            return now
+        return await self.append(topic, kb, vb, hdrs, ts, size, partition, RecordFuture)
+
+    def prepare(
+        self, value: Any, key: Any, headers: Iterable[tuple[str, Any]], timestamp_ms: int | None
+    ) -> tuple[bytes | None, bytes | None, Headers, int, int]:
+        """Serialize one record: (key, value, headers, timestamp, its size in a batch, at most).
+
+        Raises TypeError for what the serializers refuse, KafkaError(MESSAGE_TOO_LARGE), and
+        KafkaError when the producer is closed. Any thread may call it.
+        """
         if self._closing:
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
-        kb = self._key_serializer(key)
-        vb = self._value_serializer(value)
-        hdrs = tuple((str(k), to_bytes(v)) for k, v in headers) if headers else ()
-        ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        # bytes and a null key skip the default serializer's call (once per record, it shows)
+        ks, vs = self._key_serializer, self._value_serializer
+        kb = None if key is None and ks is to_bytes else ks(key)
+        vb = value if type(value) is bytes and vs is to_bytes else vs(value)
         size = _RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0)
-        if hdrs:
-            size += sum(len(k) + len(v or b"") + 4 for k, v in hdrs)
+        if headers:
+            hdrs: Headers = tuple([(str(k), to_bytes(v)) for k, v in headers])
+            size += sum([len(k) + len(v or b"") + 4 for k, v in hdrs])
+        else:
+            hdrs = ()
         if size + _BATCH_OVERHEAD > self.max_request_size:
             raise KafkaError(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"a record of about {size} bytes is larger than max_request_size ({self.max_request_size})",
             )
-        # The synchronous path, taken whenever nothing needs waiting for: the sender runs, the
-        # topic's metadata is known, the buffer has room and no earlier send is still waiting
-        # (records of one partition keep the order of send calls).
-        if self._sender is not None and not self._send_lock.locked():
-            now = self._send_now(topic, kb, vb, hdrs, ts, size, partition)
-            if now is not None:
-                return now
+        return kb, vb, hdrs, int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms), size
+
+    def serialized_size(self, kb: bytes | None, vb: bytes | None, hdrs: Headers) -> int:
+        """A serialized record's size in a batch (at most); raises as :meth:`prepare` does."""
+        if self._closing:
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
+        size = _RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0)
+        if hdrs:
+            size += sum([len(k) + len(v or b"") + 4 for k, v in hdrs])
+        if size + _BATCH_OVERHEAD > self.max_request_size:
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"a record of about {size} bytes is larger than max_request_size ({self.max_request_size})",
+            )
+        return size
+
+    @staticmethod
+    def serialize_headers(headers: Iterable[tuple[str, Any]]) -> Headers:
+        """Headers as records carry them: (str, bytes or None) pairs."""
+        return tuple([(str(k), to_bytes(v)) for k, v in headers]) if headers else ()
+
+    def try_append(
+        self,
+        topic: str,
+        kb: bytes | None,
+        vb: bytes | None,
+        hdrs: Headers,
+        ts: int,
+        size: int,
+        partition: int | None,
+        future_class: Callable[[BatchOutcome, int], F],
+    ) -> F | None:
+        """Append a prepared record now, from any thread; None when that would need a wait.
+
+        Raises KafkaError when the producer is closing.
+
+        The synchronous path, taken whenever nothing needs waiting for: the sender runs, the
+        topic's metadata is known, the buffer has room and no earlier send is still waiting
+        (records of one partition keep the order of send calls). Else :meth:`append` (on the loop).
+        """
+        if self._sender is None or self._send_lock.locked():
+            return None
+        with self._lock:
+            if self._closing:  # read under the lock: close() fails what is queued under it, after setting this
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
+            # the common case inline (one call less per record): the partition's open batch has room
+            tm = self.cluster.topics.get(topic)
+            cached = self._partitions.get(topic)
+            if (
+                tm is None
+                or cached is None
+                or cached[0] is not tm
+                or (self._buffered > 0 and self._buffered + size > self.buffer_memory)
+            ):
+                return self._send_now(topic, kb, vb, hdrs, ts, size, partition, future_class)
+            if partition is None:
+                partition = self.partitioner.partition(topic, kb, cached[1], cached[2] if kb is None else cached[1])
+            elif partition not in tm.partitions:
+                return None  # the slow path refreshes the metadata and says UnknownTopicError
+            queue = self._queues.get((topic, partition))
+            if queue:
+                batch = queue[-1]
+                if not batch.closed and batch.size + size <= self.batch_size:
+                    records = batch.records
+                    fut = future_class(batch.outcome, len(records))
+                    records.append((kb, vb, ts, hdrs))
+                    batch.size += size
+                    self._buffered += size
+                    if batch.size >= self.batch_size:
+                        self._close_batch(batch)
+                    return fut
+            return self._append(topic, partition, (kb, vb, ts, hdrs), size, future_class)
+
+    def try_append_many(
+        self,
+        topic: str,
+        records: Sequence[tuple[bytes | None, bytes | None]],
+        hdrs: Headers,
+        ts: int,
+        partition: int | None,
+        future_class: Callable[[BatchOutcome, int], F],
+        out: list[F],
+        each: bool = True,
+    ) -> int:
+        """Append serialized (key, value) records from ``records[0]`` on, from any thread, while none
+        needs a wait; their futures go to ``out``. How many were appended (the rest: :meth:`append`).
+        ``each=False``: only the first record's future per batch (a batch settles as a whole).
+
+        One lock and one call for many records: what ``headwater produce`` sends a chunk of stdin with.
+        Every record gets ``hdrs`` and timestamp ``ts``. A record too large for a request stops it too
+        (:meth:`prepare` says why).
+        """
+        if self._sender is None or self._send_lock.locked():
+            return 0
+        hsize = sum([len(k) + len(v or b"") + 4 for k, v in hdrs]) if hdrs else 0
+        limit = self.max_request_size - _BATCH_OVERHEAD - _RECORD_OVERHEAD - hsize
+        batch_size = self.batch_size
+        choose = self.partitioner.partition
+        # a sticky partitioner keeps a null key's partition until its batch closes: no call per record
+        sticky = getattr(self.partitioner, "sticky_until_new_batch", False)
+        tp = -1  # the partition of ``batch``
+        batch: _Batch | None = None
+        outcome: BatchOutcome | None = None
+        add = out.append
+        n = 0
+        with self._lock:
+            if self._closing:  # see try_append
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
+            tm = self.cluster.topics.get(topic)  # read once: a refresh meanwhile is seen by the next call
+            cached = self._partitions.get(topic)
+            room = self.buffer_memory - self._buffered  # kept here, written back before other calls
+            for kb, vb in records:
+                vsize = (len(kb) if kb else 0) + (len(vb) if vb else 0)
+                if vsize > limit:
+                    break
+                size = _RECORD_OVERHEAD + hsize + vsize
+                if size > room and room < self.buffer_memory:
+                    break
+                if tm is None or cached is None or cached[0] is not tm:
+                    self._buffered = self.buffer_memory - room
+                    fut = self._send_now(topic, kb, vb, hdrs, ts, size, partition, future_class)
+                    room = self.buffer_memory - self._buffered
+                    if fut is None:
+                        break
+                    add(fut)
+                    n += 1
+                    tm = self.cluster.topics.get(topic)
+                    cached = self._partitions.get(topic)
+                    batch = None
+                    continue
+                if partition is not None:
+                    p = partition
+                elif kb is None and sticky and batch is not None and not batch.closed:
+                    p = tp
+                else:
+                    p = choose(topic, kb, cached[1], cached[2] if kb is None else cached[1])
+                if p != tp or batch is None or batch.closed or batch.size + size > batch_size:
+                    if partition is not None and (tm is None or partition not in tm.partitions):
+                        break  # the slow path refreshes the metadata and says UnknownTopicError
+                    self._buffered = self.buffer_memory - room
+                    add(self._append(topic, p, (kb, vb, ts, hdrs), size, future_class))
+                    room = self.buffer_memory - self._buffered
+                    n += 1
+                    tp = p
+                    queue = self._queues.get((topic, p))
+                    batch = queue[-1] if queue else None
+                    outcome = batch.outcome if batch is not None else None
+                    continue
+                assert outcome is not None
+                records_of = batch.records
+                if each:
+                    add(future_class(outcome, len(records_of)))
+                records_of.append((kb, vb, ts, hdrs))
+                batch.size += size
+                room -= size
+                if batch.size >= batch_size:
+                    self._close_batch(batch)
+                n += 1
+            self._buffered = self.buffer_memory - room
+        return n
+
+    async def append(
+        self,
+        topic: str,
+        kb: bytes | None,
+        vb: bytes | None,
+        hdrs: Headers,
+        ts: int,
+        size: int,
+        partition: int | None,
+        future_class: Callable[[BatchOutcome, int], F],
+    ) -> F:
+        """Append a prepared record, waiting for the sender, the topic's metadata and buffer space.
+
+        Raises BufferError when the buffer stays full for ``max_block_ms``.
+        """
         async with self._send_lock:
             if self._closing:
                 raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
             if self._sender is None:
                 await self.start()
-            while self._buffered > 0 and self._buffered + size > self.buffer_memory:
-                self._space.clear()
-                await self._space.wait()
+            if self._buffered > 0 and self._buffered + size > self.buffer_memory:
+                await self._wait_for_space(size)
             tm = await self.cluster.topic_metadata(topic)
             if self._closing:  # closed while this send waited for space or metadata
                 raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
@@ -268,12 +478,35 @@ class Producer:
                 tm = self.cluster.topics.get(topic, tm)
                 if partition not in tm.partitions:
                     raise UnknownTopicError(topic, partition)
-            return self._append(topic, partition, (kb, vb, ts, hdrs), size)
+            with self._lock:
+                return self._append(topic, partition, (kb, vb, ts, hdrs), size, future_class)
+
+    async def _wait_for_space(self, size: int) -> None:
+        try:
+            async with asyncio.timeout(self.max_block):
+                while self._buffered > 0 and self._buffered + size > self.buffer_memory:
+                    self._space.clear()
+                    await self._space.wait()
+        except TimeoutError:
+            raise BufferError(
+                f"the producer's buffer ({self.buffer_memory} bytes, buffer_memory) stayed full for "
+                f"{self.max_block:g}s (max_block_ms): the brokers take records slower than they are sent"
+            ) from None
 
     def _send_now(
-        self, topic: str, kb: bytes | None, vb: bytes | None, hdrs: Headers, ts: int, size: int, partition: int | None
-    ) -> RecordFuture | None:
-        """Append the record at once, or None when that would need a wait (metadata, buffer space)."""
+        self,
+        topic: str,
+        kb: bytes | None,
+        vb: bytes | None,
+        hdrs: Headers,
+        ts: int,
+        size: int,
+        partition: int | None,
+        future_class: Callable[[BatchOutcome, int], F],
+    ) -> F | None:
+        """Append the record at once, or None when that would need a wait (metadata, buffer space).
+
+        Holds ``_lock``."""
         tm = self.cluster.topics.get(topic)
         if tm is None or not tm.partitions:
             return None
@@ -290,7 +523,7 @@ class Producer:
             partition = self.partitioner.partition(topic, kb, partitions, available if kb is None else partitions)
         elif partition not in tm.partitions:
             return None  # the slow path refreshes the metadata and says UnknownTopicError
-        return self._append(topic, partition, (kb, vb, ts, hdrs), size)
+        return self._append(topic, partition, (kb, vb, ts, hdrs), size, future_class)
 
     async def send_and_wait(
         self,
@@ -304,21 +537,25 @@ class Producer:
         fut = await self.send(topic, value, key, headers, partition, timestamp_ms)
         return await fut
 
-    def _append(self, topic: str, partition: int, record: _Record, size: int) -> RecordFuture:
+    def _append(
+        self, topic: str, partition: int, record: _Record, size: int, future_class: Callable[[BatchOutcome, int], F]
+    ) -> F:
+        """Add the record to its partition's open batch (holds ``_lock``)."""
         tp = (topic, partition)
         queue = self._queues.get(tp)
         if queue is None:
             queue = self._queues[tp] = collections.deque()
-        now = time.monotonic()
         batch = queue[-1] if queue and not queue[-1].closed else None
         if batch is not None and batch.size + size > self.batch_size:
             self._close_batch(batch)
             batch = None
         if batch is None:
-            batch = _Batch(topic, partition, now, now + self.delivery_timeout)
+            assert self._loop is not None  # started
+            now = time.monotonic()
+            batch = _Batch(self._loop, topic, partition, now, now + self.delivery_timeout)
             queue.append(batch)
-            self._wakeup.set()  # a new linger deadline
-        fut = RecordFuture(batch.outcome, len(batch.records))
+            self._wake()  # a new linger deadline
+        fut = future_class(batch.outcome, len(batch.records))
         batch.records.append(record)
         batch.size += size
         self._buffered += size
@@ -330,11 +567,27 @@ class Producer:
         if not batch.closed:
             batch.closed = True
             self.partitioner.on_new_batch(batch.topic, batch.partition)
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake the sender, from any thread (another thread's wake-ups are coalesced into one)."""
+        if threading.get_ident() == self._loop_thread:
             self._wakeup.set()
+        elif not self._wake_scheduled and self._loop is not None:
+            self._wake_scheduled = True
+            try:
+                self._loop.call_soon_threadsafe(self._woken)
+            except RuntimeError:  # the loop is closed: nothing left to wake
+                self._wake_scheduled = False
+
+    def _woken(self) -> None:
+        self._wake_scheduled = False
+        self._wakeup.set()
 
     async def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now and wait until each of those records is acknowledged or failed."""
-        waits = [b.done for q in self._queues.values() for b in q] + [b.done for b in self._inflight.values()]
+        with self._lock:
+            waits = [b.done for q in self._queues.values() for b in q] + [b.done for b in self._inflight.values()]
         if not waits:
             return
         self._flushing += 1
@@ -359,10 +612,11 @@ class Producer:
             self._closed = True
             self._wakeup.set()
             error = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer was closed before the record was sent")
-            for q in self._queues.values():
-                for b in q:
-                    self._fail(b, error)
-            self._queues.clear()
+            with self._lock:
+                for q in self._queues.values():
+                    for b in q:
+                        self._fail(b, error)
+                self._queues.clear()
             tasks = [t for t in (self._sender, self._refresh_task, self._pid_task, *self._tasks) if t is not None]
             for t in tasks:
                 t.cancel()
@@ -377,7 +631,9 @@ class Producer:
     async def _run(self) -> None:
         while not self._closed:
             try:
-                timeout = self._send_ready()
+                with self._lock:
+                    ready = self._take_ready()
+                timeout = self._send_batches(*ready)
             except Exception:  # a bug: never leave records hanging silently
                 log.exception("producer sender failed")
                 timeout = self.retry_backoff
@@ -389,8 +645,8 @@ class Producer:
                     async with asyncio.timeout(max(timeout, 0.0)):
                         await self._wakeup.wait()
 
-    def _send_ready(self) -> float | None:
-        """Start requests for every ready batch; the seconds until something else becomes ready."""
+    def _take_ready(self) -> tuple[dict[int, list[_Batch]], float, float | None]:
+        """Take every ready batch off its queue (holds ``_lock``): by leader, now, the next wake-up."""
         now = time.monotonic()
         next_wake: float | None = None
         flushing = self._flushing > 0 or self._closing
@@ -426,6 +682,15 @@ class Producer:
             self._close_batch(batch)
             self._inflight[tp] = batch
             by_node.setdefault(leader, []).append(batch)
+        # the earliest delivery deadline, so expiry happens on time
+        for queue in self._queues.values():
+            if queue:
+                d = queue[0].deadline
+                next_wake = d if next_wake is None else min(next_wake, d)
+        return by_node, now, next_wake
+
+    def _send_batches(self, by_node: dict[int, list[_Batch]], now: float, next_wake: float | None) -> float | None:
+        """Start requests for the batches taken; the seconds until something else becomes ready."""
         for node, batches in by_node.items():
             for request in self._split(batches):
                 self._spawn(self._send_request(node, request))
@@ -434,11 +699,6 @@ class Producer:
                 self._refresh_task = asyncio.create_task(self._refresh(), name="headwater-producer-metadata")
             wait = max(self._next_refresh - now, self.retry_backoff)
             next_wake = now + wait if next_wake is None else min(next_wake, now + wait)
-        # the earliest delivery deadline, so expiry happens on time
-        for queue in self._queues.values():
-            if queue:
-                d = queue[0].deadline
-                next_wake = d if next_wake is None else min(next_wake, d)
         return None if next_wake is None else next_wake - now
 
     def _split(self, batches: list[_Batch]) -> list[list[_Batch]]:
@@ -451,7 +711,8 @@ class Producer:
                     b.encoded = self._encode(b)
                 except (KafkaError, ValueError, OverflowError) as e:  # e.g. a timestamp out of range
                     del self._inflight[(b.topic, b.partition)]
-                    self._fail(b, e if isinstance(e, KafkaError) else KafkaError(ErrorCode.CORRUPT_MESSAGE, str(e)))
+                    with self._lock:
+                        self._fail(b, e if isinstance(e, KafkaError) else KafkaError(ErrorCode.CORRUPT_MESSAGE, str(e)))
                     continue
             n = len(b.encoded) + 64
             if current and size + n > self.max_request_size:
@@ -608,10 +869,11 @@ class Producer:
             batch.retry_at = now + self.retry_backoff
             log.debug("retrying %s-%s (attempt %d): %s", batch.topic, batch.partition, batch.attempts, error)
             tp = (batch.topic, batch.partition)
-            queue = self._queues.get(tp)
-            if queue is None:
-                queue = self._queues[tp] = collections.deque()
-            queue.appendleft(batch)
+            with self._lock:
+                queue = self._queues.get(tp)
+                if queue is None:
+                    queue = self._queues[tp] = collections.deque()
+                queue.appendleft(batch)
             if stale:
                 self._stale_topics.add(batch.topic)
             return
@@ -630,5 +892,6 @@ class Producer:
     def _finish(self, batch: _Batch) -> None:
         if not batch.done.done():
             batch.done.set_result(None)
-            self._buffered -= batch.size - _BATCH_OVERHEAD
+            with self._lock:
+                self._buffered -= batch.size - _BATCH_OVERHEAD
             self._space.set()

@@ -12,16 +12,27 @@ RecordFuture follows asyncio's future protocol (``asyncio.isfuture`` is true of 
 run through the loop, as asyncio's own futures run them), ``cancel`` (the future is cancelled; the
 record is still sent, as before), ``get_loop``; ``asyncio.gather``, ``wait`` and ``wait_for`` take
 it. Results cannot be set from outside: only the batch's outcome settles it.
+
+:class:`SyncRecordFuture` is the same two slots for threads (what :class:`~headwater.client.sync.SyncProducer`
+returns): ``result(timeout)`` / ``exception(timeout)`` block the calling thread, ``add_done_callback``
+runs its function on the client's loop thread when the batch settles. Its waiting state (a lock, an
+event, callbacks) is created per *batch*, and only when some thread waits or adds a callback, so a
+record nobody waits for costs two slots and nothing else.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
+import logging
+import threading
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["BatchOutcome", "RecordFuture", "RecordMetadata"]
+__all__ = ["BatchOutcome", "RecordFuture", "RecordMetadata", "SyncRecordFuture", "on_settled"]
+
+log = logging.getLogger("headwater.client.producer")
 
 
 class RecordMetadata(NamedTuple):
@@ -41,6 +52,7 @@ class BatchOutcome:
 
     __slots__ = (
         "_callbacks",
+        "_sync",
         "_timestamps",
         "base_offset",
         "error",
@@ -61,6 +73,7 @@ class BatchOutcome:
         self.error: BaseException | None = None
         self._timestamps: list[int] = []
         self._callbacks: list[tuple[RecordFuture, _Callback, contextvars.Context | None]] = []
+        self._sync: _SyncState | None = None  # threads waiting or called back: made when first needed
 
     def succeeded(self, base_offset: int, log_append_time: int, timestamps: Sequence[int]) -> None:
         """The batch was written at ``base_offset``; ``timestamps`` are its records' (CreateTime)."""
@@ -78,11 +91,15 @@ class BatchOutcome:
             self._settle()
 
     def _settle(self) -> None:
+        # settled first, then _sync read: a thread attaching _sync sees settled or is seen (_sync_state)
         self.settled = True
         callbacks, self._callbacks = self._callbacks, []
         call_soon = self.loop.call_soon
         for fut, fn, context in callbacks:
             call_soon(fn, fut, context=context)
+        sync = self._sync
+        if sync is not None:
+            sync.settle()
 
     def metadata(self, index: int) -> RecordMetadata:
         offset = self.base_offset + index if self.base_offset >= 0 else -1
@@ -108,6 +125,11 @@ class RecordFuture:
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
         return self._outcome.loop
+
+    @property
+    def outcome(self) -> BatchOutcome:
+        """The outcome of the record's batch (shared by every record of that batch)."""
+        return self._outcome
 
     def done(self) -> bool:
         return self._cancelled or self._outcome.settled
@@ -166,3 +188,120 @@ class RecordFuture:
         return self.result()
 
     __iter__ = __await__
+
+
+# -- for threads ------------------------------------------------------------------------------------
+
+_ATTACH = threading.Lock()  # makes one _SyncState per outcome when two threads ask at once
+
+
+class _SyncState:
+    """Threads' interest in one batch: an event to wait on and functions to call when it settles."""
+
+    __slots__ = ("callbacks", "done", "event", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.event = threading.Event()
+        self.done = False
+        self.callbacks: list[tuple[Callable[[Any], object], Any]] = []
+
+    def settle(self) -> None:
+        with self.lock:
+            self.done = True
+            callbacks, self.callbacks = self.callbacks, []
+            self.event.set()
+        for fn, arg in callbacks:
+            _call(fn, arg)
+
+
+def _sync_state(outcome: BatchOutcome) -> _SyncState:
+    state = outcome._sync
+    if state is None:
+        with _ATTACH:
+            state = outcome._sync
+            if state is None:
+                state = outcome._sync = _SyncState()
+    return state
+
+
+def _call(fn: Callable[[Any], object], arg: Any) -> None:
+    try:
+        fn(arg)
+    except Exception:  # a caller's callback must not stop the others (concurrent.futures logs too)
+        log.exception("exception calling callback for %r", arg)
+
+
+def on_settled(outcome: BatchOutcome, fn: Callable[[Any], object], arg: Any) -> None:
+    """Call ``fn(arg)`` when ``outcome`` settles: on the loop thread then, or now in this thread if it has."""
+    state = _sync_state(outcome)
+    with state.lock:
+        if not (state.done or outcome.settled):
+            state.callbacks.append((fn, arg))
+            return
+    _call(fn, arg)
+
+
+class SyncRecordFuture:
+    """One record's outcome for threads: ``concurrent.futures.Future``'s reading methods.
+
+    ``result(timeout)`` and ``exception(timeout)`` block until the batch settles (``TimeoutError``
+    after ``timeout`` seconds); ``add_done_callback(fn)`` calls ``fn(future)`` on the client's loop
+    thread when it settles (at once, in this thread, if it has). A record cannot be taken back:
+    ``cancel()`` returns False. ``concurrent.futures.wait`` does not take it: wait with
+    :meth:`result` or the producer's ``flush()``.
+    """
+
+    __slots__ = ("_index", "_outcome")
+
+    def __init__(self, outcome: BatchOutcome, index: int) -> None:
+        self._outcome = outcome
+        self._index = index
+
+    @classmethod
+    def failed(cls, loop: asyncio.AbstractEventLoop, topic: str, error: BaseException) -> SyncRecordFuture:
+        """A record refused before it was queued (unserializable, too large, the producer closed)."""
+        outcome = BatchOutcome(loop, topic, -1)
+        outcome.failed(error)
+        return cls(outcome, 0)
+
+    @property
+    def outcome(self) -> BatchOutcome:
+        return self._outcome
+
+    def __repr__(self) -> str:
+        o = self._outcome
+        state = "pending" if not o.settled else "failed" if o.error else "done"
+        return f"<SyncRecordFuture {o.topic}-{o.partition} #{self._index} {state}>"
+
+    def done(self) -> bool:
+        return self._outcome.settled
+
+    def running(self) -> bool:
+        return not self._outcome.settled
+
+    def cancelled(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        return False
+
+    def _wait(self, timeout: float | None) -> BatchOutcome:
+        o = self._outcome
+        if not o.settled:
+            state = _sync_state(o)
+            if not o.settled and not state.event.wait(timeout) and not o.settled:
+                raise concurrent.futures.TimeoutError(f"the record was not acknowledged within {timeout:g}s")
+        return o
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        o = self._wait(timeout)
+        if o.error is not None:
+            raise o.error
+        return o.metadata(self._index)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return self._wait(timeout).error
+
+    def add_done_callback(self, fn: Callable[[SyncRecordFuture], object]) -> None:
+        on_settled(self._outcome, fn, self)

@@ -11,40 +11,25 @@
     sasl.username / sasl.password
                              or Java's sasl.jaas.config with username="..." password="..."
 
-A secret may be given as ``file:/path`` (the file's first line) or ``env:NAME``; none is ever
-logged or shown in ``repr``.
+A secret (``sasl.password``, ``ssl.key.password``, ``sasl.jaas.config``) may be given as
+``file:/path`` (the file's first line) or ``env:NAME``; none is ever logged or shown in ``repr``.
+
+The services read these names per cluster: :func:`cluster_properties` takes the ones under a
+prefix (a cluster alias, ``dc1.security.protocol``, as MirrorMaker 2 does, or Spark's
+``kafka.``) over the unprefixed ones.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-
-
-class SecurityConfigError(ValueError):
-    """A client security property is missing or has a value we cannot use; names the property."""
-
-
-def _secret(value: str | None, prop: str) -> str | None:
-    if value is None:
-        return None
-    if value.startswith("file:"):
-        try:
-            with open(value[5:], encoding="utf-8") as f:
-                return f.readline().rstrip("\n")
-        except OSError as e:
-            raise SecurityConfigError(f"{prop}: cannot read {value[5:]}: {e.strerror}") from None
-    if value.startswith("env:"):
-        got = os.environ.get(value[4:])
-        if got is None:
-            raise SecurityConfigError(f"{prop}: environment variable {value[4:]} is not set")
-        return got
-    return value
+from headwater.security import PROTOCOLS as PROTOCOLS
+from headwater.security import SecurityConfigError as SecurityConfigError
+from headwater.security import resolve_secret as _secret
+from headwater.security import uses_sasl, uses_tls
 
 
 @dataclass(frozen=True)
@@ -61,11 +46,11 @@ class ClientSecurity:
 
     @property
     def uses_tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return uses_tls(self.protocol)
 
     @property
     def uses_sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        return uses_sasl(self.protocol)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> ClientSecurity:
@@ -75,12 +60,12 @@ class ClientSecurity:
         mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "").strip().upper() or None
         username = props.get("sasl.username")
         password = _secret(props.get("sasl.password"), "sasl.password")
-        jaas = props.get("sasl.jaas.config")
+        jaas = _secret(props.get("sasl.jaas.config"), "sasl.jaas.config")
         if jaas and (username is None or password is None):
             options = dict(re.findall(r'([A-Za-z0-9_.\-]+)\s*=\s*"((?:[^"\\]|\\.)*)"', jaas))
             username = username if username is not None else options.get("username")
             password = password if password is not None else options.get("password")
-        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        if uses_sasl(protocol):
             if mechanism is None:
                 raise SecurityConfigError(f"security.protocol={protocol} needs sasl.mechanism")
             if not username or password is None:
@@ -106,3 +91,73 @@ class ClientSecurity:
         if self.certificate_location:
             ctx.load_cert_chain(self.certificate_location, self.key_location, password=self.key_password)
         return ctx
+
+
+#: the client security property names this module reads (librdkafka's and Java's spellings)
+SECURITY_PROPERTIES = frozenset(
+    {
+        "security.protocol",
+        "ssl.ca.location",
+        "ssl.truststore.location",
+        "ssl.certificate.location",
+        "ssl.key.location",
+        "ssl.key.password",
+        "ssl.endpoint.identification.algorithm",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "sasl.username",
+        "sasl.password",
+        "sasl.jaas.config",
+    }
+)
+
+
+def cluster_properties(props: Mapping[str, str], prefix: str = "", *, inherit: bool = True) -> dict[str, str]:
+    """The security properties of one cluster: ``<prefix><name>`` over the unprefixed ``<name>``
+    (MirrorMaker 2's rule: top-level client settings apply to every cluster unless an alias
+    overrides them; ``inherit=False`` takes the prefixed ones only)."""
+    out = {k: v for k, v in props.items() if k in SECURITY_PROPERTIES} if inherit or not prefix else {}
+    if prefix:
+        for key, value in props.items():
+            if key.startswith(prefix) and key[len(prefix) :] in SECURITY_PROPERTIES:
+                out[key[len(prefix) :]] = value
+    return out
+
+
+def cluster_security(props: Mapping[str, str], prefix: str = "", *, inherit: bool = True) -> ClientSecurity:
+    """:class:`ClientSecurity` of one cluster from :func:`cluster_properties`, checked now: a CA or
+    certificate file that cannot be loaded is an error at start-up, not at the first connection.
+    Errors name the property with its prefix (``dc1.sasl.password: ...``); none shows a secret."""
+    mine = cluster_properties(props, prefix, inherit=inherit)
+    try:
+        sec = ClientSecurity.from_properties(mine)
+    except SecurityConfigError as e:
+        raise SecurityConfigError(f"{prefix}{e}") from None
+    if not sec.uses_tls:
+        return sec
+    if sec.ca_location:
+        prop = "ssl.ca.location" if "ssl.ca.location" in mine else "ssl.truststore.location"
+        try:
+            ssl.create_default_context(cafile=sec.ca_location)
+        except (OSError, ssl.SSLError) as e:
+            raise SecurityConfigError(f"{prefix}{prop}: cannot load {sec.ca_location} ({_why(e)})") from None
+    try:
+        sec.ssl_context()
+    except (OSError, ssl.SSLError) as e:
+        raise SecurityConfigError(
+            f"{prefix}ssl.certificate.location: cannot load {sec.certificate_location} with its key ({_why(e)})"
+        ) from None
+    return sec
+
+
+def _why(e: Exception) -> str:
+    return str(getattr(e, "strerror", None) or getattr(e, "reason", None) or e)
+
+
+def describe(sec: ClientSecurity | None) -> str:
+    """How a client connects, for a log line: protocol, mechanism and user; never a secret."""
+    if sec is None or sec.protocol == "PLAINTEXT":
+        return "PLAINTEXT"
+    if sec.uses_sasl:
+        return f"{sec.protocol} ({sec.sasl_mechanism} as {sec.sasl_username})"
+    return sec.protocol

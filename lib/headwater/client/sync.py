@@ -2,29 +2,34 @@
 
 Each facade object owns a private event loop running on a daemon thread (uvloop when installed);
 its methods submit coroutines to that loop and block on the result. ``SyncProducer.send`` does not
-block: it returns a ``concurrent.futures.Future`` of the RecordMetadata. Sends from one thread keep
-their order.
+block: it appends the record in the calling thread and returns a
+:class:`~headwater.client.record_future.SyncRecordFuture` of its RecordMetadata. Sends from one
+thread keep their order.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
-import functools
 import threading
+import time
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
 from typing import Any, TypeVar
 
-from headwater.client.admin import Admin, ConfigEntry, NewTopic, TopicDescription
+from headwater.client.admin import Admin, ConfigEntry, LogDirInfo, NewTopic, TopicDescription
 from headwater.client.consumer import Consumer, ConsumerRecord, FetchResult, OffsetAndTimestamp, Subscription
 from headwater.client.errors import KafkaTimeoutError
-from headwater.client.producer import Producer, RecordFuture, RecordMetadata
+from headwater.client.producer import Headers, Producer, RecordMetadata, to_bytes
+from headwater.client.record_future import SyncRecordFuture
 from headwater.protocol.errors import ErrorCode, KafkaError
 
 __all__ = ["EventLoopThread", "SyncAdmin", "SyncConsumer", "SyncProducer", "SyncSubscription"]
 
 T = TypeVar("T")
+
+_MANY_STEP = 256  # records appended per lock hold by send_many
+_MAX_BLOCK_MS = 60000  # Kafka's max.block.ms default: how long send() may wait for buffer space
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -42,6 +47,10 @@ class EventLoopThread:
         self.loop = _new_loop()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
+
+    @property
+    def thread_id(self) -> int | None:
+        return self._thread.ident
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -106,8 +115,16 @@ class _Facade:
 class SyncProducer(_Facade):
     """Blocking facade of :class:`~headwater.client.producer.Producer` (same arguments).
 
-    :meth:`send` queues the record for the loop thread, which drains the queue in order: one
-    cross-thread wake-up per burst of sends rather than one per record.
+    :meth:`send` serializes and partitions the record in the calling thread and appends it to
+    its partition's open batch (the producer's accumulator takes a lock for that, see
+    :mod:`headwater.client.producer`); the loop thread only drains whole batches, as Java's
+    ``KafkaProducer`` sender thread does. No per-record hop between threads: the calling thread
+    waits for the loop only when a send must wait (the topic's metadata is not known yet, the
+    buffer is full, an earlier send still waits). Sends from one thread keep their order;
+    any number of threads may send at once.
+
+    ``buffer_memory`` bounds the bytes waiting to be sent: a full buffer blocks :meth:`send` up
+    to ``max_block_ms`` (default 60,000, Kafka's ``max.block.ms``), then it raises BufferError.
     """
 
     #: what the loop thread builds; a subclass may name a Producer with the same API
@@ -115,17 +132,14 @@ class SyncProducer(_Facade):
 
     def __init__(self, bootstrap: str | Sequence[str] | None, **kwargs: Any) -> None:
         super().__init__()
-        self._queue: collections.deque[tuple[tuple[Any, ...], concurrent.futures.Future[RecordMetadata]]] = (
-            collections.deque()
-        )
-        self._lock = threading.Lock()
-        self._scheduled = False
-        self._drain_task: asyncio.Task[None] | None = None
+        if "producer" not in kwargs:
+            kwargs.setdefault("max_block_ms", _MAX_BLOCK_MS)
         try:
             self.producer: Producer = self._run(_construct(self.producer_class, bootstrap, **kwargs))
         except BaseException:
             self._lt.stop()
             raise
+        self._accumulator: Producer = self.producer
 
     def __enter__(self) -> SyncProducer:
         return self
@@ -145,40 +159,120 @@ class SyncProducer(_Facade):
         headers: Iterable[tuple[str, Any]] = (),
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> concurrent.futures.Future[RecordMetadata]:
-        """Queue one record; the future resolves to its RecordMetadata or raises its error."""
-        result: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
-        with self._lock:
-            self._queue.append(((topic, value, key, tuple(headers), partition, timestamp_ms), result))
-            if not self._scheduled:
-                self._scheduled = True
-                self._lt.loop.call_soon_threadsafe(self._start_drain)
-        return result
+    ) -> SyncRecordFuture:
+        """Queue one record; the future resolves to its RecordMetadata or raises its error.
 
-    def _start_drain(self) -> None:  # on the loop
-        self._drain_task = asyncio.get_running_loop().create_task(self._drain())
+        Errors of the record itself (a value the serializer refuses, MESSAGE_TOO_LARGE, an unknown
+        topic or partition, the producer closed) come through the future too; only a buffer that
+        stays full raises here (BufferError).
+        """
+        p = self._accumulator
+        try:
+            kb, vb, hdrs, ts, size = p.prepare(value, key, headers, timestamp_ms)
+            fut = p.try_append(topic, kb, vb, hdrs, ts, size, partition, SyncRecordFuture)
+            if fut is None:
+                fut = self._append_waiting(topic, kb, vb, hdrs, ts, size, partition)
+        except BufferError:
+            raise
+        except Exception as e:  # delivered through the future, like every other error
+            return SyncRecordFuture.failed(self._lt.loop, topic, e)
+        return fut
 
-    async def _drain(self) -> None:
-        while True:
-            with self._lock:
-                if not self._queue:
-                    self._scheduled = False
-                    return
-                items = list(self._queue)
-                self._queue.clear()
-            for args, result in items:
-                if not result.set_running_or_notify_cancel():
-                    continue
-                try:
-                    fut = await self.producer.send(*args)
-                except BaseException as e:  # delivered through the future, like every other error
-                    result.set_exception(e)
-                    continue
-                fut.add_done_callback(functools.partial(_chain, result))
+    def send_many(
+        self,
+        topic: str,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None = None,
+        headers: Iterable[tuple[str, Any]] = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        *,
+        per_record: bool = True,
+    ) -> list[SyncRecordFuture]:
+        """Queue many records at once, in order: what ``[send(...) for ...]`` does, in one call.
 
-    async def _drained(self) -> None:
-        while self._drain_task is not None and not self._drain_task.done():
-            await asyncio.shield(self._drain_task)
+        The records share ``headers`` and the timestamp (default: now, once). A record that must
+        wait (buffer space, metadata) or is refused goes through :meth:`send` and the rest follow it.
+        ``per_record=False`` returns fewer futures, enough to see every failure: one per batch the
+        records went to (a batch succeeds or fails as a whole), and each refused record's.
+        """
+        p = self._accumulator
+        if keys is not None and len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values")
+        try:
+            hdrs = p.serialize_headers(headers)
+            ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+            if p.closing:
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
+        except Exception as e:
+            return [SyncRecordFuture.failed(self._lt.loop, topic, e) for _ in values]
+        ks, vs = p._key_serializer, p._value_serializer
+        if (
+            ks is to_bytes
+            and vs is to_bytes
+            and set(map(type, values)) <= {bytes}
+            and (keys is None or set(map(type, keys)) <= {bytes, type(None)})
+        ):
+            records: Sequence[tuple[Any, Any]] = list(zip(keys if keys is not None else repeat(None), values))
+        else:
+            records = [(None, v) for v in values] if keys is None else list(zip(keys, values))
+            try:
+                records = [(ks(k), vs(v)) for k, v in records]
+            except Exception:  # one by one: the bad ones get failed futures
+                return [self.send(topic, v, k, hdrs, partition, ts) for k, v in records]
+        out: list[SyncRecordFuture] = []
+        i = 0
+        while i < len(records):
+            # a slice at a time: the accumulator's lock (which the sender takes too) is held per call
+            step = min(len(records) - i, _MANY_STEP)
+            try:
+                taken = p.try_append_many(
+                    topic, records[i : i + step], hdrs, ts, partition, SyncRecordFuture, out, per_record
+                )
+            except KafkaError as e:  # closed meanwhile: the rest fail, as send() would fail them
+                out.extend(SyncRecordFuture.failed(self._lt.loop, topic, e) for _ in records[i:])
+                break
+            i += taken
+            if taken < step:  # this one waits (or fails): alone, then the rest again in bulk
+                kb, vb = records[i]
+                out.append(self._send_serialized(topic, kb, vb, hdrs, ts, partition))
+                i += 1
+        return out
+
+    def _send_serialized(
+        self, topic: str, kb: bytes | None, vb: bytes | None, hdrs: Headers, ts: int, partition: int | None
+    ) -> SyncRecordFuture:
+        """:meth:`send` for a record already serialized (its size checked here, as prepare does)."""
+        p = self._accumulator
+        try:
+            size = p.serialized_size(kb, vb, hdrs)
+            fut = p.try_append(topic, kb, vb, hdrs, ts, size, partition, SyncRecordFuture)
+            if fut is None:
+                fut = self._append_waiting(topic, kb, vb, hdrs, ts, size, partition)
+        except BufferError:
+            raise
+        except Exception as e:  # delivered through the future, like every other error
+            return SyncRecordFuture.failed(self._lt.loop, topic, e)
+        return fut
+
+    def _append_waiting(
+        self,
+        topic: str,
+        kb: bytes | None,
+        vb: bytes | None,
+        hdrs: Headers,
+        ts: int,
+        size: int,
+        partition: int | None,
+    ) -> SyncRecordFuture:
+        """The slow path: wait on the loop for what the append needs (metadata, buffer space)."""
+        if threading.get_ident() == self._lt.thread_id:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                "send() from a delivery callback would wait for the client's own thread "
+                "(the topic's metadata or buffer space): send from another thread",
+            )
+        return self._run(self._accumulator.append(topic, kb, vb, hdrs, ts, size, partition, SyncRecordFuture))
 
     def send_and_wait(
         self,
@@ -193,31 +287,12 @@ class SyncProducer(_Facade):
         return self.send(topic, value, key, headers, partition, timestamp_ms).result(timeout)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait until every record sent so far is acknowledged or failed."""
-
-        async def flush() -> None:
-            await self._drained()
-            await self.producer.flush(timeout)
-
-        self._run(flush())
+        """Wait until every record sent so far (by any thread) is acknowledged or failed."""
+        self._run(self.producer.flush(timeout))
 
     def close(self, timeout: float | None = None) -> None:
-        async def close() -> None:
-            try:
-                await asyncio.wait_for(self._drained(), timeout)
-            finally:
-                await self.producer.close(timeout)
-
-        self._shutdown(close(), None)
-
-
-def _chain(result: concurrent.futures.Future[RecordMetadata], fut: RecordFuture) -> None:
-    if fut.cancelled():
-        result.set_exception(KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the send was cancelled"))
-    elif (error := fut.exception()) is not None:
-        result.set_exception(error)
-    else:
-        result.set_result(fut.result())
+        """Flush (up to ``timeout``), fail what is left, stop the loop thread. Later sends fail."""
+        self._shutdown(self.producer.close(timeout), None)
 
 
 class SyncSubscription:
@@ -349,10 +424,35 @@ class SyncAdmin(_Facade):
     ) -> None:
         self._run(self.admin.alter_topic_configs(topic, set_configs, list(delete_configs), validate_only=validate_only))
 
+    def describe_broker_configs(self, broker_id: int | None) -> dict[str, ConfigEntry]:
+        return self._run(self.admin.describe_broker_configs(broker_id))
+
+    def alter_broker_configs(
+        self,
+        broker_id: int | None,
+        set_configs: Mapping[str, str] | None = None,
+        delete_configs: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        self._run(
+            self.admin.alter_broker_configs(broker_id, set_configs, list(delete_configs), validate_only=validate_only)
+        )
+
     def delete_records(
         self, offsets: Mapping[tuple[str, int], int], *, timeout_ms: int = 30000
     ) -> dict[tuple[str, int], int | KafkaError]:
         return self._run(self.admin.delete_records(dict(offsets), timeout_ms=timeout_ms))
+
+    def describe_log_dirs(
+        self, broker_ids: Iterable[int] | None = None, partitions: Iterable[tuple[str, int]] | None = None
+    ) -> dict[int, list[LogDirInfo] | KafkaError]:
+        return self._run(self.admin.describe_log_dirs(broker_ids, partitions))
+
+    def elect_leaders(
+        self, partitions: Iterable[tuple[str, int]] | None = None, *, unclean: bool = False, timeout_ms: int = 30000
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        return self._run(self.admin.elect_leaders(partitions, unclean=unclean, timeout_ms=timeout_ms))
 
     def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 30000) -> dict[str, KafkaError | None]:
         return self._run(self.admin.delete_topics(list(names), timeout_ms=timeout_ms))

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from headwater.client.audit import AuditingProducer
 from headwater.client.producer import RecordFuture
+from headwater.client.security import ClientSecurity
 
 __all__ = ["ActivityStats", "click", "member_id", "page_view", "run_activity"]
 
@@ -117,6 +118,7 @@ async def run_activity(
     report_every: float = 30.0,
     health_file: Path | None = None,
     seed: int | None = None,
+    security: ClientSecurity | None = None,
 ) -> ActivityStats:
     """Write page views and clicks at ``rate`` records/s until ``stop`` is set; then flush and
     publish the last audit counts. Logs one progress line every ``report_every`` seconds, and
@@ -145,6 +147,7 @@ async def run_activity(
         linger_ms=5,
         compression="lz4",
         client_id=f"lab-activity-{datacenter}",
+        security=security,
     )
     await producer.start()
     log.info("writing %s and %s into %s (%s) at %g records/s", PAGE_VIEWS, CLICKS, datacenter, bootstrap, rate)

@@ -28,6 +28,7 @@ from headwater.client.admin import Admin
 from headwater.client.consumer import Consumer, Subscription
 from headwater.client.errors import KafkaTimeoutError
 from headwater.client.producer import Producer
+from headwater.client.security import ClientSecurity
 from headwater.protocol.errors import ErrorCode, KafkaError
 
 __all__ = ["CHECK_TOPIC", "DatacenterResult", "PipelineReport", "percentile", "run_check"]
@@ -123,8 +124,10 @@ def _clock(ms: int) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(ms / 1000))
 
 
-async def _ensure_topic(bootstrap: str, topic: str, partitions: int, timeout: float) -> None:
-    async with Admin(bootstrap) as admin:
+async def _ensure_topic(
+    bootstrap: str, topic: str, partitions: int, timeout: float, security: ClientSecurity | None = None
+) -> None:
+    async with Admin(bootstrap, security=security) as admin:
         await admin.cluster.refresh([])
         rf = min(3, max(1, len(admin.cluster.brokers)))
         try:
@@ -136,9 +139,17 @@ async def _ensure_topic(bootstrap: str, topic: str, partitions: int, timeout: fl
 
 
 async def _produce(
-    bootstrap: str, result: DatacenterResult, run: str, records: int, rate: float, sent_at: dict[str, float]
+    bootstrap: str,
+    result: DatacenterResult,
+    run: str,
+    records: int,
+    rate: float,
+    sent_at: dict[str, float],
+    security: ClientSecurity | None = None,
 ) -> None:
-    async with Producer(bootstrap, acks="all", linger_ms=0, client_id=f"lab-check-{result.datacenter}") as p:
+    async with Producer(
+        bootstrap, acks="all", linger_ms=0, client_id=f"lab-check-{result.datacenter}", security=security
+    ) as p:
         futures = []
         started = time.monotonic()
         for seq in range(records):
@@ -190,7 +201,12 @@ def audit_status(
         by_window: dict[int, list[dict[str, Any]]] = {}
         for row in rows:
             by_window.setdefault(int(row["window_start"]), []).append(row)
-        closed = [ws for ws, rs in sorted(by_window.items()) if all(x["status"] != "open" for x in rs)]
+        # a pending late window (its hop lags: records still on their way) is not closed either
+        closed = [
+            ws
+            for ws, rs in sorted(by_window.items())
+            if all(x["status"] != "open" and not x.get("pending") for x in rs)
+        ]
         for ws in closed[-windows:]:
             rs = by_window[ws]
             tiers: dict[str, str] = {}
@@ -222,22 +238,24 @@ async def run_check(
     audit_url: str | None = None,
     audit_topics: Sequence[str] = ("page-views", "clicks"),
     progress: Callable[[str], None] = lambda _: None,
+    security: ClientSecurity | None = None,
 ) -> PipelineReport:
     """Write ``records`` tagged records into each source at ``rate`` records/s and wait up to
-    ``timeout`` seconds for all of them in the aggregate cluster."""
+    ``timeout`` seconds for all of them in the aggregate cluster (every cluster reached with
+    ``security``: the lab's operator principal)."""
     run = uuid.uuid4().hex[:12]
     progress(f"check {run}: making sure {CHECK_TOPIC} exists in {', '.join(sources)}")
     for bootstrap in sources.values():
-        await _ensure_topic(bootstrap, CHECK_TOPIC, 3, timeout)
+        await _ensure_topic(bootstrap, CHECK_TOPIC, 3, timeout, security)
     progress(f"check {run}: waiting for the mirror to create {CHECK_TOPIC} in the aggregate cluster")
-    async with Admin(aggregate) as admin:
+    async with Admin(aggregate, security=security) as admin:
         try:
             await admin.wait_for_topic(CHECK_TOPIC, timeout=timeout)
         except KafkaTimeoutError as e:
             raise KafkaTimeoutError(f"{e}: is the mirror running?") from e
     results = {dc: DatacenterResult(dc) for dc in sources}
     sent_at: dict[str, float] = {}
-    async with Consumer(aggregate, client_id="lab-check") as consumer:
+    async with Consumer(aggregate, client_id="lab-check", security=security) as consumer:
         # One follower per partition: a fetch returns as soon as its own partition has data, never
         # held up by another leader's long poll (which would add up to the wait to the latency).
         subs = [
@@ -250,7 +268,9 @@ async def run_check(
         followers = [asyncio.create_task(_follow(sub, run, sent_at, results, seen)) for sub in subs]
         try:
             progress(f"check {run}: writing {records} records into each of {', '.join(sources)} at {rate:g}/s")
-            await asyncio.gather(*(_produce(b, results[dc], run, records, rate, sent_at) for dc, b in sources.items()))
+            await asyncio.gather(
+                *(_produce(b, results[dc], run, records, rate, sent_at, security) for dc, b in sources.items())
+            )
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and any(r.arrived < r.acked for r in results.values()):
                 for follower in followers:

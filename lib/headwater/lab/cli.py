@@ -9,8 +9,12 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headwater.cli.service import setup_logging, stop_on_signals
+
+if TYPE_CHECKING:
+    from headwater.client.security import ClientSecurity
 
 __all__ = ["add_parser"]
 
@@ -46,6 +50,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     a.add_argument("--report-every", type=float, default=30.0, help="seconds between progress lines")
     a.add_argument("--health-file", type=Path, help="touched while records are being acknowledged")
     a.add_argument("--log-level", default="INFO")
+    _add_command_config(a)
     a.set_defaults(func=_activity)
 
     c = lab_sub.add_parser(
@@ -68,8 +73,30 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     c.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the records")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
     c.add_argument("--log-level", default="WARNING")
+    _add_command_config(c)
     c.set_defaults(func=_check)
     _add_link_parser(lab_sub)
+
+
+def _add_command_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="client properties for a secured cluster (security.protocol, ssl.ca.location, sasl.mechanism, "
+        "sasl.username, sasl.password: file:/path or env:NAME ...)",
+    )
+
+
+def _security(args: argparse.Namespace, command: str) -> ClientSecurity | None:
+    """The --command-config file's client security (None without one); exits 2 naming the problem
+    (the same reader as every other command's ``--command-config``)."""
+    from headwater.cli.command_config import CommandConfigError, security_of
+
+    try:
+        return security_of(args, f"headwater lab {command}")
+    except CommandConfigError as e:
+        print(f"headwater lab {command}: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 # Each lab DC's link service publishes its control endpoint on the host (deploy/compose).
@@ -216,6 +243,7 @@ def _activity(args: argparse.Namespace) -> int:
     if args.rate <= 0 or args.window_ms <= 0 or args.members <= 0:
         print("headwater lab activity: --rate, --window-ms and --members must be positive", file=sys.stderr)
         return 2
+    security = _security(args, "activity")
     setup_logging(args.log_level)
     from headwater.lab.activity import run_activity
 
@@ -230,6 +258,7 @@ def _activity(args: argparse.Namespace) -> int:
             members=args.members,
             report_every=args.report_every,
             health_file=args.health_file,
+            security=security,
         )
         return 0
 
@@ -257,6 +286,7 @@ def _check(args: argparse.Namespace) -> int:
     if args.records <= 0 or args.rate <= 0 or args.timeout <= 0:
         print("headwater lab check: --records, --rate and --timeout must be positive", file=sys.stderr)
         return 2
+    security = _security(args, "check")
     setup_logging(args.log_level)
     from headwater.lab.check import run_check
 
@@ -275,6 +305,7 @@ def _check(args: argparse.Namespace) -> int:
                 timeout=args.timeout,
                 audit_url=args.audit_url or None,
                 progress=progress,
+                security=security,
             )
         )
     except (OSError, TimeoutError) as e:

@@ -73,6 +73,10 @@ async def _main(config: object, path: str, overrides: list[str]) -> int:
         ", ".join(f"{f.name} ({', '.join(p.pattern for p in f.topics)})" for f in config.flows),
         config.flows[0].target,
     )
+    from headwater.client.security import describe
+
+    for alias, cluster in config.clusters.items():
+        log.info("cluster %s: %s via %s", alias, describe(cluster.security), cluster.bootstrap)
     try:
         await mirror.run(stop, reload)
     finally:

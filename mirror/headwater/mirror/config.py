@@ -13,6 +13,18 @@
     group.id = headwater-mirror
     metrics.port = 9404
 
+Each cluster's client security takes Kafka's client property names under its alias, or unprefixed
+for every cluster (MM2's rule; the alias's value wins)::
+
+    dc1.security.protocol = SASL_SSL             # PLAINTEXT (default), SSL, SASL_PLAINTEXT, SASL_SSL
+    dc1.ssl.ca.location = /etc/headwater/ca.pem  # or ssl.truststore.location (a PEM file)
+    dc1.sasl.mechanism = SCRAM-SHA-512           # or PLAIN, SCRAM-SHA-256
+    dc1.sasl.username = mirror
+    dc1.sasl.password = file:/etc/headwater/mirror.password   # or env:NAME, or the password itself
+    # or: dc1.sasl.jaas.config = org.apache.kafka.common.security.scram.ScramLoginModule required username="mirror" password="...";
+
+Secrets are never logged (see :mod:`headwater.client.security`).
+
 Per-flow settings (``<src>-><dst>.topics``, ``.topics.exclude``) fall back to the global ones, as
 in MM2. A value may carry a trailing `` # comment`` (whitespace before the ``#``). Every error is
 a :class:`MirrorConfigError` whose message is one line naming the property.
@@ -37,6 +49,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from headwater.client.security import SECURITY_PROPERTIES, ClientSecurity, SecurityConfigError, cluster_security
 from headwater.properties import parse_properties
 
 __all__ = ["HEARTBEATS_TOPIC", "Flow", "MirrorConfig", "MirrorConfigError", "SourceCluster", "load", "parse"]
@@ -88,6 +101,8 @@ class SourceCluster:
     alias: str
     bootstrap: str  # host:port list, or zk://<zookeeper.connect> when only ZooKeeper is given
     zookeeper_connect: str | None
+    #: how the mirror's clients connect (``<alias>.security.protocol``, ``<alias>.sasl.*``, ...)
+    security: ClientSecurity = field(default_factory=ClientSecurity)
 
 
 @dataclass(frozen=True)
@@ -207,9 +222,11 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
                 unknown.append(key)
             flow_settings.setdefault((src, dst), {})[setting] = value
             continue
-        if key in _GLOBAL_SETTINGS:
+        if key in _GLOBAL_SETTINGS or key in SECURITY_PROPERTIES:
             continue
         alias, _, setting = key.partition(".")
+        if setting in SECURITY_PROPERTIES and alias in aliases:
+            continue
         if setting in _CLUSTER_SETTINGS and alias not in aliases:
             raise MirrorConfigError(f"{key}: cluster {alias!r} is not in clusters ({', '.join(aliases)})")
         if not (alias in aliases and setting in _CLUSTER_SETTINGS):
@@ -221,7 +238,11 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         bootstrap = props.get(f"{a}.bootstrap.servers") or (f"zk://{zk}" if zk else "")
         if not bootstrap:
             raise MirrorConfigError(f"{a}.bootstrap.servers: cluster {a} needs bootstrap.servers or zookeeper.connect")
-        clusters[a] = SourceCluster(a, bootstrap, zk)
+        try:
+            security = cluster_security(props, f"{a}.")
+        except SecurityConfigError as e:
+            raise MirrorConfigError(str(e)) from None
+        clusters[a] = SourceCluster(a, bootstrap, zk, security)
 
     default_topics = _regexes("topics", props.get("topics", ".*"))
     default_exclude = _regexes("topics.exclude", props.get("topics.exclude", props.get("topics.blacklist", "__.*")))

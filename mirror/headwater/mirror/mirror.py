@@ -73,8 +73,9 @@ class Mirror:
         self.config = config
         self.metrics = metrics or MirrorMetrics()
         target_alias = config.flows[0].target
+        target = config.clusters[target_alias]
         self.target = Cluster(
-            config.clusters[target_alias].bootstrap, client_id="headwater-mirror", allow_auto_create_topics=False
+            target.bootstrap, client_id="headwater-mirror", allow_auto_create_topics=False, security=target.security
         )
         self.target_admin = Admin("", cluster=self.target)
         self.flows: list[FlowState] = []
@@ -141,7 +142,9 @@ class Mirror:
                     new_consumer_id(self.config.group_for(flow)),
                     [p.pattern for p in flow.topics],
                 )
-                source = Cluster(src.bootstrap, client_id="headwater-mirror", allow_auto_create_topics=False)
+                source = Cluster(
+                    src.bootstrap, client_id="headwater-mirror", allow_auto_create_topics=False, security=src.security
+                )
                 fetcher = SourceFetcher(
                     source,
                     max_bytes=self.config.fetch_max_bytes,

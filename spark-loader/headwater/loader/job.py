@@ -28,6 +28,12 @@ Configuration (``loader.properties``)::
     loader.run.timeout.ms = 21600000          # --schedule stops a run that takes longer
     failOnDataLoss = true                     # as Spark's Kafka source: offsets gone fail the run
     audit.cluster.alias = agg                 # the loaded cluster's alias in gap events (hop agg->warehouse)
+    security.protocol = SASL_SSL              # Kafka's client security names for the loaded cluster
+    ssl.ca.location = /etc/headwater/ca.pem   # (or ssl.truststore.location, a PEM file)
+    sasl.mechanism = SCRAM-SHA-512
+    sasl.username = loader
+    sasl.password = file:/etc/headwater/loader.password   # or env:NAME; never logged
+    audit.sasl.username = loader              # audit.<name> for audit.bootstrap.servers (default: the same)
 
 Any ``spark.*`` property is passed to the Spark session.
 """
@@ -46,6 +52,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from headwater.client.security import ClientSecurity, SecurityConfigError, cluster_properties, cluster_security
 from headwater.loader.lock import LockGuard
 from headwater.loader.offsets import EARLIEST, DataLoss, OffsetRange, resolve, to_json
 from headwater.loader.warehouse import LEGACY_STAGING, STAGING_PREFIX, Warehouse, run_name
@@ -80,6 +87,11 @@ class LoaderConfig:
     read_options: dict[str, str] = field(default_factory=dict)  # the data source's bounds, passed on
     fail_on_data_loss: bool = True
     cluster_alias: str = "agg"
+    #: the loaded cluster's client security; its properties as written (``file:``/``env:`` references
+    #: unresolved) go to the data source as ``kafka.<name>`` options
+    security: ClientSecurity = field(default_factory=ClientSecurity)
+    security_properties: dict[str, str] = field(default_factory=dict, repr=False)
+    audit_security: ClientSecurity = field(default_factory=ClientSecurity)  # audit.<name> over <name>
 
 
 def parse_config(props: dict[str, str]) -> LoaderConfig:
@@ -116,6 +128,11 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
     for key in READ_OPTIONS:
         if integer(key, 0) < 0:
             raise LoaderConfigError(f"{key}: must not be negative")
+    try:
+        security = cluster_security(props)
+        audit_security = cluster_security(props, "audit.")
+    except SecurityConfigError as e:
+        raise LoaderConfigError(str(e)) from None
     window = integer("audit.window.ms", 60000)
     if window <= 0:
         raise LoaderConfigError(f"audit.window.ms: {window} must be positive")
@@ -137,6 +154,9 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         run_timeout_ms=integer("loader.run.timeout.ms", 6 * 3_600_000),
         read_options={k: props[k] for k in READ_OPTIONS if props.get(k)},
         cluster_alias=props.get("audit.cluster.alias", "agg").strip() or "agg",
+        security=security,
+        security_properties=cluster_properties(props),
+        audit_security=audit_security,
     )
 
 
@@ -175,7 +195,7 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
     from headwater.client.admin import Admin
 
     async def topics() -> list[str]:
-        async with Admin(config.bootstrap) as admin:
+        async with Admin(config.bootstrap, security=config.security) as admin:
             return await admin.list_topics(include_internal=False)
 
     import asyncio
@@ -194,6 +214,7 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
         ending="latest",
         missing_start=EARLIEST,
         fail_on_data_loss=config.fail_on_data_loss,
+        security=config.security,
     )
     planned = plan.ranges
     for loss in plan.losses:
@@ -234,6 +255,7 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
             .option("failOnDataLoss", "true")  # the plan above is final: offsets gone since then fail the run
             .option("headwater.test.read.delay.ms", config.read_delay_ms)
             .options(**config.read_options)
+            .options(**{f"kafka.{k}": v for k, v in config.security_properties.items()})
             .load()
             .withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
         )
@@ -453,7 +475,9 @@ def _publish_audit(wh: Warehouse, run: int, manifest: dict[str, Any], config: Lo
         return
     if not manifest.get("audit_published"):  # manifests before the .audited marker kept a flag inside
         try:
-            _send_audit_events(config.audit_bootstrap, manifest["audit"], config.audit_timeout_ms / 1000.0)
+            _send_audit_events(
+                config.audit_bootstrap, manifest["audit"], config.audit_timeout_ms / 1000.0, config.audit_security
+            )
         except Exception as e:
             log.error(
                 "run %d: its %d audit event(s) were not sent to %s (%s: %s); the load goes on, the next run sends them",
@@ -468,14 +492,16 @@ def _publish_audit(wh: Warehouse, run: int, manifest: dict[str, Any], config: Lo
     wh.mark_audited(run)
 
 
-def _send_audit_events(bootstrap: str, events: list[dict[str, Any]], timeout: float = 30.0) -> None:
+def _send_audit_events(
+    bootstrap: str, events: list[dict[str, Any]], timeout: float = 30.0, security: ClientSecurity | None = None
+) -> None:
     """Every event to ``__audit``, acknowledged by all in-sync replicas within ``timeout`` seconds
     (raises otherwise)."""
     from headwater.client.audit import AUDIT_TOPIC
     from headwater.client.sync import SyncProducer
 
     deadline = time.monotonic() + timeout
-    with SyncProducer(bootstrap, acks="all") as producer:
+    with SyncProducer(bootstrap, acks="all", security=security) as producer:
         producer.start(timeout)
         futures = [
             producer.send(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from headwater.client.admin import Admin
 from headwater.client.consumer import Consumer
+from headwater.client.security import ClientSecurity
 
 EARLIEST = -2
 LATEST = -1
@@ -162,8 +163,9 @@ async def _resolve(
     starting: str | dict[str, dict[int, int]],
     ending: str | dict[str, dict[int, int]],
     missing_start: int | None,
+    security: ClientSecurity | None = None,
 ) -> Plan:
-    async with Admin(bootstrap) as admin:
+    async with Admin(bootstrap, security=security) as admin:
         consumer = Consumer("", cluster=admin.cluster)
         if subscribe is not None:
             topics = subscribe
@@ -195,6 +197,7 @@ def resolve(
     ending: str | dict[str, dict[int, int]] = "latest",
     missing_start: int | None = None,
     fail_on_data_loss: bool = True,
+    security: ClientSecurity | None = None,
 ) -> Plan:
     """The ranges to read, with end offsets fixed now (the high watermark when ``latest``).
 
@@ -205,7 +208,7 @@ def resolve(
     """
     if (subscribe is None) == (pattern is None):
         raise OffsetSpecError("exactly one of subscribe and subscribePattern must be set")
-    plan = asyncio.run(_resolve(bootstrap, subscribe, pattern, starting, ending, missing_start))
+    plan = asyncio.run(_resolve(bootstrap, subscribe, pattern, starting, ending, missing_start, security))
     if plan.losses and fail_on_data_loss:
         raise DataLossError(plan.losses)
     return plan

@@ -10,6 +10,12 @@
           .option("failOnDataLoss", "true")                  # default; false: skip what is gone
           .load())
 
+A secured cluster takes Kafka's client security properties with Spark's ``kafka.`` prefix
+(``kafka.security.protocol``, ``kafka.ssl.ca.location`` / ``kafka.ssl.truststore.location``,
+``kafka.sasl.mechanism``, ``kafka.sasl.username``, ``kafka.sasl.password`` or
+``kafka.sasl.jaas.config``); a secret may be ``file:/path`` or ``env:NAME`` (resolved where it is
+read; Spark redacts option values that mention a password in plans and logs).
+
 Columns as Spark's Kafka source: ``key`` and ``value`` (binary), ``topic``, ``partition``,
 ``offset``, ``timestamp``, ``timestampType`` (0 CreateTime, 1 LogAppendTime) and ``headers``
 (array of key / value structs). Offsets are resolved once, when the DataFrame is planned. Explicit
@@ -36,6 +42,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from headwater.client.security import ClientSecurity, cluster_security
 from headwater.loader.offsets import DataLoss, DataLossError, OffsetRange, parse_spec, resolve, split
 
 log = logging.getLogger("headwater.loader.source")
@@ -84,6 +91,7 @@ class HeadwaterReader(DataSourceReader):
             raise ValueError("option kafka.bootstrap.servers is required")
         subscribe = opts.get("subscribe")
         self.bootstrap = bootstrap
+        self.security = cluster_security(opts, "kafka.", inherit=False)
         raw = opts.get("failondataloss", "true").strip().lower()
         if raw not in ("true", "false"):
             raise ValueError(f"option failOnDataLoss: {raw!r} is not true or false")
@@ -95,6 +103,7 @@ class HeadwaterReader(DataSourceReader):
             starting=parse_spec("startingOffsets", opts.get("startingoffsets"), "earliest"),
             ending=parse_spec("endingOffsets", opts.get("endingoffsets"), "latest"),
             fail_on_data_loss=self.fail_on_data_loss,
+            security=self.security,
         )
         for loss in plan.losses:
             log.warning("failOnDataLoss=false: %s; reading on from offset %d", loss.describe(), loss.log_start)
@@ -110,7 +119,9 @@ class HeadwaterReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
         r = partition.range
-        yield from read_range(self.bootstrap, r, self.max_bytes, self.delay_ms, self.fail_on_data_loss, self.bounds)
+        yield from read_range(
+            self.bootstrap, r, self.max_bytes, self.delay_ms, self.fail_on_data_loss, self.bounds, self.security
+        )
 
 
 class PartitionReadError(RuntimeError):
@@ -158,6 +169,7 @@ def read_range(
     delay_ms: int = 0,
     fail_on_data_loss: bool = True,
     bounds: ReadBounds = ReadBounds(),
+    security: ClientSecurity | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Arrow record batches of every record in ``r`` (one per fetch).
 
@@ -175,7 +187,7 @@ def read_range(
     tp = f"{r.topic}-{r.partition}"
     timeout = bounds.poll_timeout_ms / 1000.0
     loop = asyncio.new_event_loop()
-    cluster = Cluster(bootstrap, client_id="headwater-loader", allow_auto_create_topics=False)
+    cluster = Cluster(bootstrap, client_id="headwater-loader", allow_auto_create_topics=False, security=security)
 
     def bounded(coro: Any, what: str) -> Any:
         try:

@@ -18,8 +18,9 @@ ZooKeeper and reacts, one event at a time on one task, to:
   topic as Kafka's PartitionModifications handler does): the same for the new partitions;
 - deletions (``/admin/delete_topics``): StopReplica(delete) to the replicas, then remove znodes;
 - ISR changes made by leaders (``/isr_change_notification``): UpdateMetadata;
-- preferred leader election (periodically when ``auto.leader.rebalance.enable``, and on
-  ``/admin/preferred_replica_election``);
+- preferred leader election (periodically when ``auto.leader.rebalance.enable``, on
+  ``/admin/preferred_replica_election`` and on ElectLeaders);
+- partition reassignment (``/admin/reassign_partitions``, controller/reassignment.py);
 - controlled shutdown requests: move leadership off the broker before it exits.
 
 Every partition state change is a conditional write on the state znode's version; a conflict
@@ -41,9 +42,11 @@ from headwater.broker import zk as zkpaths
 from headwater.broker.controller import requests as build
 from headwater.broker.controller.channel import ControllerChannel
 from headwater.broker.controller.election import LeaderAndIsr, offline_leader, preferred_leader, shutdown_leader
+from headwater.broker.controller.reassignment import PartitionReassigner
 from headwater.broker.metadata_cache import BrokerInfo, parse_broker_registration
 from headwater.broker.zk import from_json, to_json
 from headwater.protocol.apis import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
+from headwater.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from headwater.broker.services import ControllerHost
@@ -92,6 +95,7 @@ class Controller:
         self._task: asyncio.Task[None] | None = None
         self._periodic: asyncio.Task[None] | None = None
         self._generation = 0  # bumps on every resignation; stale watch callbacks check it
+        self.reassigner = PartitionReassigner(self)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -190,6 +194,7 @@ class Controller:
         if self._periodic is not None:
             self._periodic.cancel()
             self._periodic = None
+        self.reassigner.stop()
         if self.channel is not None:
             await self.channel.close()
             self.channel = None
@@ -251,6 +256,7 @@ class Controller:
         self._watch_children(zkpaths.DELETE_TOPICS, self._on_delete_topics)
         self._watch_children(ISR_CHANGE, self._on_isr_change)
         self._watch_data(PREFERRED_ELECTION, self._on_preferred_node)
+        self.reassigner.start()
         if self.broker.config.auto_leader_rebalance_enable:
             self._periodic = asyncio.ensure_future(self._periodic_preferred_election())
 
@@ -642,6 +648,79 @@ class Controller:
             self._send_leader_and_isr(changed, live)
             self._send_update_metadata(set(self.ctx.brokers), changed)
         return changed
+
+    async def elect_leaders(
+        self, partitions: list[TP] | None, unclean: bool = False
+    ) -> dict[TP, tuple[ErrorCode, str | None]] | None:
+        """ElectLeaders: elect the preferred replica (``unclean``: any live replica of a partition
+        without a live leader) for ``partitions`` (None: every partition), on the controller's
+        event queue. Per partition: NONE when elected, ELECTION_NOT_NEEDED when the leader is
+        already the one the election would choose, PREFERRED_LEADER_NOT_AVAILABLE /
+        ELIGIBLE_LEADERS_NOT_AVAILABLE when it cannot, UNKNOWN_TOPIC_OR_PARTITION,
+        INVALID_TOPIC_EXCEPTION for a topic being deleted. None: this broker is not the controller."""
+        fut: asyncio.Future[dict[TP, tuple[ErrorCode, str | None]] | None] = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            try:
+                fut.set_result(await self._elect_leaders(partitions, unclean))
+            except Exception as e:
+                fut.set_exception(e)
+
+        self.enqueue(run)
+        return await fut
+
+    async def _elect_leaders(
+        self, partitions: list[TP] | None, unclean: bool
+    ) -> dict[TP, tuple[ErrorCode, str | None]] | None:
+        if not self.active:
+            return None
+        wanted = partitions if partitions is not None else list(self.ctx.states)
+        deleting = set(await self.zk.children(zkpaths.DELETE_TOPICS))
+        live = self.ctx.live
+        out: dict[TP, tuple[ErrorCode, str | None]] = {}
+        electable: list[TP] = []
+        for tp in wanted:
+            state = self.ctx.states.get(tp)
+            if state is None:
+                out[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+            elif tp[0] in deleting:
+                out[tp] = (ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is being deleted")
+            elif (state.leader == self.ctx.replicas(tp)[0]) if not unclean else (state.leader in live):
+                out[tp] = (ErrorCode.ELECTION_NOT_NEEDED, None)
+            else:
+                electable.append(tp)
+        if unclean:
+            changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]] = {}
+            for tp in electable:
+
+                def change(cur: LeaderAndIsr, tp: TP = tp) -> LeaderAndIsr | None:
+                    if cur.leader in self.ctx.live:
+                        return None
+                    chosen = offline_leader(self.ctx.replicas(tp), cur, self.ctx.live, unclean=True)
+                    return None if chosen is None else cur.new_leader(chosen[0], chosen[1], self.epoch)
+
+                changes[tp] = change
+            changed = await self._change_states(changes)
+            if changed:
+                log.info("[Controller id=%d] unclean leader election for %d partition(s)", self.broker_id, len(changed))
+                self._send_leader_and_isr(changed, live)
+                self._send_update_metadata(set(self.ctx.brokers), changed)
+            failure = (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "No live replica of the partition")
+        else:
+            changed = await self.elect_preferred(electable)
+            failure = (ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, "The preferred replica is not alive or not in the ISR")
+        done = set(changed)
+        for tp in electable:
+            if tp in done:
+                out[tp] = (ErrorCode.NONE, None)
+            else:
+                replicas = self.ctx.replicas(tp)
+                state = self.ctx.states.get(tp)
+                msg = failure[1]
+                if not unclean and state is not None:
+                    msg = f"Failed to elect leader for partition {tp[0]}-{tp[1]}: preferred replica {replicas[0]} is not live or not in the ISR {list(state.isr)}"
+                out[tp] = (failure[0], msg)
+        return out
 
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[TP] | None:
         """Move leadership off ``broker_id``; returns the partitions it still leads (None: not controller)."""

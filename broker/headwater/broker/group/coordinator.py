@@ -20,7 +20,10 @@ rebalance timeout) so that consumers starting together share one rebalance; offs
 Empty for ``offsets.retention.minutes`` expire (checked every ``offsets.retention.check.interval.ms``).
 
 Static membership (KIP-345, JoinGroup v5): a member joining with a known ``group.instance.id``
-replaces (fences) the member that held it, and the group rebalances as for any join.
+and no member id takes over the member that held it under a new member id; the old id is fenced
+(FENCED_INSTANCE_ID). In a Stable group with the same subscription that is all: it gets its
+previous assignment back and the others are not rebalanced. Static members are removed by their
+session timeout (Kafka 2.3's LeaveGroup has no instance id; stock clients do not send it for them).
 """
 
 from __future__ import annotations
@@ -282,11 +285,9 @@ class GroupCoordinator:
             if instance is None and len(g.members) + len(g.pending) >= self.config.group_max_size:
                 return _error(ErrorCode.GROUP_MAX_SIZE_REACHED)
             new_id = f"{client_id}-{uuid.uuid4()}"
-            if instance is not None:
-                old = g.static.get(instance)
-                if old is not None:
-                    self._remove_member(g, old, f"was replaced by a new member with group.instance.id {instance}")
-            elif version >= 4:
+            if instance is not None and instance in g.static:
+                return await self._rejoin_static(g, instance, new_member(new_id))
+            if instance is None and version >= 4:
                 # KIP-394: the member learns its id first, so a retried join cannot leave a ghost.
                 g.pending[new_id] = now + session / 1000.0
                 return _error(ErrorCode.MEMBER_ID_REQUIRED, new_id)
@@ -308,6 +309,35 @@ class GroupCoordinator:
         if g.state != GroupState.PREPARING_REBALANCE:
             why = "its leader rejoined" if member_id == g.leader_id else f"member {member_id} updated its metadata"
             self._prepare_rebalance(g, why)
+        return await self._wait_join(g, m)
+
+    async def _rejoin_static(self, g: Group, instance: str, joining: Member) -> Message:
+        """KIP-345: a static member joined again without its member id (it restarted, or a second
+        process took its ``group.instance.id``). It takes over the known member under a new id --
+        the old id is fenced (FENCED_INSTANCE_ID) -- and, in a Stable group with unchanged
+        subscription, gets its previous assignment back with no rebalance of the others (as Kafka
+        2.3's coordinator does; the leader gets every member's metadata, and its SyncGroup in the
+        Stable group answers the stored assignment). Otherwise the group rebalances as for a join."""
+        old, m = g.replace_static(instance, joining.member_id)
+        fenced = _error(ErrorCode.FENCED_INSTANCE_ID, old.member_id)
+        old.answer_join(fenced)
+        old.answer_sync({"error_code": ErrorCode.FENCED_INSTANCE_ID, "assignment": b""})
+        same = m.protocols == joining.protocols
+        m.protocols, m.client_id, m.client_host = joining.protocols, joining.client_id, joining.client_host
+        m.session_timeout_ms, m.rebalance_timeout_ms = joining.session_timeout_ms, joining.rebalance_timeout_ms
+        m.last_heartbeat = joining.last_heartbeat
+        log.info(
+            "Static member %s of group %s rejoined: member id %s replaces %s (fenced)",
+            instance,
+            g.group_id,
+            m.member_id,
+            old.member_id,
+        )
+        if g.state == GroupState.STABLE and same:
+            self._spawn_write(g.partition, [self._group_record(g)])  # the new member id survives a failover
+            return g.join_response(m)
+        if g.state != GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(g, f"static member {instance} rejoined with a changed subscription")
         return await self._wait_join(g, m)
 
     async def _add_and_wait(self, g: Group, m: Member, protocol_type: str) -> Message:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from headwater.protocol.schema import Message
@@ -145,6 +145,21 @@ class Group:
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
         return m
+
+    def replace_static(self, instance: str, new_id: str) -> tuple[Member, Member]:
+        """KIP-345: the member holding ``instance`` continues under ``new_id`` (same place in the
+        member order, same assignment, leader if it was); returns (old, new). The old id is gone,
+        so its process is fenced on its next request."""
+        old_id = self.static[instance]
+        old = self.members[old_id]
+        new = replace(old, member_id=new_id, join_future=None, sync_future=None)
+        self.members = {
+            (new_id if mid == old_id else mid): (new if mid == old_id else m) for mid, m in self.members.items()
+        }
+        self.static[instance] = new_id
+        if self.leader_id == old_id:
+            self.leader_id = new_id
+        return old, new
 
     def join_response(self, member: Member) -> Message:
         """What JoinGroup answers a member when the join phase completes (the leader gets everyone)."""

@@ -26,6 +26,8 @@ from headwater.broker.handlers import (
     describe_acls,
     describe_configs,
     describe_groups,
+    describe_log_dirs,
+    elect_leaders,
     fetch,
     find_coordinator,
     heartbeat,
@@ -62,6 +64,8 @@ from headwater.protocol.apis import (
     DESCRIBE_ACLS,
     DESCRIBE_CONFIGS,
     DESCRIBE_GROUPS,
+    DESCRIBE_LOG_DIRS,
+    ELECT_LEADERS,
     FETCH,
     FIND_COORDINATOR,
     HEARTBEAT,
@@ -142,6 +146,8 @@ HANDLERS: dict[int, Handler] = {
     ALTER_CONFIGS.key: alter_configs.handle,
     INCREMENTAL_ALTER_CONFIGS.key: incremental_alter_configs.handle,
     DELETE_RECORDS.key: delete_records.handle,
+    DESCRIBE_LOG_DIRS.key: describe_log_dirs.handle,
+    ELECT_LEADERS.key: elect_leaders.handle,
 }
 
 __all__ = ["HANDLERS", "RequestContext", "api_versions_fallback"]

@@ -5,7 +5,10 @@
   set in the broker's properties, else DEFAULT_CONFIG). Unknown topic:
   UNKNOWN_TOPIC_OR_PARTITION.
 - BROKER resources (type 4) for this broker's id: the properties it was started with
-  (STATIC_BROKER_CONFIG); another broker's id gets INVALID_REQUEST.
+  (STATIC_BROKER_CONFIG, read-only unless dynamic) and every dynamic broker config with its
+  effective value and source (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
+  STATIC_BROKER_CONFIG, DEFAULT_CONFIG; dynamic_config.py); ``""`` the cluster-wide dynamic
+  defaults; another broker's id gets INVALID_REQUEST. Sensitive values (passwords) are null.
 - ``configuration_keys`` null means all; synonyms (v1+) list the override then the default.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from headwater.broker import dynamic_config
 from headwater.broker.config import OTHER_TOPIC_CONFIGS, TOPIC_CONFIGS
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
@@ -115,22 +119,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                     }
                 )
         elif rtype == BROKER and rname in ("", str(broker.broker_id)):
-            for name, value in sorted(broker.config.raw.items()):
-                if keys is not None and name not in keys:
-                    continue
-                out["configs"].append(
-                    {
-                        "name": name,
-                        "value": value,
-                        "read_only": True,
-                        "is_default": False,
-                        "config_source": STATIC_BROKER_CONFIG,
-                        "is_sensitive": "password" in name,
-                        "synonyms": [{"name": name, "value": value, "source": STATIC_BROKER_CONFIG}]
-                        if request["include_synonyms"]
-                        else [],
-                    }
-                )
+            out["configs"] = dynamic_config.describe(broker.dynamic_config, rname, keys, request["include_synonyms"])
         else:
             out["error_code"] = ErrorCode.INVALID_REQUEST
             out["error_message"] = f"Unsupported resource type {rtype} / name {rname!r}"

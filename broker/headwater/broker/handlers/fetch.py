@@ -18,6 +18,8 @@
   its fetch offset tells the leader how far it has replicated, which moves the high
   watermark and the ISR (see the replica manager). Consumers (replica_id -1) never see past
   the high watermark.
+- Replication throttles (KIP-73, replication_quota.py): a follower not in the ISR gets no records
+  for a partition its leader throttles while ``leader.replication.throttled.rate`` is exceeded.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ import time
 from typing import TYPE_CHECKING
 
 from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.primitives import FileRegion
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
     from headwater.broker.handlers import RequestContext
+    from headwater.broker.partition import Partition
     from headwater.broker.services import HandlerServices
 
 
@@ -52,7 +56,25 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
             break
         await broker.purgatory.wait(keys, remaining)
         await asyncio.sleep(0)
+    if request["replica_id"] >= 0:
+        _record_throttled(broker, responses)
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
+
+
+def _leader_throttles(broker: HandlerServices, part: Partition, replica_id: int) -> bool:
+    quota = broker.leader_quota
+    return replica_id not in part.isr and quota.is_throttled(part.key) and quota.is_quota_exceeded()
+
+
+def _record_throttled(broker: HandlerServices, responses: list[Message]) -> None:
+    """The bytes sent to a follower for leader-throttled partitions count against the leader rate."""
+    quota = broker.leader_quota
+    for t in responses:
+        for p in t["partitions"]:
+            records = p["records"]
+            size = records.size if isinstance(records, FileRegion) else len(records or b"")
+            if size and quota.is_throttled((t["topic"], p["partition_index"])):
+                quota.record(size)
 
 
 def _read(broker: HandlerServices, request: Message) -> tuple[list[Message], int, bool]:
@@ -91,6 +113,8 @@ def _read(broker: HandlerServices, request: Message) -> tuple[list[Message], int
             limit = min(p["partition_max_bytes"], budget - total)
             if limit <= 0 and total > 0:
                 continue
+            if replica_id >= 0 and _leader_throttles(broker, part, replica_id):
+                continue  # KIP-73: no records for a throttled, out-of-sync follower over the rate
             try:
                 data = log_.read(
                     p["fetch_offset"],

@@ -1,5 +1,7 @@
 """OffsetCommit (key 8), v0-7.
 
+- Every version: a topic or partition this broker's metadata does not have is answered
+  UNKNOWN_TOPIC_OR_PARTITION for that partition (nothing stored), as Kafka 2.3 does.
 - v1+: stored by the group coordinator in ``__consumer_offsets`` (acks=all) and answered once the
   ISR has it. A commit with generation -1 to a group without members is a "simple" commit (a
   consumer that assigns partitions itself). Per-partition errors: NOT_COORDINATOR,
@@ -31,10 +33,22 @@ def zk_offset_path(group: str, topic: str, partition: int) -> str:
 
 
 async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
-    if ctx.version == 0:
-        errors = await _commit_to_zookeeper(broker, request)
-    else:
-        errors = await broker.groups.commit(request)
+    # As Kafka's KafkaApis: a partition the metadata cache does not have is answered
+    # UNKNOWN_TOPIC_OR_PARTITION and not committed; the rest go to ZooKeeper (v0) or the
+    # coordinator -- which is not asked at all when nothing is left.
+    known = [
+        {**t, "partitions": [p for p in t["partitions"] if broker.cache.partition(t["name"], p["partition_index"])]}
+        for t in request["topics"]
+    ]
+    errors: dict[tuple[str, int], ErrorCode] = {
+        (t["name"], p["partition_index"]): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        for t in request["topics"]
+        for p in t["partitions"]
+    }
+    known = [t for t in known if t["partitions"]]
+    if known:
+        sub = {**request, "topics": known}
+        errors.update(await _commit_to_zookeeper(broker, sub) if ctx.version == 0 else await broker.groups.commit(sub))
     return {
         "throttle_time_ms": 0,
         "topics": [

@@ -1,10 +1,11 @@
 """OffsetFetch (key 9), v0-5.
 
 - v1+: the group coordinator's committed offsets; a partition without one answers offset -1,
-  metadata "" and NONE. v2+ may ask for every partition the group committed (topics null).
+  metadata "" and NONE -- also for a topic that does not exist (Kafka 2.3 does not check). v2+ may ask for every partition the group committed (topics null).
   Coordinator errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) go in the top-level
   error_code from v2 and on every partition before.
-- v0: the offsets in ZooKeeper (see OffsetCommit v0).
+- v0: the offsets in ZooKeeper (see OffsetCommit v0); a partition unknown to the metadata or
+  without an offset there answers offset -1 and UNKNOWN_TOPIC_OR_PARTITION, as Kafka 2.3 does.
 """
 
 from __future__ import annotations
@@ -28,8 +29,12 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
     wanted = None
     if request["topics"] is not None:
         wanted = [(t["name"], p) for t in request["topics"] for p in t["partition_indexes"]]
+    partition_errors: dict[tuple[str, int], ErrorCode] = {}
     if ctx.version == 0:
         code, found = await _from_zookeeper(broker, group, wanted or [])
+        # Kafka 2.3 answers v0 UNKNOWN_TOPIC_OR_PARTITION for a partition it does not have
+        # and for one without an offset in ZooKeeper (OffsetFetchResponse.UNKNOWN_PARTITION)
+        partition_errors = {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp, o in found.items() if o is None}
     else:
         code, found = broker.groups.fetch_offsets(group, wanted)
     if code != ErrorCode.NONE and wanted is not None and ctx.version < 2:
@@ -42,7 +47,9 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                 "committed_offset": -1 if o is None else o.offset,
                 "committed_leader_epoch": -1 if o is None else o.leader_epoch,
                 "metadata": "" if o is None else o.metadata,
-                "error_code": code if ctx.version < 2 else ErrorCode.NONE,
+                "error_code": code
+                if ctx.version < 2 and code != ErrorCode.NONE
+                else partition_errors.get((topic, partition), ErrorCode.NONE),
             }
         )
     topics = [{"name": t, "partitions": parts} for t, parts in by_topic.items()]
@@ -56,6 +63,9 @@ async def _from_zookeeper(
         return ErrorCode.INVALID_GROUP_ID, {}
     out: dict[tuple[str, int], CommittedOffset | None] = {}
     for tp in wanted:
+        if broker.cache.partition(*tp) is None:
+            out[tp] = None
+            continue
         try:
             data, _ = await broker.zk.call(broker.zk.client.get, zk_offset_path(group, *tp))
             out[tp] = CommittedOffset(int(data.decode()), -1, "", -1)

@@ -21,6 +21,8 @@ from headwater.protocol.apis.delete_topics import DELETE_TOPICS
 from headwater.protocol.apis.describe_acls import DESCRIBE_ACLS
 from headwater.protocol.apis.describe_configs import DESCRIBE_CONFIGS
 from headwater.protocol.apis.describe_groups import DESCRIBE_GROUPS
+from headwater.protocol.apis.describe_log_dirs import DESCRIBE_LOG_DIRS
+from headwater.protocol.apis.elect_leaders import ELECT_LEADERS
 from headwater.protocol.apis.fetch import FETCH
 from headwater.protocol.apis.find_coordinator import FIND_COORDINATOR
 from headwater.protocol.apis.heartbeat import HEARTBEAT
@@ -73,9 +75,11 @@ ALL_APIS: tuple[Api, ...] = (
     DELETE_ACLS,
     DESCRIBE_CONFIGS,
     ALTER_CONFIGS,
+    DESCRIBE_LOG_DIRS,
     SASL_AUTHENTICATE,
     CREATE_PARTITIONS,
     DELETE_GROUPS,
+    ELECT_LEADERS,
     INCREMENTAL_ALTER_CONFIGS,
 )
 
@@ -97,6 +101,8 @@ __all__ = [
     "DESCRIBE_ACLS",
     "DESCRIBE_CONFIGS",
     "DESCRIBE_GROUPS",
+    "DESCRIBE_LOG_DIRS",
+    "ELECT_LEADERS",
     "FETCH",
     "FIND_COORDINATOR",
     "HEARTBEAT",

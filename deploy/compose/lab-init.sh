@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The lab's SCRAM users and ACLs, written into each cluster's ZooKeeper before its brokers start
+# (the lab-init service of docker-compose.yml). Idempotent: `headwater configs --alter` sets the
+# same users again, `headwater acls --add` adds only what is missing; every `up` runs it.
+#
+# Principals (passwords from LAB_<NAME>_PASSWORD; super users: broker, admin and the console's
+# ANONYMOUS, see KAFKA_SUPER_USERS) and the only ACLs each holds (docs/security.md):
+#   mirror    sources: Read on every topic (topics = .* in mirror.properties);
+#                      Create, Write on heartbeats and __audit (its heartbeats and gap events)
+#             agg:     Create, Write, Read on every topic (the copies; resume scans, heartbeats)
+#   audit     every cluster: Read on page-views, clicks, __audit, heartbeats
+#   loader    agg: Read on page-views, clicks; Create, Write on __audit (warehouse-tier events)
+#   activity  dc1, dc2: Create, Write on page-views, clicks, __audit (the auditing producer)
+set -euo pipefail
+
+users=(broker admin mirror audit loader activity)
+
+acl() { # acl <zookeeper> <user> <--operation X ...> --topic T
+  local zk="$1" user="$2"
+  shift 2
+  headwater acls --zookeeper "$zk" --add --allow-principal "User:$user" "$@" >/dev/null
+}
+
+for cluster in dc1 dc2 agg; do
+  zk="$cluster-zookeeper:2181"
+  for user in "${users[@]}"; do
+    var="LAB_${user^^}_PASSWORD"
+    password="${!var:?$var is not set}"
+    headwater configs --zookeeper "$zk" --alter --entity-type users --entity-name "$user" \
+      --add-config "SCRAM-SHA-512=[iterations=4096,password=$password]" >/dev/null
+  done
+  for topic in page-views clicks __audit heartbeats; do
+    acl "$zk" audit --operation Read --topic "$topic"
+  done
+  if [ "$cluster" = agg ]; then
+    acl "$zk" mirror --operation Create --operation Write --operation Read --topic '*'
+    for topic in page-views clicks; do
+      acl "$zk" loader --operation Read --topic "$topic"
+    done
+    acl "$zk" loader --operation Create --operation Write --topic __audit
+  else
+    acl "$zk" mirror --operation Read --topic '*'
+    for topic in heartbeats __audit; do
+      acl "$zk" mirror --operation Create --operation Write --topic "$topic"
+    done
+    for topic in page-views clicks __audit; do
+      acl "$zk" activity --operation Create --operation Write --topic "$topic"
+    done
+  fi
+  echo "lab-init: $cluster: users ${users[*]} (SCRAM-SHA-512) and their ACLs are in place"
+done

@@ -1,0 +1,258 @@
+"""SyncProducer and SyncAuditingProducer against in-process fake brokers: records appended from the
+callers' threads (no per-record hop to the loop), futures, callbacks, errors, flush, close, order,
+back-pressure, several producing threads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from headwater.client import KafkaError, SyncProducer, UnknownTopicError
+from headwater.client.audit import SyncAuditingProducer
+from headwater.client.record_future import SyncRecordFuture
+from headwater.protocol.errors import ErrorCode
+from tests.unit.client.test_client_unit import FakeBroker, State, records_in, with_fakes
+
+
+def blocking(fn: Any) -> Any:
+    """Run ``fn(state, brokers)`` in a thread while the fakes serve on this test's loop."""
+
+    async def go(s: State, b: list[FakeBroker]) -> Any:
+        return await asyncio.to_thread(fn, s, b)
+
+    return go
+
+
+def test_futures_callbacks_and_order_of_one_thread() -> None:
+    state = State(topics={"t": 2})
+
+    def body(s: State, b: list[FakeBroker]) -> None:
+        called: list[tuple[int, str]] = []
+        with SyncProducer(b[0].bootstrap, linger_ms=5, batch_size=2000) as p:
+            futures = [p.send("t", f"v{i}", partition=i % 2) for i in range(400)]
+            futures[-1].add_done_callback(lambda f: called.append((f.result().offset, threading.current_thread().name)))
+            many = p.send_many("t", [b"m%d" % i for i in range(300)], partition=1)
+            p.flush()
+            assert all(f.done() for f in futures + many)
+            metas = [f.result(0) for f in futures]
+            assert [(m.topic, m.partition, m.offset) for m in metas] == [("t", i % 2, i // 2) for i in range(400)]
+            assert [f.result(0).offset for f in many] == list(range(200, 500))
+            # the callback ran on the client's loop thread; one added to a done future runs at once, here
+            assert called == [(199, "headwater-client")]
+            futures[0].add_done_callback(lambda f: called.append((f.result().offset, threading.current_thread().name)))
+            assert called[-1] == (0, threading.current_thread().name)
+            assert futures[0].cancel() is False and not futures[0].cancelled() and not futures[0].running()
+            # several batches were sent (2000-byte batches): order held across them
+            assert len({id(f.outcome) for f in futures}) > 4
+        assert [v for _, _, v in records_in(s, ("t", 0))] == [f"v{i}".encode() for i in range(0, 400, 2)]
+        assert [v for _, _, v in records_in(s, ("t", 1))] == [f"v{i}".encode() for i in range(1, 400, 2)] + [
+            b"m%d" % i for i in range(300)
+        ]
+
+    with_fakes(blocking(body), state)
+
+
+def test_several_threads_send_at_once() -> None:
+    state = State(topics={"t": 3})
+    threads, per_thread = 4, 3000
+
+    def body(s: State, b: list[FakeBroker]) -> None:
+        with SyncProducer(b[0].bootstrap, linger_ms=1, batch_size=4096) as p:
+            results: dict[int, list[SyncRecordFuture]] = {}
+            start = threading.Barrier(threads)
+
+            def produce(n: int) -> None:
+                start.wait()
+                out = results[n] = []
+                for i in range(per_thread):
+                    if i % 500 == 250:
+                        out.extend(p.send_many("t", [f"{n}:{i + j}" for j in range(10)], keys=[b"k%d" % n] * 10))
+                        continue
+                    if 250 < i % 500 < 260:
+                        continue  # sent by send_many above
+                    out.append(p.send("t", f"{n}:{i}", key=b"k%d" % n))
+
+            workers = [threading.Thread(target=produce, args=(n,)) for n in range(threads)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join(60)
+            p.flush(60)
+            for futures in results.values():
+                assert len(futures) == per_thread
+                offsets = [f.result(0) for f in futures]
+                assert len({m.partition for m in offsets}) == 1  # one key: one partition
+                assert [m.offset for m in offsets] == sorted(m.offset for m in offsets)
+        # the log holds every record once, each thread's in its send order
+        logged: dict[int, list[int]] = {n: [] for n in range(threads)}
+        for partition in range(3):
+            for _, _, v in records_in(s, ("t", partition)):
+                assert v is not None
+                n, i = map(int, v.decode().split(":"))
+                logged[n].append(i)
+        assert logged == {n: list(range(per_thread)) for n in range(threads)}
+
+    with_fakes(blocking(body), state)
+
+
+def test_a_failed_batch_fails_exactly_its_records() -> None:
+    state = State(errors={"Produce": [ErrorCode.RECORD_LIST_TOO_LARGE]})
+
+    def body(s: State, b: list[FakeBroker]) -> None:
+        with SyncProducer(b[0].bootstrap, linger_ms=200, retries=0) as p:
+            p.start()
+            first = p.send_many("t", [b"a%d" % i for i in range(20)])
+            assert len({id(f.outcome) for f in first}) == 1  # one batch (it lingers)
+            p.flush(30)
+            second = [p.send("t", b"b%d" % i) for i in range(20)]
+            p.flush(30)
+            for f in first:
+                error = f.exception(0)
+                assert isinstance(error, KafkaError) and error.code is ErrorCode.RECORD_LIST_TOO_LARGE
+                with pytest.raises(KafkaError):
+                    f.result(0)
+            assert [f.result(0).offset for f in second] == list(range(20))
+            # errors of a record itself come through its future too
+            assert isinstance(p.send("t", 42).exception(5), TypeError)
+            too_big = p.send("t", b"x" * 2_000_000).exception(5)
+            assert isinstance(too_big, KafkaError) and too_big.code is ErrorCode.MESSAGE_TOO_LARGE
+            assert isinstance(p.send("t", b"c", partition=3).exception(30), UnknownTopicError)
+            assert p.send("t", b"d").result(30).offset == 20  # the partition is not stuck
+        closed = p.send("t", b"after")
+        assert closed.done() and "closed" in str(closed.exception(0))
+        assert [v for _, _, v in records_in(s, ("t", 0))] == [b"b%d" % i for i in range(20)] + [b"d"]
+
+    with_fakes(blocking(body), state)
+
+
+def test_flush_and_close_deliver_what_lingers() -> None:
+    def body(s: State, b: list[FakeBroker]) -> None:
+        p = SyncProducer(b[0].bootstrap, linger_ms=60_000)
+        p.start()
+        early = [p.send("t", b"e%d" % i) for i in range(5)]
+        assert not any(f.done() for f in early)
+        with pytest.raises(TimeoutError):
+            early[0].result(0.2)  # lingering: not sent yet
+        p.flush(30)
+        assert [f.result(0).offset for f in early] == list(range(5))
+        late = [p.send("t", b"l%d" % i) for i in range(5)]
+        p.close()
+        assert [f.result(0).offset for f in late] == list(range(5, 10))
+
+    with_fakes(blocking(body))
+
+
+def test_a_full_buffer_blocks_send_then_raises_buffer_error() -> None:
+    state = State(delay={"Produce": 0.5})
+
+    def body(s: State, b: list[FakeBroker]) -> None:
+        # the first Produce answer comes 0.5 s late: sends wait for buffer space, then go on
+        with SyncProducer(b[0].bootstrap, buffer_memory=1500, batch_size=600) as p:
+            p.start()
+            started = time.monotonic()
+            futures = [p.send("t", b"x" * 100) for _ in range(40)]
+            assert time.monotonic() - started >= 0.3
+            p.flush(30)
+            assert [f.result(0).offset for f in futures] == list(range(40))
+        s.silent.add("Produce")  # nothing is acknowledged any more: the buffer stays full
+        with SyncProducer(b[0].bootstrap, buffer_memory=1500, batch_size=600, max_block_ms=300) as p:
+            p.start()
+            with pytest.raises(BufferError, match="buffer_memory"):
+                for _ in range(40):
+                    p.send("t", b"y" * 100)
+            p.close(0.5)
+
+    with_fakes(blocking(body), state)
+
+
+def test_sync_auditing_producer_counts_acknowledged_batches() -> None:
+    state = State(topics={"t": 2, "u": 1, "__audit": 1}, errors={"Produce": []})
+
+    def body(s: State, b: list[FakeBroker]) -> None:
+        with SyncAuditingProducer(b[0].bootstrap, window_ms=3_600_000, datacenter="dc1", host="h1", linger_ms=5) as a:
+            futures = [a.send("t" if i % 3 else "u", b"r%d" % i, partition=0) for i in range(300)]
+            a.flush(30)
+            assert all(f.result(0).offset >= 0 for f in futures)
+            window = int(time.time() * 1000) // 3_600_000
+            assert a.counts() == {("t", window): 200, ("u", window): 100}
+            s.errors["Produce"] = [ErrorCode.RECORD_LIST_TOO_LARGE]
+            failed = [a.send("u", b"f%d" % i) for i in range(5)]
+            a.flush(30)
+            assert all(f.exception(0) is not None for f in failed)
+            assert a.counts() == {("t", window): 200, ("u", window): 100}  # a failed batch is not counted
+        events = [json.loads(v or b"") for _, _, v in records_in(s, ("__audit", 0))]
+        assert {(e["topic"], e["count"], e["datacenter"], e["host"]) for e in events} == {
+            ("t", 200, "dc1", "h1"),
+            ("u", 100, "dc1", "h1"),
+        }
+
+    with_fakes(blocking(body), state)
+
+
+def test_send_many_serializes_once_and_refuses_only_the_bad_records() -> None:
+    def body(s: State, b: list[FakeBroker]) -> None:
+        with SyncProducer(
+            b[0].bootstrap,
+            linger_ms=5,
+            value_serializer=lambda v: json.dumps(v).encode(),
+            key_serializer=lambda k: None if k is None else str(k).encode(),
+            max_request_size=10_000,
+            buffer_memory=3000,  # the 40 records below do not fit at once: some wait for space
+        ) as p:
+            p.start()
+            values: list[Any] = [{"n": i, "pad": "x" * 200} for i in range(40)]
+            values[7] = {"big": "x" * 20_000}  # larger than a request
+            futures = p.send_many("t", values, keys=list(range(40)))
+            p.flush(30)
+            too_big = futures[7].exception(0)
+            assert isinstance(too_big, KafkaError) and too_big.code is ErrorCode.MESSAGE_TOO_LARGE
+            assert [f.result(0).offset for i, f in enumerate(futures) if i != 7] == list(range(39))
+            # str keys with the default serializers take the per-record path and are encoded
+        with SyncProducer(b[0].bootstrap) as p:
+            assert [f.result(30).offset for f in p.send_many("t", [b"s1", b"s2"], keys=["a", None])] == [39, 40]
+        logged = records_in(s, ("t", 0))
+        assert [(k, v) for _, k, v in logged[:39]] == [
+            (str(i).encode(), json.dumps({"n": i, "pad": "x" * 200}).encode()) for i in range(40) if i != 7
+        ]
+        assert [(k, v) for _, k, v in logged[39:]] == [(b"a", b"s1"), (None, b"s2")]
+
+    with_fakes(blocking(body))
+
+
+def test_close_while_other_threads_send_leaves_no_record_pending() -> None:
+    def body(s: State, b: list[FakeBroker]) -> None:
+        p = SyncProducer(b[0].bootstrap, linger_ms=2, batch_size=1000)
+        p.start()
+        futures: list[SyncRecordFuture] = []
+        stop = threading.Event()
+
+        def produce() -> None:
+            i = 0
+            while not stop.is_set():
+                futures.append(p.send("t", b"%d" % i))
+                if i % 100 == 99:
+                    futures.extend(p.send_many("t", [b"m"] * 10))
+                i += 1
+
+        sender = threading.Thread(target=produce)
+        sender.start()
+        deadline = time.monotonic() + 30
+        while len(futures) < 2000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        p.close(10)
+        stop.set()
+        sender.join(30)
+        assert not sender.is_alive()
+        pending = [f for f in futures if not f.done()]
+        assert not pending, f"{len(pending)} of {len(futures)} records left pending by close()"
+        written = [f for f in futures if f.exception(0) is None]
+        refused = [f.exception(0) for f in futures if f.exception(0) is not None]
+        assert written and refused and all("closed" in str(e) for e in refused)
+        assert len(records_in(s, ("t", 0))) == len(written)
+
+    with_fakes(blocking(body))
