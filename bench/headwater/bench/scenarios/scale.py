@@ -91,7 +91,7 @@ def _holds(condition: Callable[[], bool]) -> bool:
 
 def create_topics(bootstrap: str, prefix: str, partitions: int, log: Callable[[str], None]) -> float:
     """Create ``partitions`` in topics of PER_TOPIC (RF 3); seconds until every one has a full ISR."""
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     admin = _admin(bootstrap)
     names = [f"{prefix}{i:05d}" for i in range(partitions // PER_TOPIC)]
@@ -141,9 +141,7 @@ def measure(workdir: Path, zk_connect: str, partitions: int, log: Callable[[str]
         log(f"[scale] {partitions:,} partitions: kill -9 of the controller (broker {controller})")
         victim.kill9()
         result.failover_s = wait_until(
-            lambda: all(
-                leader >= 0 and leader != controller for leader, _, _ in partitions_seen(survivors, prefix)
-            ),
+            lambda: all(leader >= 0 and leader != controller for leader, _, _ in partitions_seen(survivors, prefix)),
             600,
             "a live leader for every partition after the controller's kill -9",
         )
@@ -207,12 +205,10 @@ def run(bench: Bench) -> list[Row]:
         row("controller failover after kill -9, s", "s", Goal("<= 10 s", 10, "at most"), n).figure("s").add(
             res.failover_s
         )
-        row("restart after kill -9 until back in every ISR, s", "s", Goal("<= 30 s", 30, "at most"), n).figure(
-            "s"
-        ).add(res.restart_s)
-        row("controlled shutdown, s", "s", Goal("<= 10 s", 10, "at most"), n).figure("s").add(
-            res.controlled_shutdown_s
+        row("restart after kill -9 until back in every ISR, s", "s", Goal("<= 30 s", 30, "at most"), n).figure("s").add(
+            res.restart_s
         )
+        row("controlled shutdown, s", "s", Goal("<= 10 s", 10, "at most"), n).figure("s").add(res.controlled_shutdown_s)
         for r in rows[-7:]:
             bench.add(r)
     return rows
