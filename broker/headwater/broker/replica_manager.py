@@ -359,15 +359,16 @@ class ReplicaManager:
             self._isr_flush = asyncio.ensure_future(self._flush_isr_changes())
 
     async def _flush_isr_changes(self) -> None:
-        await asyncio.sleep(ISR_CHANGE_BATCH_S)
-        changed, self._isr_changed = sorted(self._isr_changed), set()
-        if not changed:
-            return
+        # Loops until nothing is left: changes made while a notification is being written wait
+        # for the next round here (no new task is started while this one runs).
         zk = self.broker.zk
-        value = {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in changed]}
-        (result,) = await zk.create_many([(ISR_CHANGE_PREFIX, to_json(value))], makepath=True, sequence=True)
-        if isinstance(result, Exception):
-            log.warning("could not notify the controller of %d ISR change(s): %s", len(changed), result)
+        while self._isr_changed:
+            await asyncio.sleep(ISR_CHANGE_BATCH_S)
+            changed, self._isr_changed = sorted(self._isr_changed), set()
+            value = {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in changed]}
+            (result,) = await zk.create_many([(ISR_CHANGE_PREFIX, to_json(value))], makepath=True, sequence=True)
+            if isinstance(result, Exception):
+                log.warning("could not notify the controller of %d ISR change(s): %s", len(changed), result)
 
     def _update_gauges_soon(self) -> None:
         """One gauge update for a burst of ISR changes: ``update_gauges`` walks every partition, and
