@@ -28,6 +28,7 @@ from headwater.bench.scenarios import (
     mirror,
     produce,
     replicated,
+    scale,
     security,
     stored,
     wan,
@@ -37,9 +38,9 @@ from headwater.testing.cluster import LocalCluster
 ALL = tuple(SCENARIOS)
 #: ``--quick`` without ``--only``: scenario 8 is left out (the Spark loader's JVM and session
 #: start-up alone take ~30 s, the scenario ~60 s on this machine; CI runs ``--quick``), and so is 9
-#: (two more clusters, a link process and one mirror per delay), and 11 (a broker of its own with four
-#: listeners); tests/bench runs each on its own
-QUICK = tuple(s for s in ALL if s not in ("8", "9", "11"))
+#: (two more clusters, a link process and one mirror per delay), 11 (a broker of its own with four
+#: listeners) and ``scale`` (thousands of partitions, minutes); tests/bench runs each on its own
+QUICK = tuple(s for s in ALL if s not in ("8", "9", "11", "scale"))
 
 
 @dataclass
@@ -113,10 +114,12 @@ def run(options: Options) -> tuple[Report, Path, Path]:
                 audit.run(bench)
             if "11" in only:
                 security.run(bench)
+            if "scale" in only:
+                scale.run(bench)
             if options.profile:
                 profile.run(bench)
     finally:
-        report.rows.sort(key=lambda r: (len(r.scenario), r.scenario))  # 1..9, 10, 11; stable within a scenario
+        report.rows.sort(key=lambda r: (len(r.scenario), r.scenario))  # 1..9, 10, 11, scale; stable within a scenario
         report.notes = FIXED_NOTES + goal_notes(report)
         report.elapsed_s = time.monotonic() - started
         report.machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]

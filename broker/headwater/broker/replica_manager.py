@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 ISR_CHANGE_PREFIX = "/isr_change_notification/isr_change_"
+#: how long ISR changes are gathered into one /isr_change_notification znode
+ISR_CHANGE_BATCH_S = 0.05
+#: ISR gauges are refreshed at most this often while ISRs change
+GAUGES_DEBOUNCE_S = 0.2
 
 
 class ReplicaManager:
@@ -52,6 +56,9 @@ class ReplicaManager:
         self.fetchers = ReplicaFetcherManager(broker, self)
         self._isr_task: asyncio.Task[None] | None = None
         self._isr_updates: set[asyncio.Task[None]] = set()
+        self._isr_changed: set[TP] = set()
+        self._isr_flush: asyncio.Task[None] | None = None
+        self._gauges_handle: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         self._isr_task = asyncio.ensure_future(self._isr_maintenance())
@@ -60,6 +67,10 @@ class ReplicaManager:
         if self._isr_task is not None:
             self._isr_task.cancel()
             await asyncio.gather(self._isr_task, return_exceptions=True)
+        if self._isr_flush is not None:
+            self._isr_flush.cancel()
+        if self._gauges_handle is not None:
+            self._gauges_handle.cancel()
         await self.fetchers.stop()
 
     def high_watermark_of(self, tp: TP) -> int | None:
@@ -227,9 +238,13 @@ class ReplicaManager:
     def record_follower_fetch(
         self, part: Partition, replica_id: int, fetch_offset: int, log_start_offset: int = -1
     ) -> None:
-        before = part.low_watermark() if part.log is not None else -1
+        # The low watermark can only move when the follower's log start offset does: most fetches
+        # (an idle follower's, every round, for each of thousands of partitions) skip computing it
+        st = part.followers.get(replica_id)
+        start_moves = st is not None and part.log is not None and 0 <= log_start_offset != st.log_start_offset
+        before = part.low_watermark() if start_moves else -1
         part.update_follower(replica_id, fetch_offset, self.now_ms(), log_start_offset)
-        if part.log is not None and part.low_watermark() != before:
+        if start_moves and part.low_watermark() != before:
             self.broker.purgatory.notify(part.key)  # a DeleteRecords may wait for it
         moved = part.maybe_increment_high_watermark()
         if part.follower_to_add(replica_id) and not part.isr_update_in_flight:
@@ -303,13 +318,12 @@ class ReplicaManager:
             "isr": new_isr,
         }
         try:
-            stat = await zk.call(
-                zk.client.set,
-                zkpaths.partition_state_path(part.topic, part.index),
-                to_json(state),
-                version=part.zk_version,
+            (result,) = await zk.set_many(
+                [(zkpaths.partition_state_path(part.topic, part.index), to_json(state), part.zk_version)]
             )
-        except (BadVersionError, NoNodeError):
+        finally:
+            part.isr_update_in_flight = False
+        if isinstance(result, (BadVersionError, NoNodeError)):
             log.info(
                 "%s-%d: ISR change to %s skipped: the partition state changed in ZooKeeper",
                 part.topic,
@@ -317,32 +331,55 @@ class ReplicaManager:
                 new_isr,
             )
             return
-        except Exception as e:
-            log.warning("%s-%d: ISR change to %s failed: %s", part.topic, part.index, new_isr, e)
+        if isinstance(result, Exception):
+            log.warning("%s-%d: ISR change to %s failed: %s", part.topic, part.index, new_isr, result)
             return
-        finally:
-            part.isr_update_in_flight = False
         if part.leader_epoch != epoch or not part.is_leader:
             return
-        part.zk_version = stat.version
+        part.zk_version = result.version
         old = part.isr
         part.isr = new_isr
         (self.broker.metrics.isr_expands if expand else self.broker.metrics.isr_shrinks).inc()
-        log.info("%s-%d: ISR %s -> %s (zk version %d)", part.topic, part.index, old, new_isr, stat.version)
-        self.update_gauges()
-        try:
-            await zk.call(
-                zk.client.create,
-                ISR_CHANGE_PREFIX,
-                to_json({"version": 1, "partitions": [{"topic": part.topic, "partition": part.index}]}),
-                sequence=True,
-                makepath=True,
-            )
-        except Exception as e:
-            log.warning("could not notify the controller of an ISR change: %s", e)
-        if part.maybe_increment_high_watermark():
-            pass
+        log.info("%s-%d: ISR %s -> %s (zk version %d)", part.topic, part.index, old, new_isr, result.version)
+        self._update_gauges_soon()
+        self._notify_isr_change(part.key)
+        part.maybe_increment_high_watermark()
         self.broker.purgatory.notify(part.key)
+
+    def _notify_isr_change(self, tp: TP) -> None:
+        """Tell the controller (``/isr_change_notification``) that ``tp``'s ISR changed.
+
+        Changes are gathered for ISR_CHANGE_BATCH_S and written as one sequential znode listing
+        them all (Kafka propagates them in batches too): when a broker rejoins, its leaders expand
+        thousands of ISRs at once, and one notification per partition would cost the controller a
+        watch event and three ZooKeeper round trips each.
+        """
+        self._isr_changed.add(tp)
+        if self._isr_flush is None or self._isr_flush.done():
+            self._isr_flush = asyncio.ensure_future(self._flush_isr_changes())
+
+    async def _flush_isr_changes(self) -> None:
+        # Loops until nothing is left: changes made while a notification is being written wait
+        # for the next round here (no new task is started while this one runs).
+        zk = self.broker.zk
+        while self._isr_changed:
+            await asyncio.sleep(ISR_CHANGE_BATCH_S)
+            changed, self._isr_changed = sorted(self._isr_changed), set()
+            value = {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in changed]}
+            (result,) = await zk.create_many([(ISR_CHANGE_PREFIX, to_json(value))], makepath=True, sequence=True)
+            if isinstance(result, Exception):
+                log.warning("could not notify the controller of %d ISR change(s): %s", len(changed), result)
+
+    def _update_gauges_soon(self) -> None:
+        """One gauge update for a burst of ISR changes: ``update_gauges`` walks every partition, and
+        a returning broker makes its leaders change thousands of ISRs in a few seconds."""
+        if self._gauges_handle is None:
+
+            def run() -> None:
+                self._gauges_handle = None
+                self.update_gauges()
+
+            self._gauges_handle = asyncio.get_running_loop().call_later(GAUGES_DEBOUNCE_S, run)
 
     def update_gauges(self) -> None:
         m = self.broker.metrics

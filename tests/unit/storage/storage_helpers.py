@@ -80,6 +80,7 @@ class FaultyFileSystem(OsFileSystem):
         self.paths: dict[int, str] = {}
         self.fsyncs: list[str] = []
         self.dir_fsyncs: list[str] = []
+        self.renames: list[str] = []  # destinations
         self._write_countdown = 0
         self._write_suffix = ".log"
         self._partial = 0
@@ -122,6 +123,10 @@ class FaultyFileSystem(OsFileSystem):
             raise OSError(errno.EIO, "injected fsync failure")
         self.fsyncs.append(self.paths.get(fd, "?"))
         super().fsync(fd)
+
+    def rename(self, src: str, dst: str) -> None:
+        super().rename(src, dst)
+        self.renames.append(dst)
 
     def fsync_dir(self, path: str) -> None:
         self.dir_fsyncs.append(path)

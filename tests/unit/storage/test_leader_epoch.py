@@ -90,7 +90,7 @@ def test_checkpoint_is_written_atomically_and_durably(tmp_path: Path) -> None:
 def test_directory_fsync_can_be_deferred(tmp_path: Path) -> None:
     fs = FaultyFileSystem()
     calls: list[int] = []
-    cache = LeaderEpochCache(fs, str(tmp_path), sync_dir=lambda: calls.append(1))
+    cache = LeaderEpochCache(fs, str(tmp_path), defer_sync=lambda path: calls.append(1))
     cache.assign(1, 0)
     assert fs.dir_fsyncs == [] and calls == [1]
 
@@ -253,10 +253,10 @@ def test_leader_append_assigns_a_new_epoch_at_its_first_offset(tmp_path: Path) -
 def test_the_checkpoint_is_written_only_for_a_new_epoch(tmp_path: Path) -> None:
     fs = FaultyFileSystem()
     log = open_log(tmp_path, fs=fs)
-    written = fs.fsyncs.count(os.path.join(log.dir, CHECKPOINT_FILE + ".tmp"))
+    written = fs.renames.count(os.path.join(log.dir, CHECKPOINT_FILE))
     for _ in range(5):
         log.append(batch(1), leader_epoch=2)
-    assert fs.fsyncs.count(os.path.join(log.dir, CHECKPOINT_FILE + ".tmp")) == written + 1
+    assert fs.renames.count(os.path.join(log.dir, CHECKPOINT_FILE)) == written + 1
 
 
 def test_the_checkpoint_rename_is_made_durable_by_the_next_flush(tmp_path: Path) -> None:
@@ -268,6 +268,28 @@ def test_the_checkpoint_rename_is_made_durable_by_the_next_flush(tmp_path: Path)
     assert fs.dir_fsyncs == [log.dir]
     log.flush()
     assert fs.dir_fsyncs == [log.dir]
+
+
+def test_a_new_leaders_epoch_costs_no_fsync_until_the_next_flush(tmp_path: Path) -> None:
+    """Taking leadership of thousands of partitions must not fsync thousands of files on the
+    LeaderAndIsr path (issue 26): the checkpoint is fsynced, then its directory, at the flush
+    that moves the recovery point past what the new entry describes."""
+    fs = FaultyFileSystem()
+    log = open_log(tmp_path, fs=fs)
+    log.append(batch(2), leader_epoch=0)
+    log.flush()
+    fs.fsyncs.clear()
+    fs.dir_fsyncs.clear()
+    log.maybe_assign_epoch_start_offset(3, log.log_end_offset)
+    log.append(batch(1), leader_epoch=3)
+    checkpoint = os.path.join(log.dir, CHECKPOINT_FILE)
+    assert checkpoint_text(log.dir) == "0\n2\n0 0\n3 2\n"  # written (renamed) at once ...
+    assert fs.fsyncs == [] and fs.dir_fsyncs == []  # ... durable later
+    log.flush()
+    assert fs.fsyncs.count(checkpoint) == 1 and fs.dir_fsyncs == [log.dir]
+    fs.fsyncs.clear()
+    log.flush()
+    assert checkpoint not in fs.fsyncs  # once
 
 
 def test_a_new_leader_records_its_epoch_at_the_log_end_offset(tmp_path: Path) -> None:
@@ -286,7 +308,7 @@ def test_a_checkpoint_that_cannot_be_written_takes_the_log_offline(tmp_path: Pat
     log = open_log(tmp_path, fs=fs)
     log.append(batch(2), leader_epoch=1)
     size = log.size_bytes
-    fs.fail_fsync = True
+    fs.fail_nth_write(1, suffix=CHECKPOINT_FILE + ".tmp")
     with pytest.raises(KafkaError) as e:
         log.append(batch(2), leader_epoch=2)
     assert e.value.code == ErrorCode.KAFKA_STORAGE_ERROR
@@ -294,6 +316,17 @@ def test_a_checkpoint_that_cannot_be_written_takes_the_log_offline(tmp_path: Pat
     assert (log.log_end_offset, log.size_bytes) == (2, size)  # nothing written
     assert log.leader_epoch_cache.entries() == [(1, 0)]
     assert checkpoint_text(log.dir) == "0\n1\n1 0\n"
+
+
+def test_a_checkpoint_that_cannot_be_fsynced_at_the_flush_takes_the_log_offline(tmp_path: Path) -> None:
+    fs = FaultyFileSystem()
+    log = open_log(tmp_path, fs=fs)
+    log.append(batch(2), leader_epoch=1)
+    fs.fail_fsync = True
+    with pytest.raises(KafkaError) as e:
+        log.flush()
+    assert e.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert log.is_offline
 
 
 def test_a_failed_batch_write_takes_its_new_epoch_back(tmp_path: Path) -> None:

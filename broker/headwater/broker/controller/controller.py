@@ -279,15 +279,18 @@ class Controller:
         return epochs
 
     async def _load_topics(self, topics: list[str]) -> None:
-        for t in topics:
-            got = await self.zk.get_json(zkpaths.topic_path(t))
+        """Read the topics' assignments, then every partition's state: each set pipelined (issue 26)."""
+        loaded: list[str] = []
+        for t, got in zip(topics, await self.zk.get_many([zkpaths.topic_path(t) for t in topics]), strict=True):
             if got is None or not isinstance(got[0], dict) or not isinstance(got[0].get("partitions"), dict):
                 continue
             self.ctx.assignments[t] = {int(p): [int(r) for r in rs] for p, rs in got[0]["partitions"].items()}
-            for p in self.ctx.assignments[t]:
-                state = await self._read_state((t, p))
-                if state is not None:
-                    self.ctx.states[(t, p)] = state
+            loaded.append(t)
+        tps = [(t, p) for t in loaded for p in self.ctx.assignments[t]]
+        for tp, state in zip(tps, await self._read_states(tps), strict=True):
+            if state is not None:
+                self.ctx.states[tp] = state
+        for t in loaded:
             self._watch_topic(t)
 
     def _watch_topic(self, topic: str) -> None:
@@ -333,17 +336,26 @@ class Controller:
         self._send_update_metadata(set(self.ctx.brokers), ready)
 
     async def _read_state(self, tp: TP) -> LeaderAndIsr | None:
-        got = await self.zk.get_json(zkpaths.partition_state_path(*tp))
-        if got is None or not isinstance(got[0], dict):
-            return None
-        v, stat = got
-        return LeaderAndIsr(
-            int(v.get("leader", -1)),
-            int(v.get("leader_epoch", 0)),
-            tuple(int(r) for r in v.get("isr", [])),
-            int(v.get("controller_epoch", 0)),
-            stat.version,
-        )
+        return (await self._read_states([tp]))[0]
+
+    async def _read_states(self, tps: list[TP]) -> list[LeaderAndIsr | None]:
+        """The partitions' state znodes, read pipelined; None where absent or unreadable."""
+        out: list[LeaderAndIsr | None] = []
+        for got in await self.zk.get_many([zkpaths.partition_state_path(*tp) for tp in tps]):
+            if got is None or not isinstance(got[0], dict):
+                out.append(None)
+                continue
+            v, stat = got
+            out.append(
+                LeaderAndIsr(
+                    int(v.get("leader", -1)),
+                    int(v.get("leader_epoch", 0)),
+                    tuple(int(r) for r in v.get("isr", [])),
+                    int(v.get("controller_epoch", 0)),
+                    stat.version,
+                )
+            )
+        return out
 
     def _connect(self, b: BrokerInfo) -> None:
         assert self.channel is not None
@@ -356,7 +368,7 @@ class Controller:
     # -- state changes ----------------------------------------------------------------------------------
 
     async def _create_missing_states(self, partitions: list[TP]) -> list[TP]:
-        created = []
+        new: dict[TP, LeaderAndIsr] = {}
         for tp in partitions:
             if tp in self.ctx.states:
                 continue
@@ -364,50 +376,67 @@ class Controller:
             if not live:
                 log.warning("partition %s-%d has no live replica; it stays offline", *tp)
                 continue
-            state = LeaderAndIsr(live[0], 0, tuple(live), self.epoch, 0)
-            try:
-                await self.zk.call(
-                    self.zk.client.create, zkpaths.partition_state_path(*tp), to_json(state.to_znode()), makepath=True
-                )
-            except NodeExistsError:
-                existing = await self._read_state(tp)
-                if existing is not None:
-                    self.ctx.states[tp] = existing
-                continue
-            self.ctx.states[tp] = state
-            created.append(tp)
+            new[tp] = LeaderAndIsr(live[0], 0, tuple(live), self.epoch, 0)
+        tps = list(new)
+        results = await self.zk.create_many(
+            [(zkpaths.partition_state_path(*tp), to_json(new[tp].to_znode())) for tp in tps], makepath=True
+        )
+        created: list[TP] = []
+        existing: list[TP] = []
+        for tp, result in zip(tps, results, strict=True):
+            if isinstance(result, NodeExistsError):
+                existing.append(tp)
+            elif isinstance(result, Exception):
+                log.warning("partition %s-%d: creating its state failed: %s", *tp, result)
+            else:
+                self.ctx.states[tp] = new[tp]
+                created.append(tp)
+        for tp, state in zip(existing, await self._read_states(existing), strict=True):
+            if state is not None:
+                self.ctx.states[tp] = state
         return created
 
     async def _change_states(self, changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]]) -> list[TP]:
-        """Apply each change to the partition's current state with a conditional write; returns the changed."""
+        """Apply each change to the partition's current state with a conditional write; returns the changed.
+
+        The writes of one round go out pipelined; a partition whose write met a newer version (a
+        leader changed its ISR meanwhile) is re-read and its change re-applied, up to three rounds.
+        """
         changed: list[TP] = []
-        for tp, change in changes.items():
-            for _attempt in range(3):
+        pending = list(changes)
+        for _attempt in range(3):
+            writes: list[tuple[TP, LeaderAndIsr, int]] = []
+            for tp in pending:
                 current = self.ctx.states.get(tp)
                 if current is None:
-                    break
-                new = change(current)
-                if new is None:
-                    break
-                try:
-                    stat = await self.zk.call(
-                        self.zk.client.set,
-                        zkpaths.partition_state_path(*tp),
-                        to_json(new.to_znode()),
-                        version=current.zk_version,
-                    )
-                except BadVersionError:
-                    fresh = await self._read_state(tp)
-                    if fresh is None:
-                        break
-                    self.ctx.states[tp] = fresh
                     continue
-                except NoNodeError:
-                    break
-                self.ctx.states[tp] = LeaderAndIsr(
-                    new.leader, new.leader_epoch, new.isr, new.controller_epoch, stat.version
-                )
-                changed.append(tp)
+                new = changes[tp](current)
+                if new is not None:
+                    writes.append((tp, new, current.zk_version))
+            if not writes:
+                break
+            results = await self.zk.set_many(
+                [(zkpaths.partition_state_path(*tp), to_json(new.to_znode()), version) for tp, new, version in writes]
+            )
+            conflicts: list[TP] = []
+            for (tp, new, _version), result in zip(writes, results, strict=True):
+                if isinstance(result, BadVersionError):
+                    conflicts.append(tp)
+                elif isinstance(result, NoNodeError):
+                    continue
+                elif isinstance(result, Exception):
+                    log.warning("partition %s-%d: state change failed: %s", *tp, result)
+                else:
+                    self.ctx.states[tp] = LeaderAndIsr(
+                        new.leader, new.leader_epoch, new.isr, new.controller_epoch, result.version
+                    )
+                    changed.append(tp)
+            pending = []
+            for tp, fresh in zip(conflicts, await self._read_states(conflicts), strict=True):
+                if fresh is not None:
+                    self.ctx.states[tp] = fresh
+                    pending.append(tp)
+            if not pending:
                 break
         return changed
 
@@ -557,25 +586,19 @@ class Controller:
     async def _on_isr_change(self) -> None:
         if not self.active:
             return
-        children = await self.zk.children(ISR_CHANGE)
+        paths = [f"{ISR_CHANGE}/{child}" for child in await self.zk.children(ISR_CHANGE)]
         changed: set[TP] = set()
-        for child in children:
-            path = f"{ISR_CHANGE}/{child}"
-            got = await self.zk.get_json(path)
+        for got in await self.zk.get_many(paths):
             if got and isinstance(got[0], dict):
                 for p in got[0].get("partitions", []):
                     changed.add((str(p["topic"]), int(p["partition"])))
-            try:
-                await self.zk.call(self.zk.client.delete, path)
-            except NoNodeError:
-                pass
+        await self.zk.delete_many(paths)
+        tps = [tp for tp in changed if tp[0] in self.ctx.assignments]
         refreshed = []
-        for tp in changed:
-            if tp[0] in self.ctx.assignments:
-                state = await self._read_state(tp)
-                if state is not None:
-                    self.ctx.states[tp] = state
-                    refreshed.append(tp)
+        for tp, state in zip(tps, await self._read_states(tps), strict=True):
+            if state is not None:
+                self.ctx.states[tp] = state
+                refreshed.append(tp)
         if refreshed:
             self._send_update_metadata(set(self.ctx.brokers), refreshed)
 

@@ -161,15 +161,17 @@ def write_file_atomically(fs: FileSystem, path: str, data: bytes) -> None:
     fs.fsync_dir(os.path.dirname(path) or ".")
 
 
-def replace_file(fs: FileSystem, path: str, data: bytes) -> None:
+def replace_file(fs: FileSystem, path: str, data: bytes, fsync: bool = True) -> None:
     """Write ``path.tmp``, fsync it and rename it over ``path``; the directory fsync (which makes
-    the rename durable) is the caller's, for callers that defer it."""
+    the rename durable) is the caller's, for callers that defer it. ``fsync=False``: the caller
+    fsyncs ``path`` later too, and must tolerate a torn file after a crash until it has."""
     tmp = path + ".tmp"
     fd = fs.open(tmp, create=True)
     try:
         fs.ftruncate(fd, 0)
         write_all(fs, fd, data, 0)
-        fs.fsync(fd)
+        if fsync:
+            fs.fsync(fd)
     finally:
         fs.close(fd)
     fs.rename(tmp, path)

@@ -26,13 +26,19 @@ Kafka would read as no entries, is invalid and the Log rebuilds it from its batc
 
 The file is replaced atomically: ``leader-epoch-checkpoint.tmp`` is written, fsynced and renamed
 over it (through the injected :class:`~headwater.broker.storage.fs.FileSystem`), so a crash
-leaves the old or the new file. The directory fsync that makes the rename durable is delegated
-to ``sync_dir``: the Log defers it to its next flush, which happens before the recovery point
-passes any batch the new entry describes, so after a crash either the rename survived or the
-batches it describes are above the recovery point and are re-read by recovery, which assigns
-their epochs again. Every change is written before it is made in memory: when writing or
-renaming fails (OSError) the cache is as before the call (once renamed, the memory follows the
-file even if an immediate directory fsync then fails).
+leaves the old or the new file. Owned by a Log, the cache hands both fsyncs to ``defer_sync``
+instead (it writes the temporary file, renames it and passes the checkpoint's path): the Log
+fsyncs the file and then the directory at its next flush, which happens before the recovery
+point passes any batch the new entry describes. After a crash the file is then the old one, the
+new one, or a torn new one. Old: the batches the lost entry describes are above the recovery
+point and are re-read by recovery, which assigns their epochs again (an entry no batch followed,
+a leader's epoch at its log end offset, describes nothing a follower can be asked about once the
+broker restarted as a follower). Torn: it breaks the invariants and the Log rebuilds the cache
+from its batch headers. This is what lets a broker take leadership of thousands of partitions
+in one LeaderAndIsr without thousands of fsyncs on the request's path (issue 26). Every change
+is written before it is made in memory: when writing or renaming fails (OSError) the cache is
+as before the call (once renamed, the memory follows the file even if an immediate fsync then
+fails).
 
 Rules, as Kafka 2.3's ``LeaderEpochFileCache``:
 
@@ -129,7 +135,8 @@ class LeaderEpochCache:
     """(epoch, start offset) entries of one partition (format, invariants and rules in the module docstring).
 
     ``entries`` must satisfy the invariants (ValueError otherwise); the constructor writes
-    nothing. ``sync_dir`` is called after each rename instead of fsyncing the directory at once.
+    nothing. ``defer_sync``, when given, is called with the checkpoint's path after each rename
+    instead of fsyncing the file and the directory at once (see the module docstring).
     """
 
     def __init__(
@@ -138,13 +145,13 @@ class LeaderEpochCache:
         directory: str,
         entries: Iterable[EpochEntry] = (),
         *,
-        sync_dir: Callable[[], None] | None = None,
+        defer_sync: Callable[[str], None] | None = None,
     ) -> None:
         self._fs = fs
         self._dir = directory
         self._entries = [EpochEntry(*e) for e in entries]
         _check(self._entries)
-        self._sync_dir = sync_dir
+        self._defer_sync = defer_sync
         self.path = os.path.join(directory, CHECKPOINT_FILE)
 
     # -- reading -------------------------------------------------------------------------------
@@ -269,12 +276,12 @@ class LeaderEpochCache:
         self._replace(self._entries)
 
     def _replace(self, entries: list[EpochEntry]) -> None:
-        replace_file(self._fs, self.path, format_checkpoint(entries))
+        replace_file(self._fs, self.path, format_checkpoint(entries), fsync=self._defer_sync is None)
         self._entries = entries  # the file holds them now, durable or not
-        if self._sync_dir is None:
+        if self._defer_sync is None:
             self._fs.fsync_dir(self._dir)
         else:
-            self._sync_dir()
+            self._defer_sync(self.path)
 
     def __repr__(self) -> str:
         return f"LeaderEpochCache({self.path}, {[tuple(e) for e in self._entries]})"

@@ -335,11 +335,12 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = clock.monotonic_ms()
         self._dir_unsynced = False
+        self._unsynced_files: set[str] = set()
         self._offline = False
         self._closed = False
         self._ident = f"[Log partition={topic}-{partition}, dir={os.path.dirname(directory) or '.'}]"
         #: Where each leader epoch starts; :meth:`open` loads it (see leader_epoch.py).
-        self.leader_epoch_cache = LeaderEpochCache(fs, directory, sync_dir=self._dir_changed)
+        self.leader_epoch_cache = LeaderEpochCache(fs, directory, defer_sync=self._file_changed)
         #: The idempotent producers' state (see producer_state.py); :meth:`open` loads it.
         self.producer_state = ProducerStateManager()
         self._lowest_truncation: int | None = None  # for the cleaner: see take_truncation_point
@@ -493,7 +494,7 @@ class Log:
         except CheckpointError as e:
             entries, rebuild = [], True
             log.warning("%s invalid leader-epoch-checkpoint (%s): rebuilding it from the log", self._ident, e)
-        cache = self.leader_epoch_cache = LeaderEpochCache(self._fs, self._dir, entries, sync_dir=self._dir_changed)
+        cache = self.leader_epoch_cache = LeaderEpochCache(self._fs, self._dir, entries, defer_sync=self._file_changed)
         walk_from = 0 if rebuild else recovered_from
         changed = False
         if walk_from is not None:
@@ -834,6 +835,12 @@ class Log:
         """A file was created or renamed in the directory: the next flush fsyncs the directory."""
         self._dir_unsynced = True
 
+    def _file_changed(self, path: str) -> None:
+        """``path`` was rewritten (not fsynced) and renamed into the directory: the next flush
+        fsyncs it, then the directory (the leader epoch checkpoint's deferred durability)."""
+        self._unsynced_files.add(path)
+        self._dir_unsynced = True
+
     def _maybe_roll(self, append_bytes: int, last_offset: int, now_ms: int) -> Segment:
         """The segment to append to, rolling a new one when the active one is full or old enough."""
         seg = self._segments[-1]
@@ -937,6 +944,16 @@ class Log:
                 if seg.base_offset >= offset:
                     break
                 seg.flush()
+            for path in sorted(self._unsynced_files):
+                try:
+                    fd = self._fs.open(path)
+                except FileNotFoundError:
+                    continue  # replaced by a rebuild or removed with the log since
+                try:
+                    self._fs.fsync(fd)
+                finally:
+                    self._fs.close(fd)
+            self._unsynced_files.clear()
             if self._dir_unsynced:
                 self._fs.fsync_dir(self._dir)
                 self._dir_unsynced = False
