@@ -169,3 +169,47 @@ def test_a_source_batch_that_cannot_be_decoded_stops_the_partition(monkeypatch: 
         await m._shutdown()
 
     asyncio.run(main())
+
+
+def test_a_source_refusing_the_mirrors_principal_is_loud_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A missing Read ACL is not retried quietly at INFO: the first refusal is an ERROR naming the
+    ACLs, the supervisor counts it and /healthz says so, and it retries with backoff (so an
+    operator's new ACL heals it without a restart)."""
+    fetches: list[float] = []
+
+    async def answer(tp: tuple[str, int], offset: int) -> RawPartition:
+        fetches.append(time.monotonic())
+        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Not authorized to access topics: [orders]")
+
+    async def main() -> None:
+        group = FakeGroup("m1", {"orders": 1})
+        group.offsets[TP] = 10
+        m, f = fake_mirror(group, FakeFetcher(answer))
+        m.target = FakeTarget()  # type: ignore[assignment]
+
+        async def plan(f: FlowState, topic: str, n: int) -> TopicPlan:
+            return TopicPlan(topic, n, n)
+
+        m._plan_topic = plan  # type: ignore[method-assign]
+        await m._rebalance(f)
+        await wait_until(
+            lambda: (
+                (m.metrics.registry.get_sample_value("headwater_mirror_task_failures_total", {"flow": "dc1->agg"}) or 0)
+                >= 1
+            ),
+            "the refusal to reach the supervisor",
+        )
+        assert len(fetches) == 1, "no quiet retries before the supervisor hears of it"
+        ok, why = m.health()
+        assert not ok and "TOPIC_AUTHORIZATION_FAILED" in why, why
+        refused = [
+            r
+            for r in caplog.records
+            if r.levelno == logging.ERROR and "refused the mirror's principal" in r.getMessage()
+        ]
+        assert refused, [r.getMessage() for r in caplog.records]
+        assert not [r for r in caplog.records if r.levelno == logging.INFO and "retrying in" in r.getMessage()]
+        await m._shutdown()
+        assert group_offsets(f)[TP] == 10
+
+    asyncio.run(main())

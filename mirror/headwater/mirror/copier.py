@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING
 
 from headwater.client.cluster import Cluster
 from headwater.client.consumer import EARLIEST, LATEST, Consumer
-from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, OffsetOutOfRangeError, UnknownTopicError
+from headwater.client.errors import (
+    KafkaAuthenticationError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    OffsetOutOfRangeError,
+    UnknownTopicError,
+)
 from headwater.client.partitioner import murmur2, to_positive
 from headwater.client.raw import as_plain_batch, produce_raw
 from headwater.mirror.config import HEARTBEATS_TOPIC, MirrorConfig
@@ -91,6 +97,20 @@ FATAL_PRODUCE_ERRORS = frozenset(
         ErrorCode.POLICY_VIOLATION,
     }
 )
+#: fetch answers that mean "not allowed": raised to the supervisor at once, never retried quietly
+_REFUSALS = frozenset(
+    {
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        ErrorCode.SASL_AUTHENTICATION_FAILED,
+    }
+)
+
+
+def _refused(e: BaseException) -> bool:
+    return isinstance(e, KafkaAuthenticationError) or (isinstance(e, KafkaError) and e.code in _REFUSALS)
+
+
 #: at most this many scans (one a second) for the batches of an unanswered produce
 _SCAN_ROUNDS_MAX = 15
 
@@ -253,6 +273,18 @@ class Copier:
                     # supervisor takes over (ERROR, counted, unhealthy while it backs off).
                     await _dropped(ahead)
                     ahead = None
+                    if _refused(e):
+                        # missing ACLs or credentials: no quick retry hides it; the supervisor
+                        # logs it, counts it, reports it on /healthz and retries with backoff
+                        log.error(
+                            "%s: %s-%d: the source refused the mirror's principal: %s (check its ACLs and "
+                            "credentials; docs/security.md lists what the mirror needs)",
+                            name,
+                            topic,
+                            partition,
+                            e,
+                        )
+                        raise
                     failures += 1
                     if failures > _RETRIES_BEFORE_FAILING:
                         raise
