@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headwater.broker.authorizer import AUTHORIZER_CLASSES
-from headwater.broker.replication_quota import validate_throttled_replicas
 from headwater.broker.security import (
     PROTOCOLS,
     ClientSecurity,
@@ -430,11 +429,6 @@ def validate_topic_config(configs: dict[str, str], defaults: LogConfig | None = 
     inside LeaderAndIsr, Produce or the ISR maintenance.
     """
     for k, v in configs.items():
-        if k in THROTTLED_REPLICAS_CONFIGS:  # replication throttles (KIP-73): '*' or partition:broker,...
-            problem = validate_throttled_replicas(v)
-            if problem:
-                return f"Invalid value {v} for configuration {k}: {problem}"
-            continue
         problem = check_value(k, v)
         if problem is not None:
             return problem
