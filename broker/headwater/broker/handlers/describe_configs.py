@@ -12,6 +12,10 @@
   effective value and source (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
   STATIC_BROKER_CONFIG, DEFAULT_CONFIG; dynamic_config.py); ``""`` the cluster-wide dynamic
   defaults; another broker's id gets INVALID_REQUEST. Sensitive values (passwords) are null.
+- With an authorizer, as Kafka 2.3's KafkaApis: DescribeConfigs on the Topic (TOPIC) or on the
+  Cluster (BROKER), else that resource alone gets TOPIC_AUTHORIZATION_FAILED /
+  CLUSTER_AUTHORIZATION_FAILED with no configs (checked before the topic's existence, so a
+  principal cannot probe which topics exist). DescribeConfigs is implied by AlterConfigs.
 - ``configuration_keys`` null means all; synonyms (v1+) list, as Kafka does, the topic override,
   the broker properties set in each layer (dynamic broker, dynamic default, static), then Kafka's
   default (under the broker property's name).
@@ -22,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from headwater.acls import CLUSTER_NAME
 from headwater.broker import dynamic_config
 from headwater.broker.dynamic_config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG
 from headwater.broker.topic_configs import MAX_LONG, TOPIC_CONFIG_DEFS, broker_synonyms
@@ -105,6 +110,18 @@ def topic_config_entries(broker: HandlerServices, overrides: dict[str, str]) -> 
     return out
 
 
+def _denied(broker: HandlerServices, ctx: RequestContext, rtype: int, rname: str) -> ErrorCode | None:
+    """The authorization error for describing this resource's configs, or None when allowed."""
+    az = broker.authorizer
+    if az is None:
+        return None
+    if rtype == TOPIC and not az.allowed(ctx, "DescribeConfigs", "Topic", rname):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if rtype == BROKER and not az.allowed(ctx, "DescribeConfigs", "Cluster", CLUSTER_NAME):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
+
+
 async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
     results = []
     for res in request["resources"]:
@@ -117,6 +134,10 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
             "configs": [],
         }
         results.append(out)
+        denied = _denied(broker, ctx, rtype, rname)
+        if denied is not None:
+            out["error_code"] = denied
+            continue
         if rtype == TOPIC:
             info = broker.cache.topics.get(rname)
             if info is None:
