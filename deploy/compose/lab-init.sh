@@ -5,7 +5,8 @@
 #
 # Principals (passwords from LAB_<NAME>_PASSWORD; super users: broker, admin and the console's
 # ANONYMOUS, see KAFKA_SUPER_USERS) and the only ACLs each holds (docs/security.md):
-#   mirror    sources: Read on every topic (topics = .* in mirror.properties);
+#   mirror    sources: Read, DescribeConfigs on every topic (topics = .* in mirror.properties;
+#                      DescribeConfigs: the copies are created with the source's configs);
 #                      Create, Write on heartbeats and __audit (its heartbeats and gap events)
 #             agg:     Create, Write, Read on every topic (the copies; resume scans, heartbeats)
 #   audit     every cluster: Read on page-views, clicks, __audit, heartbeats
@@ -39,7 +40,7 @@ for cluster in dc1 dc2 agg; do
     done
     acl "$zk" loader --operation Create --operation Write --topic __audit
   else
-    acl "$zk" mirror --operation Read --topic '*'
+    acl "$zk" mirror --operation Read --operation DescribeConfigs --topic '*'
     for topic in heartbeats __audit; do
       acl "$zk" mirror --operation Create --operation Write --topic "$topic"
     done

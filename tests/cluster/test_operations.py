@@ -602,3 +602,107 @@ def test_dynamic_broker_configs(ops_cluster: Cluster) -> None:
             _cli("configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "brokers", *args,
                  "--delete-config", "message.max.bytes,follower.replication.throttled.rate")  # fmt: skip
     c.wait_for(lambda: _send_error(c, topic, 5000) is None, 30, "message.max.bytes back to its default")
+
+
+def _describe_topic_on(c: Cluster, broker: int, topic: str, key: str) -> dict[str, object]:
+    """``key``'s DescribeConfigs v1 entry for ``topic``, as broker ``broker`` itself answers it."""
+    import socket
+
+    from headwater.protocol.apis import DESCRIBE_CONFIGS
+    from headwater.protocol.frames import decode_response, encode_request
+
+    request = {"resources": [{"resource_type": 2, "resource_name": topic, "configuration_keys": [key]}],
+               "include_synonyms": True}  # fmt: skip
+    with socket.create_connection(("127.0.0.1", c.brokers[broker].port), timeout=10) as sock:
+        sock.settimeout(10)
+        sock.sendall(encode_request(DESCRIBE_CONFIGS, 1, 1, "ops-test", request))
+        size = int.from_bytes(sock.recv(4, socket.MSG_WAITALL), "big")
+        frame = sock.recv(size, socket.MSG_WAITALL)
+    _, body = decode_response(DESCRIBE_CONFIGS, 1, memoryview(frame))
+    (result,) = body["results"]
+    (entry,) = result["configs"]
+    return dict(entry)
+
+
+def _synonyms_on(c: Cluster, broker: int, topic: str, key: str) -> list[tuple[object, object, object]]:
+    entry = _describe_topic_on(c, broker, topic, key)
+    return [(s["name"], s["value"], s["source"]) for s in entry["synonyms"]]  # type: ignore[attr-defined]
+
+
+def test_topic_follows_dynamic_broker_defaults(ops_cluster: Cluster) -> None:
+    """A topic without its own retention.ms takes a dynamic ``log.retention.ms`` live (old segments
+    deleted on every replica), and DescribeConfigs says so: DYNAMIC_DEFAULT_BROKER_CONFIG for
+    ``--entity-default``, DYNAMIC_BROKER_CONFIG on the broker with its own override, with the
+    layers as synonyms, as Kafka 2.3's AdminManager reports them."""
+    c = ops_cluster
+    topic = "follows-broker-default"
+    create_topic(c, topic, partitions=1, rf=3, min_isr=1, configs={"segment.bytes": "1024"})
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    old = int(time.time() * 1000) - 2 * 3600 * 1000  # two hours old: within the default's seven days
+    producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(30):
+        producer.produce(topic, value=b"x" * 100 + str(i).encode(), partition=0, timestamp=old)
+        assert producer.flush(60) == 0
+    for b in c.brokers:
+        c.wait_for(lambda b=b: len(_segment_files(c, b, topic)) >= 3, 60, f"broker {b} to hold several segments")
+    before = admin.describe_configs([resource])[resource].result(60)["retention.ms"]
+    assert before.value == "604800000"
+    assert before.source in (ConfigSource.STATIC_BROKER_CONFIG.value, ConfigSource.DEFAULT_CONFIG.value)
+
+    def alter(args: list[str], config: str) -> None:
+        out = _cli("configs", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "brokers", *args, config)
+        assert out.returncode == 0, out.stderr
+
+    try:
+        alter(["--entity-default", "--add-config"], "log.retention.ms=60000")
+        # the effect: every replica deletes the two-hour-old segments, without a restart
+        for b in c.brokers:
+            c.wait_for(lambda b=b: len(_segment_files(c, b, topic)) == 1, 90, f"broker {b} to delete old segments")
+        c.wait_for(lambda: _consumer_watermarks(c, topic)[0] > 0, 60, "the log start offset to move")
+        # what DescribeConfigs says (confluent-kafka's AdminClient), on whichever broker answers
+        c.wait_for(
+            lambda: all(
+                _describe_topic_on(c, b, topic, "retention.ms")["config_source"]
+                == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+                for b in c.brokers
+            ),
+            30,
+            "every broker to report the cluster default",
+        )
+        described = admin.describe_configs([resource])[resource].result(60)
+        entry = described["retention.ms"]
+        assert entry.value == "60000" and not entry.is_default
+        assert entry.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+        # (confluent-kafka keys synonyms by name, so the layers are read from the wire)
+        assert _synonyms_on(c, 2, topic, "retention.ms")[0] == (
+            "log.retention.ms",
+            "60000",
+            ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value,
+        )
+        assert described["segment.bytes"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        assert described["flush.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+
+        # one broker's own override beats the cluster default, on that broker only
+        alter(["--entity-name", "1", "--add-config"], "log.retention.ms=120000")
+        c.wait_for(
+            lambda: _describe_topic_on(c, 1, topic, "retention.ms")["value"] == "120000", 30, "broker 1's override"
+        )
+        own = _describe_topic_on(c, 1, topic, "retention.ms")
+        assert own["config_source"] == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+        synonyms = _synonyms_on(c, 1, topic, "retention.ms")
+        assert synonyms[:2] == [
+            ("log.retention.ms", "120000", ConfigSource.DYNAMIC_BROKER_CONFIG.value),
+            ("log.retention.ms", "60000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value),
+        ]
+        assert synonyms[-1] == ("log.retention.ms", "604800000", ConfigSource.DEFAULT_CONFIG.value)
+        other = _describe_topic_on(c, 2, topic, "retention.ms")
+        assert (other["value"], other["config_source"]) == ("60000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    finally:
+        for args in (["--entity-name", "1"], ["--entity-default"]):
+            alter([*args, "--delete-config"], "log.retention.ms")
+    c.wait_for(
+        lambda: all(_describe_topic_on(c, b, topic, "retention.ms")["value"] == "604800000" for b in c.brokers),
+        30,
+        "retention.ms back to its default on every broker",
+    )

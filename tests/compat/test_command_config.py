@@ -260,3 +260,41 @@ def test_acls_through_the_brokers_with_command_config(secured: SecuredBroker) ->
 
     ok("acls", *admin, "--remove", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "cc-acl")
     assert "User:alice" not in ok("acls", *admin, "--list", "--topic", "cc-acl")
+
+
+def test_broker_commands_over_sasl_ssl_with_command_config(secured: SecuredBroker) -> None:
+    """kafka-log-dirs, kafka-leader-election and kafka-configs --entity-type brokers take
+    --command-config too: they work over SASL_SSL as the admin, and alice (no ACLs) is refused
+    with Kafka's error and changes nothing."""
+    admin = [
+        "--bootstrap-server",
+        secured.sasl_ssl,
+        "--command-config",
+        str(secured.properties("admin", "admin", "admin-pw")),
+    ]
+    alice = [
+        "--bootstrap-server",
+        secured.sasl_ssl,
+        "--command-config",
+        str(secured.properties("alice", "alice", "alice-pw")),
+    ]
+    plain = ["--bootstrap-server", secured.plaintext]
+    ok("topics", *plain, "create", "--topic", "cc-ops", "--partitions", "1", "--replication-factor", "1")
+    out = ok("log-dirs", *admin, "--describe", "--topic-list", "cc-ops")
+    assert '"partition":"cc-ops-0"' in out, out
+    out = ok("leader-election", *admin, "--election-type", "preferred", "--topic", "cc-ops", "--partition", "0")
+    assert "Valid replica already elected for partitions cc-ops-0" in out, out
+    brokers = ["--entity-type", "brokers", "--entity-name", "0"]
+    try:
+        out = ok("configs", *admin, "--alter", *brokers, "--add-config", "log.cleaner.backoff.ms=20000")
+        assert "Completed updating config for broker 0." in out
+        assert "  log.cleaner.backoff.ms=20000 sensitive=false" in ok("configs", *admin, "--describe", *brokers)
+        line = refused("configs", *alice, "--alter", *brokers, "--add-config", "log.cleaner.backoff.ms=1")
+        assert "CLUSTER_AUTHORIZATION_FAILED" in line, line
+        line = refused("leader-election", *alice, "--election-type", "preferred", "--all-topic-partitions")
+        assert "CLUSTER_AUTHORIZATION_FAILED" in line, line
+        assert "  log.cleaner.backoff.ms=20000 sensitive=false" in ok("configs", *plain, "--describe", *brokers)
+    finally:
+        cli("configs", *plain, "--alter", *brokers, "--delete-config", "log.cleaner.backoff.ms")
+    # the same SASL_SSL port without the file: no answer a plaintext client can use
+    refused("log-dirs", "--bootstrap-server", secured.sasl_ssl, "--describe")

@@ -137,8 +137,9 @@ def secured(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
         # mirror: reads the mirrored topics in the source, writes its heartbeats and gap events
         # there; creates, writes and reads (resume scans, heartbeats) the copies in the target.
         # (the heartbeats topic is mirrored too, so the mirror reads it in the source as well)
-        _acl(dc1.zk_connect, "mirror", "--operation", "Read", "--topic", TOPIC)
-        _acl(dc1.zk_connect, "mirror", "--operation", "Read", "--topic", "heartbeats")
+        # (DescribeConfigs: the copies are created with the source topic's configs, as MM2)
+        for topic in (TOPIC, "heartbeats"):
+            _acl(dc1.zk_connect, "mirror", "--operation", "Read", "--operation", "DescribeConfigs", "--topic", topic)
         for topic in ("heartbeats", "__audit"):
             _acl(dc1.zk_connect, "mirror", "--operation", "Create", "--operation", "Write", "--topic", topic)
         for topic in (TOPIC, "heartbeats"):

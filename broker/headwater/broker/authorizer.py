@@ -32,8 +32,10 @@ controller APIs,       ClusterAction on Cluster; refused -> the connection is cl
 OffsetForLeaderEpoch
 =====================  ==============================================================
 
-Not checked yet: DescribeGroups, ListGroups, DescribeConfigs (any authenticated principal may
-read them). Without an authorizer none of this runs: no per-request cost.
+Checked in their handlers instead (they filter or answer per resource): DescribeGroups (Describe
+on each Group), ListGroups (Describe on the Cluster, else only the Groups it may Describe),
+DescribeConfigs (DescribeConfigs on each Topic / the Cluster), DescribeLogDirs, ElectLeaders,
+AlterConfigs and the ACL APIs. Without an authorizer none of this runs: no per-request cost.
 """
 
 from __future__ import annotations

@@ -196,7 +196,8 @@ def _run_brokers(args: argparse.Namespace) -> int:
             broker_id = int(args.entity_name)
         except ValueError:
             raise CliError(f"--entity-name for brokers is a broker id, got {args.entity_name!r}") from None
-    admin: Any = SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000)
+    security = security_of(args, "headwater configs")
+    admin: Any = SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000, security=security)
     try:
         if args.describe:
             if args.add_config or args.delete_config:

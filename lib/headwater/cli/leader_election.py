@@ -9,7 +9,8 @@ moves leadership back to each partition's preferred replica (the first of its as
 is alive and in the ISR, e.g. after a broker restart; ``unclean`` gives a partition without a live
 leader any live replica, in the ISR or not (records only the old leader had are lost). The
 controller does the election (ElectLeaders); this prints Kafka's lines and exits 1 if any
-partition could not be elected.
+partition could not be elected. ``--command-config client.properties`` secures the connections
+(security.protocol, ssl.*, sasl.*), as for kafka-leader-election.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import sys
 from typing import Any
 
+from headwater.cli.command_config import security_of
 from headwater.cli.topics import CliError, add_bootstrap_argument, bootstrap_of, describe_error, run_command
 from headwater.protocol.errors import ErrorCode
 
@@ -83,7 +85,8 @@ def _run(args: argparse.Namespace) -> int:
 
     partitions = _partitions(args)
     kind = args.election_type.upper()
-    admin: Any = SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000)
+    security = security_of(args, "headwater leader-election")
+    admin: Any = SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000, security=security)
     try:
         results = admin.elect_leaders(partitions, unclean=kind == "UNCLEAN", timeout_ms=args.timeout_ms)
     finally:

@@ -1,6 +1,7 @@
 """``headwater log-dirs --describe``: each broker's log dirs and replica sizes (like kafka-log-dirs).
 
     headwater log-dirs --describe --bootstrap-server H:P [--broker-list 1,2] [--topic-list t1,t2]
+        [--command-config client.properties]
 
 Asks every broker named (default: every live broker) with DescribeLogDirs and prints Kafka's
 output: two lines, then one JSON document::
@@ -19,6 +20,7 @@ import argparse
 import json
 from typing import Any
 
+from headwater.cli.command_config import security_of
 from headwater.cli.topics import CliError, add_bootstrap_argument, bootstrap_of, describe_error, run_command
 
 
@@ -63,7 +65,8 @@ def _run(args: argparse.Namespace) -> int:
 
     broker_ids = _ids(args.broker_list)
     topics = {t.strip() for t in args.topic_list.split(",") if t.strip()} or None
-    admin: Any = SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000)
+    security = security_of(args, "headwater log-dirs")
+    admin: Any = SyncAdmin(bootstrap_of(args), request_timeout_ms=30000, connect_timeout_ms=10000, security=security)
     try:
         print("Querying brokers for log directories information")
         described = admin.describe_log_dirs(broker_ids)

@@ -24,6 +24,10 @@ COMMANDS = [
     ["produce", "--topic", "t"],
     ["consume", "--topic", "t", "--max-messages", "1"],
     ["acls", "--list"],
+    ["log-dirs", "--describe"],
+    ["leader-election", "--election-type", "preferred", "--all-topic-partitions"],
+    ["configs", "--describe", "--entity-type", "brokers", "--entity-name", "1"],
+    ["configs", "--alter", "--entity-type", "brokers", "--entity-default", "--add-config", "log.retention.ms=1"],
 ]
 
 
@@ -41,7 +45,7 @@ def offsets(tmp_path: Path) -> str:
     return str(f)
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: "-".join(x for x in c if not x.startswith("-"))[:40])
 @pytest.mark.parametrize(
     "content, expected",
     [

@@ -1,24 +1,34 @@
 """DescribeConfigs (key 32), v0-2.
 
 - TOPIC resources (type 2): every Kafka 2.3 topic-level config (topic_configs.py) with its
-  effective value: the topic's override (source DYNAMIC_TOPIC_CONFIG) or the broker's default
-  (STATIC_BROKER_CONFIG when one of its broker properties is set, e.g. ``log.retention.hours``
-  for retention.ms, else DEFAULT_CONFIG with Kafka's default). Unknown topic:
-  UNKNOWN_TOPIC_OR_PARTITION.
+  effective value: the topic's override (source DYNAMIC_TOPIC_CONFIG) or the broker's default,
+  from the strongest broker layer that sets one of its broker properties: this broker's dynamic
+  config (DYNAMIC_BROKER_CONFIG, ``/config/brokers/<id>``), the cluster-wide dynamic default
+  (DYNAMIC_DEFAULT_BROKER_CONFIG, ``/config/brokers/<default>``), server.properties
+  (STATIC_BROKER_CONFIG, e.g. ``log.retention.hours`` for retention.ms), else DEFAULT_CONFIG with
+  Kafka's default. Unknown topic: UNKNOWN_TOPIC_OR_PARTITION.
 - BROKER resources (type 4) for this broker's id: the properties it was started with
   (STATIC_BROKER_CONFIG, read-only unless dynamic) and every dynamic broker config with its
   effective value and source (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
   STATIC_BROKER_CONFIG, DEFAULT_CONFIG; dynamic_config.py); ``""`` the cluster-wide dynamic
   defaults; another broker's id gets INVALID_REQUEST. Sensitive values (passwords) are null.
+- With an authorizer, as Kafka 2.3's KafkaApis: DescribeConfigs on the Topic (TOPIC) or on the
+  Cluster (BROKER), else that resource alone gets TOPIC_AUTHORIZATION_FAILED /
+  CLUSTER_AUTHORIZATION_FAILED with no configs (checked before the topic's existence, so a
+  principal cannot probe which topics exist). DescribeConfigs is implied by AlterConfigs.
 - ``configuration_keys`` null means all; synonyms (v1+) list, as Kafka does, the topic override,
-  the static broker property, then Kafka's default (under the broker property's name).
+  the broker properties set in each layer (dynamic broker, dynamic default, static), then Kafka's
+  default (under the broker property's name).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from headwater.acls import CLUSTER_NAME
 from headwater.broker import dynamic_config
+from headwater.broker.dynamic_config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG
 from headwater.broker.topic_configs import MAX_LONG, TOPIC_CONFIG_DEFS, broker_synonyms
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
@@ -30,17 +40,45 @@ if TYPE_CHECKING:
 TOPIC = 2
 BROKER = 4
 DYNAMIC_TOPIC_CONFIG = 1
-STATIC_BROKER_CONFIG = 4
-DEFAULT_CONFIG = 5
+STATIC_BROKER_CONFIG = dynamic_config.STATIC_BROKER_CONFIG
+DEFAULT_CONFIG = dynamic_config.DEFAULT_CONFIG
 
 
-def topic_defaults(broker: HandlerServices) -> dict[str, tuple[str, str | None]]:
-    """Each topic config's default for this broker: (value, the broker property that set it or None)."""
+@dataclass(frozen=True)
+class TopicDefault:
+    """Where a topic config's value comes from when the topic has no override of its own."""
+
+    value: str  # the effective value (the broker's live LogConfig / settings)
+    source: int  # config_source of the strongest broker layer setting it, else DEFAULT_CONFIG
+    #: (broker property, value, source) of every broker layer that sets one of its synonyms,
+    #: strongest first: this broker's dynamic config, the cluster default, server.properties
+    synonyms: tuple[tuple[str, str, int], ...]
+
+
+def _broker_layers(broker: HandlerServices) -> tuple[tuple[dict[str, str], int], ...]:
+    dyn = broker.dynamic_config
+    dynamic = dynamic_config.DYNAMIC_BROKER_CONFIGS
+    return (
+        ({k: v for k, v in dyn.per_broker.items() if k in dynamic}, DYNAMIC_BROKER_CONFIG),
+        ({k: v for k, v in dyn.cluster_default.items() if k in dynamic}, DYNAMIC_DEFAULT_BROKER_CONFIG),
+        (broker.config.raw, STATIC_BROKER_CONFIG),
+    )
+
+
+def topic_defaults(broker: HandlerServices) -> dict[str, TopicDefault]:
+    """Each topic config's default on this broker, with its source as Kafka 2.3's AdminManager
+    reports it: every synonym in the broker's dynamic config, then in the cluster-wide dynamic
+    default, then in server.properties (e.g. ``log.retention.ms`` set with kafka-configs
+    ``--entity-default`` makes a topic's ``retention.ms`` DYNAMIC_DEFAULT_BROKER_CONFIG)."""
     c = broker.config
-    d = c.log_defaults
-    out: dict[str, tuple[str, str | None]] = {}
+    d = c.log_defaults  # server.properties with the dynamic layers applied (dynamic_config.py)
+    layers = _broker_layers(broker)
+    out: dict[str, TopicDefault] = {}
     for name, spec in TOPIC_CONFIG_DEFS.items():
-        prop = next((p for p in broker_synonyms(name) if p in c.raw), None)
+        props = broker_synonyms(name)
+        synonyms = tuple(
+            (prop, layer[prop].strip(), source) for layer, source in layers for prop in props if prop in layer
+        )
         if spec.log_attr is not None:
             v = getattr(d, spec.log_attr)
             value = str(MAX_LONG if v is None else v)  # flush.ms: None = never
@@ -49,8 +87,8 @@ def topic_defaults(broker: HandlerServices) -> dict[str, tuple[str, str | None]]
         elif name == "unclean.leader.election.enable":
             value = str(c.unclean_leader_election_enable).lower()
         else:
-            value = c.raw[prop].strip() if prop is not None else spec.default
-        out[name] = (value, prop)
+            value = synonyms[0][1] if synonyms else spec.default
+        out[name] = TopicDefault(value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms)
     return out
 
 
@@ -58,19 +96,30 @@ def topic_config_entries(broker: HandlerServices, overrides: dict[str, str]) -> 
     """Every topic config of a topic with these overrides as CreateTopics v5 returns them (KIP-525):
     name, effective value, read_only, config_source, is_sensitive."""
     out: list[Message] = []
-    for name, (default, prop) in sorted(topic_defaults(broker).items()):
+    for name, default in sorted(topic_defaults(broker).items()):
         override = overrides.get(name)
-        source = DYNAMIC_TOPIC_CONFIG if override is not None else STATIC_BROKER_CONFIG if prop else DEFAULT_CONFIG
         out.append(
             {
                 "name": name,
-                "value": override if override is not None else default,
+                "value": override if override is not None else default.value,
                 "read_only": False,
-                "config_source": source,
+                "config_source": DYNAMIC_TOPIC_CONFIG if override is not None else default.source,
                 "is_sensitive": False,
             }
         )
     return out
+
+
+def _denied(broker: HandlerServices, ctx: RequestContext, rtype: int, rname: str) -> ErrorCode | None:
+    """The authorization error for describing this resource's configs, or None when allowed."""
+    az = broker.authorizer
+    if az is None:
+        return None
+    if rtype == TOPIC and not az.allowed(ctx, "DescribeConfigs", "Topic", rname):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if rtype == BROKER and not az.allowed(ctx, "DescribeConfigs", "Cluster", CLUSTER_NAME):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
 
 
 async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
@@ -85,6 +134,10 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
             "configs": [],
         }
         results.append(out)
+        denied = _denied(broker, ctx, rtype, rname)
+        if denied is not None:
+            out["error_code"] = denied
+            continue
         if rtype == TOPIC:
             info = broker.cache.topics.get(rname)
             if info is None:
@@ -96,13 +149,11 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                 if keys is not None and name not in keys:
                     continue
                 override = info.config.get(name)
-                default, prop = defaults[name]
-                default_source = STATIC_BROKER_CONFIG if prop is not None else DEFAULT_CONFIG
+                default = defaults[name]
                 synonyms = []
                 if override is not None:
                     synonyms.append({"name": name, "value": override, "source": DYNAMIC_TOPIC_CONFIG})
-                if prop is not None:
-                    synonyms.append({"name": prop, "value": default, "source": STATIC_BROKER_CONFIG})
+                synonyms.extend({"name": p, "value": v, "source": src} for p, v, src in default.synonyms)
                 synonyms.append(
                     {
                         "name": broker_synonyms(name)[0] if broker_synonyms(name) else name,
@@ -113,10 +164,10 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                 out["configs"].append(
                     {
                         "name": name,
-                        "value": override if override is not None else default,
+                        "value": override if override is not None else default.value,
                         "read_only": False,
-                        "is_default": override is None and prop is None,
-                        "config_source": DYNAMIC_TOPIC_CONFIG if override is not None else default_source,
+                        "is_default": override is None and default.source == DEFAULT_CONFIG,
+                        "config_source": DYNAMIC_TOPIC_CONFIG if override is not None else default.source,
                         "is_sensitive": False,
                         "synonyms": synonyms if request["include_synonyms"] else [],
                     }
