@@ -1,6 +1,7 @@
-"""AuditingProducer's per-record work without a broker: the origin headers stamped once per
+"""The producers' per-record header work without a broker: the origin headers stamped once per
 millisecond, and records counted per batch in runs (one counter while records go to the same batch
-and window), from several threads, with batches settling meanwhile."""
+and window), from several threads, with batches settling meanwhile; a headers tuple given to many
+sends converted once."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections import Counter
 import pytest
 
 from headwater.client.audit import HEADER_CREATED, HEADER_DC, HEADER_HOST, AuditingProducer
+from headwater.client.producer import Producer
 from headwater.client.record_future import BatchOutcome
 from headwater.protocol.errors import ErrorCode, KafkaError
 
@@ -121,3 +123,20 @@ def test_a_window_counted_in_a_run_is_in_flight_until_its_batch_settles() -> Non
         assert a.counts() == {("t", 7): 5}
     finally:
         loop.close()
+
+
+def test_one_headers_tuple_is_converted_once_and_mutable_headers_every_time() -> None:
+    p = Producer("127.0.0.1:1")  # not started: prepare() only serializes
+    fixed = (("origin.host", b"h1"), ("origin.created", b"1700000000000"), ("empty", None))
+    first = p.prepare(b"v", None, fixed, 1)
+    again = p.prepare(b"v", None, fixed, 2)
+    assert first[2] == again[2] == fixed and again[2] is fixed and first[4] == again[4]
+    # a tuple holding something mutable is converted at each send: what it holds then is sent
+    value = bytearray(b"a")
+    mutable = (("k", value),)
+    assert p.prepare(b"v", None, mutable, 1)[2] == (("k", b"a"),)
+    value.extend(b"bc")
+    got = p.prepare(b"v", None, mutable, 1)
+    sized = sum(len(k) + len(v or b"") + 4 for k, v in fixed)
+    assert got[2] == (("k", b"abc"),) and got[4] == first[4] - sized + len("k") + len(b"abc") + 4
+    assert p.prepare(b"v", None, [("k", "text")], 1)[2] == (("k", b"text"),)
