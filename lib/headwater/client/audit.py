@@ -422,7 +422,16 @@ class SyncAuditingProducer(SyncProducer):
         p = self._accumulator
         try:
             kb, vb, hdrs, ts, size = p.prepare(value, key, headers, timestamp_ms)
-            hdrs, ts, size, window = a.stamp(topic, hdrs, ts, size, timestamp_ms is None)
+            if hdrs:
+                hdrs, ts, size, window = a.stamp(topic, hdrs, ts, size, timestamp_ms is None)
+            else:  # stamp()'s common case, inline (it runs once per record)
+                st = a._stamp
+                if st.ms != ts or st.topic != topic:
+                    st = a._stamp = a._new_stamp(topic, ts)
+                size += st.extra
+                if size > st.limit:
+                    raise _too_large(size)
+                hdrs, window = st.headers, st.window
             fut = p.try_append(topic, kb, vb, hdrs, ts, size, partition, SyncRecordFuture)
             if fut is None:
                 fut = self._append_waiting(topic, kb, vb, hdrs, ts, size, partition)
@@ -430,7 +439,13 @@ class SyncAuditingProducer(SyncProducer):
             raise
         except Exception as e:  # delivered through the future, like every other error
             return SyncRecordFuture.failed(self._lt.loop, topic, e)
-        a.track(fut.outcome, window)
+        outcome = fut.outcome
+        with a._lock:  # track()'s common case, inline: the record continues the current run
+            run = a._run
+            if run[0] is outcome and run[1] is window:
+                run[2] += 1
+                return fut
+        a.track(outcome, window)
         return fut
 
     def counts(self) -> dict[WindowKey, int]:
