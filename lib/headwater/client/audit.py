@@ -32,7 +32,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from headwater.client.producer import Headers, Producer, RecordFuture, RecordMetadata
 from headwater.client.record_future import BatchOutcome, SyncRecordFuture, on_settled
@@ -127,12 +127,17 @@ class AuditingProducer:
         # of unsettled batches are what is in flight (a window with one is not published yet).
         self._lock = threading.Lock()
         self._tallies: dict[BatchOutcome, dict[WindowKey, int]] = {}
-        self._last: tuple[BatchOutcome | None, dict[WindowKey, int]] = (None, {})  # the batch tracked last
+        # The run being counted: records of one batch in one window, in a row (the common case: a
+        # batch fills within a window). Counted in run[2] alone, folded into the batch's tally when
+        # the run ends or the batch settles; its window is in the tally (at 0) from the start, so
+        # publish() sees it in flight. [outcome, window, records not yet in the tally]
+        self._run: list[Any] = [None, None, 0]
         self._counts: Counter[WindowKey] = Counter()  # acknowledged, not yet published
         self._fixed_headers = ((HEADER_HOST, self.host.encode()), (HEADER_DC, self.datacenter.encode()))
         self._fixed_size = sum(len(k) + len(v) + 4 for k, v in self._fixed_headers)
-        # (ms, its origin.created header): one string per millisecond, read and replaced as one object
-        self._created_cache: tuple[int, tuple[str, bytes]] = (-1, (HEADER_CREATED, b""))
+        # The origin headers of the current millisecond and topic, built once and shared by its records
+        # (read and replaced as one object, from any thread): _Stamp
+        self._stamp = _Stamp(-1, "", (), 0, 0, ("", -1))
         self._published: Counter[WindowKey] = Counter()  # totals published so far
         self._unsent: list[tuple[WindowKey, dict[str, Any]]] = []  # events whose send failed: re-sent as they are
         self._publisher: asyncio.Task[None] | None = None
@@ -183,50 +188,90 @@ class AuditingProducer:
         self, topic: str, hdrs: Headers, ts: int, size: int, default_ts: bool
     ) -> tuple[Headers, int, int, WindowKey]:
         """Add the origin headers to a prepared record (unless it has them): (headers, timestamp,
-        size, its window). Any thread may call it."""
-        created = _created(hdrs) if hdrs else None
+        size, its window). Any thread may call it.
+
+        A record without headers (the common case) takes the millisecond's headers as they are: one
+        tuple per millisecond and topic, not one per record, and the same window key object
+        throughout a window (what :meth:`track` compares)."""
+        if not hdrs:
+            st = self._stamp
+            if st.ms != ts or st.topic != topic:
+                st = self._stamp = self._new_stamp(topic, ts)
+            size += st.extra
+            if size > st.limit:
+                raise _too_large(size)
+            return st.headers, ts, size, st.window
+        created = _created(hdrs)
         if created is None:
             created = ts
-            cache = self._created_cache
-            if cache[0] != created:
-                cache = self._created_cache = (created, (HEADER_CREATED, str(created).encode()))
-            stamped = cache[1]
-            hdrs = (*hdrs, *self._fixed_headers, stamped)
-            size += self._fixed_size + len(HEADER_CREATED) + len(stamped[1]) + 4
-            limit = self.producer.max_request_size - 61  # 61: the batch header
-            if size > limit:
-                raise KafkaError(
-                    ErrorCode.MESSAGE_TOO_LARGE,
-                    f"a record of about {size} bytes with its origin headers is larger than max_request_size",
-                )
-        elif default_ts:
+            st = self._stamp
+            if st.ms != ts or st.topic != topic:
+                st = self._stamp = self._new_stamp(topic, ts)
+            hdrs = (*hdrs, *st.headers)
+            size += st.extra
+            if size > st.limit:
+                raise _too_large(size)
+            return hdrs, ts, size, st.window
+        if default_ts:
             ts = created
         return hdrs, ts, size, (topic, created // self.window_ms)
+
+    def _new_stamp(self, topic: str, ms: int) -> _Stamp:
+        created = (HEADER_CREATED, str(ms).encode())
+        window: WindowKey = (topic, ms // self.window_ms)
+        old = self._stamp.window
+        if old == window:
+            window = old  # one object per window: track() compares by identity
+        return _Stamp(
+            ms,
+            topic,
+            (*self._fixed_headers, created),
+            self._fixed_size + len(HEADER_CREATED) + len(created[1]) + 4,
+            self.producer.max_request_size - 61,  # 61: the batch header
+            window,
+        )
 
     def track(self, outcome: BatchOutcome, window: WindowKey) -> None:
         """Count a record of ``outcome``'s batch in ``window`` once the batch settles (any thread)."""
         with self._lock:
-            last, tally = self._last  # most records go to the batch the one before went to
-            new = False
-            if last is not outcome:
-                found = self._tallies.get(outcome)
-                if found is None:
-                    new = True
-                    found = self._tallies[outcome] = {}
-                tally = found
-                self._last = (outcome, tally)
-            tally[window] = tally.get(window, 0) + 1
+            run = self._run  # most records go to the batch and window the one before went to
+            if run[0] is outcome and run[1] is window:
+                run[2] += 1
+                return
+            new = self._new_run(outcome, window)
         if new:  # outside the lock: a batch already settled calls back at once, in this thread
             on_settled(outcome, self._batch_settled, outcome)
 
+    def _new_run(self, outcome: BatchOutcome, window: WindowKey) -> bool:
+        """End the current run, start one of ``outcome`` and ``window`` holding this record (under
+        _lock); whether ``outcome`` is a batch not tracked before."""
+        self._end_run()
+        tally = self._tallies.get(outcome)
+        new = tally is None
+        if tally is None:
+            tally = self._tallies[outcome] = {}
+        tally.setdefault(window, 0)
+        self._run = [outcome, window, 1]
+        return new
+
+    def _end_run(self) -> None:
+        """Fold the current run into its batch's tally (under _lock)."""
+        outcome, window, n = self._run
+        if outcome is not None:
+            tally = self._tallies.get(outcome)
+            if tally is not None:
+                tally[window] += n
+            self._run = [None, None, 0]
+
     def _batch_settled(self, outcome: BatchOutcome) -> None:
         with self._lock:
+            if self._run[0] is outcome:
+                self._end_run()
             tally = self._tallies.pop(outcome, {})
-            if self._last[0] is outcome:
-                self._last = (None, {})
             if outcome.error is None:
                 for window, n in tally.items():
-                    self._counts[window] += n
+                    if n:
+                        self._counts[window] += n
 
     async def send_and_wait(
         self,
@@ -377,7 +422,16 @@ class SyncAuditingProducer(SyncProducer):
         p = self._accumulator
         try:
             kb, vb, hdrs, ts, size = p.prepare(value, key, headers, timestamp_ms)
-            hdrs, ts, size, window = a.stamp(topic, hdrs, ts, size, timestamp_ms is None)
+            if hdrs:
+                hdrs, ts, size, window = a.stamp(topic, hdrs, ts, size, timestamp_ms is None)
+            else:  # stamp()'s common case, inline (it runs once per record)
+                st = a._stamp
+                if st.ms != ts or st.topic != topic:
+                    st = a._stamp = a._new_stamp(topic, ts)
+                size += st.extra
+                if size > st.limit:
+                    raise _too_large(size)
+                hdrs, window = st.headers, st.window
             fut = p.try_append(topic, kb, vb, hdrs, ts, size, partition, SyncRecordFuture)
             if fut is None:
                 fut = self._append_waiting(topic, kb, vb, hdrs, ts, size, partition)
@@ -385,11 +439,35 @@ class SyncAuditingProducer(SyncProducer):
             raise
         except Exception as e:  # delivered through the future, like every other error
             return SyncRecordFuture.failed(self._lt.loop, topic, e)
-        a.track(fut.outcome, window)
+        outcome = fut.outcome
+        with a._lock:  # track()'s common case, inline: the record continues the current run
+            run = a._run
+            if run[0] is outcome and run[1] is window:
+                run[2] += 1
+                return fut
+        a.track(outcome, window)
         return fut
 
     def counts(self) -> dict[WindowKey, int]:
         return self._run(_async(self.auditing.counts))
+
+
+class _Stamp(NamedTuple):
+    """The origin headers of one millisecond's records of one topic."""
+
+    ms: int
+    topic: str
+    headers: Headers  # origin.host, origin.dc, origin.created
+    extra: int  # what they add to a record's size
+    limit: int  # the largest record size a request takes
+    window: WindowKey
+
+
+def _too_large(size: int) -> KafkaError:
+    return KafkaError(
+        ErrorCode.MESSAGE_TOO_LARGE,
+        f"a record of about {size} bytes with its origin headers is larger than max_request_size",
+    )
 
 
 async def _async(fn: Any) -> Any:

@@ -76,6 +76,14 @@ def to_bytes(value: Any) -> bytes | None:
     raise TypeError(f"cannot send a {type(value).__name__} without a serializer (bytes or str expected)")
 
 
+def _plain_headers(headers: tuple[Any, ...]) -> bool:
+    """Whether ``headers`` holds only exact (str, bytes or None) 2-tuples: nothing in it can change."""
+    for h in headers:
+        if type(h) is not tuple or len(h) != 2 or type(h[0]) is not str or not (h[1] is None or type(h[1]) is bytes):
+            return False
+    return True
+
+
 def parse_acks(acks: int | str) -> int:
     if isinstance(acks, str):
         text = acks.strip().lower()
@@ -207,6 +215,9 @@ class Producer:
         self._stale_topics: set[str] = set()
         # topic -> (the TopicMetadata it was computed from, its partitions sorted, those with a leader)
         self._partitions: dict[str, tuple[Any, list[int], list[int]]] = {}
+        # (headers as given, as records carry them, their size): a caller passing one headers tuple to
+        # many sends (built once, e.g. per millisecond) has it converted once (read and replaced whole)
+        self._headers_seen: tuple[object, Headers, int] = (None, (), 0)
         # idempotence: the producer id and epoch (-1: none yet), the next sequence per partition
         self._producer_id = -1
         self._producer_epoch = -1
@@ -273,8 +284,17 @@ class Producer:
         vb = value if type(value) is bytes and vs is to_bytes else vs(value)
         size = _RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0)
         if headers:
-            hdrs: Headers = tuple([(str(k), to_bytes(v)) for k, v in headers])
-            size += sum([len(k) + len(v or b"") + 4 for k, v in hdrs])
+            seen = self._headers_seen  # the same tuple as a record before: converted and sized then
+            if headers is seen[0]:
+                hdrs: Headers = seen[1]
+                size += seen[2]
+            else:
+                hdrs = tuple([(str(k), to_bytes(v)) for k, v in headers])
+                hsize = sum([len(k) + len(v or b"") + 4 for k, v in hdrs])
+                size += hsize
+                if type(headers) is tuple and _plain_headers(headers):
+                    # immutable all through (str keys, bytes values): its conversion cannot change
+                    self._headers_seen = (headers, headers, hsize)
         else:
             hdrs = ()
         if size + _BATCH_OVERHEAD > self.max_request_size:

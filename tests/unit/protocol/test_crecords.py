@@ -62,6 +62,68 @@ def test_encoders_write_the_same_bytes(records: list[RecordInput]) -> None:
     assert py == c
 
 
+# Headers in every shape a caller may hand encode_batch: a list or tuple of pairs, pairs as tuples
+# or lists, values as bytes, bytearray or memoryview (the compiled encoder reads exact 2-tuples and
+# bytes in place, the rest through the general path), keys repeated as one str object or not ASCII.
+VALUE_SHAPES = st.sampled_from([bytes, bytearray, memoryview])
+SHAPED_HEADER = st.tuples(
+    st.sampled_from(["origin.host", "origin.dc", "origin.created", "ünïcødé-κλειδί", ""]) | st.text(max_size=12),
+    st.none() | st.builds(lambda b, f: f(b), st.binary(max_size=200), VALUE_SHAPES),
+    st.sampled_from([tuple, list]),
+).map(lambda t: t[2]((t[0], t[1])))
+SHAPED_RECORDS = st.lists(
+    st.builds(
+        RecordInput,
+        BLOB,
+        BLOB,
+        st.integers(0, 1 << 20),
+        st.lists(SHAPED_HEADER, max_size=70).flatmap(lambda h: st.sampled_from([h, tuple(h)])),
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@PROPS
+@given(SHAPED_RECORDS)
+def test_encoders_write_the_same_header_bytes_for_every_header_shape(records: list[RecordInput]) -> None:
+    py, c = encode_both(records, records[0].timestamp)
+    assert py == c
+    _, decoded = rec.decode_batch(rec.encode_batch(records))
+    assert [r.headers for r in decoded] == [
+        tuple((k, None if v is None else bytes(v)) for k, v in r.headers) for r in records
+    ]
+
+
+def outcome(encode: Any, records: list[Any]) -> Any:
+    out = bytearray(b"header")
+    try:
+        encode(out, records, 0)
+    except Exception as e:
+        return type(e)
+    return bytes(out)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [(b"bytes-key", b"v")],  # a key that is not a str
+        [(7, b"v")],
+        [("k", "a str value")],  # a value that is not a buffer
+        [("k", 7)],
+        [("\udc80", b"v")],  # a key UTF-8 cannot encode
+        [("k", b"v", b"extra")],  # not a pair
+        [("k",)],
+        [("ok", b"v"), ("k", 1.5)],  # a bad header after a good one
+    ],
+)
+def test_encoders_refuse_bad_headers_alike(headers: list[Any]) -> None:
+    records = [(None, b"v", 0, ()), (None, b"v", 0, headers)]
+    py, c = outcome(rec._encode_records, records), outcome(_crecords.encode_records, records)
+    assert isinstance(py, type) and issubclass(py, Exception)
+    assert py == c
+
+
 @PROPS
 @given(RECORDS, INT64)
 def test_encoders_agree_on_timestamps_out_of_range(records: list[RecordInput], base_ts: int) -> None:

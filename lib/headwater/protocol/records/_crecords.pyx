@@ -29,6 +29,15 @@ cdef extern from "Python.h":
     int PyByteArray_Resize(object ba, Py_ssize_t size) except -1
     char* PyByteArray_AS_STRING(object ba)
     Py_ssize_t PyByteArray_GET_SIZE(object ba)
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+    bint PyUnicode_Check(object o)
+    bint PyBytes_CheckExact(object o)
+    bint PyTuple_CheckExact(object o)
+    char* PyBytes_AS_STRING(object o)
+    Py_ssize_t PyBytes_GET_SIZE(object o)
+    object PySequence_Fast(object o, const char* m)
+    Py_ssize_t PySequence_Fast_GET_SIZE(object o)
+    PyObject* PySequence_Fast_GET_ITEM(object o, Py_ssize_t i)
 
 cdef object _CORRUPT = ErrorCode.CORRUPT_MESSAGE
 cdef bytes _EMPTY = b""
@@ -436,17 +445,100 @@ cdef Py_ssize_t _reserve(bytearray out, Py_ssize_t used, Py_ssize_t more) except
     return 0
 
 
+cdef inline Py_ssize_t _value_len(object v) except -1:
+    """A header value's length: of bytes directly, of any other buffer through a memoryview (the
+    reference's ``len``)."""
+    cdef const unsigned char[::1] view
+    if PyBytes_CheckExact(v):
+        return PyBytes_GET_SIZE(v)
+    view = v
+    return view.shape[0]
+
+
+cdef inline unsigned char* _put_value(unsigned char* d, object v) except NULL:
+    """Write a header value's length and bytes at ``d``; the position after them."""
+    cdef const unsigned char[::1] view
+    cdef Py_ssize_t n
+    if PyBytes_CheckExact(v):
+        n = PyBytes_GET_SIZE(v)
+        d += _put_uvarint(d, _zigzag(n))
+        memcpy(d, PyBytes_AS_STRING(v), n)
+        return d + n
+    view = v
+    n = view.shape[0]
+    d += _put_uvarint(d, _zigzag(n))
+    if n:
+        memcpy(d, &view[0], n)
+    return d + n
+
+
+cdef inline const char* _utf8(object hkey, Py_ssize_t* n) except NULL:
+    """A header key's UTF-8 bytes without a new object: str keeps its UTF-8 form (for an ASCII key
+    its own data; else encoded once and cached in the str), so a repeated key costs no encoding."""
+    if not PyUnicode_Check(hkey):
+        hkey.encode("utf-8")  # the reference's error (AttributeError) for a key that is not a str
+    return PyUnicode_AsUTF8AndSize(hkey, n)
+
+
+cdef Py_ssize_t _headers_size(object hdrs, Py_ssize_t count) except -1:
+    """The encoded size of ``count`` headers (count varint included); checks every key and value."""
+    cdef Py_ssize_t size = _varint_size(_zigzag(count)), i, kn, vn
+    for i in range(count):
+        h = <object>PySequence_Fast_GET_ITEM(hdrs, i)
+        if PyTuple_CheckExact(h) and PyTuple_GET_SIZE(h) == 2:  # what the producer queues: no unpacking
+            hkey = <object>PyTuple_GET_ITEM(h, 0)
+            hvalue = <object>PyTuple_GET_ITEM(h, 1)
+        else:
+            hkey, hvalue = h
+        _utf8(hkey, &kn)
+        size += _varint_size(_zigzag(kn)) + kn
+        if hvalue is None:
+            size += 1
+        else:
+            vn = _value_len(hvalue)
+            size += _varint_size(_zigzag(vn)) + vn
+    return size
+
+
+cdef unsigned char* _put_headers(unsigned char* d, object hdrs, Py_ssize_t count) except NULL:
+    """Write ``count`` headers at ``d`` (sized by _headers_size); the position after them."""
+    cdef Py_ssize_t i, kn
+    cdef const char* kp
+    d += _put_uvarint(d, _zigzag(count))
+    for i in range(count):
+        h = <object>PySequence_Fast_GET_ITEM(hdrs, i)
+        if PyTuple_CheckExact(h) and PyTuple_GET_SIZE(h) == 2:
+            hkey = <object>PyTuple_GET_ITEM(h, 0)
+            hvalue = <object>PyTuple_GET_ITEM(h, 1)
+        else:
+            hkey, hvalue = h
+        kp = _utf8(hkey, &kn)
+        d += _put_uvarint(d, _zigzag(kn))
+        memcpy(d, kp, kn)
+        d += kn
+        if hvalue is None:
+            d[0] = 1  # zigzag(-1)
+            d += 1
+        else:
+            d = _put_value(d, hvalue)
+    return d
+
+
 def encode_records(bytearray out, records, int64_t base_ts):
     """Append the encoded ``records`` (key, value, timestamp, headers) to ``out``, at offset deltas
-    0..n-1; the largest timestamp. ``out`` holds the batch header already; it is resized to fit."""
+    0..n-1; the largest timestamp. ``out`` holds the batch header already; it is resized to fit.
+
+    Headers are written straight into ``out``: their size first (one pass over the keys and values,
+    which also checks them), then their bytes; no object per record or per header for str keys and
+    bytes values (what the producer queues)."""
     cdef Py_ssize_t used = PyByteArray_GET_SIZE(out)
     cdef int64_t max_ts = base_ts, ts, i = 0
     cdef const unsigned char[::1] kv
     cdef const unsigned char[::1] vv
-    cdef Py_ssize_t klen, vlen, body, hsize
+    cdef Py_ssize_t klen, vlen, body, hsize, hcount
     cdef unsigned char* d
-    cdef bytes hdr_bytes
     cdef uint64_t tz
+    cdef object hseq
     for rec in records:
         key, value, t, hdrs = rec
         try:
@@ -469,10 +561,12 @@ def encode_records(bytearray out, records, int64_t base_ts):
             vv = value
             vlen = vv.shape[0]
         if hdrs:
-            hdr_bytes = _encode_headers(hdrs)
-            hsize = len(hdr_bytes)
+            hseq = PySequence_Fast(hdrs, "record headers must be a sequence")
+            hcount = PySequence_Fast_GET_SIZE(hseq)
+            hsize = _headers_size(hseq, hcount)
         else:
-            hdr_bytes = None
+            hseq = None
+            hcount = 0
             hsize = 1
         body = (1 + _varint_size(tz) + _varint_size(_zigzag(i))
                 + _varint_size(_zigzag(klen)) + (klen if klen > 0 else 0)
@@ -492,34 +586,12 @@ def encode_records(bytearray out, records, int64_t base_ts):
         if vlen > 0:
             memcpy(d, &vv[0], vlen)
             d += vlen
-        if hdr_bytes is None:
+        if hseq is None:
             d[0] = 0
             d += 1
         else:
-            memcpy(d, <const char*>hdr_bytes, hsize)
-            d += hsize
+            d = _put_headers(d, hseq, hcount)
         used = d - <unsigned char*>PyByteArray_AS_STRING(out)
         i += 1
     PyByteArray_Resize(out, used)
     return max_ts
-
-
-cdef bytes _encode_headers(hdrs):
-    cdef bytearray out = bytearray()
-    cdef unsigned char buf[10]
-    cdef Py_ssize_t n
-    n = _put_uvarint(buf, _zigzag(len(hdrs)))
-    out += buf[:n]
-    for hkey, hvalue in hdrs:
-        kb = hkey.encode("utf-8")
-        n = _put_uvarint(buf, _zigzag(len(kb)))
-        out += buf[:n]
-        out += kb
-        if hvalue is None:
-            out += b"\x01"
-        else:
-            n = _put_uvarint(buf, _zigzag(len(hvalue)))
-            out += buf[:n]
-            out += hvalue
-    return bytes(out)
-
