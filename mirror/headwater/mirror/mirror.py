@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from headwater.client.admin import Admin
 from headwater.client.cluster import Cluster
@@ -47,6 +48,10 @@ from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.service.supervisor import HealthRegistry, Supervisor
 
 log = logging.getLogger("headwater.mirror")
+
+#: topics planned (target topics created) and partitions claimed at once in a rebalance
+CONCURRENT_SETUPS = 16
+T = TypeVar("T")
 
 
 @dataclass
@@ -237,12 +242,14 @@ class Mirror:
             await asyncio.to_thread(g.register)
         members, topics, deleting = await asyncio.to_thread(lambda: (g.members(), g.topics(), g.deleting()))
         wanted = [t for t in topics if f.flow.matches(t) and t not in deleting]
+        # one thread hop for every topic's partition count, then the topics planned (the target
+        # topics created) CONCURRENT_SETUPS at a time: with hundreds of topics, one after the other
+        # was most of the start-up (docs/performance.md, "The mirror with 2,000 partitions")
+        counts = await asyncio.to_thread(lambda: [(t, len(g.partitions(t))) for t in wanted])
+        counts = [(t, n) for t, n in counts if n > 0]
+        plans = await _bounded(self._plan(f, t, n) for t, n in counts)
         partitions: list[TopicPartition] = []
-        for t in wanted:
-            n = len(await asyncio.to_thread(g.partitions, t))
-            if n == 0:
-                continue
-            plan = await self._plan(f, t, n)
+        for (t, _), plan in zip(counts, plans, strict=True):
             if plan is not None:
                 partitions.extend((t, p) for p in range(plan.mirrored_partitions))
         if g.consumer_id not in members:
@@ -251,13 +258,7 @@ class Mirror:
         before = set(f.copiers)
         await self._stop_copiers(f, sorted(before - mine), release=True)
         f.pending &= mine
-        for tp in sorted(mine - set(f.copiers)):
-            if await asyncio.to_thread(g.claim, tp):
-                f.pending.discard(tp)
-                committed = await asyncio.to_thread(g.take_over, tp)
-                await self._start_copier(f, tp, committed)
-            else:
-                f.pending.add(tp)
+        await _bounded(self._claim(f, tp) for tp in sorted(mine - set(f.copiers)))
         self.metrics.owned.labels(f.flow.name).set(len(f.copiers))
         f.healthy_reason = "mirroring" if f.copiers else "no partitions assigned to this process"
         if set(f.copiers) != before or f.pending:
@@ -365,9 +366,32 @@ class Mirror:
 
     # -- copiers -------------------------------------------------------------------------------
 
-    async def _start_copier(self, f: FlowState, tp: TopicPartition, committed: int | None) -> None:
+    async def _claim(self, f: FlowState, tp: TopicPartition) -> None:
+        """Claim the partition and start its copier, or leave it pending while another member holds
+        it. The ZooKeeper round trips of one claim (owner node, offset node, target offset) run in
+        one thread hop; several claims run at once (kazoo pipelines them on its connection)."""
+        g = f.group
+
+        def claim() -> tuple[bool, int | None, int | None]:
+            if not g.claim(tp):
+                return False, None, None
+            committed = g.take_over(tp)
+            target = g.read_target_offset(tp) if committed is not None and committed >= 0 else None
+            return True, committed, target
+
+        claimed, committed, target = await asyncio.to_thread(claim)
+        if claimed:
+            f.pending.discard(tp)
+            await self._start_copier(f, tp, committed, target)
+        else:
+            f.pending.add(tp)
+
+    async def _start_copier(
+        self, f: FlowState, tp: TopicPartition, committed: int | None, target: int | None = None
+    ) -> None:
         """Start the partition's copier under the supervisor (from ``auto.offset.reset`` when
-        nothing is committed: the copier looks it up itself, supervised)."""
+        nothing is committed: the copier looks it up itself, supervised). ``target``: the target
+        offset committed with ``committed`` (read by :meth:`_claim`)."""
         offset = committed if committed is not None and committed >= 0 else -1
         copier = Copier(
             f,
@@ -379,10 +403,8 @@ class Mirror:
             committed=offset,
             scan_budget=self.scan_budget,
         )
-        if offset >= 0 and copier.fast_path():
-            target = await asyncio.to_thread(f.group.read_target_offset, tp)
-            if target is not None:
-                copier.target_end, copier.resume_scan = target, True
+        if offset >= 0 and copier.fast_path() and target is not None:
+            copier.target_end, copier.resume_scan = target, True
         f.copiers[tp] = copier
         self.supervisor.start(
             copier.unit_name,
@@ -484,6 +506,22 @@ class Mirror:
             await f.fetcher.close()
             await f.source.close()
         await self.target.close()
+
+
+async def _bounded(aws: Iterable[Awaitable[T]], limit: int = CONCURRENT_SETUPS) -> list[T]:
+    """Await ``aws`` at most ``limit`` at a time; their results in order. Every one runs to its end
+    before the first exception (if any) is raised, so none is left running behind a failed rebalance."""
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(aw: Awaitable[T]) -> T:
+        async with semaphore:
+            return await aw
+
+    results = await asyncio.gather(*(one(aw) for aw in aws), return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results  # type: ignore[return-value]
 
 
 def _threadsafe(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> Callable[[], None]:
