@@ -25,6 +25,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 
 from headwater.broker import zk as zkpaths
 from headwater.broker.config import topic_log_config
+from headwater.broker.fetch_session import DEFAULT_SLOTS, CachedPartition, FetchSessionCache
 from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.broker.partition import Partition
 from headwater.broker.replica_fetcher import ReplicaFetcherManager
@@ -50,6 +51,10 @@ class ReplicaManager:
         self.partitions: dict[TP, Partition] = {}
         self.controller_epoch = 0
         self.fetchers = ReplicaFetcherManager(broker, self)
+        #: Fetch sessions (KIP-227) of the followers and consumers fetching from this broker
+        self.fetch_sessions = FetchSessionCache(
+            int(broker.config.raw.get("max.incremental.fetch.session.cache.slots", DEFAULT_SLOTS))
+        )
         self._isr_task: asyncio.Task[None] | None = None
         self._isr_updates: set[asyncio.Task[None]] = set()
 
@@ -225,10 +230,15 @@ class ReplicaManager:
     # -- leader: followers' fetches and the ISR --------------------------------------------------------
 
     def record_follower_fetch(
-        self, part: Partition, replica_id: int, fetch_offset: int, log_start_offset: int = -1
+        self,
+        part: Partition,
+        replica_id: int,
+        fetch_offset: int,
+        log_start_offset: int = -1,
+        session_entry: CachedPartition | None = None,
     ) -> None:
         before = part.low_watermark() if part.log is not None else -1
-        part.update_follower(replica_id, fetch_offset, self.now_ms(), log_start_offset)
+        part.update_follower(replica_id, fetch_offset, self.now_ms(), log_start_offset, session_entry)
         if part.log is not None and part.low_watermark() != before:
             self.broker.purgatory.notify(part.key)  # a DeleteRecords may wait for it
         moved = part.maybe_increment_high_watermark()
