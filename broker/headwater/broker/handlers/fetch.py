@@ -132,7 +132,8 @@ def _idle(broker: HandlerServices, e: CachedPartition, replica_id: int) -> bool:
     """Nothing to answer for this session partition, and nothing its fetch would change: the
     partition is led here at the epoch the client knows, its high watermark and log start offset
     are as last answered, and there is nothing to read (a follower: caught up on the log end, in
-    the ISR, and its state here came from this very session entry)."""
+    the ISR, and its state here - log end and log start offset - came from this very session entry:
+    a moved log start must reach the leader, DeleteRecords waits for it)."""
     part = broker.replicas.partitions.get(e.key)
     if part is None or not part.is_leader:
         return False
@@ -151,6 +152,7 @@ def _idle(broker: HandlerServices, e: CachedPartition, replica_id: int) -> bool:
         st is not None
         and st.session_entry is e
         and st.log_end_offset == e.fetch_offset
+        and (e.log_start_offset < 0 or st.log_start_offset == e.log_start_offset)
         and e.fetch_offset >= log_.log_end_offset
         and replica_id in part.isr
     )
