@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from headwater.broker.storage.log import AppendInfo, Log
 from headwater.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from headwater.broker.fetch_session import CachedPartition
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +35,17 @@ class FollowerState:
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_fetch_ms: int = 0
     log_start_offset: int = UNKNOWN_OFFSET  # as the follower's last fetch said (Fetch v5+)
+    #: the fetch session entry through which the follower last fetched this partition while caught
+    #: up (None: not caught up then, or sessionless). While it is live, every read of the session
+    #: saw the follower caught up here: reads that skip the partition need not touch this state.
+    session_entry: CachedPartition | None = None
+
+    def caught_up_ms(self) -> int:
+        """When the follower was last caught up, counting its fetch session's reads (KIP-227)."""
+        e = self.session_entry
+        if e is not None and e.live():
+            return max(self.last_caught_up_ms, e.session.fetch_ms)
+        return self.last_caught_up_ms
 
 
 @dataclass
@@ -154,12 +169,25 @@ class Partition:
 
     # -- leader: followers and the high watermark --------------------------------------------------
 
-    def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int, log_start_offset: int = -1) -> None:
+    def update_follower(
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        now_ms: int,
+        log_start_offset: int = -1,
+        session_entry: CachedPartition | None = None,
+    ) -> None:
         st = self.followers.get(replica_id)
         if st is None or self.log is None:
             return
         if log_start_offset >= 0:
             st.log_start_offset = log_start_offset
+        e = st.session_entry
+        if e is not None and e is session_entry and e.live():
+            # the session's previous read skipped this partition: the follower was caught up then
+            prev = e.session.prev_fetch_ms
+            st.last_caught_up_ms = max(st.last_caught_up_ms, prev)
+            st.last_fetch_ms = max(st.last_fetch_ms, prev)
         leader_leo = self.log.log_end_offset
         if fetch_offset >= leader_leo:
             st.last_caught_up_ms = now_ms
@@ -168,6 +196,7 @@ class Partition:
         st.log_end_offset = fetch_offset
         st.last_fetch_leader_log_end_offset = leader_leo
         st.last_fetch_ms = now_ms
+        st.session_entry = session_entry if fetch_offset >= leader_leo else None
 
     def low_watermark(self) -> int:
         """The lowest log start offset of the leader and its in-sync followers (DeleteRecords'
@@ -211,7 +240,7 @@ class Partition:
             for r in self.isr
             if r != self.broker_id
             and (st := self.followers.get(r)) is not None
-            and now_ms - st.last_caught_up_ms > max_lag_ms
+            and now_ms - st.caught_up_ms() > max_lag_ms
         ]
 
     # -- follower ----------------------------------------------------------------------------------

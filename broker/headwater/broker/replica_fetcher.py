@@ -18,6 +18,14 @@ Replication throttle (KIP-73, replication_quota.py): while this broker's
 topic's ``follower.replication.throttled.replicas`` and not in sync are left out of the fetch; the
 bytes fetched for throttled partitions are recorded against the rate.
 
+Fetch sessions (KIP-227, ``headwater.broker.fetch_session``): the first request is full (every
+partition, session epoch 0) and the leader answers a session id; later requests list only the
+partitions whose fetch offset, log start offset or leader epoch changed (or that joined), plus the
+ones left out since (parked, throttled, removed) as forgotten, and the answer carries only partitions
+with records, an error or a new high watermark. An idle follower so sends and receives next to
+nothing. FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH (the leader restarted, or evicted
+the session) or a lost connection: the next request is full again (and replaces the old session).
+
 Errors that mean "ask the controller" (NOT_LEADER_FOR_PARTITION, FENCED/UNKNOWN_LEADER_EPOCH)
 park the partition for ``replica.fetch.backoff.ms`` until the next LeaderAndIsr moves it.
 """
@@ -73,6 +81,50 @@ def rotated(items: list[_T], start: int) -> list[_T]:
     return items[k:] + items[:k]
 
 
+SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+
+
+class SessionHandler:
+    """The follower's half of a fetch session with one leader: which fetch state the leader holds
+    for each partition, so a request needs to list only what changed."""
+
+    def __init__(self) -> None:
+        self.session_id = 0
+        self.epoch = 0  # 0: the next request is full (and opens a session)
+        self.sent: dict[TP, tuple[int, int, int, int]] = {}
+
+    def reset(self) -> None:
+        """Start over with a full request (keeping the id, so the leader replaces that session)."""
+        self.epoch = 0
+        self.sent = {}
+
+    def build(self, wanted: dict[TP, tuple[int, int, int, int]]) -> tuple[int, int, list[TP], list[TP]]:
+        """(session_id, epoch, partitions to list, partitions to forget) for the next request, given
+        each wanted partition's (fetch offset, log start offset, leader epoch, max bytes)."""
+        if self.epoch == 0:
+            listed = list(wanted)
+            forgotten: list[TP] = []
+        else:
+            sent = self.sent
+            listed = [tp for tp, st in wanted.items() if sent.get(tp) != st]
+            forgotten = [tp for tp in sent if tp not in wanted]
+        self.sent = dict(wanted)
+        return self.session_id, self.epoch, listed, forgotten
+
+    def on_response(self, error_code: int, session_id: int) -> None:
+        if error_code in SESSION_ERRORS:
+            log.info("fetch session %d: %s; sending a full fetch", self.session_id, ErrorCode.of(error_code).name)
+            self.session_id = 0
+            self.reset()
+        elif error_code != ErrorCode.NONE:
+            self.reset()
+        elif self.epoch == 0:
+            self.session_id = session_id
+            self.epoch = 1 if session_id != 0 else 0  # 0: the leader gave no session; full again
+        else:
+            self.epoch = 1 if self.epoch >= 0x7FFFFFFF else self.epoch + 1
+
+
 @dataclass
 class FetchState:
     partition: Partition
@@ -100,6 +152,7 @@ class ReplicaFetcher:
         self.backoff_s = cfg.replica_fetch_backoff_ms / 1000.0
         self.closed = False
         self._rounds = 0  # fetch requests sent: where the next one starts its partition list
+        self.session = SessionHandler()
         self.task = asyncio.ensure_future(self._run())
 
     def add(self, part: Partition) -> None:
@@ -137,11 +190,13 @@ class ReplicaFetcher:
             except BrokerConnectionError as e:
                 log.info("fetcher for leader %d: %s; retrying", self.leader_id, e)
                 self.conn.close()
+                self.session.reset()
                 await asyncio.sleep(self.backoff_s)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("fetcher for leader %d failed", self.leader_id)
+                self.session.reset()
                 await asyncio.sleep(self.backoff_s)
 
     def _current(self, tp: TP, s: FetchState) -> bool:
@@ -214,38 +269,52 @@ class ReplicaFetcher:
         cfg = self.broker.config
         quota = self.broker.follower_quota
         over = quota.is_quota_exceeded()
-        topics: dict[str, list[dict[str, int]]] = {}
+        max_bytes = cfg.replica_fetch_max_bytes
+        wanted: dict[TP, tuple[int, int, int, int]] = {}
         self._rounds += 1
-        for (t, p), st in rotated(list(ready.items()), self._rounds):
-            if over and self.broker.broker_id not in st.partition.isr and quota.is_throttled((t, p)):
+        for tp, st in rotated(list(ready.items()), self._rounds):
+            if over and self.broker.broker_id not in st.partition.isr and quota.is_throttled(tp):
                 continue
             log_ = st.partition.log
             assert log_ is not None
+            wanted[tp] = (log_.log_end_offset, log_.log_start_offset, st.leader_epoch, max_bytes)
+        if not wanted:  # every partition is throttled right now: wait for the rate to drop
+            await asyncio.sleep(THROTTLED_BACKOFF_S)
+            return
+        session_id, epoch, listed, forgotten = self.session.build(wanted)
+        topics: dict[str, list[dict[str, int]]] = {}
+        for t, p in listed:
+            fetch_offset, log_start, leader_epoch, _ = wanted[(t, p)]
             topics.setdefault(t, []).append(
                 {
                     "partition": p,
-                    "current_leader_epoch": st.leader_epoch,
-                    "fetch_offset": log_.log_end_offset,
-                    "log_start_offset": log_.log_start_offset,
-                    "partition_max_bytes": cfg.replica_fetch_max_bytes,
+                    "current_leader_epoch": leader_epoch,
+                    "fetch_offset": fetch_offset,
+                    "log_start_offset": log_start,
+                    "partition_max_bytes": max_bytes,
                 }
             )
-        if not topics:  # every partition is throttled right now: wait for the rate to drop
-            await asyncio.sleep(THROTTLED_BACKOFF_S)
-            return
+        gone: dict[str, list[int]] = {}
+        for t, p in forgotten:
+            gone.setdefault(t, []).append(p)
         body = {
             "replica_id": self.broker.broker_id,
             "max_wait_ms": self.max_wait_ms,
             "min_bytes": 1,
             "max_bytes": cfg.replica_fetch_response_max_bytes,
             "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
+            "session_id": session_id,
+            "session_epoch": epoch,
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [],
+            "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in gone.items()],
             "rack_id": "",
         }
-        resp = await self.conn.request(FETCH, body, timeout_s=self.max_wait_ms / 1000.0 + 30.0)
+        try:
+            resp = await self.conn.request(FETCH, body, timeout_s=self.max_wait_ms / 1000.0 + 30.0)
+        except BaseException:
+            self.session.reset()  # the leader may or may not have seen it: start over
+            raise
+        self.session.on_response(resp["error_code"], resp["session_id"])
         for t in resp["responses"]:
             for r in t["partitions"]:
                 tp = (t["topic"], r["partition_index"])

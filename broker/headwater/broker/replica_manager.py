@@ -25,6 +25,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 
 from headwater.broker import zk as zkpaths
 from headwater.broker.config import topic_log_config
+from headwater.broker.fetch_session import DEFAULT_SLOTS, CachedPartition, FetchSessionCache
 from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.broker.partition import Partition
 from headwater.broker.replica_fetcher import ReplicaFetcherManager
@@ -54,6 +55,10 @@ class ReplicaManager:
         self.partitions: dict[TP, Partition] = {}
         self.controller_epoch = 0
         self.fetchers = ReplicaFetcherManager(broker, self)
+        #: Fetch sessions (KIP-227) of the followers and consumers fetching from this broker
+        self.fetch_sessions = FetchSessionCache(
+            int(broker.config.raw.get("max.incremental.fetch.session.cache.slots", DEFAULT_SLOTS))
+        )
         self._isr_task: asyncio.Task[None] | None = None
         self._isr_updates: set[asyncio.Task[None]] = set()
         self._isr_changed: set[TP] = set()
@@ -236,14 +241,19 @@ class ReplicaManager:
     # -- leader: followers' fetches and the ISR --------------------------------------------------------
 
     def record_follower_fetch(
-        self, part: Partition, replica_id: int, fetch_offset: int, log_start_offset: int = -1
+        self,
+        part: Partition,
+        replica_id: int,
+        fetch_offset: int,
+        log_start_offset: int = -1,
+        session_entry: CachedPartition | None = None,
     ) -> None:
         # The low watermark can only move when the follower's log start offset does: most fetches
         # (an idle follower's, every round, for each of thousands of partitions) skip computing it
         st = part.followers.get(replica_id)
         start_moves = st is not None and part.log is not None and 0 <= log_start_offset != st.log_start_offset
         before = part.low_watermark() if start_moves else -1
-        part.update_follower(replica_id, fetch_offset, self.now_ms(), log_start_offset)
+        part.update_follower(replica_id, fetch_offset, self.now_ms(), log_start_offset, session_entry)
         if start_moves and part.low_watermark() != before:
             self.broker.purgatory.notify(part.key)  # a DeleteRecords may wait for it
         moved = part.maybe_increment_high_watermark()

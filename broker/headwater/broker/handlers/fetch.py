@@ -8,9 +8,14 @@
 - ``min_bytes`` / ``max_wait_ms``: when fewer bytes than min_bytes are available the request
   waits in the purgatory until appends bring enough or max_wait_ms passes, then answers with
   what there is (possibly nothing). No polling while it waits.
-- Fetch sessions (v7+, KIP-227) are not implemented yet: every answer is sessionless
-  (session_id 0), which tells clients to keep sending full fetch requests; a request naming
-  a session id gets FETCH_SESSION_ID_NOT_FOUND.
+- Fetch sessions (v7+, KIP-227, ``headwater.broker.fetch_session``): session_epoch -1 is
+  sessionless (every partition asked and answered, as librdkafka, kafka-python and aiokafka
+  fetch); epoch 0 opens a session for any client (replica followers and Java-style consumers),
+  answered with its session_id; later epochs list only changed partitions and get only the
+  partitions with records, an error or a new high watermark / log start offset. Partitions of a
+  session the client does not list are read from the fetch state the session keeps; a caught-up
+  one with nothing new is skipped without touching the follower's state (the session's read
+  time stands for it in the ISR check).
 - Per partition errors: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_FOR_PARTITION,
   OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (v9+, current_leader_epoch).
 - No transactions: last_stable_offset is the high watermark, aborted_transactions empty.
@@ -25,9 +30,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import TYPE_CHECKING
 
+from headwater.broker.fetch_session import CachedPartition, FetchSession
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.primitives import FileRegion
 from headwater.protocol.schema import Message
@@ -37,28 +44,72 @@ if TYPE_CHECKING:
     from headwater.broker.partition import Partition
     from headwater.broker.services import HandlerServices
 
+log = logging.getLogger(__name__)
+
 
 async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
-    if request["session_id"] != 0:
-        return {
-            "throttle_time_ms": 0,
-            "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
-            "session_id": 0,
-            "responses": [],
-        }
+    sessions = broker.replicas.fetch_sessions
+    session_id, epoch = request["session_id"], request["session_epoch"]
+    replica_id = request["replica_id"]
+    session: FetchSession | None = None
+    if session_id != 0 and epoch <= 0:
+        sessions.remove(session_id)  # -1 closes it; 0 replaces it with a new one
+    if epoch > 0:
+        try:
+            session = sessions.get(session_id, epoch, replica_id)
+        except KafkaError as err:
+            return {"throttle_time_ms": 0, "error_code": err.code, "session_id": 0, "responses": []}
+        session.next_epoch()
+        for t in request["topics"]:
+            for p in t["partitions"]:
+                session.upsert(t["topic"], p)
+        session.forget((t["topic"], i) for t in request["forgotten_topics_data"] for i in t["partitions"])
+        entries = list(session.partitions.values())
+        incremental = True
+    else:
+        if epoch == 0:
+            size = sum(len(t["partitions"]) for t in request["topics"])
+            now_ms = broker.replicas.now_ms()
+            session = sessions.create(replica_id, size, now_ms)
+            if session is not None and replica_id >= 0:
+                log.info("fetch session %d opened for follower %d (%d partitions)", session.id, replica_id, size)
+            elif session is None and replica_id >= 0 and sessions.max_slots > 0 and sessions.warn_due(now_ms):
+                log.warning(
+                    "no fetch session for follower %d (%d partitions): max.incremental.fetch.session.cache.slots=%d "
+                    "are taken; it fetches sessionless (logged once a minute)",
+                    replica_id,
+                    size,
+                    sessions.max_slots,
+                )
+        transient = session or FetchSession(0, replica_id, closed=True)
+        for t in request["topics"]:
+            for p in t["partitions"]:
+                transient.upsert(t["topic"], p)
+        entries = list(transient.partitions.values())
+        incremental = False
+    if session is not None and incremental and entries:
+        session.rounds += 1  # start one further along each time, so no partition starves
+        k = session.rounds % len(entries)
+        entries = entries[k:] + entries[:k]
     deadline = time.monotonic() + max(0, request["max_wait_ms"]) / 1000.0
     min_bytes = request["min_bytes"]
-    keys = [(t["topic"], p["partition"]) for t in request["topics"] for p in t["partitions"]]
+    keys = [e.key for e in entries]
     while True:
-        responses, total, errors = _read(broker, request)
+        if session is not None:
+            session.mark_read(broker.replicas.now_ms())
+        responses, total, errors, sent = _read(broker, replica_id, request["max_bytes"], entries, session, incremental)
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errors or remaining <= 0 or not keys:
             break
         await broker.purgatory.wait(keys, remaining)
         await asyncio.sleep(0)
-    if request["replica_id"] >= 0:
+    for entry, out in sent:
+        entry.high_watermark = out["high_watermark"]
+        entry.leader_log_start_offset = out["log_start_offset"]
+    if replica_id >= 0:
         _record_throttled(broker, responses)
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
+    sid = session.id if session is not None and not session.closed else 0
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": sid, "responses": responses}
 
 
 def _leader_throttles(broker: HandlerServices, part: Partition, replica_id: int) -> bool:
@@ -77,58 +128,127 @@ def _record_throttled(broker: HandlerServices, responses: list[Message]) -> None
                 quota.record(size)
 
 
-def _read(broker: HandlerServices, request: Message) -> tuple[list[Message], int, bool]:
-    replica_id = request["replica_id"]
-    budget = request["max_bytes"]
+def _idle(broker: HandlerServices, e: CachedPartition, replica_id: int) -> bool:
+    """Nothing to answer for this session partition, and nothing its fetch would change: the
+    partition is led here at the epoch the client knows, its high watermark and log start offset
+    are as last answered, and there is nothing to read (a follower: caught up on the log end, in
+    the ISR, and its state here - log end and log start offset - came from this very session entry:
+    a moved log start must reach the leader, DeleteRecords waits for it)."""
+    part = broker.replicas.partitions.get(e.key)
+    if part is None or not part.is_leader:
+        return False
+    log_ = part.log
+    assert log_ is not None
+    if (
+        (e.current_leader_epoch >= 0 and e.current_leader_epoch != part.leader_epoch)
+        or part.high_watermark != e.high_watermark
+        or log_.log_start_offset != e.leader_log_start_offset
+    ):
+        return False
+    if replica_id < 0:
+        return e.fetch_offset >= part.high_watermark
+    st = part.followers.get(replica_id)
+    return (
+        st is not None
+        and st.session_entry is e
+        and st.log_end_offset == e.fetch_offset
+        and (e.log_start_offset < 0 or st.log_start_offset == e.log_start_offset)
+        and e.fetch_offset >= log_.log_end_offset
+        and replica_id in part.isr
+    )
+
+
+def _read(
+    broker: HandlerServices,
+    replica_id: int,
+    budget: int,
+    entries: list[CachedPartition],
+    session: FetchSession | None,
+    incremental: bool,
+) -> tuple[list[Message], int, bool, list[tuple[CachedPartition, Message]]]:
+    """Read every entry (an incremental session read skips the idle ones and answers only the
+    partitions that have something to say). Synchronous: a session read is one instant. Also
+    returns each answered entry with its answer: what the session remembers as sent, once this read
+    is the one answered."""
     total = 0
     errors = False
-    responses: list[Message] = []
-    for t in request["topics"]:
-        name = t["topic"]
-        parts: list[Message] = []
-        for p in t["partitions"]:
-            out: Message = {
-                "partition_index": p["partition"],
-                "error_code": ErrorCode.NONE,
-                "high_watermark": -1,
-                "last_stable_offset": -1,
-                "log_start_offset": -1,
-                "aborted_transactions": [],
-                "preferred_read_replica": -1,
-                "records": b"",
-            }
-            parts.append(out)
-            try:
-                part, log_ = broker.replicas.leader_partition(name, p["partition"], p["current_leader_epoch"])
-            except KafkaError as e:
-                out["error_code"] = e.code
-                errors = True
-                continue
-            if replica_id >= 0:
-                broker.replicas.record_follower_fetch(part, replica_id, p["fetch_offset"], p["log_start_offset"])
-            hw = part.high_watermark
-            out["high_watermark"] = hw
-            out["last_stable_offset"] = hw
-            out["log_start_offset"] = log_.log_start_offset
-            limit = min(p["partition_max_bytes"], budget - total)
-            if limit <= 0 and total > 0:
-                continue
-            if replica_id >= 0 and _leader_throttles(broker, part, replica_id):
-                continue  # KIP-73: no records for a throttled, out-of-sync follower over the rate
-            try:
-                data = log_.read(
-                    p["fetch_offset"],
-                    max(limit, 0),
-                    max_offset=None if replica_id >= 0 else hw,
-                    min_one_batch=total == 0,
-                )
-            except KafkaError as e:
-                out["error_code"] = e.code
-                errors = True
-                continue
-            if data.region is not None and data.region.size > 0:
-                out["records"] = data.region
-                total += data.region.size
-                broker.metrics.topic_out_child(name).inc(data.region.size)
-        responses.append({"topic": name, "partitions": parts})
-    return responses, total, errors
+    by_topic: dict[str, list[Message]] = {}
+    sent: list[tuple[CachedPartition, Message]] = []
+    in_session = session is not None and not session.closed
+    for e in entries:
+        if incremental and _idle(broker, e, replica_id):
+            continue
+        name, index = e.key
+        out: Message = {
+            "partition_index": index,
+            "error_code": ErrorCode.NONE,
+            "high_watermark": -1,
+            "last_stable_offset": -1,
+            "log_start_offset": -1,
+            "aborted_transactions": [],
+            "preferred_read_replica": -1,
+            "records": b"",
+        }
+        _read_one(broker, replica_id, budget, e, out, total, in_session)
+        size = _size(out["records"])
+        total += size
+        if out["error_code"] != ErrorCode.NONE:
+            errors = True
+        elif (
+            incremental
+            and not size
+            and out["high_watermark"] == e.high_watermark
+            and out["log_start_offset"] == e.leader_log_start_offset
+        ):
+            continue  # nothing new for this partition: left out of an incremental answer
+        sent.append((e, out))
+        by_topic.setdefault(name, []).append(out)
+    responses = [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
+    return responses, total, errors, sent
+
+
+def _size(records: object) -> int:
+    return records.size if isinstance(records, FileRegion) else len(records or b"")  # type: ignore[arg-type]
+
+
+def _read_one(
+    broker: HandlerServices,
+    replica_id: int,
+    budget: int,
+    e: CachedPartition,
+    out: Message,
+    total: int,
+    in_session: bool,
+) -> None:
+    name, index = e.key
+    try:
+        part, log_ = broker.replicas.leader_partition(name, index, e.current_leader_epoch)
+    except KafkaError as err:
+        out["error_code"] = err.code
+        return
+    if replica_id >= 0:
+        broker.replicas.record_follower_fetch(
+            part, replica_id, e.fetch_offset, e.log_start_offset, e if in_session else None
+        )
+    hw = part.high_watermark
+    out["high_watermark"] = hw
+    out["last_stable_offset"] = hw
+    out["log_start_offset"] = log_.log_start_offset
+    limit = min(e.max_bytes, budget - total)
+    if limit <= 0 and total > 0:
+        return
+    if replica_id >= 0 and _leader_throttles(broker, part, replica_id):
+        return  # KIP-73: no records for a throttled, out-of-sync follower over the rate
+    try:
+        data = log_.read(
+            e.fetch_offset,
+            max(limit, 0),
+            max_offset=None if replica_id >= 0 else hw,
+            min_one_batch=total == 0,
+        )
+    except KafkaError as err:
+        out["error_code"] = err.code
+        return
+    if data.region is not None and data.region.size > 0:
+        out["records"] = data.region
+        broker.metrics.topic_out_child(name).inc(data.region.size)
