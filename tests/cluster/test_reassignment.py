@@ -294,7 +294,14 @@ def _run_rebalance_playbook(c: Cluster, tmp_path: Path, broker_ids: list[int], t
         "ansible_become": False,
     }
     run = subprocess.run(
-        ["ansible-playbook", "-i", str(inventory), "rebalance.yml", "-e", json.dumps(extra)],
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            str(inventory),
+            "rebalance.yml",
+            "-e",
+            json.dumps(extra),
+        ],
         cwd=ansible_dir,
         capture_output=True,
         text=True,
