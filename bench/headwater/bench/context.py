@@ -55,9 +55,16 @@ class Plan:
     probe_seconds: float
     baseline_bytes: int
     baseline_seconds: float
+    #: the ``scale`` scenario's cluster sizes when given (``--scale-partitions``), else its own
+    scale_partitions: tuple[int, ...] = ()
 
     @staticmethod
-    def make(quick: bool, runs: int | None = None, stored_gib: float | None = None) -> Plan:
+    def make(
+        quick: bool,
+        runs: int | None = None,
+        stored_gib: float | None = None,
+        scale_partitions: tuple[int, ...] = (),
+    ) -> Plan:
         if quick:
             return Plan(
                 quick=True,
@@ -71,6 +78,7 @@ class Plan:
                 probe_seconds=3.0,
                 baseline_bytes=64 * MIB,
                 baseline_seconds=0.5,
+                scale_partitions=scale_partitions,
             )
         return Plan(
             quick=False,
@@ -84,6 +92,7 @@ class Plan:
             probe_seconds=10.0,
             baseline_bytes=256 * MIB,
             baseline_seconds=1.0,
+            scale_partitions=scale_partitions,
         )
 
     def count(self, full: int, minimum: int = 100) -> int:

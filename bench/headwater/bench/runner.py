@@ -52,6 +52,7 @@ class Options:
     workdir: Path | None = None
     keep: bool = False
     stored_gib: float | None = None
+    scale_partitions: tuple[int, ...] = ()
     profile: bool = False
     verbose: bool = True
     command: str = "headwater bench"
@@ -68,7 +69,7 @@ FIXED_NOTES = [
 
 def run(options: Options) -> tuple[Report, Path, Path]:
     started = time.monotonic()
-    plan = Plan.make(options.quick, options.runs, options.stored_gib)
+    plan = Plan.make(options.quick, options.runs, options.stored_gib, options.scale_partitions)
     own_workdir = options.workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="headwater-bench-")) if own_workdir else Path(str(options.workdir))
     workdir.mkdir(parents=True, exist_ok=True)

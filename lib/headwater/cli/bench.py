@@ -34,6 +34,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="GiB held by scenario 4's full log (default 2; 0.25 with --quick)",
     )
+    p.add_argument(
+        "--scale-partitions",
+        default=None,
+        metavar="N,N",
+        help="the scale scenario's cluster sizes in partitions (default 1000,5000,10000; 1000 with --quick)",
+    )
     p.add_argument("--profile", action="store_true", help="also profile the broker with py-spy")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_run)
@@ -57,6 +63,11 @@ def _run(args: argparse.Namespace) -> int:
             f"headwater bench: unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(ALL)}", file=sys.stderr
         )
         return 2
+    try:
+        scale_partitions = _sizes(args.scale_partitions)
+    except ValueError as e:
+        print(f"headwater bench: --scale-partitions {args.scale_partitions!r}: {e}", file=sys.stderr)
+        return 2
     options = Options(
         quick=args.quick,
         runs=args.runs,
@@ -65,6 +76,7 @@ def _run(args: argparse.Namespace) -> int:
         workdir=args.workdir,
         keep=args.keep,
         stored_gib=args.stored_gib,
+        scale_partitions=scale_partitions,
         profile=args.profile,
         verbose=not args.quiet,
         command=shlex.join(["headwater", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"] else "headwater bench",
@@ -73,3 +85,14 @@ def _run(args: argparse.Namespace) -> int:
     sys.stdout.write(report.markdown())
     print(f"\nwrote {md} and {js}", file=sys.stderr)
     return 0
+
+
+def _sizes(text: str | None) -> tuple[int, ...]:
+    """``1000,10000`` -> (1000, 10000); each a positive multiple of 20 (the scenario's topics have 20)."""
+    if text is None:
+        return ()
+    sizes = tuple(int(s.strip().replace("_", "")) for s in text.split(",") if s.strip())
+    bad = [n for n in sizes if n <= 0 or n % 20]
+    if not sizes or bad:
+        raise ValueError("give positive multiples of 20, comma-separated (topics of 20 partitions)")
+    return sizes

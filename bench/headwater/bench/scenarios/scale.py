@@ -165,7 +165,7 @@ def measure(workdir: Path, zk_connect: str, partitions: int, log: Callable[[str]
 
 
 def run(bench: Bench) -> list[Row]:
-    sizes = QUICK_SIZES if bench.plan.quick else SIZES
+    sizes = bench.plan.scale_partitions or (QUICK_SIZES if bench.plan.quick else SIZES)
     rows: list[Row] = []
 
     def row(case: str, primary: str, goal: Goal | None, partitions: int) -> Row:
