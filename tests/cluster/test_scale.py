@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from headwater.bench.scenarios.scale import OVERRIDES, create_topics, partitions_seen, wait_until
+from headwater.bench.scenarios.scale import OVERRIDES, create_topics, metadata_round_trips, partitions_seen, wait_until
 from headwater.testing.cluster import LocalCluster
 
 PARTITIONS = 2_000
@@ -24,6 +24,7 @@ BOUND_S = 40.0
 def test_failover_restart_and_controlled_shutdown_with_2000_partitions(tmp_path: Path, zk_connect: str) -> None:
     with LocalCluster(tmp_path, 3, zk_connect=zk_connect, overrides=OVERRIDES) as cluster:
         create_topics(cluster.bootstrap, PREFIX, PARTITIONS, lambda _msg: None)
+        assert all(t > 0 for t in metadata_round_trips(cluster.brokers[0].bootstrap, 2))  # the bench's raw request
 
         from confluent_kafka.admin import AdminClient
 

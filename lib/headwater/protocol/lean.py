@@ -1,4 +1,5 @@
-"""A lean codec path for the hottest messages: Produce and Fetch requests, Produce responses.
+"""A lean codec path for the hottest messages: Produce and Fetch requests, Produce and Metadata
+responses (a Metadata answer for every topic of a cluster with 10,000 partitions is 70,000 fields).
 
 The schema interpreter (:mod:`headwater.protocol.schema`) walks field lists and calls a function
 per field; for a small Produce request that is most of the ~10 us the broker spends decoding and
@@ -20,7 +21,14 @@ from typing import Any
 
 from headwater.protocol.schema import Message
 
-__all__ = ["LEAN_REQUEST_DECODERS", "LEAN_RESPONSE_ENCODERS", "decode_fetch_request", "decode_produce_request"]
+__all__ = [
+    "LEAN_REQUEST_DECODERS",
+    "LEAN_RESPONSE_ENCODERS",
+    "decode_fetch_request",
+    "decode_produce_request",
+    "encode_metadata_response",
+    "encode_produce_response",
+]
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -232,5 +240,89 @@ def encode_produce_response(correlation_id: int, version: int, body: Message) ->
     return [bytes(out)]
 
 
+_AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+_PARTITION_STRUCTS: dict[tuple[int, int, int, int], struct.Struct] = {}
+
+
+def _partition_struct(version: int, replicas: int, isr: int, offline: int) -> struct.Struct:
+    """The packing of one Metadata partition: error_code, partition_index, leader_id, leader_epoch
+    (v7+), then replica_nodes, isr_nodes and offline_replicas (v5+), each an array of int32."""
+    key = (7 if version >= 7 else 5 if version >= 5 else 0, replicas, isr, offline)
+    got = _PARTITION_STRUCTS.get(key)
+    if got is None:
+        fmt = ">hii" + ("i" if key[0] == 7 else "") + f"i{replicas}ii{isr}i" + (f"i{offline}i" if key[0] >= 5 else "")
+        got = _PARTITION_STRUCTS[key] = struct.Struct(fmt)
+    return got
+
+
+def _put_string(out: bytearray, value: object, nullable: bool) -> bool:
+    if value is None and nullable:
+        out += b"\xff\xff"
+        return True
+    if not isinstance(value, str):
+        return False
+    raw = value.encode("utf-8")
+    if len(raw) > 0x7FFF:
+        return False
+    out += _I16.pack(len(raw))
+    out += raw
+    return True
+
+
+def encode_metadata_response(correlation_id: int, version: int, body: Message) -> list[bytes] | None:
+    """A Metadata v0-8 response frame (size prefix included)."""
+    out = bytearray(8)
+    try:
+        if version >= 3:
+            out += _I32.pack(body["throttle_time_ms"])
+        brokers: list[Any] = body["brokers"]
+        out += _I32.pack(len(brokers))
+        for b in brokers:
+            out += _I32.pack(b["node_id"])
+            if not _put_string(out, b["host"], False):
+                return None
+            out += _I32.pack(b["port"])
+            if version >= 1 and not _put_string(out, b["rack"], True):
+                return None
+        if version >= 2 and not _put_string(out, body["cluster_id"], True):
+            return None
+        if version >= 1:
+            out += _I32.pack(body["controller_id"])
+        topics: list[Any] = body["topics"]
+        out += _I32.pack(len(topics))
+        for t in topics:
+            out += _I16.pack(t["error_code"])
+            if not _put_string(out, t["name"], False):
+                return None
+            if version >= 1:
+                out += b"\x01" if t["is_internal"] else b"\x00"
+            partitions: list[Any] = t["partitions"]
+            out += _I32.pack(len(partitions))
+            for p in partitions:
+                replicas: list[int] = p["replica_nodes"]
+                isr: list[int] = p["isr_nodes"]
+                if version >= 5:
+                    offline: list[int] = p["offline_replicas"]
+                    packing = _partition_struct(version, len(replicas), len(isr), len(offline))
+                else:
+                    offline = []
+                    packing = _partition_struct(version, len(replicas), len(isr), 0)
+                head: tuple[int, ...] = (p["error_code"], p["partition_index"], p["leader_id"])
+                if version >= 7:
+                    head += (p["leader_epoch"],)
+                if version >= 5:
+                    out += packing.pack(*head, len(replicas), *replicas, len(isr), *isr, len(offline), *offline)
+                else:
+                    out += packing.pack(*head, len(replicas), *replicas, len(isr), *isr)
+            if version >= 8:
+                out += _I32.pack(t["topic_authorized_operations"])
+        if version >= 8:
+            out += _I32.pack(body["cluster_authorized_operations"])
+        _SIZE_CORRELATION.pack_into(out, 0, len(out) - 4, correlation_id)
+    except (KeyError, TypeError, AttributeError, struct.error, UnicodeEncodeError):
+        return None  # a field left to its default, or a value that does not fit: the interpreter's way
+    return [bytes(out)]
+
+
 LEAN_REQUEST_DECODERS: dict[int, Decoder] = {0: decode_produce_request, 1: decode_fetch_request}
-LEAN_RESPONSE_ENCODERS: dict[int, Encoder] = {0: encode_produce_response}
+LEAN_RESPONSE_ENCODERS: dict[int, Encoder] = {0: encode_produce_response, 3: encode_metadata_response}

@@ -2,7 +2,7 @@
 
 For generated Produce and Fetch requests of every version the lean decoders give the interpreter's
 dict; for damaged ones they give it too or step aside (None), never a different answer, and never an
-answer where the interpreter refuses the input. Produce responses encode to the same bytes.
+answer where the interpreter refuses the input. Produce and Metadata responses encode to the same bytes.
 """
 
 from __future__ import annotations
@@ -12,10 +12,15 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headwater.protocol.apis import FETCH, PRODUCE
+from headwater.protocol.apis import FETCH, METADATA, PRODUCE
 from headwater.protocol.errors import DecodeError
 from headwater.protocol.frames import decode_request, decode_request_header, encode_request, encode_response
-from headwater.protocol.lean import decode_fetch_request, decode_produce_request, encode_produce_response
+from headwater.protocol.lean import (
+    decode_fetch_request,
+    decode_produce_request,
+    encode_metadata_response,
+    encode_produce_response,
+)
 from headwater.protocol.primitives import Reader, Writer
 from headwater.protocol.schema import Api
 
@@ -193,6 +198,81 @@ def test_produce_responses_encode_as_the_interpreter_does(body: dict[str, Any], 
     expected = len(payload).to_bytes(4, "big", signed=True) + payload
     assert b"".join(encode_produce_response(correlation, version, body) or []) == expected
     assert b"".join(p for p in encode_response(correlation, PRODUCE, version, body) if isinstance(p, bytes)) == expected
+
+
+NODES = st.lists(I32, max_size=4)
+METADATA_RESPONSES = st.fixed_dictionaries(
+    {
+        "throttle_time_ms": I32,
+        "brokers": st.lists(
+            st.fixed_dictionaries({"node_id": I32, "host": NAME, "port": I32, "rack": st.none() | NAME}), max_size=3
+        ),
+        "cluster_id": st.none() | NAME,
+        "controller_id": I32,
+        "topics": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "error_code": I16,
+                    "name": NAME,
+                    "is_internal": st.booleans(),
+                    "partitions": st.lists(
+                        st.fixed_dictionaries(
+                            {
+                                "error_code": I16,
+                                "partition_index": I32,
+                                "leader_id": I32,
+                                "leader_epoch": I32,
+                                "replica_nodes": NODES,
+                                "isr_nodes": NODES,
+                                "offline_replicas": NODES,
+                            }
+                        ),
+                        max_size=4,
+                    ),
+                    "topic_authorized_operations": I32,
+                }
+            ),
+            max_size=3,
+        ),
+        "cluster_authorized_operations": I32,
+    }
+)
+
+
+def _interpreted(api: Api, version: int, correlation: int, body: dict[str, Any]) -> bytes:
+    w = Writer()
+    w.int32(correlation)
+    api.response.encode(w, version, body)
+    payload = w.getvalue()
+    return len(payload).to_bytes(4, "big", signed=True) + payload
+
+
+@PROPS
+@given(METADATA_RESPONSES, st.integers(0, 8), I32)
+def test_metadata_responses_encode_as_the_interpreter_does(
+    body: dict[str, Any], version: int, correlation: int
+) -> None:
+    expected = _interpreted(METADATA, version, correlation, body)
+    assert b"".join(encode_metadata_response(correlation, version, body) or []) == expected
+    assert (
+        b"".join(p for p in encode_response(correlation, METADATA, version, body) if isinstance(p, bytes)) == expected
+    )
+
+
+def test_metadata_fields_left_to_their_defaults_are_the_interpreters() -> None:
+    body = {
+        "throttle_time_ms": 0,
+        "brokers": [],
+        "cluster_id": None,
+        "controller_id": 1,
+        "topics": [{"error_code": 3, "name": "gone", "is_internal": False, "partitions": []}],
+        "cluster_authorized_operations": 0,
+    }
+    assert encode_metadata_response(1, 8, body) is None  # no topic_authorized_operations: step aside
+    parts = encode_response(1, METADATA, 8, body)
+    assert b"".join(p for p in parts if isinstance(p, bytes)) == _interpreted(METADATA, 8, 1, body)
+    too_long = dict(body, topics=[{**body["topics"][0], "name": "x" * 40_000, "topic_authorized_operations": 0}])
+    assert encode_metadata_response(1, 8, too_long) is None
 
 
 def test_values_that_do_not_fit_are_left_to_the_interpreter() -> None:

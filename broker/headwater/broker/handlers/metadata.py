@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NOT_REQUESTED = -(2**31)
+NONE = ErrorCode.NONE
+LEADER_NOT_AVAILABLE = ErrorCode.LEADER_NOT_AVAILABLE
 
 
 async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
@@ -41,6 +43,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
     allow_auto = broker.config.auto_create_topics_enable and (ctx.version < 4 or request["allow_auto_topic_creation"])
 
     topics: list[Message] = []
+    live = cache.brokers
     for name in names:
         info = cache.topics.get(name)
         if info is None or not info.partitions:
@@ -49,18 +52,19 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
             topics.append(await _missing_topic(broker, name, create))
             continue
         partitions = []
-        for p in sorted(info.partitions.values(), key=lambda p: p.partition):
-            offline = [r for r in p.replicas if r not in cache.brokers]
-            leader_live = p.leader >= 0 and p.leader in cache.brokers
+        for index in sorted(info.partitions):
+            p = info.partitions[index]
+            replicas, leader = p.replicas, p.leader
+            leader_live = leader in live  # -1 is never a live broker
             partitions.append(
                 {
-                    "error_code": ErrorCode.NONE if leader_live else ErrorCode.LEADER_NOT_AVAILABLE,
-                    "partition_index": p.partition,
-                    "leader_id": p.leader if leader_live else -1,
+                    "error_code": NONE if leader_live else LEADER_NOT_AVAILABLE,
+                    "partition_index": index,
+                    "leader_id": leader if leader_live else -1,
                     "leader_epoch": p.leader_epoch,
-                    "replica_nodes": p.replicas,
+                    "replica_nodes": replicas,
                     "isr_nodes": p.isr,
-                    "offline_replicas": offline,
+                    "offline_replicas": [r for r in replicas if r not in live],
                 }
             )
         topics.append(
@@ -94,7 +98,13 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
 
 async def _missing_topic(broker: HandlerServices, name: str, create: bool) -> Message:
     def answer(code: ErrorCode) -> Message:
-        return {"error_code": code, "name": name, "is_internal": False, "partitions": []}
+        return {
+            "error_code": code,
+            "name": name,
+            "is_internal": False,
+            "partitions": [],
+            "topic_authorized_operations": NOT_REQUESTED,
+        }
 
     if not create:
         # Kafka 2.3 (KafkaApis.getTopicMetadata) checks the name only when it tries to create the
