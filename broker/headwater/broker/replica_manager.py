@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import TYPE_CHECKING
 
 from kazoo.exceptions import BadVersionError, NoNodeError
@@ -57,7 +58,7 @@ class ReplicaManager:
         self.fetchers = ReplicaFetcherManager(broker, self)
         #: Fetch sessions (KIP-227) of the followers and consumers fetching from this broker
         self.fetch_sessions = FetchSessionCache(
-            int(broker.config.raw.get("max.incremental.fetch.session.cache.slots", DEFAULT_SLOTS))
+            int(broker.config.raw.get("max.incremental.fetch.session.cache.slots", DEFAULT_SLOTS)), broker.purgatory
         )
         self._isr_task: asyncio.Task[None] | None = None
         self._isr_updates: set[asyncio.Task[None]] = set()
@@ -165,6 +166,9 @@ class ReplicaManager:
         topic, index = st["topic_name"], st["partition_index"]
         cfg = topic_log_config(self.broker.config.log_defaults, self.broker.cache.config_of(topic))
         log_ = self.broker.log_manager.get_log(topic, index) or self.broker.log_manager.create_log(topic, index, cfg)
+        # every move of its log end or log start offset wakes (and marks dirty for) the fetches
+        # watching it: fetch sessions skip the partitions nothing notified (fetch_session.py)
+        log_.on_offsets_moved = partial(self.broker.purgatory.notify, (topic, index))
         if part is None:
             part = self.partitions[(topic, index)] = Partition(topic, index, self.broker_id)
             # Where the high watermark was when this broker last checkpointed it (never past the
