@@ -294,7 +294,10 @@ class ReplicaManager:
             now = self.now_ms()
             for part in list(self.partitions.values()):
                 try:
-                    await self._maintain_isr(part, now, lag)
+                    # a synchronous look first: a coroutine per partition and pass would cost more
+                    # than the check itself at thousands of partitions
+                    if part.is_leader and not part.isr_update_in_flight and part.out_of_sync(now, lag):
+                        await self._maintain_isr(part, now, lag)
                 except asyncio.CancelledError:
                     raise
                 except Exception:
@@ -401,10 +404,11 @@ class ReplicaManager:
         m.leader_count.set(len(leaders))
         m.partition_count.set(len(self.partitions))
         m.under_replicated.set(sum(1 for p in leaders if len(p.isr) < len(p.replicas)))
-        min_isr = self.broker.config.min_insync_replicas
-        under_min = {
-            p.key: len(p.isr) < int(self.broker.cache.config_of(p.topic).get("min.insync.replicas", min_isr))
-            for p in leaders
-        }
+        default_min_isr = self.broker.config.min_insync_replicas
+        min_isr: dict[str, int] = {}  # per topic, looked up once a pass
+        for p in leaders:
+            if p.topic not in min_isr:
+                min_isr[p.topic] = int(self.broker.cache.config_of(p.topic).get("min.insync.replicas", default_min_isr))
+        under_min = {p.key: len(p.isr) < min_isr[p.topic] for p in leaders}
         m.under_min_isr.set(sum(under_min.values()))
         m.set_led_partitions({p.key: (len(p.isr), under_min[p.key]) for p in leaders})
