@@ -47,6 +47,11 @@ newest snapshot at or below the log end plus the batches after it.
 Concurrency: a Log is not thread-safe. The broker calls it from its single asyncio thread (the
 log manager may load and shut down logs from a worker thread while nothing else uses them).
 ``FileRegion``s returned by :meth:`Log.read` may be sent from anywhere: they keep their file open.
+
+Observers, instead of walks over every log: ``on_offsets_moved`` is called after every move of the
+log end or log start offset (append, truncation, full truncation, DeleteRecords, retention, a
+cleaned first segment dropped), ``on_roll`` after every roll. Both are called on the asyncio thread
+(nothing that runs on a worker thread moves an offset or rolls) and must not raise.
 """
 
 from __future__ import annotations
