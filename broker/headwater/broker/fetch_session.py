@@ -17,19 +17,42 @@ than the one last sent. Idle followers then cost one tiny request and response p
   the newcomer is stronger: followers' (privileged) sessions over consumers', then more partitions
   over fewer, as Kafka's FetchSessionCache. A request that gets no slot is answered sessionless
   (session id 0) and keeps sending full requests.
-- Every partition of a session is looked at on every read of that session (its ``fetch_ms``): the
-  leader's ISR check treats a follower that was caught up on a partition when the session last
-  read it as caught up at the session's last read (see ``Partition.out_of_sync``), so partitions an
-  idle follower no longer lists do not drop out of the ISR; a follower that stops fetching stops the
-  session's clock and is shrunk as before.
+- Every partition of a session counts as looked at on every read of that session (its
+  ``fetch_ms``): the leader's ISR check treats a follower that was caught up on a partition when the
+  session last read it as caught up at the session's last read (see ``Partition.out_of_sync``), so
+  partitions an idle follower no longer lists do not drop out of the ISR; a follower that stops
+  fetching stops the session's clock and is shrunk as before.
+- A read looks only at the session's *dirty* partitions (:attr:`FetchSession.dirty`): an incremental
+  read that finds a partition idle (``handlers/fetch.py`` ``_idle``: nothing to answer, nothing the
+  fetch would change) drops it from the set, and it comes back when something it depends on may
+  have changed. The session listens to each of its partitions in the purgatory (registered once,
+  not per request), so every ``Purgatory.notify`` of one marks it dirty and wakes the session's
+  waiting Fetch. Invariant: at every read, a partition not in the set is idle, so skipping it is the
+  read the old full walk would have made. What ``_idle`` depends on, and what marks the entry dirty:
+
+  ====================================================  ============================================
+  the client's fetch state (offset, log start, epoch)    :meth:`FetchSession.upsert` (listed again)
+  what was last answered (high watermark, log start)     only changed for answered, so dirty, entries
+  the partition's role, leader epoch, ISR, follower set  LeaderAndIsr / StopReplica / ZooKeeper session
+                                                         lost / ISR write: ``purgatory.notify(_all)``
+  its high watermark                                     every move notifies (append, follower fetch,
+                                                         ISR change, becoming leader)
+  its log end and log start offset                       the log's ``on_offsets_moved`` (append,
+                                                         truncation, DeleteRecords, retention, cleaner)
+  the follower's state here (log end, log start,         changed only by fetches: this entry's own
+  ``session_entry``)                                     reads, or another fetch of the same replica,
+                                                         which marks the entry it replaces dirty
+  ====================================================  ============================================
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from headwater.broker.purgatory import Purgatory
 from headwater.protocol.errors import ErrorCode, KafkaError
 
 TP = tuple[str, int]
@@ -57,6 +80,15 @@ class CachedPartition:
         s = self.session
         return not s.closed and s.partitions.get(self.key) is self
 
+    def notified(self) -> None:
+        """Something its idleness depends on may have changed (the purgatory's listener call)."""
+        self.session.mark_dirty(self)
+
+
+def _settle(fut: asyncio.Future[bool], notified: bool) -> None:
+    if not fut.done():
+        fut.set_result(notified)
+
 
 @dataclass(eq=False)
 class FetchSession:
@@ -71,6 +103,11 @@ class FetchSession:
     prev_fetch_ms: int = 0
     closed: bool = False
     rounds: int = 0
+    #: where its partitions listen for notifications (None: a request's transient session)
+    registry: Purgatory | None = None
+    #: the partitions a read must look at (insertion order; see the module docstring)
+    dirty: dict[TP, CachedPartition] = field(default_factory=dict)
+    _waiters: set[asyncio.Future[bool]] = field(default_factory=set)
 
     @property
     def privileged(self) -> bool:
@@ -80,7 +117,7 @@ class FetchSession:
         key = (topic, p["partition"])
         e = self.partitions.get(key)
         if e is None:
-            self.partitions[key] = CachedPartition(
+            e = self.partitions[key] = CachedPartition(
                 self,
                 key,
                 p["fetch_offset"],
@@ -88,15 +125,74 @@ class FetchSession:
                 p["partition_max_bytes"],
                 p["current_leader_epoch"],
             )
+            if self.registry is not None and not self.closed:
+                self.registry.listen(key, e)
         else:
             e.fetch_offset = p["fetch_offset"]
             e.log_start_offset = p["log_start_offset"]
             e.max_bytes = p["partition_max_bytes"]
             e.current_leader_epoch = p["current_leader_epoch"]
+        self.dirty[key] = e
 
     def forget(self, keys: Iterable[TP]) -> None:
         for k in keys:
-            self.partitions.pop(k, None)
+            e = self.partitions.pop(k, None)
+            if e is not None:
+                self._drop(e)
+
+    def _drop(self, e: CachedPartition) -> None:
+        if self.dirty.get(e.key) is e:
+            del self.dirty[e.key]
+        if self.registry is not None:
+            self.registry.unlisten(e.key, e)
+
+    def close(self) -> None:
+        """Closed (removed or evicted): its partitions stop listening, a waiting read wakes up."""
+        self.closed = True
+        for e in self.partitions.values():
+            self._drop(e)
+        self.dirty.clear()
+        for fut in list(self._waiters):
+            _settle(fut, True)
+
+    def mark_dirty(self, e: CachedPartition) -> None:
+        """The next read looks at ``e`` again; a waiting read wakes up to do so now."""
+        if e.live():
+            self.dirty[e.key] = e
+            for fut in list(self._waiters):
+                _settle(fut, True)
+
+    def mark_all_dirty(self) -> None:
+        self.dirty = dict(self.partitions)
+
+    def clean(self, e: CachedPartition) -> None:
+        """A read found ``e`` idle: later reads skip it until it is marked dirty again."""
+        if self.dirty.get(e.key) is e:
+            del self.dirty[e.key]
+
+    def candidates(self) -> list[CachedPartition]:
+        """The entries the next incremental read looks at: the dirty ones, starting ``rounds`` further
+        along each request, so none starves when the response fills up."""
+        entries = list(self.dirty.values())
+        if entries:
+            k = self.rounds % len(entries)
+            entries = entries[k:] + entries[:k]
+        return entries
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Until one of its partitions is notified (True) or ``timeout_s`` passes (False): one
+        registration per request, whatever the session's size."""
+        if timeout_s <= 0 or self.closed:
+            return False
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        self._waiters.add(fut)
+        timer = loop.call_later(timeout_s, _settle, fut, False)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            self._waiters.discard(fut)
 
     def mark_read(self, now_ms: int) -> None:
         self.prev_fetch_ms = self.fetch_ms
@@ -108,10 +204,14 @@ class FetchSession:
 
 
 class FetchSessionCache:
-    def __init__(self, max_slots: int = DEFAULT_SLOTS) -> None:
+    """The sessions of one broker; ``registry`` is the purgatory their partitions listen in (None:
+    sessions that are never notified, for tests of the cache alone)."""
+
+    def __init__(self, max_slots: int = DEFAULT_SLOTS, registry: Purgatory | None = None) -> None:
         if max_slots < 0:
             raise ValueError(f"max.incremental.fetch.session.cache.slots must be >= 0, not {max_slots}")
         self.max_slots = max_slots
+        self.registry = registry
         self.sessions: dict[int, FetchSession] = {}
         self.evictions = 0
         self._warned_ms: int | None = None
@@ -143,7 +243,7 @@ class FetchSessionCache:
     def remove(self, session_id: int) -> None:
         s = self.sessions.pop(session_id, None)
         if s is not None:
-            s.closed = True
+            s.close()
 
     def create(self, replica_id: int, size: int, now_ms: int) -> FetchSession | None:
         """A new session for a full request of ``size`` partitions, or None when no slot is free
@@ -155,7 +255,9 @@ class FetchSessionCache:
         sid = random.randint(1, INT32_MAX)
         while sid in self.sessions:
             sid = random.randint(1, INT32_MAX)
-        s = FetchSession(sid, replica_id, last_used_ms=now_ms, fetch_ms=now_ms, prev_fetch_ms=now_ms)
+        s = FetchSession(
+            sid, replica_id, last_used_ms=now_ms, fetch_ms=now_ms, prev_fetch_ms=now_ms, registry=self.registry
+        )
         self.sessions[sid] = s
         return s
 

@@ -122,7 +122,8 @@ class BrokerMetrics:
             ["mechanism", "result"],
             registry=r,
         )
-        self._partition_labels: set[tuple[str, str]] = set()
+        #: the per-partition gauges' values as last set: only changes are written again
+        self._partition_values: dict[tuple[str, int], tuple[int, bool]] = {}
         self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._topic_in_children: dict[str, tuple[Any, Any]] = {}
         self._topic_out_children: dict[str, Any] = {}
@@ -156,15 +157,19 @@ class BrokerMetrics:
         return children
 
     def set_led_partitions(self, partitions: dict[tuple[str, int], tuple[int, bool]]) -> None:
-        """Per-partition gauges for exactly the partitions led now: (topic, index) -> (ISR size, under min ISR)."""
-        labels = {(topic, str(index)) for topic, index in partitions}
-        for gone in self._partition_labels - labels:
-            self.partition_isr_count.remove(*gone)
-            self.partition_under_min_isr.remove(*gone)
-        self._partition_labels = labels
-        for (topic, index), (isr_size, under_min_isr) in partitions.items():
-            self.partition_isr_count.labels(topic, str(index)).set(isr_size)
-            self.partition_under_min_isr.labels(topic, str(index)).set(int(under_min_isr))
+        """Per-partition gauges for exactly the partitions led now: (topic, index) -> (ISR size, under
+        min ISR). Called on every ISR maintenance pass: only the gauges whose value changed (or that
+        appeared or went) are touched, not thousands of labelled children each time."""
+        old = self._partition_values
+        for topic, index in old.keys() - partitions.keys():
+            self.partition_isr_count.remove(topic, str(index))
+            self.partition_under_min_isr.remove(topic, str(index))
+        for (topic, index), value in partitions.items():
+            if old.get((topic, index)) != value:
+                isr_size, under_min_isr = value
+                self.partition_isr_count.labels(topic, str(index)).set(isr_size)
+                self.partition_under_min_isr.labels(topic, str(index)).set(int(under_min_isr))
+        self._partition_values = dict(partitions)
 
     def serve(self, port: int, host: str = "0.0.0.0") -> int:
         server, _thread = start_http_server(port, addr=host, registry=self.registry)

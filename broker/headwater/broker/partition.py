@@ -197,6 +197,8 @@ class Partition:
         st.last_fetch_leader_log_end_offset = leader_leo
         st.last_fetch_ms = now_ms
         st.session_entry = session_entry if fetch_offset >= leader_leo else None
+        if e is not None and e is not session_entry:
+            e.notified()  # its session's reads skip it only while this state is its own: look again
 
     def low_watermark(self) -> int:
         """The lowest log start offset of the leader and its in-sync followers (DeleteRecords'

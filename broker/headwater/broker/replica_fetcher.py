@@ -26,6 +26,14 @@ with records, an error or a new high watermark. An idle follower so sends and re
 nothing. FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH (the leader restarted, or evicted
 the session) or a lost connection: the next request is full again (and replaces the old session).
 
+Nor does a round walk every partition on this side: the fetcher keeps each partition's fetch state
+as last built and rebuilds only the partitions that changed since (``_dirty``): added, removed,
+parked or unparked, truncated, or notified by the purgatory, which it listens to for each partition
+it fetches (the log notifies every move of its log end or log start offset: appends, truncations,
+its own retention, following the leader's log start). While the follower throttle is exceeded (and
+one round after), every round rebuilds every partition, as the throttle depends on the rate and the
+ISR.
+
 Errors that mean "ask the controller" (NOT_LEADER_FOR_PARTITION, FENCED/UNKNOWN_LEADER_EPOCH)
 park the partition for ``replica.fetch.backoff.ms`` until the next LeaderAndIsr moves it.
 """
@@ -98,17 +106,33 @@ class SessionHandler:
         self.epoch = 0
         self.sent = {}
 
-    def build(self, wanted: dict[TP, tuple[int, int, int, int]]) -> tuple[int, int, list[TP], list[TP]]:
+    def build(
+        self, wanted: dict[TP, tuple[int, int, int, int]], changed: set[TP] | None = None
+    ) -> tuple[int, int, list[TP], list[TP]]:
         """(session_id, epoch, partitions to list, partitions to forget) for the next request, given
-        each wanted partition's (fetch offset, log start offset, leader epoch, max bytes)."""
+        each wanted partition's (fetch offset, log start offset, leader epoch, max bytes).
+        ``changed``: the only partitions whose wanted state may differ from the last request's (so
+        an idle round compares nothing); None: compare them all."""
         if self.epoch == 0:
             listed = list(wanted)
             forgotten: list[TP] = []
-        else:
+            self.sent = dict(wanted)
+        elif changed is None:
             sent = self.sent
             listed = [tp for tp, st in wanted.items() if sent.get(tp) != st]
             forgotten = [tp for tp in sent if tp not in wanted]
-        self.sent = dict(wanted)
+            self.sent = dict(wanted)
+        else:
+            sent = self.sent
+            listed, forgotten = [], []
+            for tp in changed:
+                st = wanted.get(tp)
+                if st is None:
+                    if sent.pop(tp, None) is not None:
+                        forgotten.append(tp)
+                elif sent.get(tp) != st:
+                    sent[tp] = st
+                    listed.append(tp)
         return self.session_id, self.epoch, listed, forgotten
 
     def on_response(self, error_code: int, session_id: int) -> None:
@@ -134,6 +158,20 @@ class FetchState:
     ask_epoch: int | None = None  # the next truncation round's epoch (None: our latest)
 
 
+class _Changes:
+    """The purgatory listener of one partition a fetcher fetches: a notification (its log moved)
+    means its fetch state is to be built again."""
+
+    __slots__ = ("dirty", "tp")
+
+    def __init__(self, dirty: set[TP], tp: TP) -> None:
+        self.dirty = dirty
+        self.tp = tp
+
+    def notified(self) -> None:
+        self.dirty.add(self.tp)
+
+
 class ReplicaFetcher:
     def __init__(self, broker: KafkaBroker, leader_id: int, endpoint: tuple[str, int]) -> None:
         self.broker = broker
@@ -153,40 +191,63 @@ class ReplicaFetcher:
         self.closed = False
         self._rounds = 0  # fetch requests sent: where the next one starts its partition list
         self.session = SessionHandler()
+        # What a round builds from: partitions parked or not yet truncated, the fetch state of every
+        # other one as last built, and those to build again (see the module docstring).
+        self._parked: set[TP] = set()
+        self._untruncated: set[TP] = set()
+        self._wanted: dict[TP, tuple[int, int, int, int]] = {}
+        self._dirty: set[TP] = set()
+        self._listeners: dict[TP, _Changes] = {}
+        self._throttling = False  # the last round found the follower throttle exceeded
         self.task = asyncio.ensure_future(self._run())
 
     def add(self, part: Partition) -> None:
-        self.partitions[part.key] = FetchState(part, part.leader_epoch)
+        tp = part.key
+        self.partitions[tp] = FetchState(part, part.leader_epoch)
+        self._untruncated.add(tp)
+        self._parked.discard(tp)
+        self._dirty.add(tp)
+        if tp not in self._listeners:
+            self._listeners[tp] = _Changes(self._dirty, tp)
+            self.broker.purgatory.listen(tp, self._listeners[tp])
         self.wake.set()
 
     def remove(self, tp: TP) -> None:
         self.partitions.pop(tp, None)
+        self._untruncated.discard(tp)
+        self._parked.discard(tp)
+        self._dirty.add(tp)
+        listener = self._listeners.pop(tp, None)
+        if listener is not None:
+            self.broker.purgatory.unlisten(tp, listener)
 
     async def stop(self) -> None:
         self.closed = True  # checked too: Python 3.11's wait_for can swallow a cancel (gh-86296)
         self.task.cancel()
         self.conn.close()
+        for tp, listener in self._listeners.items():
+            self.broker.purgatory.unlisten(tp, listener)
+        self._listeners.clear()
         await asyncio.wait([self.task], timeout=5)
 
     async def _run(self) -> None:
         while not self.closed:
             now = time.monotonic()
-            active = {tp: s for tp, s in self.partitions.items() if s.parked_until <= now}
-            if not active:
+            self._unpark(now)
+            if len(self._parked) >= len(self.partitions):  # nothing to fetch now
                 self.wake.clear()
-                soonest = min((s.parked_until for s in self.partitions.values()), default=now + 1.0)
+                soonest = min((self.partitions[tp].parked_until for tp in self._parked), default=now + 1.0)
                 try:
                     await asyncio.wait_for(self.wake.wait(), max(0.01, soonest - now))
                 except TimeoutError:
                     pass
                 continue
             try:
-                pending = {tp: s for tp, s in active.items() if not s.truncated}
+                pending = {tp: self.partitions[tp] for tp in self._untruncated if tp not in self._parked}
                 if pending:
                     await self._truncate(pending)
-                ready = {tp: s for tp, s in active.items() if s.truncated}
-                if ready:
-                    await self._fetch(ready)
+                if len(self.partitions) > len(self._parked | self._untruncated):  # some are ready
+                    await self._fetch()
             except BrokerConnectionError as e:
                 log.info("fetcher for leader %d: %s; retrying", self.leader_id, e)
                 self.conn.close()
@@ -208,6 +269,21 @@ class ReplicaFetcher:
     def _park(self, tp: TP, s: FetchState, why: str) -> None:
         log.info("%s-%d: fetch from leader %d parked: %s", *tp, self.leader_id, why)
         s.parked_until = time.monotonic() + self.backoff_s
+        if self.partitions.get(tp) is s:
+            self._parked.add(tp)
+            self._dirty.add(tp)
+
+    def _unpark(self, now: float) -> None:
+        if self._parked:
+            for tp in [tp for tp in self._parked if self.partitions[tp].parked_until <= now]:
+                self._parked.discard(tp)
+                self._dirty.add(tp)
+
+    def _set_truncated(self, tp: TP, s: FetchState, done: bool) -> None:
+        s.truncated = done
+        if done and self.partitions.get(tp) is s:
+            self._untruncated.discard(tp)
+            self._dirty.add(tp)
 
     async def _truncate(self, pending: dict[TP, FetchState]) -> None:
         topics: dict[str, list[dict[str, int]]] = {}
@@ -216,7 +292,7 @@ class ReplicaFetcher:
             latest = st.partition.log.leader_epoch_cache.latest_epoch if st.ask_epoch is None else st.ask_epoch
             st.ask_epoch = latest
             if latest < 0:
-                st.truncated = True  # nothing with an epoch: nothing can diverge
+                self._set_truncated((t, p), st, True)  # nothing with an epoch: nothing can diverge
                 st.ask_epoch = None
                 continue
             topics.setdefault(t, []).append(
@@ -263,27 +339,52 @@ class ReplicaFetcher:
                     s.partition.high_watermark = min(s.partition.high_watermark, target)
                 # KIP-279: the leader lacked the epoch we asked about; ask again about an older one
                 s.ask_epoch = again
-                s.truncated = again is None
+                self._set_truncated(tp, s, again is None)
 
-    async def _fetch(self, ready: dict[TP, FetchState]) -> None:
-        cfg = self.broker.config
+    def _build_wanted(self) -> set[TP] | None:
+        """Bring ``_wanted`` (each ready partition's fetch offset, log start offset, leader epoch,
+        max bytes) up to date; returns the partitions whose entry may have changed, or None when all
+        were rebuilt (the follower throttle: it depends on the rate and the ISR, not on events)."""
         quota = self.broker.follower_quota
         over = quota.is_quota_exceeded()
+        max_bytes = self.broker.config.replica_fetch_max_bytes
+        changed: set[TP] | None
+        if over or self._throttling:
+            self._throttling = over
+            self._wanted, changed = {}, None
+            candidates: list[TP] | set[TP] = list(self.partitions)
+        else:
+            candidates = changed = set(self._dirty)
+        wanted = self._wanted
+        for tp in candidates:
+            st = self.partitions.get(tp)
+            log_ = st.partition.log if st is not None else None
+            if (
+                st is None
+                or log_ is None
+                or tp in self._parked
+                or tp in self._untruncated
+                or (over and self.broker.broker_id not in st.partition.isr and quota.is_throttled(tp))
+            ):
+                wanted.pop(tp, None)
+            else:
+                wanted[tp] = (log_.log_end_offset, log_.log_start_offset, st.leader_epoch, max_bytes)
+        self._dirty.clear()  # (the listeners hold this very set)
+        return changed
+
+    async def _fetch(self) -> None:
+        cfg = self.broker.config
+        quota = self.broker.follower_quota
         max_bytes = cfg.replica_fetch_max_bytes
-        wanted: dict[TP, tuple[int, int, int, int]] = {}
-        self._rounds += 1
-        for tp, st in rotated(list(ready.items()), self._rounds):
-            if over and self.broker.broker_id not in st.partition.isr and quota.is_throttled(tp):
-                continue
-            log_ = st.partition.log
-            assert log_ is not None
-            wanted[tp] = (log_.log_end_offset, log_.log_start_offset, st.leader_epoch, max_bytes)
+        changed = self._build_wanted()
+        wanted = self._wanted
         if not wanted:  # every partition is throttled right now: wait for the rate to drop
             await asyncio.sleep(THROTTLED_BACKOFF_S)
             return
-        session_id, epoch, listed, forgotten = self.session.build(wanted)
+        self._rounds += 1
+        session_id, epoch, listed, forgotten = self.session.build(wanted, changed)
         topics: dict[str, list[dict[str, int]]] = {}
-        for t, p in listed:
+        for t, p in rotated(listed, self._rounds):
             fetch_offset, log_start, leader_epoch, _ = wanted[(t, p)]
             topics.setdefault(t, []).append(
                 {
@@ -318,8 +419,8 @@ class ReplicaFetcher:
         for t in resp["responses"]:
             for r in t["partitions"]:
                 tp = (t["topic"], r["partition_index"])
-                s = ready.get(tp)
-                if s is None or not self._current(tp, s):
+                s = self.partitions.get(tp)
+                if s is None or not s.truncated or not self._current(tp, s):
                     continue
                 code = r["error_code"]
                 if code == ErrorCode.NONE:

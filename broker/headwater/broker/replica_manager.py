@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import TYPE_CHECKING
 
 from kazoo.exceptions import BadVersionError, NoNodeError
@@ -57,7 +58,7 @@ class ReplicaManager:
         self.fetchers = ReplicaFetcherManager(broker, self)
         #: Fetch sessions (KIP-227) of the followers and consumers fetching from this broker
         self.fetch_sessions = FetchSessionCache(
-            int(broker.config.raw.get("max.incremental.fetch.session.cache.slots", DEFAULT_SLOTS))
+            int(broker.config.raw.get("max.incremental.fetch.session.cache.slots", DEFAULT_SLOTS)), broker.purgatory
         )
         self._isr_task: asyncio.Task[None] | None = None
         self._isr_updates: set[asyncio.Task[None]] = set()
@@ -165,6 +166,9 @@ class ReplicaManager:
         topic, index = st["topic_name"], st["partition_index"]
         cfg = topic_log_config(self.broker.config.log_defaults, self.broker.cache.config_of(topic))
         log_ = self.broker.log_manager.get_log(topic, index) or self.broker.log_manager.create_log(topic, index, cfg)
+        # every move of its log end or log start offset wakes (and marks dirty for) the fetches
+        # watching it: fetch sessions skip the partitions nothing notified (fetch_session.py)
+        log_.on_offsets_moved = partial(self.broker.purgatory.notify, (topic, index))
         if part is None:
             part = self.partitions[(topic, index)] = Partition(topic, index, self.broker_id)
             # Where the high watermark was when this broker last checkpointed it (never past the
@@ -290,7 +294,10 @@ class ReplicaManager:
             now = self.now_ms()
             for part in list(self.partitions.values()):
                 try:
-                    await self._maintain_isr(part, now, lag)
+                    # a synchronous look first: a coroutine per partition and pass would cost more
+                    # than the check itself at thousands of partitions
+                    if part.is_leader and not part.isr_update_in_flight and part.out_of_sync(now, lag):
+                        await self._maintain_isr(part, now, lag)
                 except asyncio.CancelledError:
                     raise
                 except Exception:
@@ -397,10 +404,11 @@ class ReplicaManager:
         m.leader_count.set(len(leaders))
         m.partition_count.set(len(self.partitions))
         m.under_replicated.set(sum(1 for p in leaders if len(p.isr) < len(p.replicas)))
-        min_isr = self.broker.config.min_insync_replicas
-        under_min = {
-            p.key: len(p.isr) < int(self.broker.cache.config_of(p.topic).get("min.insync.replicas", min_isr))
-            for p in leaders
-        }
+        default_min_isr = self.broker.config.min_insync_replicas
+        min_isr: dict[str, int] = {}  # per topic, looked up once a pass
+        for p in leaders:
+            if p.topic not in min_isr:
+                min_isr[p.topic] = int(self.broker.cache.config_of(p.topic).get("min.insync.replicas", default_min_isr))
+        under_min = {p.key: len(p.isr) < min_isr[p.topic] for p in leaders}
         m.under_min_isr.set(sum(under_min.values()))
         m.set_led_partitions({p.key: (len(p.isr), under_min[p.key]) for p in leaders})

@@ -308,3 +308,32 @@ def test_log_start_offset_moved_by_delete_records_is_checkpointed_and_applied_on
     assert reopened.log_start_offset == target  # not the first segment's base offset
     assert reopened.log_end_offset == 30
     again.shutdown()
+
+
+def test_tick_fsyncs_only_the_logs_that_rolled(tmp_path: Path) -> None:
+    """An idle broker's tick (twice a second) must not walk thousands of logs: the rolled segments
+    of the logs that rolled since are fsynced on the next tick, and a failed fsync is tried again."""
+    d = str(tmp_path / "logs")
+    fs = FaultyFileSystem()
+    mgr = LogManager([d], LogConfig(segment_bytes=1000), fs, ManualClock())
+    logs = [mgr.create_log("t", i) for i in range(3)]
+    mgr.tick()  # new logs are looked at once
+    looked: list[int] = []
+    for i, lg in enumerate(logs):
+        real = lg.flush_rolled_segments
+        lg.flush_rolled_segments = lambda i=i, real=real: (looked.append(i), real())[1]  # type: ignore[method-assign]
+    mgr.tick()
+    assert looked == []  # nothing rolled: no log looked at
+    a = logs[1]
+    for i in range(10):
+        a.append(batch(2, value_size=150, tag=i), 0)
+    assert len(a.segments) > 1 and a.recovery_point < a.active_segment.base_offset
+    fs.fail_fsync = True
+    mgr.tick()
+    assert looked == [1] and a.recovery_point < a.active_segment.base_offset  # failed: logged, kept
+    fs.fail_fsync = False
+    mgr.tick()
+    assert looked == [1, 1] and a.recovery_point == a.active_segment.base_offset
+    mgr.tick()
+    assert looked == [1, 1]
+    mgr.shutdown()

@@ -47,6 +47,11 @@ newest snapshot at or below the log end plus the batches after it.
 Concurrency: a Log is not thread-safe. The broker calls it from its single asyncio thread (the
 log manager may load and shut down logs from a worker thread while nothing else uses them).
 ``FileRegion``s returned by :meth:`Log.read` may be sent from anywhere: they keep their file open.
+
+Observers, instead of walks over every log: ``on_offsets_moved`` is called after every move of the
+log end or log start offset (append, truncation, full truncation, DeleteRecords, retention, a
+cleaned first segment dropped), ``on_roll`` after every roll. Both are called on the asyncio thread
+(nothing that runs on a worker thread moves an offset or rolls) and must not raise.
 """
 
 from __future__ import annotations
@@ -338,6 +343,11 @@ class Log:
         self._unsynced_files: set[str] = set()
         self._offline = False
         self._closed = False
+        #: called (on the event loop) after every move of the log end or log start offset: the replica
+        #: manager wakes the fetches watching this partition with it
+        self.on_offsets_moved: Callable[[], None] | None = None
+        #: called after each roll: the log manager fsyncs the segments rolled past on its next tick
+        self.on_roll: Callable[[], None] | None = None
         self._ident = f"[Log partition={topic}-{partition}, dir={os.path.dirname(directory) or '.'}]"
         #: Where each leader epoch starts; :meth:`open` loads it (see leader_epoch.py).
         self.leader_epoch_cache = LeaderEpochCache(fs, directory, defer_sync=self._file_changed)
@@ -795,6 +805,7 @@ class Log:
         self._size_bytes += len(data)
         self._unflushed_messages += records_count
         self._flush_if_due()
+        self._offsets_moved()
 
     # -- leader epochs -------------------------------------------------------------------------
 
@@ -901,6 +912,8 @@ class Log:
         self._dir_unsynced = True
         log.info("%s rolled new segment at offset %d (%s)", self._ident, new.base_offset, reason)
         self.take_producer_snapshot()
+        if self.on_roll is not None:
+            self.on_roll()
         return new
 
     # -- flushing ------------------------------------------------------------------------------
@@ -1116,7 +1129,12 @@ class Log:
             if old < self._segments[0].base_offset:
                 delete_snapshot(self._fs, self._dir, old)
         log.info("%s log start offset moved to %d by %s", self._ident, offset, why)
+        self._offsets_moved()
         return True
+
+    def _offsets_moved(self) -> None:
+        if self.on_offsets_moved is not None:
+            self.on_offsets_moved()
 
     def _delete_oldest(self, deletable: Callable[[Segment], bool], why: str, high_watermark: int | None) -> int:
         n = 0
@@ -1144,6 +1162,8 @@ class Log:
                 self._log_start_offset,
             )
             n += 1
+        if n:
+            self._offsets_moved()
         return n
 
     # -- compaction (see cleaner.py) -------------------------------------------------------------
@@ -1191,6 +1211,7 @@ class Log:
             self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
             start = self._log_start_offset
             self._update_epochs(lambda c: c.truncate_from_start(start))
+            self._offsets_moved()
 
     # -- truncation ----------------------------------------------------------------------------
 
@@ -1232,6 +1253,7 @@ class Log:
         self._unflushed_messages = 0
         self._update_epochs(lambda c: c.truncate_from_end(end))
         self._producer_state_after_truncation()
+        self._offsets_moved()
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -1262,6 +1284,7 @@ class Log:
         for old in list_snapshots(self._fs, self._dir):
             delete_snapshot(self._fs, self._dir, old)
         self.producer_state.clear()
+        self._offsets_moved()
 
     # -- closing -------------------------------------------------------------------------------
 

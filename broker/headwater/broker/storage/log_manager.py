@@ -105,8 +105,10 @@ class LogManager:
     flush check (log.flush.scheduler.interval.ms), recovery-point checkpoint
     (log.flush.offset.checkpoint.interval.ms), retention check (log.retention.check.interval.ms)
     and idle idempotent producers' expiry (every 10 minutes, after transactional.id.expiration.ms,
-    as Kafka 2.3) are due; segments the logs rolled past are fsynced on every tick. The log cleaner
-    is the broker's own task (:meth:`clean_one` every log.cleaner.backoff.ms).
+    as Kafka 2.3) are due; segments the logs rolled past are fsynced on the next tick. That last is
+    done for the logs that rolled since (each log tells the manager, ``Log.on_roll``), not by a walk
+    over every log: a broker hosting thousands of idle partitions ticks twice a second. The log
+    cleaner is the broker's own task (:meth:`clean_one` every log.cleaner.backoff.ms).
     """
 
     def __init__(
@@ -153,6 +155,8 @@ class LogManager:
         #: this log manager, the log end offset is the limit.
         self.high_watermark_of: Callable[[TopicPartition], int | None] | None = None
         self._logs: dict[TopicPartition, Log] = {}
+        #: logs that may hold segments before the active one not yet fsynced (rolled since, or new)
+        self._rolled: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, str] = {}
         self._locks: dict[str, int] = {}
         self._stopped = False
@@ -212,6 +216,7 @@ class LogManager:
                 recovery_point=points.get(tp, 0),
             )
             self._dir_of[tp] = d
+            self._track(tp, self._logs[tp])
             if tp in log_starts:
                 lg = self._logs[tp]
                 lg.advance_log_start_offset(min(log_starts[tp], lg.log_end_offset), "the log start offset checkpoint")
@@ -288,8 +293,15 @@ class LogManager:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create the log of {topic}-{partition}: {e}") from e
         self._logs[tp] = created
         self._dir_of[tp] = d
+        self._track(tp, created)
         log.info("created log for partition %s-%d in %s", topic, partition, d)
         return created
+
+    def _track(self, tp: TopicPartition, lg: Log) -> None:
+        """Have ``lg`` report its rolls (and look at it once on the next tick: a log just opened may
+        hold segments below the active one that its recovery point does not cover)."""
+        lg.on_roll = lambda: self._rolled.__setitem__(tp, lg)
+        self._rolled[tp] = lg
 
     def update_topic_config(self, topic: str, config: LogConfig) -> None:
         self._topic_configs[topic] = config
@@ -318,7 +330,7 @@ class LogManager:
             self._last_flush_check = now
             self._each_log("flush", lambda lg: lg.maybe_flush())
         else:
-            self._each_log("flush", lambda lg: lg.flush_rolled_segments())
+            self._flush_rolled()
         if now - self._last_checkpoint >= self.flush_offset_checkpoint_interval_ms:
             self._last_checkpoint = now
             self.checkpoint_recovery_points()
@@ -423,6 +435,19 @@ class LogManager:
             write_file_atomically(self.fs, os.path.join(d, CLEANER_CHECKPOINT_FILE), format_checkpoint(points))
         except OSError as e:
             log.error("cannot write the cleaner checkpoint of %s: %s", d, e)
+
+    def _flush_rolled(self) -> None:
+        """fsync the segments the logs that rolled since the last tick rolled past (a log whose
+        flush failed is tried again on the next tick, as every log was)."""
+        rolled, self._rolled = self._rolled, {}
+        for (topic, partition), lg in rolled.items():
+            if self._logs.get((topic, partition)) is not lg:
+                continue  # deleted since
+            try:
+                lg.flush_rolled_segments()
+            except (KafkaError, OSError) as e:
+                log.error("flush of %s-%d failed: %s", topic, partition, e)
+                self._rolled[(topic, partition)] = lg
 
     def _each_log(self, what: str, action: Callable[[Log], None]) -> None:
         for (topic, partition), lg in list(self._logs.items()):
