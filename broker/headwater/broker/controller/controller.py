@@ -632,10 +632,18 @@ class Controller:
         if not self.active:
             return []
         live = self.ctx.live
+        wanted = partitions if partitions is not None else list(self.ctx.states)
+        candidates = [
+            tp for tp in wanted if tp in self.ctx.states and self.ctx.replicas(tp)[:1] != [self.ctx.states[tp].leader]
+        ]
+        # As Kafka's controller, read the candidates' states from ZooKeeper before electing: the
+        # leader may have just put the preferred replica back into the ISR, and its ISR change
+        # notification (gathered for 50 ms, then queued here) not have reached this cache yet.
+        for tp, fresh in zip(candidates, await self._read_states(candidates), strict=True):
+            if fresh is not None:
+                self.ctx.states[tp] = fresh
         changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]] = {}
-        for tp in partitions if partitions is not None else list(self.ctx.states):
-            if tp not in self.ctx.states:
-                continue
+        for tp in candidates:
 
             def change(cur: LeaderAndIsr, tp: TP = tp) -> LeaderAndIsr | None:
                 leader = preferred_leader(self.ctx.replicas(tp), cur, live)
