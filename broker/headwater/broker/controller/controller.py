@@ -240,7 +240,10 @@ class Controller:
         await self._load_brokers()
         for b in self.ctx.brokers.values():
             self._connect(b)
-        await self._load_topics(list(await self.zk.children(zkpaths.BROKER_TOPICS)))
+        # The topics' watches are set once the new states are sent: each costs a ZooKeeper read in
+        # a worker thread, and hundreds of them would compete with the elections for the GIL. A
+        # partition added meanwhile is still seen: a new watch reports the assignment it finds.
+        await self._load_topics(list(await self.zk.children(zkpaths.BROKER_TOPICS)), watch=False)
         # partitions without a state (topics created while there was no controller)
         await self._create_missing_states(self.ctx.partitions())
         await self._elect_offline_partitions()
@@ -251,6 +254,8 @@ class Controller:
             await self._remove_from_isrs(gone)
         self._send_leader_and_isr(self.ctx.partitions(), set(self.ctx.brokers))
         self._send_update_metadata(set(self.ctx.brokers), self.ctx.partitions())
+        for t in list(self.ctx.assignments):
+            self._watch_topic(t)
         self._watch_children(zkpaths.BROKER_IDS, self._on_broker_change)
         self._watch_children(zkpaths.BROKER_TOPICS, self._on_topic_change)
         self._watch_children(zkpaths.DELETE_TOPICS, self._on_delete_topics)
@@ -278,7 +283,7 @@ class Controller:
         self.ctx.broker_epochs = epochs
         return epochs
 
-    async def _load_topics(self, topics: list[str]) -> None:
+    async def _load_topics(self, topics: list[str], watch: bool = True) -> None:
         """Read the topics' assignments, then every partition's state: each set pipelined (issue 26)."""
         loaded: list[str] = []
         for t, got in zip(topics, await self.zk.get_many([zkpaths.topic_path(t) for t in topics]), strict=True):
@@ -290,8 +295,9 @@ class Controller:
         for tp, state in zip(tps, await self._read_states(tps), strict=True):
             if state is not None:
                 self.ctx.states[tp] = state
-        for t in loaded:
-            self._watch_topic(t)
+        if watch:
+            for t in loaded:
+                self._watch_topic(t)
 
     def _watch_topic(self, topic: str) -> None:
         """Watch ``/brokers/topics/<topic>`` for partitions added to it, while the topic and this incarnation last."""
@@ -802,9 +808,12 @@ class Controller:
             return
         states = {tp: self.ctx.states[tp] for tp in partitions if tp in self.ctx.states}
         replicas = {tp: self.ctx.replicas(tp) for tp in states}
-        for b in to:
-            if b in self.ctx.brokers:
-                self.channel.send(b, UPDATE_METADATA, build.update_metadata(self, states, replicas))
+        targets = [b for b in to if b in self.ctx.brokers]
+        if not targets:
+            return
+        body = build.update_metadata(self, states, replicas)  # the same for every broker: built once
+        for b in targets:
+            self.channel.send(b, UPDATE_METADATA, body)
 
 
 class StaleBrokerEpoch(Exception):
