@@ -246,13 +246,18 @@ class Controller:
         await self._load_topics(list(await self.zk.children(zkpaths.BROKER_TOPICS)), watch=False)
         # partitions without a state (topics created while there was no controller)
         await self._create_missing_states(self.ctx.partitions())
-        await self._elect_offline_partitions()
+        elected = await self._elect_offline_partitions()
+        # The new leaders go out first (issue 26): the ISR changes below are a ZooKeeper write per
+        # partition the dead brokers followed, and the partitions without a leader should not wait
+        # for them. An elected partition's ISR already holds only live brokers.
+        self._send_new_states(elected, set(self.ctx.brokers))
         # Brokers that died before this controller took over (the previous controller among them)
         # leave the ISRs now, as they would have had a controller seen them go.
         gone = {r for state in self.ctx.states.values() for r in state.isr if r not in self.ctx.brokers}
         if gone:
             await self._remove_from_isrs(gone)
-        self._send_leader_and_isr(self.ctx.partitions(), set(self.ctx.brokers))
+        sent = set(elected)
+        self._send_leader_and_isr([tp for tp in self.ctx.partitions() if tp not in sent], set(self.ctx.brokers))
         self._send_update_metadata(set(self.ctx.brokers), self.ctx.partitions())
         for t in list(self.ctx.assignments):
             self._watch_topic(t)
@@ -511,10 +516,17 @@ class Controller:
         await self._on_brokers_started(new | bounced)
 
     async def _on_brokers_failed(self, dead: set[int]) -> None:
-        changed = await self._elect_offline_partitions()
-        changed += await self._remove_from_isrs(dead)
-        self._send_leader_and_isr(changed, self.ctx.live)
-        self._send_update_metadata(set(self.ctx.brokers), changed)
+        # new leaders first, then the ISR shrinks of the partitions that kept theirs (see _on_became_controller)
+        self._send_new_states(await self._elect_offline_partitions(), self.ctx.live)
+        shrunk = await self._remove_from_isrs(dead)
+        self._send_leader_and_isr(shrunk, self.ctx.live)
+        self._send_update_metadata(set(self.ctx.brokers), shrunk)  # even if empty: the live brokers changed
+
+    def _send_new_states(self, changed: list[TP], to: set[int]) -> None:
+        """LeaderAndIsr of ``changed`` to the replicas among ``to``, then UpdateMetadata to every broker."""
+        if changed:
+            self._send_leader_and_isr(changed, to)
+            self._send_update_metadata(set(self.ctx.brokers), changed)
 
     async def _remove_from_isrs(self, dead: set[int]) -> list[TP]:
         """Take dead brokers out of the ISR of partitions whose leader lives (a new leader epoch)."""
