@@ -171,19 +171,26 @@ class ZooKeeper:
 
     async def _pipelined(self, start: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         """``start(item)`` (a kazoo ``*_async`` call) for every item, at most PIPELINE_DEPTH
-        outstanding; each result, or the exception it raised, in the items' order."""
-        results: list[Any] = []
-        for i in range(0, len(items), PIPELINE_DEPTH):
-            futures = []
-            for item in items[i : i + PIPELINE_DEPTH]:
-                try:
-                    futures.append(self._future(start(item)))
-                except Exception as e:  # kazoo refuses at once (e.g. no connection)
-                    failed: asyncio.Future[Any] = self.loop.create_future()
-                    failed.set_exception(e)
-                    futures.append(failed)
-            results.extend(await asyncio.gather(*futures, return_exceptions=True))
-        return results
+        outstanding; each result, or the exception it raised, in the items' order.
+
+        A sliding window, not batches: ZooKeeper answers a session's requests in order, so once
+        the window is full the next request leaves as soon as the oldest is answered, and the pipe
+        never drains between batches (issue 26: a failover writes thousands of partition states).
+        """
+        futures: list[asyncio.Future[Any]] = []
+        oldest = 0
+        for item in items:
+            while len(futures) - oldest >= PIPELINE_DEPTH:
+                if not futures[oldest].done():
+                    await asyncio.wait([futures[oldest]])
+                oldest += 1
+            try:
+                futures.append(self._future(start(item)))
+            except Exception as e:  # kazoo refuses at once (e.g. no connection)
+                failed: asyncio.Future[Any] = self.loop.create_future()
+                failed.set_exception(e)
+                futures.append(failed)
+        return list(await asyncio.gather(*futures, return_exceptions=True))
 
     async def get_many(self, paths: Sequence[str]) -> list[tuple[Any, ZnodeStat] | None]:
         """Each znode's JSON value and stat (None where absent), read pipelined."""
