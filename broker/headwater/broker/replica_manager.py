@@ -223,7 +223,13 @@ class ReplicaManager:
             if endpoint is None:
                 b = self.broker.cache.brokers.get(st["leader"])
                 endpoint = b.endpoints.get(self.broker.config.inter_broker_listener_name) if b else None
-            if endpoint is not None:
+            if self.broker.stopping.is_set():
+                # In controlled shutdown (where Kafka's controller sends this broker StopReplica):
+                # fetching now would bring it back into the ISR the controller just took it out
+                # of, and the leader would then count on a broker about to exit.
+                self.fetchers.remove_partition((topic, index))
+                log.debug("%s-%d: shutting down: not fetching from broker %d", topic, index, st["leader"])
+            elif endpoint is not None:
                 self.fetchers.add_partition(part, st["leader"], endpoint)
             else:
                 log.warning("%s-%d: leader %d has no known endpoint", topic, index, st["leader"])
