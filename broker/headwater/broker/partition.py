@@ -105,7 +105,8 @@ class Partition:
         self.followers = {r: FollowerState(last_caught_up_ms=now_ms) for r in replicas if r != self.broker_id}
         self.high_watermark = max(self.high_watermark, log_.log_start_offset)
         self.maybe_increment_high_watermark()
-        log.info(
+        # DEBUG: a LeaderAndIsr can hold thousands; the replica manager logs one line per request
+        log.debug(
             "%s-%d: leader at epoch %d, ISR %s, log end offset %d, high watermark %d",
             self.topic,
             self.index,
@@ -134,7 +135,7 @@ class Partition:
         self.replicas = list(replicas)
         self.followers = {}
         self.high_watermark = min(self.high_watermark, log_.log_end_offset)
-        log.info("%s-%d: follower of broker %d at epoch %d", self.topic, self.index, leader_id, leader_epoch)
+        log.debug("%s-%d: follower of broker %d at epoch %d", self.topic, self.index, leader_id, leader_epoch)
 
     def make_offline(self) -> None:
         """Stop acting as leader or follower (ZooKeeper session lost); the next LeaderAndIsr decides."""

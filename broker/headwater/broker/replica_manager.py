@@ -127,12 +127,14 @@ class ReplicaManager:
     ) -> list[Message]:
         errors: list[Message] = []
         assert self.broker.log_manager is not None
+        led = followed = stale = failed = 0
         for st in states:
             topic, index = st["topic_name"], st["partition_index"]
             code = ErrorCode.NONE
             part = self.partitions.get((topic, index))
             if part is not None and st["leader_epoch"] <= part.leader_epoch:
-                log.info(
+                stale += 1
+                log.debug(
                     "%s-%d: ignoring LeaderAndIsr at leader epoch %d (have %d)",
                     topic,
                     index,
@@ -145,6 +147,10 @@ class ReplicaManager:
             else:
                 try:
                     self._apply_state(st, part, live_leaders)
+                    if st["leader"] == self.broker_id:
+                        led += 1
+                    else:
+                        followed += 1
                 except Exception as e:
                     # One partition this broker cannot host (a log it cannot open or create, a
                     # config its log refuses) is an error for that partition alone: the others in
@@ -156,8 +162,21 @@ class ReplicaManager:
                     code = ErrorCode.KAFKA_STORAGE_ERROR if isinstance(e, OSError) else ErrorCode.UNKNOWN_SERVER_ERROR
                     if part is None:
                         self.partitions.pop((topic, index), None)
+                    failed += 1
             errors.append({"topic_name": topic, "partition_index": index, "error_code": code})
         self.update_gauges()
+        # One line per request, not per partition (each partition's change is at DEBUG): after a
+        # controller failover every broker gets a LeaderAndIsr listing all its partitions.
+        log.info(
+            "LeaderAndIsr (controller epoch %d): %d partition(s) led, %d followed, %d already at that "
+            "leader epoch or newer, %d not hosted here, %d failed",
+            self.controller_epoch,
+            led,
+            followed,
+            stale,
+            len(states) - led - followed - stale - failed,
+            failed,
+        )
         return errors
 
     def _apply_state(self, st: Message, part: Partition | None, live_leaders: dict[int, tuple[str, int]]) -> None:
@@ -208,7 +227,13 @@ class ReplicaManager:
             if endpoint is None:
                 b = self.broker.cache.brokers.get(st["leader"])
                 endpoint = b.endpoints.get(self.broker.config.inter_broker_listener_name) if b else None
-            if endpoint is not None:
+            if self.broker.stopping.is_set():
+                # In controlled shutdown (where Kafka's controller sends this broker StopReplica):
+                # fetching now would bring it back into the ISR the controller just took it out
+                # of, and the leader would then count on a broker about to exit.
+                self.fetchers.remove_partition((topic, index))
+                log.debug("%s-%d: shutting down: not fetching from broker %d", topic, index, st["leader"])
+            elif endpoint is not None:
                 self.fetchers.add_partition(part, st["leader"], endpoint)
             else:
                 log.warning("%s-%d: leader %d has no known endpoint", topic, index, st["leader"])

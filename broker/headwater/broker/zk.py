@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
@@ -171,18 +172,65 @@ class ZooKeeper:
 
     async def _pipelined(self, start: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         """``start(item)`` (a kazoo ``*_async`` call) for every item, at most PIPELINE_DEPTH
-        outstanding; each result, or the exception it raised, in the items' order."""
-        results: list[Any] = []
-        for i in range(0, len(items), PIPELINE_DEPTH):
-            futures = []
-            for item in items[i : i + PIPELINE_DEPTH]:
+        outstanding; each result, or the exception it raised, in the items' order.
+
+        A sliding window, not batches: ZooKeeper answers a session's requests in order, so once
+        the window is full the next request leaves as soon as the oldest is answered, and the pipe
+        never drains between batches (issue 26: a failover reads and writes thousands of
+        partition states). Answers are handed to the loop in bursts (one wake-up for all those
+        that arrived meanwhile), not one future and one ``call_soon_threadsafe`` each: that
+        bridging cost as much as kazoo itself for 10,000 reads.
+        """
+        loop = self.loop
+        results: list[Any] = [None] * len(items)
+        arrived: list[tuple[int, Any]] = []  # (index, value or exception), appended on kazoo's thread
+        lock = threading.Lock()
+        drain_scheduled = False
+        completed = 0
+        waiter: asyncio.Future[None] | None = None
+
+        def drain() -> None:  # on the loop
+            nonlocal drain_scheduled, completed
+            with lock:
+                batch = arrived[:]
+                arrived.clear()
+                drain_scheduled = False
+            for i, outcome in batch:
+                results[i] = outcome
+            completed += len(batch)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+        def on_answer(i: int) -> Callable[[Any], None]:
+            def on_kazoo_thread(result: Any) -> None:
+                nonlocal drain_scheduled
                 try:
-                    futures.append(self._future(start(item)))
-                except Exception as e:  # kazoo refuses at once (e.g. no connection)
-                    failed: asyncio.Future[Any] = self.loop.create_future()
-                    failed.set_exception(e)
-                    futures.append(failed)
-            results.extend(await asyncio.gather(*futures, return_exceptions=True))
+                    outcome = result.get_nowait()
+                except BaseException as e:  # handed to the caller as the item's result
+                    outcome = e
+                with lock:
+                    arrived.append((i, outcome))
+                    if drain_scheduled:
+                        return
+                    drain_scheduled = True
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(drain)
+
+            return on_kazoo_thread
+
+        for i, item in enumerate(items):
+            while i - completed >= PIPELINE_DEPTH:
+                waiter = loop.create_future()
+                await waiter
+            try:
+                start(item).rawlink(on_answer(i))
+            except Exception as e:  # kazoo refuses at once (e.g. no connection)
+                with lock:
+                    arrived.append((i, e))
+                drain()
+        while completed < len(items):
+            waiter = loop.create_future()
+            await waiter
         return results
 
     async def get_many(self, paths: Sequence[str]) -> list[tuple[Any, ZnodeStat] | None]:

@@ -270,6 +270,26 @@ def test_the_checkpoint_rename_is_made_durable_by_the_next_flush(tmp_path: Path)
     assert fs.dir_fsyncs == [log.dir]
 
 
+def test_a_new_leaders_epoch_is_written_by_the_next_flush_not_at_once(tmp_path: Path) -> None:
+    """No file I/O per partition on the LeaderAndIsr path (issue 26): the entry lives in memory
+    (OffsetsForLeaderEpoch answers from it) and the flush writes the file; so does any other change."""
+    fs = FaultyFileSystem()
+    log = open_log(tmp_path, fs=fs)
+    log.append(batch(2), leader_epoch=0)
+    log.flush()
+    checkpoint = os.path.join(log.dir, CHECKPOINT_FILE)
+    renames = fs.renames.count(checkpoint)
+    assert log.maybe_assign_epoch_start_offset(4, log.log_end_offset)
+    assert fs.renames.count(checkpoint) == renames and log.leader_epoch_cache.unwritten
+    assert log.leader_epoch_cache.end_offset_for(0, log.log_end_offset) == (0, 2)
+    log.flush()
+    assert read_checkpoint(OsFileSystem(), log.dir) == [(0, 0), (4, 2)] and not log.leader_epoch_cache.unwritten
+    log.maybe_assign_epoch_start_offset(5, log.log_end_offset)
+    log.append(batch(1), leader_epoch=6)  # a change written at once carries the deferred entry along
+    assert read_checkpoint(OsFileSystem(), log.dir) == [(0, 0), (6, 2)] == log.leader_epoch_cache.entries()
+    assert not log.leader_epoch_cache.unwritten
+
+
 def test_a_new_leaders_epoch_costs_no_fsync_until_the_next_flush(tmp_path: Path) -> None:
     """Taking leadership of thousands of partitions must not fsync thousands of files on the
     LeaderAndIsr path (issue 26): the checkpoint is fsynced, then its directory, at the flush
@@ -283,9 +303,10 @@ def test_a_new_leaders_epoch_costs_no_fsync_until_the_next_flush(tmp_path: Path)
     log.maybe_assign_epoch_start_offset(3, log.log_end_offset)
     log.append(batch(1), leader_epoch=3)
     checkpoint = os.path.join(log.dir, CHECKPOINT_FILE)
-    assert checkpoint_text(log.dir) == "0\n2\n0 0\n3 2\n"  # written (renamed) at once ...
-    assert fs.fsyncs == [] and fs.dir_fsyncs == []  # ... durable later
+    assert checkpoint_text(log.dir) == "0\n1\n0 0\n"  # not written yet: a new leader's entry waits ...
+    assert fs.fsyncs == [] and fs.dir_fsyncs == []
     log.flush()
+    assert checkpoint_text(log.dir) == "0\n2\n0 0\n3 2\n"  # ... for the flush, which writes and fsyncs it
     assert fs.fsyncs.count(checkpoint) == 1 and fs.dir_fsyncs == [log.dir]
     fs.fsyncs.clear()
     log.flush()

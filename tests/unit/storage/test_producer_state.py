@@ -273,6 +273,31 @@ def test_clean_shutdown_leaves_a_snapshot_at_the_log_end(tmp_path: Path) -> None
     again.shutdown()
 
 
+def test_shutdown_of_many_logs_writes_snapshots_only_where_they_hold_something(tmp_path: Path) -> None:
+    """Issue 26: a broker stopping with thousands of idle logs does not write (and fsync) a
+    snapshot for each: none for an empty log, none when the newest is already at the log end;
+    every log is still flushed, closed and reopened cleanly (the logs close on several threads)."""
+    clock = ManualClock()
+    mgr = LogManager([str(tmp_path)], LogConfig(), clock=clock)
+    empty = [mgr.create_log("idle", p) for p in range(40)]
+    busy = mgr.create_log("t", 0)
+    for seq in range(5):
+        busy.append(pbatch(seq), 0)
+    mgr.shutdown()
+    assert all(list_snapshots(lg._fs, lg.dir) == [] for lg in empty)
+    assert list_snapshots(busy._fs, busy.dir) == [5]
+    again = LogManager([str(tmp_path)], LogConfig(), clock=clock)
+    snapshot = os.path.join(busy.dir, snapshot_file_name(5))
+    written = os.stat(snapshot).st_mtime_ns
+    again.shutdown()  # nothing appended since: the snapshot at 5 is not rewritten
+    assert os.stat(snapshot).st_mtime_ns == written and list_snapshots(busy._fs, busy.dir) == [5]
+    third = LogManager([str(tmp_path)], LogConfig(), clock=clock)
+    reopened = third.get_log("t", 0)
+    assert reopened is not None and reopened.append(pbatch(4), 0).duplicate
+    assert sorted(p for t, p in (k for k, _ in third.all_logs()) if t == "idle") == list(range(40))
+    third.shutdown()
+
+
 def test_a_bad_header_in_an_unchecked_segment_does_not_stop_the_log_opening(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

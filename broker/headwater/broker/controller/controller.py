@@ -240,17 +240,27 @@ class Controller:
         await self._load_brokers()
         for b in self.ctx.brokers.values():
             self._connect(b)
-        await self._load_topics(list(await self.zk.children(zkpaths.BROKER_TOPICS)))
+        # The topics' watches are set once the new states are sent: each costs a ZooKeeper read in
+        # a worker thread, and hundreds of them would compete with the elections for the GIL. A
+        # partition added meanwhile is still seen: a new watch reports the assignment it finds.
+        await self._load_topics(list(await self.zk.children(zkpaths.BROKER_TOPICS)), watch=False)
         # partitions without a state (topics created while there was no controller)
         await self._create_missing_states(self.ctx.partitions())
-        await self._elect_offline_partitions()
+        elected = await self._elect_offline_partitions()
+        # The new leaders go out first (issue 26): the ISR changes below are a ZooKeeper write per
+        # partition the dead brokers followed, and the partitions without a leader should not wait
+        # for them. An elected partition's ISR already holds only live brokers.
+        self._send_new_states(elected, set(self.ctx.brokers))
         # Brokers that died before this controller took over (the previous controller among them)
         # leave the ISRs now, as they would have had a controller seen them go.
         gone = {r for state in self.ctx.states.values() for r in state.isr if r not in self.ctx.brokers}
         if gone:
             await self._remove_from_isrs(gone)
-        self._send_leader_and_isr(self.ctx.partitions(), set(self.ctx.brokers))
+        sent = set(elected)
+        self._send_leader_and_isr([tp for tp in self.ctx.partitions() if tp not in sent], set(self.ctx.brokers))
         self._send_update_metadata(set(self.ctx.brokers), self.ctx.partitions())
+        for t in list(self.ctx.assignments):
+            self._watch_topic(t)
         self._watch_children(zkpaths.BROKER_IDS, self._on_broker_change)
         self._watch_children(zkpaths.BROKER_TOPICS, self._on_topic_change)
         self._watch_children(zkpaths.DELETE_TOPICS, self._on_delete_topics)
@@ -278,7 +288,7 @@ class Controller:
         self.ctx.broker_epochs = epochs
         return epochs
 
-    async def _load_topics(self, topics: list[str]) -> None:
+    async def _load_topics(self, topics: list[str], watch: bool = True) -> None:
         """Read the topics' assignments, then every partition's state: each set pipelined (issue 26)."""
         loaded: list[str] = []
         for t, got in zip(topics, await self.zk.get_many([zkpaths.topic_path(t) for t in topics]), strict=True):
@@ -290,8 +300,9 @@ class Controller:
         for tp, state in zip(tps, await self._read_states(tps), strict=True):
             if state is not None:
                 self.ctx.states[tp] = state
-        for t in loaded:
-            self._watch_topic(t)
+        if watch:
+            for t in loaded:
+                self._watch_topic(t)
 
     def _watch_topic(self, topic: str) -> None:
         """Watch ``/brokers/topics/<topic>`` for partitions added to it, while the topic and this incarnation last."""
@@ -505,10 +516,17 @@ class Controller:
         await self._on_brokers_started(new | bounced)
 
     async def _on_brokers_failed(self, dead: set[int]) -> None:
-        changed = await self._elect_offline_partitions()
-        changed += await self._remove_from_isrs(dead)
-        self._send_leader_and_isr(changed, self.ctx.live)
-        self._send_update_metadata(set(self.ctx.brokers), changed)
+        # new leaders first, then the ISR shrinks of the partitions that kept theirs (see _on_became_controller)
+        self._send_new_states(await self._elect_offline_partitions(), self.ctx.live)
+        shrunk = await self._remove_from_isrs(dead)
+        self._send_leader_and_isr(shrunk, self.ctx.live)
+        self._send_update_metadata(set(self.ctx.brokers), shrunk)  # even if empty: the live brokers changed
+
+    def _send_new_states(self, changed: list[TP], to: set[int]) -> None:
+        """LeaderAndIsr of ``changed`` to the replicas among ``to``, then UpdateMetadata to every broker."""
+        if changed:
+            self._send_leader_and_isr(changed, to)
+            self._send_update_metadata(set(self.ctx.brokers), changed)
 
     async def _remove_from_isrs(self, dead: set[int]) -> list[TP]:
         """Take dead brokers out of the ISR of partitions whose leader lives (a new leader epoch)."""
@@ -810,9 +828,12 @@ class Controller:
             return
         states = {tp: self.ctx.states[tp] for tp in partitions if tp in self.ctx.states}
         replicas = {tp: self.ctx.replicas(tp) for tp in states}
-        for b in to:
-            if b in self.ctx.brokers:
-                self.channel.send(b, UPDATE_METADATA, build.update_metadata(self, states, replicas))
+        targets = [b for b in to if b in self.ctx.brokers]
+        if not targets:
+            return
+        body = build.update_metadata(self, states, replicas)  # the same for every broker: built once
+        for b in targets:
+            self.channel.send(b, UPDATE_METADATA, body)
 
 
 class StaleBrokerEpoch(Exception):

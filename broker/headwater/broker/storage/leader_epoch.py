@@ -29,16 +29,21 @@ over it (through the injected :class:`~headwater.broker.storage.fs.FileSystem`),
 leaves the old or the new file. Owned by a Log, the cache hands both fsyncs to ``defer_sync``
 instead (it writes the temporary file, renames it and passes the checkpoint's path): the Log
 fsyncs the file and then the directory at its next flush, which happens before the recovery
-point passes any batch the new entry describes. After a crash the file is then the old one, the
-new one, or a torn new one. Old: the batches the lost entry describes are above the recovery
+point passes any batch the new entry describes. A new leader's entry at its log end offset
+(``Log.maybe_assign_epoch_start_offset``, ``assign_all(defer_write=True)``) is not even written
+then: it stays in memory until that flush writes the file (:meth:`LeaderEpochCache.write_unwritten`)
+and fsyncs it, or until another change writes the file; a crash before loses it as it could lose
+an unsynced rename (the "old" case below).
+After a crash the file is then the old one, the new one, or a torn new one. Old: the batches the lost entry describes are above the recovery
 point and are re-read by recovery, which assigns their epochs again (an entry no batch followed,
 a leader's epoch at its log end offset, describes nothing a follower can be asked about once the
 broker restarted as a follower). Torn: it breaks the invariants and the Log rebuilds the cache
 from its batch headers. This is what lets a broker take leadership of thousands of partitions
-in one LeaderAndIsr without thousands of fsyncs on the request's path (issue 26). Every change
-is written before it is made in memory: when writing or renaming fails (OSError) the cache is
-as before the call (once renamed, the memory follows the file even if an immediate fsync then
-fails).
+in one LeaderAndIsr without thousands of file writes and fsyncs on the request's path (issue
+26). Without ``defer_sync``, and for truncations, every change is written before it is made in
+memory: when writing or renaming fails (OSError) the cache is as before the call (once renamed,
+the memory follows the file even if an immediate fsync then fails); a deferred entry's failed
+write fails the Log's flush, which takes the log offline.
 
 Rules, as Kafka 2.3's ``LeaderEpochFileCache``:
 
@@ -152,6 +157,7 @@ class LeaderEpochCache:
         self._entries = [EpochEntry(*e) for e in entries]
         _check(self._entries)
         self._defer_sync = defer_sync
+        self._unwritten = False
         self.path = os.path.join(directory, CHECKPOINT_FILE)
 
     # -- reading -------------------------------------------------------------------------------
@@ -217,8 +223,12 @@ class LeaderEpochCache:
         """
         return self.assign_all(((epoch, start_offset),))
 
-    def assign_all(self, assignments: Iterable[tuple[int, int]]) -> bool:
-        """:meth:`assign` each (epoch, start offset) in turn, writing the checkpoint once at the end."""
+    def assign_all(self, assignments: Iterable[tuple[int, int]], *, defer_write: bool = False) -> bool:
+        """:meth:`assign` each (epoch, start offset) in turn, writing the checkpoint once at the end.
+
+        ``defer_write`` (only with ``defer_sync``, i.e. owned by a Log): leave the file to the Log's
+        next flush (:meth:`write_unwritten`); see the module docstring.
+        """
         entries = self._entries
         for epoch, start_offset in assignments:
             if start_offset < 0:
@@ -238,7 +248,14 @@ class LeaderEpochCache:
             entries = [*kept, new]
         if entries is self._entries:
             return False
-        self._replace(entries)
+        if self._defer_sync is None or not defer_write:
+            self._replace(entries)
+        else:
+            # A new leader's entry: the file is written at the Log's next flush (module docstring),
+            # so a broker taking leadership of thousands of partitions does no file I/O for each
+            self._entries = entries
+            self._unwritten = True
+            self._defer_sync(self.path)
         return True
 
     def truncate_from_end(self, end_offset: int) -> bool:
@@ -275,9 +292,20 @@ class LeaderEpochCache:
         """Write the checkpoint as the cache holds it (after a rebuild)."""
         self._replace(self._entries)
 
+    @property
+    def unwritten(self) -> bool:
+        """Whether an assignment is in memory only, waiting for :meth:`write_unwritten`."""
+        return self._unwritten
+
+    def write_unwritten(self) -> None:
+        """Write the checkpoint if an assignment was deferred (the owning Log's flush calls this)."""
+        if self._unwritten:
+            self._replace(self._entries)
+
     def _replace(self, entries: list[EpochEntry]) -> None:
         replace_file(self._fs, self.path, format_checkpoint(entries), fsync=self._defer_sync is None)
         self._entries = entries  # the file holds them now, durable or not
+        self._unwritten = False
         if self._defer_sync is None:
             self._fs.fsync_dir(self._dir)
         else:

@@ -579,9 +579,16 @@ class Log:
                 yield b.base_offset, BatchHeader._make(HEADER.unpack_from(data))
 
     def take_producer_snapshot(self) -> None:
-        """Write the producer state as of the log end offset; keep the newest two snapshots."""
+        """Write the producer state as of the log end offset; keep the newest two snapshots.
+
+        Nothing is written when the log holds no batch (a reload replays nothing) or the newest
+        snapshot is already at the log end offset (Kafka too snapshots only a new offset): a broker
+        stopping with thousands of idle partitions does not write and fsync thousands of files.
+        """
         offset = self._next_offset
         try:
+            if offset == self._log_start_offset or (list_snapshots(self._fs, self._dir)[-1:] == [offset]):
+                return
             write_snapshot(self._fs, self._dir, offset, self.producer_state)
             self._dir_unsynced = True
             for old in list_snapshots(self._fs, self._dir)[:-SNAPSHOTS_KEPT]:
@@ -813,14 +820,16 @@ class Log:
         """Record that ``leader_epoch`` starts at ``start_offset`` when it is a new epoch (Kafka's name).
 
         A new leader calls it with the log end offset (KAFKA-7415), so that it can answer
-        OffsetsForLeaderEpoch for its own epoch before it appended anything. Raises
-        KafkaError(KAFKA_STORAGE_ERROR) when the checkpoint cannot be written (the log goes offline).
+        OffsetsForLeaderEpoch for its own epoch before it appended anything. The checkpoint file
+        is written by the next flush (or the next change that writes it), not here: a broker
+        elected leader of thousands of partitions at once does no file I/O per partition
+        (issue 26; why a crash before that loses nothing, in ``leader_epoch.py``).
         """
-        return self._assign_epochs([(leader_epoch, start_offset)])
+        return self._assign_epochs([(leader_epoch, start_offset)], defer_write=True)
 
-    def _assign_epochs(self, epochs: Iterable[tuple[int, int]]) -> bool:
+    def _assign_epochs(self, epochs: Iterable[tuple[int, int]], defer_write: bool = False) -> bool:
         try:
-            return self.leader_epoch_cache.assign_all(epochs)
+            return self.leader_epoch_cache.assign_all(epochs, defer_write=defer_write)
         except OSError as e:
             self._offline = True
             log.error("%s cannot write the leader epoch checkpoint: %s", self._ident, e)
@@ -953,6 +962,7 @@ class Log:
     def _flush_to(self, offset: int) -> None:
         i = max(bisect_right(self._base_offsets, self._recovery_point) - 1, 0)
         try:
+            self.leader_epoch_cache.write_unwritten()  # entries assigned since the last flush
             for seg in self._segments[i:]:
                 if seg.base_offset >= offset:
                     break
