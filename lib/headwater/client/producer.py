@@ -637,12 +637,16 @@ class Producer:
                     for b in q:
                         self._fail(b, error)
                 self._queues.clear()
+            # taken before the cancel: a cancelled request's ``finally`` drops its batches from
+            # ``_inflight`` (a flush that timed out leaves requests in flight)
+            inflight = list(self._inflight.values())
             tasks = [t for t in (self._sender, self._refresh_task, self._pid_task, *self._tasks) if t is not None]
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            for b in list(self._inflight.values()):
-                self._fail(b, error)
+            for b in inflight + list(self._inflight.values()):
+                if not b.done.done():  # not answered meanwhile
+                    self._fail(b, error)
             if self._owns_cluster:
                 await self.cluster.close()
 

@@ -256,3 +256,23 @@ def test_close_while_other_threads_send_leaves_no_record_pending() -> None:
         assert len(records_in(s, ("t", 0))) == len(written)
 
     with_fakes(blocking(body))
+
+
+def test_close_fails_the_records_of_a_request_still_in_flight() -> None:
+    """A close whose flush times out cancels the request in flight: its records fail, none stays
+    pending (the CI-sized case of the test above, where a loaded machine made the flush time out)."""
+    state = State(silent={"Produce"})
+
+    def body(s: State, b: list[FakeBroker]) -> None:
+        p = SyncProducer(b[0].bootstrap, linger_ms=0)
+        p.start()
+        futures = [p.send("t", b"%d" % i) for i in range(5)]
+        deadline = time.monotonic() + 30
+        while not s.seen("Produce") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert s.seen("Produce"), "no Produce request was sent"
+        p.close(0.2)
+        assert all(f.done() for f in futures), "records of the cancelled request left pending by close()"
+        assert all("closed" in str(f.exception(0)) for f in futures)
+
+    with_fakes(blocking(body), state)
