@@ -45,7 +45,7 @@ clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
 
 # ---- containers: images, the multi-DC lab (deploy/compose/), what tests/integration needs
-.PHONY: images lab lab-down lab-load lab-check integration-deps docker-engine
+.PHONY: images lab lab-down lab-load lab-check lab-outage integration-deps docker-engine
 
 # Docker engine (installed and started when absent and we are root) and the compose v2 plugin.
 docker-engine: $(VENV)/.installed
@@ -66,6 +66,10 @@ lab-load:
 # The pipeline check: each DC to the aggregate cluster (p50/p99/max latency), every record, the audit.
 lab-check:
 	@bash deploy/scripts/lab.sh check
+
+# The outage drill: cut dc2's WAN link for LAB_OUTAGE_SECONDS (600), heal it, measure the catch-up (JSON).
+lab-outage:
+	@bash deploy/scripts/lab.sh outage $${LAB_OUTAGE_LINK:-dc2} --seconds $${LAB_OUTAGE_SECONDS:-600} --json
 
 # Stops the lab and keeps its data volumes (drop them: deploy/scripts/lab.sh down -v).
 lab-down:

@@ -133,5 +133,16 @@ case "$cmd" in
     compose exec -T audit headwater lab check $sources --aggregate "$aggregate" --audit-url http://127.0.0.1:8080 \
       --command-config /etc/headwater/lab-admin.properties "$@"
     ;;
+  outage)
+    # `lab.sh outage dc2 --seconds 600 [--json]`: the outage drill (headwater lab outage), from the
+    # audit container as the check is (it reaches every cluster, both links' control endpoints and
+    # the mirror's metrics by their service names).
+    link="${1:-dc2}"
+    shift || true
+    # shellcheck disable=SC2086 # word splitting of the source list is intended
+    compose exec -T audit headwater lab outage "$link" $sources --aggregate "$aggregate" \
+      --control "$link-link:9190" --mirror-metrics http://mirror:9404/metrics --audit-url http://127.0.0.1:8080 \
+      --command-config /etc/headwater/lab-admin.properties "$@"
+    ;;
   *) compose "$cmd" "$@" ;;
 esac

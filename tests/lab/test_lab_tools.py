@@ -14,6 +14,7 @@ from typing import Any
 
 from headwater.lab.activity import click, member_id, page_view
 from headwater.lab.check import percentile
+from headwater.lab.outage import OutageReport, flow_partitions
 from headwater.testing.zookeeper import free_port
 from tests.cluster.harness import Cluster
 from tests.mirror.util import MirrorProcess, wait_for, zk_connect
@@ -48,6 +49,9 @@ def test_bad_arguments_get_one_line_and_exit_code_2() -> None:
         ["check", "--source", "dc1"],
         ["check", "--records", "0"],
         ["activity", "--datacenter", "dc1", "--bootstrap-server", "x:1", "--rate", "-1"],
+        ["outage", "dc3"],
+        ["outage", "dc2", "--seconds", "0"],
+        ["outage", "dc2", "--source", "dc2"],
     ):
         proc = subprocess.run(
             [sys.executable, "-m", "headwater.cli.main", "lab", *argv], capture_output=True, text=True, timeout=60
@@ -55,6 +59,25 @@ def test_bad_arguments_get_one_line_and_exit_code_2() -> None:
         assert proc.returncode == 2, (argv, proc.stderr)
         assert proc.stderr.startswith("headwater lab "), proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_the_outage_drill_reads_the_cut_flows_committed_partitions() -> None:
+    samples = [
+        ("headwater_mirror_committed_offset", {"flow": "dc2->agg", "topic": "clicks", "partition": "0"}, 41.0),
+        ("headwater_mirror_committed_offset", {"flow": "dc2->agg", "topic": "clicks", "partition": "1"}, 7.0),
+        ("headwater_mirror_committed_offset", {"flow": "dc1->agg", "topic": "clicks", "partition": "0"}, 99.0),
+        ("headwater_mirror_committed_offset", {"flow": "dc22->agg", "topic": "clicks", "partition": "0"}, 5.0),
+        ("headwater_mirror_partition_lag", {"flow": "dc2->agg", "topic": "clicks", "partition": "2"}, 3.0),
+    ]
+    assert flow_partitions(samples, "dc2") == {("clicks", 0): 41, ("clicks", 1): 7}
+    report = OutageReport("dc2", "blackhole", cut_seconds=60.0, backlog_records=6000, catch_up_seconds=4.0)
+    report.caught_up = True
+    assert report.production_rate == 100.0 and report.catch_up_rate == 1500.0 and report.catch_up_ratio == 15.0
+    assert report.ok and report.as_dict()["catch_up_ratio"] == 15.0
+    report.catch_up_seconds = 30.0  # 2x the production rate: below the goal of 5x
+    assert not report.ok and "2.0x the production rate" in report.text()
+    report.catch_up_seconds, report.audit_during_cut = 4.0, {"late": 3, "loss": 1}
+    assert not report.ok
 
 
 def _get(url: str) -> Any:

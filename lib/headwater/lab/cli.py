@@ -76,6 +76,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _add_command_config(c)
     c.set_defaults(func=_check)
     _add_link_parser(lab_sub)
+    _add_outage_parser(lab_sub)
 
 
 def _add_command_config(p: argparse.ArgumentParser) -> None:
@@ -170,6 +171,101 @@ def _add_link_parser(lab_sub: argparse._SubParsersAction[argparse.ArgumentParser
             a.add_argument("--jitter-ms", type=float)
             a.add_argument("--bandwidth-mbit", type=float)
         a.set_defaults(func=_link_call)
+
+
+def _add_outage_parser(lab_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    o = lab_sub.add_parser(
+        "outage",
+        help="cut a DC's WAN link for a while, heal it, and measure the mirror's catch-up",
+        description="Cut one datacenter's link (its producers keep writing), check the other "
+        "datacenters' flow during the cut, heal, and measure how long the mirror takes to copy and "
+        "commit everything written meanwhile (catch-up time and its ratio to the production rate; "
+        "goal >= 5x), and what the audit showed for the cut DC's windows. Exit code 0 when all is "
+        "well, 1 otherwise. See headwater.lab.outage.",
+    )
+    o.add_argument("link", help="the datacenter whose link is cut (dc1, dc2)")
+    o.add_argument("--seconds", type=float, default=600.0, help="how long the link stays cut (default 600)")
+    o.add_argument(
+        "--mode", choices=["drop", "blackhole"], default="blackhole", help="how it is cut (default blackhole)"
+    )
+    o.add_argument(
+        "--control",
+        help="HOST:PORT of the link's control endpoint (default: the lab's, "
+        + ", ".join(f"{k}={v}" for k, v in _LAB_LINK_CONTROL.items())
+        + ")",
+    )
+    o.add_argument(
+        "--source",
+        action="append",
+        metavar="DC=BOOTSTRAP",
+        help="the source datacenters, the cut one included (repeatable; default: the lab's dc1 and dc2)",
+    )
+    o.add_argument("--aggregate", default=_LAB_AGGREGATE, help="the aggregate cluster's brokers")
+    o.add_argument(
+        "--mirror-metrics",
+        action="append",
+        metavar="URL",
+        help="a mirror process's /metrics (repeatable; default http://127.0.0.1:9404/metrics)",
+    )
+    o.add_argument("--audit-url", default="http://127.0.0.1:8080", help="the audit service ('' to skip)")
+    o.add_argument(
+        "--check-records", type=int, default=100, help="pipeline-check records per other DC during the cut (0: none)"
+    )
+    o.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the catch-up (default 900)")
+    o.add_argument("--json", action="store_true", help="print the report as JSON")
+    o.add_argument("--log-level", default="WARNING")
+    _add_command_config(o)
+    o.set_defaults(func=_outage)
+
+
+def _outage(args: argparse.Namespace) -> int:
+    try:
+        sources = _parse_sources(args.source)
+    except ValueError as e:
+        print(f"headwater lab outage: {e}", file=sys.stderr)
+        return 2
+    if args.link not in sources:
+        print(f"headwater lab outage: {args.link!r} is not one of the sources ({', '.join(sources)})", file=sys.stderr)
+        return 2
+    control = args.control or _LAB_LINK_CONTROL.get(args.link)
+    if control is None:
+        print(f"headwater lab outage: no control address known for {args.link!r}: pass --control", file=sys.stderr)
+        return 2
+    if args.seconds <= 0 or args.timeout <= 0 or args.check_records < 0:
+        print("headwater lab outage: --seconds and --timeout must be positive, --check-records >= 0", file=sys.stderr)
+        return 2
+    security = _security(args, "outage")
+    setup_logging(args.log_level)
+    from headwater.lab.outage import run_outage
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    import uvloop
+
+    try:
+        report = uvloop.run(
+            run_outage(
+                args.link,
+                control,
+                sources[args.link],
+                args.mirror_metrics or ["http://127.0.0.1:9404/metrics"],
+                cut_seconds=args.seconds,
+                mode=args.mode,
+                others={dc: b for dc, b in sources.items() if dc != args.link},
+                aggregate=args.aggregate,
+                check_records=args.check_records,
+                audit_url=args.audit_url or None,
+                timeout=args.timeout,
+                progress=progress,
+                security=security,
+            )
+        )
+    except (OSError, TimeoutError, ValueError) as e:
+        print(f"headwater lab outage: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
+    return 0 if report.ok else 1
 
 
 def _host_port(value: str, what: str) -> tuple[str, int]:
