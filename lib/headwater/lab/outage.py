@@ -291,7 +291,8 @@ async def run_outage(
             report.catch_up_seconds = now - healed_at
             break
         if now >= next_line:
-            left = sum(max(0, ends_at_heal[tp] - now_committed.get(tp, -1)) for tp in partitions)
+            # a partition missing from the metrics (its copier restarting) counts from where it was
+            left = sum(max(0, ends_at_heal[tp] - now_committed.get(tp, before.get(tp, 0))) for tp in partitions)
             progress(f"outage: {now - healed_at:.0f} s after the heal, {left} records not yet committed")
             next_line += 10
         await asyncio.sleep(0.2)
