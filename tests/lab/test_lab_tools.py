@@ -14,7 +14,7 @@ from typing import Any
 
 from headwater.lab.activity import click, member_id, page_view
 from headwater.lab.check import percentile
-from headwater.lab.outage import OutageReport, flow_partitions
+from headwater.lab.outage import OutageReport, flow_partitions, owned_partitions
 from headwater.testing.zookeeper import free_port
 from tests.cluster.harness import Cluster
 from tests.mirror.util import MirrorProcess, wait_for, zk_connect
@@ -70,6 +70,7 @@ def test_the_outage_drill_reads_the_cut_flows_committed_partitions() -> None:
         ("headwater_mirror_partition_lag", {"flow": "dc2->agg", "topic": "clicks", "partition": "2"}, 3.0),
     ]
     assert flow_partitions(samples, "dc2") == {("clicks", 0): 41, ("clicks", 1): 7}
+    assert owned_partitions(samples, "dc2") == {("clicks", 2)}  # a copier not yet committed: waited for
     report = OutageReport("dc2", "blackhole", cut_seconds=60.0, backlog_records=6000, catch_up_seconds=4.0)
     report.caught_up = True
     assert report.production_rate == 100.0 and report.catch_up_rate == 1500.0 and report.catch_up_ratio == 15.0

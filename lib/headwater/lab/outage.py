@@ -3,8 +3,9 @@
 The drill behind issue 22's "a DC cut off and back": while the DCs' producers keep writing, it
 
 1. reads the cut DC's log end offsets of every partition its mirror flow copies (from the mirror's
-   own ``/metrics``: the partitions of ``headwater_mirror_committed_offset{flow="<dc>->..."}``),
-   straight from the DC's brokers (the host reaches them without the link);
+   own ``/metrics``: the partitions of ``headwater_mirror_partition_lag{flow="<dc>->..."}``, once
+   each has a ``headwater_mirror_committed_offset``), straight from the DC's brokers (the host
+   reaches them without the link);
 2. cuts the link through its control endpoint (``drop`` or ``blackhole``) and, halfway through the
    cut, runs the pipeline check (:mod:`headwater.lab.check`) for the *other* datacenters, so their
    latency during the cut is measured, not assumed;
@@ -41,7 +42,7 @@ from headwater.client.security import ClientSecurity
 from headwater.lab.check import PipelineReport, run_check
 from headwater.lab.link import control_request
 
-__all__ = ["CATCH_UP_GOAL", "OutageReport", "flow_partitions", "run_outage"]
+__all__ = ["CATCH_UP_GOAL", "OutageReport", "flow_partitions", "owned_partitions", "run_outage"]
 
 # Issue 22: after healing, the cut DC's flow catches up at >= 5x the production rate.
 CATCH_UP_GOAL = 5.0
@@ -67,6 +68,39 @@ def flow_partitions(samples: Sequence[tuple[str, dict[str, str], float]], source
             tp = (labels["topic"], int(labels["partition"]))
             out[tp] = max(out.get(tp, -1), int(value))
     return out
+
+
+def owned_partitions(samples: Sequence[tuple[str, dict[str, str], float]], source: str) -> set[TopicPartition]:
+    """The partitions of the flows out of ``source`` the mirror copies (it reports a lag for each)."""
+    return {
+        (labels["topic"], int(labels["partition"]))
+        for name, labels, _ in samples
+        if name == "headwater_mirror_partition_lag" and labels.get("flow", "").startswith(f"{source}->")
+    }
+
+
+async def _settled_partitions(
+    urls: Sequence[str], source: str, progress: Callable[[str], None], timeout: float = 120.0
+) -> list[TopicPartition]:
+    """The flow's partitions once the mirror has committed each of them at least once (a copier
+    just started has none yet, and "caught up" is read from the commits)."""
+    deadline = time.monotonic() + timeout
+    said = False
+    while True:
+        samples = await asyncio.to_thread(_scrape, urls)
+        owned, committed = owned_partitions(samples, source), flow_partitions(samples, source)
+        missing = owned - set(committed)
+        if owned and not missing:
+            return sorted(owned | set(committed))
+        if time.monotonic() > deadline:
+            if not owned:
+                raise ValueError(f"the mirror's metrics show no partition of a flow from {source!r}")
+            names = ", ".join(f"{t}-{p}" for t, p in sorted(missing)[:5])
+            raise ValueError(f"the mirror has not committed {len(missing)} of the flow's partitions ({names}, ...)")
+        if not said:
+            progress(f"outage: waiting for the mirror to commit every partition of the flow from {source}")
+            said = True
+        await asyncio.sleep(0.5)
 
 
 def _heartbeat_ages(samples: Sequence[tuple[str, dict[str, str], float]]) -> dict[str, float]:
@@ -223,10 +257,7 @@ async def run_outage(
     to catch up (see the module docstring). ``others`` (DC -> bootstrap) are checked during the cut
     against ``aggregate`` with ``check_records`` records each (0: not checked)."""
     report = OutageReport(link, mode)
-    committed = flow_partitions(await asyncio.to_thread(_scrape, mirror_metrics), link)
-    if not committed:
-        raise ValueError(f"the mirror's metrics show no committed partition of a flow from {link!r}")
-    partitions = sorted(committed)
+    partitions = await _settled_partitions(mirror_metrics, link, progress)
     report.partitions = len(partitions)
     cut_window_ms = int(time.time() * 1000)
     ends_at_cut = await _log_ends(source_bootstrap, partitions, security)
