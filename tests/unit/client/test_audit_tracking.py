@@ -32,9 +32,9 @@ def test_origin_headers_are_built_once_per_millisecond_and_topic() -> None:
     h1, ts1, size1, w1 = a.stamp("t", (), 5_500, 100, True)
     h2, _, size2, w2 = a.stamp("t", (), 5_500, 100, True)
     assert h1 == ((HEADER_HOST, b"h1"), (HEADER_DC, b"dc1"), (HEADER_CREATED, b"5500"))
-    assert h2 is h1 and w2 is w1 and size2 == size1 > 100 and ts1 == 5_500
-    h3, _, _, w3 = a.stamp("t", (), 5_501, 100, True)  # next millisecond, same window: same key object
-    assert h3[2] == (HEADER_CREATED, b"5501") and w3 is w1 == ("t", 5)
+    assert h2 is h1 and w2 == w1 and size2 == size1 > 100 and ts1 == 5_500
+    h3, _, _, w3 = a.stamp("t", (), 5_501, 100, True)  # next millisecond, same window
+    assert h3[2] == (HEADER_CREATED, b"5501") and w3 == w1 == ("t", 5)
     _, _, _, w4 = a.stamp("u", (), 5_501, 100, True)
     assert w4 == ("u", 5)
     _, _, _, w5 = a.stamp("t", (), 6_000, 100, True)
