@@ -440,23 +440,24 @@ class SyncAuditingProducer(SyncProducer):
     ) -> SyncRecordFuture:
         """Queue one record with its origin headers; counted when its batch is acknowledged."""
         a = self.auditing
-        if not a.enabled or topic == a.audit_topic:
-            return super().send(topic, value, key, headers, partition, timestamp_ms)
         p = self._accumulator
         future_class: Any = SyncRecordFuture
         try:
             kb, vb, hdrs, ts, size = p.prepare(value, key, headers, timestamp_ms)
-            if hdrs:
-                hdrs, ts, size, window = a.stamp(topic, hdrs, ts, size, timestamp_ms is None)
-                if window[1] != ts // a.window_ms:
-                    future_class = a.moved(SyncRecordFuture, ts, window)
-            else:  # stamp()'s common case, inline (it runs once per record)
-                ms, stamped, hdrs, extra, limit = a._stamp
-                if ms != ts or stamped != topic:
-                    ms, stamped, hdrs, extra, limit = a._stamp = a._new_stamp(topic, ts)
+            ms, stamped, stamp, extra, limit = a._stamp
+            if hdrs or ms != ts or stamped != topic:
+                # not the common case (it follows): headers of its own, another millisecond or topic,
+                # the audit topic or auditing off (no stamp is made for those: the common case
+                # needs no check of them)
+                if a.enabled and topic != a.audit_topic:
+                    hdrs, ts, size, window = a.stamp(topic, hdrs, ts, size, timestamp_ms is None)
+                    if window[1] != ts // a.window_ms:
+                        future_class = a.moved(SyncRecordFuture, ts, window)
+            else:  # stamp()'s common case, inline (it runs once per record): this millisecond's headers
                 size += extra
                 if size > limit:
                     raise _too_large(size)
+                hdrs = stamp
             fut = p.try_append(topic, kb, vb, hdrs, ts, size, partition, future_class)
             if fut is None:
                 fut = self._append_waiting(topic, kb, vb, hdrs, ts, size, partition, future_class)

@@ -266,6 +266,18 @@ def test_audit_counts_per_window_equal_the_records_written_whatever_path_sent_th
             assert sum(written.values()) == len(futures) - len(failed)
             assert len(written) >= 8  # the windows the records were created in
             assert a.counts() == written
+            # the audit topic itself is neither stamped nor counted
+            a.send("__audit", b"direct").result(30)
+            a.send_many("__audit", [b"direct"])[0].result(30)
+            direct = [
+                r
+                for batch in s.logs[("__audit", 0)]
+                for _, rs in iter_batches(batch)
+                for r in rs
+                if r.value == b"direct"
+            ]
+            assert len(direct) == 2 and all(not r.headers for r in direct)
+            assert a.counts() == written
 
     with_fakes(blocking(body), state)
 
