@@ -26,6 +26,10 @@ the partitioner) is guarded by one lock, so :meth:`Producer.try_append` may be c
 thread -- :class:`~headwater.client.sync.SyncProducer` appends from its callers' threads, as Java's
 ``KafkaProducer.send`` appends to its ``RecordAccumulator``, and the loop thread only drains whole
 batches. Everything else (the sender, requests, metadata) runs on the producer's event loop.
+
+Counting: a ``batch_counter`` (:class:`BatchCounter`, what the auditing producer installs) is told
+when a batch opens and, once, how it ended, with the records' timestamps when acknowledged: audit
+counts cost nothing per record.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from headwater.client.cluster import STALE_METADATA_ERRORS, Cluster
 from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
@@ -51,7 +55,7 @@ from headwater.protocol.records.record import encode_batch
 
 log = logging.getLogger("headwater.client.producer")
 
-__all__ = ["Producer", "RecordFuture", "RecordMetadata", "to_bytes"]
+__all__ = ["BatchCounter", "Producer", "RecordFuture", "RecordMetadata", "to_bytes"]
 
 _BATCH_OVERHEAD = 61  # the record batch header
 _RECORD_OVERHEAD = 21  # varints and attributes of one record, at most (small records are less)
@@ -63,6 +67,26 @@ Headers = tuple[tuple[str, bytes | None], ...]
 #: One queued record: (key, value, timestamp, headers), what encode_batch takes (a plain tuple:
 #: cheaper to build than a NamedTuple, once per record).
 _Record = tuple[bytes | None, bytes | None, int, Headers]
+
+
+class BatchCounter(Protocol):
+    """Counts a producer's records per batch (what :class:`~headwater.client.audit.AuditingProducer`
+    installs as ``Producer.batch_counter``): told when a batch opens, and once whether it was
+    acknowledged or failed. No call per record: the records' timestamps come with the acknowledgement."""
+
+    def opened(self, topic: str, outcome: BatchOutcome, timestamp: int) -> bool:
+        """A batch of ``topic`` opened with a record of ``timestamp`` (under the accumulator's lock,
+        in any thread); whether to count it (then exactly one of the two calls below follows)."""
+        ...
+
+    def acknowledged(self, topic: str, outcome: BatchOutcome, timestamps: list[int]) -> None:
+        """The broker acknowledged the batch; ``timestamps`` are its records' (loop thread, before
+        the records' futures settle)."""
+        ...
+
+    def failed(self, outcome: BatchOutcome) -> None:
+        """The batch failed for good (loop thread, before its futures settle)."""
+        ...
 
 
 def to_bytes(value: Any) -> bytes | None:
@@ -102,6 +126,7 @@ class _Batch:
     __slots__ = (
         "attempts",
         "closed",
+        "counted",
         "created",
         "deadline",
         "done",
@@ -126,6 +151,7 @@ class _Batch:
         self.created = now
         self.deadline = deadline
         self.closed = False
+        self.counted = False  # the producer's batch_counter counts it (told once how it ended)
         self.encoded: bytes | None = None
         self.attempts = 0
         self.retry_at = 0.0
@@ -218,6 +244,8 @@ class Producer:
         # (headers as given, as records carry them, their size): a caller passing one headers tuple to
         # many sends (built once, e.g. per millisecond) has it converted once (read and replaced whole)
         self._headers_seen: tuple[object, Headers, int] = (None, (), 0)
+        #: counts records per batch (the auditing producer): told of each batch opened and how it ended
+        self.batch_counter: BatchCounter | None = None
         # idempotence: the producer id and epoch (-1: none yet), the next sequence per partition
         self._producer_id = -1
         self._producer_epoch = -1
@@ -573,6 +601,8 @@ class Producer:
             assert self._loop is not None  # started
             now = time.monotonic()
             batch = _Batch(self._loop, topic, partition, now, now + self.delivery_timeout)
+            if self.batch_counter is not None:
+                batch.counted = self.batch_counter.opened(topic, batch.outcome, record[2])
             queue.append(batch)
             self._wake()  # a new linger deadline
         fut = future_class(batch.outcome, len(batch.records))
@@ -904,12 +934,19 @@ class Producer:
         self._fail(batch, error)
 
     def _complete(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
-        batch.outcome.succeeded(base_offset, log_append_time, [r[2] for r in batch.records])
+        timestamps = [r[2] for r in batch.records]
+        if batch.counted and self.batch_counter is not None:
+            batch.counted = False  # counted once (before the futures settle: a waiter sees the count)
+            self.batch_counter.acknowledged(batch.topic, batch.outcome, timestamps)
+        batch.outcome.succeeded(base_offset, log_append_time, timestamps)
         self._finish(batch)
 
     def _fail(self, batch: _Batch, error: BaseException) -> None:
         if batch.encoded is not None:
             self._reset_producer_id(batch)
+        if batch.counted and self.batch_counter is not None:
+            batch.counted = False
+            self.batch_counter.failed(batch.outcome)
         batch.outcome.failed(error)
         self._finish(batch)
 

@@ -264,6 +264,7 @@ class SyncProducer(_Facade):
         ts: int,
         size: int,
         partition: int | None,
+        future_class: Any = SyncRecordFuture,
     ) -> SyncRecordFuture:
         """The slow path: wait on the loop for what the append needs (metadata, buffer space)."""
         if threading.get_ident() == self._lt.thread_id:
@@ -272,7 +273,10 @@ class SyncProducer(_Facade):
                 "send() from a delivery callback would wait for the client's own thread "
                 "(the topic's metadata or buffer space): send from another thread",
             )
-        return self._run(self._accumulator.append(topic, kb, vb, hdrs, ts, size, partition, SyncRecordFuture))
+        fut: SyncRecordFuture = self._run(
+            self._accumulator.append(topic, kb, vb, hdrs, ts, size, partition, future_class)
+        )
+        return fut
 
     def send_and_wait(
         self,

@@ -1,7 +1,6 @@
 """The producers' per-record header work without a broker: the origin headers stamped once per
-millisecond, and records counted per batch in runs (one counter while records go to the same batch
-and window), from several threads, with batches settling meanwhile; a headers tuple given to many
-sends converted once."""
+millisecond, and records counted per batch by the producer's batch counter (no work per record), from
+several threads, with batches settling meanwhile; a headers tuple given to many sends converted once."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ import random
 import threading
 import types
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -32,9 +32,9 @@ def test_origin_headers_are_built_once_per_millisecond_and_topic() -> None:
     h1, ts1, size1, w1 = a.stamp("t", (), 5_500, 100, True)
     h2, _, size2, w2 = a.stamp("t", (), 5_500, 100, True)
     assert h1 == ((HEADER_HOST, b"h1"), (HEADER_DC, b"dc1"), (HEADER_CREATED, b"5500"))
-    assert h2 is h1 and w2 is w1 and size2 == size1 > 100 and ts1 == 5_500
-    h3, _, _, w3 = a.stamp("t", (), 5_501, 100, True)  # next millisecond, same window: same key object
-    assert h3[2] == (HEADER_CREATED, b"5501") and w3 is w1 == ("t", 5)
+    assert h2 is h1 and w2 == w1 and size2 == size1 > 100 and ts1 == 5_500
+    h3, _, _, w3 = a.stamp("t", (), 5_501, 100, True)  # next millisecond, same window
+    assert h3[2] == (HEADER_CREATED, b"5501") and w3 == w1 == ("t", 5)
     _, _, _, w4 = a.stamp("u", (), 5_501, 100, True)
     assert w4 == ("u", 5)
     _, _, _, w5 = a.stamp("t", (), 6_000, 100, True)
@@ -58,71 +58,75 @@ def test_a_record_too_large_with_its_origin_headers_is_refused() -> None:
         assert e.value.code == ErrorCode.MESSAGE_TOO_LARGE
 
 
-def test_counts_from_threads_match_what_each_batch_acknowledged() -> None:
-    """4 threads track records into 12 batches over 3 windows (window keys as stamp() shares them, and
-    equal keys that are other objects) while batches settle, some failing, some before their last
-    records are tracked: the counts are exactly the records of the acknowledged batches."""
+def test_batches_are_counted_by_their_records_timestamps_with_moves_to_their_own_created_windows() -> None:
+    """The producer's batch counter: 4 threads open 40 batches over 3 windows, some records moved to
+    an earlier window (their own origin.created), while batches settle, some failing, some straddling a
+    window's end: the counts are exactly the records of the acknowledged batches, by window."""
     loop = asyncio.new_event_loop()
     try:
         a = auditing()
         rng = random.Random(24)
-        batches = [BatchOutcome(loop, "t", 0) for _ in range(12)]
-        fails = set(rng.sample(range(12), 4))
-        shared = [a.stamp("t", (), w * WINDOW_MS, 0, True)[3] for w in range(3)]
-        plans = []
-        for _ in range(4):
-            plan = []
-            for _ in range(3000):
-                b = rng.randrange(12)
-                w = (b + rng.randrange(2)) % 3  # mostly runs of a batch and window, some switching
-                key = shared[w] if rng.random() < 0.9 else ("t", w)
-                plan.append((b, key))
-            plan.sort(key=lambda e: e[0])  # batches fill in order, as an accumulator's do
-            plans.append(plan)
         expected: Counter[tuple[str, int]] = Counter()
-        for plan in plans:
-            for b, key in plan:
-                if b not in fails:
-                    expected[key] += 1
+        lock = threading.Lock()
 
-        def send(plan: list[tuple[int, tuple[str, int]]]) -> None:
-            for b, key in plan:
-                a.track(batches[b], key)
+        def batches(seed: int) -> None:
+            r = random.Random(seed)
+            for _ in range(10):
+                outcome = BatchOutcome(loop, "t", 0)
+                start = r.randrange(3 * WINDOW_MS - 50)
+                timestamps = sorted(start + r.randrange(50) for _ in range(r.randrange(1, 200)))
+                assert a.opened("t", outcome, timestamps[0])
+                moved: Counter[tuple[str, int]] = Counter()
+                for ts in timestamps[:5]:
+                    if r.random() < 0.5:  # came with an origin.created of window 0
+                        a.moved(lambda o, i: (o, i), ts, ("t", 0))(outcome, 0)
+                        moved[("t", ts // WINDOW_MS)] -= 1
+                        moved[("t", 0)] += 1
+                if r.random() < 0.3:
+                    a.failed(outcome)
+                    continue
+                a.acknowledged("t", outcome, timestamps)
+                with lock:
+                    expected.update(Counter(("t", ts // WINDOW_MS) for ts in timestamps))
+                    expected.update(moved)
 
-        def settle() -> None:
-            for i in rng.sample(range(12), 12):
-                if i in fails:
-                    batches[i].failed(KafkaError(ErrorCode.NOT_LEADER_FOR_PARTITION, "test"))
-                else:
-                    batches[i].succeeded(0, 1, [])
-
-        threads = [threading.Thread(target=send, args=(p,)) for p in plans]
+        threads = [threading.Thread(target=batches, args=(rng.random(),)) for _ in range(4)]
         for t in threads:
             t.start()
-        settle()  # meanwhile: some batches settle before all their records are tracked
         for t in threads:
             t.join(120)
             assert not t.is_alive()
-        assert a.counts() == dict(expected)
-        assert not a._tallies  # every batch settled: nothing left in flight
+        assert a.counts() == {k: n for k, n in expected.items() if n}
+        assert not a._open and not a._corrections  # every batch settled: nothing left in flight
+        assert not a.opened("__audit", BatchOutcome(loop, "__audit", 0), 0)  # the events are not counted
     finally:
         loop.close()
 
 
-def test_a_window_counted_in_a_run_is_in_flight_until_its_batch_settles() -> None:
-    loop = asyncio.new_event_loop()
-    try:
+def test_a_window_is_held_back_while_a_batch_opened_in_it_is_in_flight() -> None:
+    async def scenario() -> None:
         a = auditing()
-        batch = BatchOutcome(loop, "t", 0)
-        key = a.stamp("t", (), 7_000, 0, True)[3]
-        for _ in range(5):
-            a.track(batch, key)
-        assert a.counts() == {}
-        assert key in {k for tally in a._tallies.values() for k in tally}  # what publish() holds back
-        batch.succeeded(0, 1, [])
+        sent: list[bytes] = []
+
+        async def send(topic: str, value: bytes, key: Any = None) -> Any:
+            sent.append(value)
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_result(None)
+            return fut
+
+        a.producer.send = send  # type: ignore[attr-defined]
+        loop = asyncio.get_running_loop()
+        done, open_ = BatchOutcome(loop, "t", 0), BatchOutcome(loop, "t", 0)
+        a.opened("t", done, 7_000)
+        a.opened("t", open_, 7_900)
+        a.acknowledged("t", done, [7_000] * 5)
         assert a.counts() == {("t", 7): 5}
-    finally:
-        loop.close()
+        assert await a.publish() == 0  # window 7 (long over) waits for the batch still in flight
+        a.acknowledged("t", open_, [7_900, 8_100])
+        assert await a.publish() == 2 and a.counts() == {("t", 7): 6, ("t", 8): 1}
+        assert len(sent) == 2
+
+    asyncio.run(scenario())
 
 
 def test_one_headers_tuple_is_converted_once_and_mutable_headers_every_time() -> None:

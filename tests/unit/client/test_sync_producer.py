@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from headwater.client import KafkaError, SyncProducer, UnknownTopicError
-from headwater.client.audit import SyncAuditingProducer
+from headwater.client.audit import HEADER_CREATED, HEADER_DC, HEADER_HOST, SyncAuditingProducer
 from headwater.client.record_future import SyncRecordFuture
 from headwater.protocol.errors import ErrorCode
+from headwater.protocol.records.record import iter_batches
 from tests.unit.client.test_client_unit import FakeBroker, State, records_in, with_fakes
 
 
@@ -190,6 +191,93 @@ def test_sync_auditing_producer_counts_acknowledged_batches() -> None:
             ("t", 200, "dc1", "h1"),
             ("u", 100, "dc1", "h1"),
         }
+
+    with_fakes(blocking(body), state)
+
+
+def test_audit_counts_per_window_equal_the_records_written_whatever_path_sent_them() -> None:
+    """Counted per batch (issue 24): over ~12 windows of 40 ms, with batches straddling window ends, two
+    threads send records by send(), by send() with their own headers, with an origin.created of an
+    earlier window than the record's timestamp (counted in the created window), and by send_many();
+    some batches fail. The counts per (topic, window) are exactly the records the broker wrote, by
+    their origin.created, and every written record carries the origin headers once."""
+    window = 40
+    state = State(topics={"t": 2, "__audit": 1}, errors={"Produce": []})
+
+    def body(s: State, b: list[FakeBroker]) -> None:
+        with SyncAuditingProducer(
+            b[0].bootstrap,
+            window_ms=window,
+            datacenter="dc1",
+            host="h1",
+            linger_ms=3,
+            batch_size=3000,
+            retries=0,
+            publish_interval_ms=3_600_000,
+        ) as a:
+            futures: list[SyncRecordFuture] = []
+            lock = threading.Lock()
+
+            def produce(tid: int) -> None:
+                mine: list[SyncRecordFuture] = []
+                deadline = time.monotonic() + 0.5
+                i = 0
+                while time.monotonic() < deadline:
+                    i += 1
+                    if i % 4 == 0:
+                        mine.append(a.send("t", b"p%d-%d" % (tid, i)))
+                    elif i % 4 == 1:
+                        mine.append(a.send("t", b"h", headers=[("trace", b"x")]))
+                    elif i % 4 == 2:
+                        created = int(time.time() * 1000) - 5 * window
+                        origin = [(HEADER_CREATED, str(created).encode())]
+                        mine.append(a.send("t", b"o", headers=origin, timestamp_ms=created + 3 * window))
+                    else:
+                        mine.extend(a.send_many("t", [b"m%d" % j for j in range(7)]))
+                    if i % 40 == 0:
+                        time.sleep(0.003)
+                with lock:
+                    futures.extend(mine)
+
+            threads = [threading.Thread(target=produce, args=(n,)) for n in range(2)]
+            for t in threads:
+                t.start()
+            time.sleep(0.2)
+            s.errors["Produce"] = [ErrorCode.RECORD_LIST_TOO_LARGE] * 4  # the next 4 requests fail
+            for t in threads:
+                t.join(120)
+                assert not t.is_alive()
+            a.flush(60)
+            failed = [f for f in futures if f.exception(0) is not None]
+            assert failed and len(failed) < len(futures)
+            written: dict[tuple[str, int], int] = {}
+            for p in range(2):
+                for batch in s.logs.get(("t", p), []):
+                    for _, records in iter_batches(batch):
+                        for r in records:
+                            origin = [(k, v) for k, v in r.headers if k.startswith("origin.")]
+                            if r.value == b"o":  # its own origin.created: kept as it was given
+                                assert [k for k, _ in origin] == [HEADER_CREATED]
+                            else:
+                                assert origin[:2] == [(HEADER_HOST, b"h1"), (HEADER_DC, b"dc1")]
+                                assert [k for k, _ in origin] == [HEADER_HOST, HEADER_DC, HEADER_CREATED]
+                            key = ("t", int(origin[-1][1] or b"") // window)
+                            written[key] = written.get(key, 0) + 1
+            assert sum(written.values()) == len(futures) - len(failed)
+            assert len(written) >= 8  # the windows the records were created in
+            assert a.counts() == written
+            # the audit topic itself is neither stamped nor counted
+            a.send("__audit", b"direct").result(30)
+            a.send_many("__audit", [b"direct"])[0].result(30)
+            direct = [
+                r
+                for batch in s.logs[("__audit", 0)]
+                for _, rs in iter_batches(batch)
+                for r in rs
+                if r.value == b"direct"
+            ]
+            assert len(direct) == 2 and all(not r.headers for r in direct)
+            assert a.counts() == written
 
     with_fakes(blocking(body), state)
 

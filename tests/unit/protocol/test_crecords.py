@@ -95,6 +95,31 @@ def test_encoders_write_the_same_header_bytes_for_every_header_shape(records: li
     ]
 
 
+# Runs of records sharing one headers object (the auditing producer's origin headers, one tuple per
+# millisecond), between records with their own headers or none, and long enough for ``out`` to be
+# reallocated between a run's first record (encoded) and the next (copied from ``out``).
+SHARED_RUNS = st.lists(
+    st.tuples(st.integers(1, 300), st.lists(SHAPED_HEADER, max_size=5).map(tuple), BLOB),
+    min_size=1,
+    max_size=6,
+)
+
+
+@PROPS
+@given(SHARED_RUNS)
+def test_encoders_agree_on_runs_of_records_sharing_one_headers_object(runs: list[tuple[int, Any, Any]]) -> None:
+    records = []
+    for n, headers, value in runs:
+        records.extend(RecordInput(None, value, 1_700_000_000_000 + i, headers) for i in range(n))
+        records.append(RecordInput(None, b"own", 1_700_000_000_000, (("k", b"v"),)))
+    py, c = encode_both(records, records[0].timestamp)
+    assert py == c
+    _, decoded = rec.decode_batch(rec.encode_batch(records))
+    assert [r.headers for r in decoded] == [
+        tuple((k, None if v is None else bytes(v)) for k, v in r.headers) for r in records
+    ]
+
+
 def outcome(encode: Any, records: list[Any]) -> Any:
     out = bytearray(b"header")
     try:

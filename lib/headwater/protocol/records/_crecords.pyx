@@ -530,12 +530,17 @@ def encode_records(bytearray out, records, int64_t base_ts):
 
     Headers are written straight into ``out``: their size first (one pass over the keys and values,
     which also checks them), then their bytes; no object per record or per header for str keys and
-    bytes values (what the producer queues)."""
+    bytes values (what the producer queues). A record whose headers are the very object the record
+    before had (the auditing producer's origin headers, one tuple per millisecond) gets a copy of
+    that record's encoded headers."""
     cdef Py_ssize_t used = PyByteArray_GET_SIZE(out)
     cdef int64_t max_ts = base_ts, ts, i = 0
     cdef const unsigned char[::1] kv
     cdef const unsigned char[::1] vv
-    cdef Py_ssize_t klen, vlen, body, hsize, hcount
+    cdef Py_ssize_t klen, vlen, body, hsize, hcount, hstart
+    cdef Py_ssize_t last_start = 0, last_size = 0  # where the last encoded headers are in ``out``
+    cdef object last_hdrs = None  # ... and whose they are
+    cdef bint repeat
     cdef unsigned char* d
     cdef uint64_t tz
     cdef object hseq
@@ -560,14 +565,20 @@ def encode_records(bytearray out, records, int64_t base_ts):
         else:
             vv = value
             vlen = vv.shape[0]
-        if hdrs:
-            hseq = PySequence_Fast(hdrs, "record headers must be a sequence")
-            hcount = PySequence_Fast_GET_SIZE(hseq)
-            hsize = _headers_size(hseq, hcount)
-        else:
+        repeat = False
+        if not hdrs:
             hseq = None
             hcount = 0
             hsize = 1
+        elif hdrs is last_hdrs:
+            repeat = True
+            hseq = None
+            hcount = 0
+            hsize = last_size
+        else:
+            hseq = PySequence_Fast(hdrs, "record headers must be a sequence")
+            hcount = PySequence_Fast_GET_SIZE(hseq)
+            hsize = _headers_size(hseq, hcount)
         body = (1 + _varint_size(tz) + _varint_size(_zigzag(i))
                 + _varint_size(_zigzag(klen)) + (klen if klen > 0 else 0)
                 + _varint_size(_zigzag(vlen)) + (vlen if vlen > 0 else 0) + hsize)
@@ -586,11 +597,16 @@ def encode_records(bytearray out, records, int64_t base_ts):
         if vlen > 0:
             memcpy(d, &vv[0], vlen)
             d += vlen
-        if hseq is None:
+        if repeat:  # the bytes of the same headers, earlier in ``out`` (no overlap: they end before ``used``)
+            memcpy(d, <unsigned char*>PyByteArray_AS_STRING(out) + last_start, hsize)
+            d += hsize
+        elif hseq is None:
             d[0] = 0
             d += 1
         else:
+            hstart = d - <unsigned char*>PyByteArray_AS_STRING(out)
             d = _put_headers(d, hseq, hcount)
+            last_hdrs, last_start, last_size = hdrs, hstart, hsize
         used = d - <unsigned char*>PyByteArray_AS_STRING(out)
         i += 1
     PyByteArray_Resize(out, used)
