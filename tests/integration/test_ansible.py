@@ -595,10 +595,19 @@ def test_rebalance_over_ssh_spreads_a_topic_over_dc1(deployment: Deployment) -> 
     assert "changed: [dc1-a]" in run.output, run.output[-3000:]  # once, on dc1's first broker
     assert all(r.get("failed", 0) == 0 and r.get("unreachable", 0) == 0 for r in run.recap().values()), run.recap()
     assert "Throttle was removed." in run.output, run.output[-3000:]
-    # The brokers' view: one partition on each broker, each led by its only replica ...
-    md = metadata(deployment.dc1, topic).topics[topic]
-    placed = {p.id: (p.replicas, p.leader) for p in md.partitions.values()}
-    assert sorted(placed.values()) == [([1], 1), ([2], 2)], placed
+
+    # The brokers' view (every broker's metadata cache, once the controller's update reached it): one
+    # partition on each broker, each led by its only replica ...
+    def placement(bootstrap: str) -> dict[int, tuple[list[int], int]]:
+        md = metadata(bootstrap, topic).topics[topic]
+        return {p.id: (p.replicas, p.leader) for p in md.partitions.values()}
+
+    def spread() -> bool:
+        views = [placement(deployment.bootstrap(h)) for h in ("dc1-a", "dc1-b")]
+        return all(sorted(v.values()) == [([1], 1), ([2], 2)] for v in views)
+
+    wait_for(spread, 60, f"{topic} spread over brokers 1 and 2 in both brokers' metadata")
+    placed = placement(deployment.dc1)
     moved = [p for p, (replicas, _) in placed.items() if replicas == [2]]
     # ... and broker 2's log dir holds the moved partition's data (DescribeLogDirs).
     with SyncAdmin(deployment.dc1) as hw:
