@@ -12,6 +12,8 @@
 #   audit     every cluster: Read on page-views, clicks, __audit, heartbeats
 #   loader    agg: Read on page-views, clicks; Create, Write on __audit (warehouse-tier events)
 #   activity  dc1, dc2: Create, Write on page-views, clicks, __audit (the auditing producer)
+# deploy/ansible grants the services the same ACLs from an inventory (headwater_service_acls in
+# roles/headwater/defaults/main.yml, applied with `headwater acls --from-file`).
 set -euo pipefail
 
 users=(broker admin mirror audit loader activity)

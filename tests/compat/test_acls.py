@@ -332,3 +332,81 @@ def test_least_privilege_principals(zookeeper: ZooKeeperServer, tmp_path: Path) 
         wait_for(lambda: bob_produce_error(sasl) == ErrorCode.TOPIC_AUTHORIZATION_FAILED, "DeleteAcls never applied")
     finally:
         broker.stop()
+
+
+def test_acls_from_file_adds_only_what_is_missing(
+    zookeeper: ZooKeeperServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``headwater acls --add --from-file``: many bindings in one call (deploy/ansible's ACLs); a second
+    run writes and prints nothing (what an idempotent play counts as unchanged); bad input is refused."""
+    from kazoo.client import KazooClient
+
+    zk = f"{zookeeper.connect}/acls-file-{int(time.time() * 1000)}"
+    bindings = [
+        {"principal": "User:mirror", "operations": ["Read", "DescribeConfigs"], "resource_type": "Topic", "name": "*"},
+        {
+            "principal": "User:audit",
+            "operations": ["Read"],
+            "resource_type": "topic",
+            "names": ["clicks", "__audit"],
+            "pattern_type": "literal",
+            "permission": "Allow",
+            "host": "*",
+        },
+        {
+            "principal": "User:loader",
+            "operations": ["Write"],
+            "resource_type": "Topic",
+            "name": "wh.",
+            "pattern_type": "prefixed",
+        },
+    ]
+    path = tmp_path / "acls.json"
+    path.write_text(json.dumps(bindings))
+    acls(zk, "--add", "--from-file", str(path))
+    first = capsys.readouterr().out
+    assert first.count("Adding ACLs for resource") == 4, first
+    assert "(principal=User:mirror, host=*, operation=DESCRIBECONFIGS, permissionType=ALLOW)" in first
+    acls(zk, "--add", "--from-file", str(path))
+    assert capsys.readouterr().out == ""  # nothing missing: nothing written, nothing printed
+    client = KazooClient(hosts=zk)
+    client.start()
+    try:
+        stored = {p: json.loads(client.get(p)[0]) for p in ("/kafka-acl/Topic/*", "/kafka-acl/Topic/__audit")}
+        assert [a["operation"] for a in stored["/kafka-acl/Topic/*"]["acls"]] == ["Read", "DescribeConfigs"]
+        assert stored["/kafka-acl/Topic/__audit"]["acls"] == [
+            {"principal": "User:audit", "permissionType": "Allow", "operation": "Read", "host": "*"}
+        ]
+        assert client.exists("/kafka-acl-extended/prefixed/Topic/wh.")
+        changes = client.get_children("/kafka-acl-changes")
+        assert len(changes) == 3, changes  # one per literal resource written, none for the second run
+    finally:
+        client.stop()
+        client.close()
+    # One more binding on an existing resource: only it is added (and printed).
+    path.write_text(
+        json.dumps(
+            [
+                *bindings,
+                {"principal": "User:audit", "operations": ["Describe"], "resource_type": "Topic", "name": "clicks"},
+            ]
+        )
+    )
+    acls(zk, "--add", "--from-file", str(path))
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=clicks, patternType=LITERAL)`:",
+        "\t(principal=User:audit, host=*, operation=DESCRIBE, permissionType=ALLOW)",
+    ], out
+    for bad, said in (
+        ({"principal": "mirror", "operations": ["Read"], "resource_type": "Topic", "name": "x"}, "TYPE:NAME"),
+        ({"principal": "User:a", "operations": ["Reed"], "resource_type": "Topic", "name": "x"}, "unknown operation"),
+        ({"principal": "User:a", "operations": ["Read"], "resource_type": "Topic"}, "name (a string) or names"),
+        (
+            {"principal": "User:a", "operations": ["Read"], "resource_type": "Topic", "name": "x", "topic": "y"},
+            "unknown keys",
+        ),
+    ):
+        path.write_text(json.dumps([bad]))
+        assert cli_main(["acls", "--zookeeper", zk, "--add", "--from-file", str(path)]) != 0
+        assert said in capsys.readouterr().err, bad

@@ -253,9 +253,19 @@ def test_acls_through_the_brokers_with_command_config(secured: SecuredBroker) ->
         p = cli(*consume)
         got = p.stdout if p.returncode == 0 else ""
 
+    # --from-file - through the brokers (CreateAcls): a JSON list of bindings on stdin
+    bindings = '[{"principal": "User:alice", "operations": ["Describe"], "resource_type": "Group", "name": "cc-"}]'
+    assert "resourceType=GROUP, name=cc-" in ok("acls", *admin, "--add", "--from-file", "-", stdin=bindings)
+    listed = ok("acls", *admin, "--list", "--group", "cc-")
+    assert "(principal=User:alice, host=*, operation=DESCRIBE, permissionType=ALLOW)" in listed, listed
+
     # alice may not change ACLs: refused with Kafka's error, and nothing is written
     grab = ["--add", "--allow-principal", "User:alice", "--operation", "All", "--cluster"]
     assert "CLUSTER_AUTHORIZATION_FAILED" in refused("acls", *alice, *grab)
+    assert "CLUSTER_AUTHORIZATION_FAILED" in refused(
+        "acls", *alice, "--add", "--from-file", "-", stdin=bindings.replace("Describe", "Read")
+    )
+    assert "operation=READ" not in ok("acls", *admin, "--list", "--group", "cc-")
     assert "ACLs for resource" not in ok("acls", *admin, "--list", "--cluster")
 
     ok("acls", *admin, "--remove", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "cc-acl")

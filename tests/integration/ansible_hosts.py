@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
 import socket
@@ -221,14 +222,24 @@ class PlaybookRun:
         return out
 
 
-def run_playbook(fleet: Fleet, inventory: Path, log: Path, timeout: float = 900) -> PlaybookRun:
-    """``ansible-playbook -i <inventory> site.yml`` from deploy/ansible. Its output goes to ``log``
-    with each line's time since the start (where a slow run spends its time)."""
+def run_playbook(
+    fleet: Fleet,
+    inventory: Path,
+    log: Path,
+    timeout: float = 900,
+    playbook: str = "site.yml",
+    extra_vars: dict[str, object] | None = None,
+) -> PlaybookRun:
+    """``ansible-playbook -i <inventory> <playbook> [-e <extra_vars as JSON>]`` from deploy/ansible. Its
+    output goes to ``log`` with each line's time since the start (where a slow run spends its time)."""
     start = time.monotonic()
     lines: list[str] = []
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), playbook]
+    if extra_vars:
+        argv += ["-e", json.dumps(extra_vars)]
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), "site.yml"],
+            argv,
             cwd=ANSIBLE_DIR,
             env=fleet.ansible_env(),
             stdout=subprocess.PIPE,

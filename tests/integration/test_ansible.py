@@ -10,7 +10,10 @@ install label): each broker's new venv is installed in its own turn, its unit mo
 old venv stays for rollback. The deployment has TLS and SCRAM on (a CA and per-broker keys from the
 inventory, users created in each datacenter's ZooKeeper): brokers talk to each other, and the mirror,
 the audit and the loader to them, on SASL_SSL with SCRAM-SHA-512; PLAINTEXT stays for the test's
-own clients.
+own clients. ACLs are on (allow.everyone.if.no.acl.found=false): each service holds only the
+inventory's least-privilege ACLs, which DescribeAcls shows, and a user without ACLs is refused;
+PLAINTEXT's ANONYMOUS is a super user. Last, rebalance.yml runs over SSH on dc1's first broker and
+spreads a topic held by broker 1 alone over both of dc1's brokers, losing no record.
 """
 
 from __future__ import annotations
@@ -30,12 +33,22 @@ from typing import Any
 
 import docker
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 
+from headwater.client.admin import NewTopic as HwNewTopic
+from headwater.client.sync import SyncAdmin
 from headwater.testing.tls import TestCA
+from tests.compat.test_acls import stock_produce_codes
 from tests.integration.ansible_hosts import ANSIBLE_DIR, Fleet, PlaybookRun, build_wheelhouse, host_image, run_playbook
-from tests.integration.kafka_io import QUIET, consume, create_topic, metadata, produce, wait_for
+from tests.integration.kafka_io import QUIET, consume, create_topic, leaders, metadata, produce, wait_for
 
 # The first test to use the deployment also builds the host image (a minute or two on a fresh machine)
 # and runs site.yml the first time.
@@ -51,6 +64,7 @@ SCRAM_USERS = {
     "audit": "audit-it-secret",
     "loader": "loader-it-secret",
 }
+NOBODY = ("nobody", "nobody-it-secret")  # a SCRAM user the test makes in dc1, with no ACL
 
 
 @dataclass
@@ -69,6 +83,21 @@ class Deployment:
             self.tls[f"{name}.crt"] = cert.certificate.read_text()
             self.tls[f"{name}.key"] = cert.key.read_text()
 
+    def secure(self, host: str, user: str, password: str | None = None) -> dict[str, Any]:
+        """librdkafka's settings for the SECURE listener of ``host`` (SASL_SSL, SCRAM-SHA-512 as ``user``)."""
+        ca_file = self.workdir / "ca" / "ca-inventory.pem"
+        if not ca_file.exists():
+            ca_file.write_text(self.tls["ca"])
+        return {
+            "bootstrap.servers": f"{self.fleet.hosts[host].address}:9093",
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(ca_file),
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": user,
+            "sasl.password": password or SCRAM_USERS.get(user) or dict([NOBODY])[user],
+            **QUIET,
+        }
+
     def bootstrap(self, *hosts: str) -> str:
         return ",".join(f"{self.fleet.hosts[h].address}:{BROKER_PORT}" for h in hosts)
 
@@ -81,7 +110,10 @@ class Deployment:
         return self.bootstrap("agg-a")
 
     def inventory(
-        self, dc1_broker_properties: dict[str, str] | None = None, dc1_vars: dict[str, str] | None = None
+        self,
+        dc1_broker_properties: dict[str, str] | None = None,
+        dc1_vars: dict[str, str] | None = None,
+        name: str | None = None,
     ) -> Path:
         """The test's inventory (YAML; written as JSON, which YAML reads): the example's layout."""
         h = self.fleet.hosts
@@ -114,6 +146,7 @@ class Deployment:
                     "headwater_tls_ca": self.tls["ca"],
                     "headwater_scram_enabled": True,
                     "headwater_scram_users": SCRAM_USERS,
+                    "headwater_acls_enabled": True,
                 },
                 "children": {
                     "dc1": {
@@ -140,11 +173,11 @@ class Deployment:
                 },
             }
         }
-        path = self.workdir / f"inventory-{len(self.runs) + 1}.yml"
+        path = self.workdir / (name or f"inventory-{len(self.runs) + 1}.yml")
         path.write_text(json.dumps(inventory, indent=2))
         return path
 
-    def apply(self, inventory: Path) -> PlaybookRun:
+    def apply(self, inventory: Path) -> PlaybookRun:  # site.yml
         n = len(self.runs) + 1
         run = run_playbook(self.fleet, inventory, self.workdir / f"site-{n}.log")
         self.runs.append(run)
@@ -235,23 +268,15 @@ def test_site_makes_a_cluster_per_datacenter(deployment: Deployment) -> None:
         f"zookeeper.connect={hosts['dc1-a'].address}:2181",
         "inter.broker.listener.name=SECURE",
         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL",
+        "authorizer.class.name=kafka.security.auth.SimpleAclAuthorizer",
+        "super.users=User:broker;User:ANONYMOUS",
+        "allow.everyone.if.no.acl.found=false",
     ):
         assert line in props.splitlines(), props
     # The SECURE listener: TLS from the inventory's CA, SCRAM users in dc1's ZooKeeper; a wrong
     # password is refused.
-    secure = f"{hosts['dc1-b'].address}:9093"
-    ca_file = deployment.workdir / "ca" / "ca-inventory.pem"
-    ca_file.write_text(deployment.tls["ca"])
-    conf = {
-        "bootstrap.servers": secure,
-        "security.protocol": "SASL_SSL",
-        "ssl.ca.location": str(ca_file),
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.username": "mirror",
-        **QUIET,
-    }
-    assert set(AdminClient({**conf, "sasl.password": SCRAM_USERS["mirror"]}).list_topics(timeout=30).brokers) == {1, 2}
-    refused = AdminClient({**conf, "sasl.password": "wrong", "log_level": 0})  # its retries are expected
+    assert set(AdminClient(deployment.secure("dc1-b", "mirror")).list_topics(timeout=30).brokers) == {1, 2}
+    refused = AdminClient({**deployment.secure("dc1-b", "mirror", "wrong"), "log_level": 0})  # its retries are expected
     with pytest.raises(KafkaException):
         refused.list_topics(timeout=10)
     del refused
@@ -312,6 +337,54 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
     manifest = json.loads(agg.run("cat", listing.split()[0]))
     print(f"load: {time.monotonic() - started:.0f} s, {manifest['records']}")
     assert manifest["records"] == {"mirrored": 20}, manifest
+    # ACLs: the mirror, the audit and the loader did all that with only the inventory's ACLs, which
+    # each cluster's brokers show (DescribeAcls; PLAINTEXT is ANONYMOUS, a super user) ...
+    assert acls_of(deployment.dc1) == {
+        *(("User:mirror", t, op) for t in ("*", "heartbeats") for op in ("READ", "DESCRIBE_CONFIGS")),
+        *(("User:mirror", t, op) for t in ("heartbeats", "__audit") for op in ("CREATE", "WRITE")),
+        *(("User:audit", t, "READ") for t in ("mirrored", "__audit", "heartbeats")),
+    }
+    assert acls_of(deployment.agg) == {
+        *(("User:mirror", t, op) for t in ("*", "heartbeats") for op in ("CREATE", "WRITE", "READ")),
+        *(("User:audit", t, "READ") for t in ("mirrored", "__audit", "heartbeats")),
+        ("User:loader", "mirrored", "READ"),
+        ("User:loader", "__audit", "CREATE"),
+        ("User:loader", "__audit", "WRITE"),
+    }
+    # ... and nothing more: a user without ACLs, and the mirror on a topic of its source (it only
+    # reads there), are refused writing to it; nothing is written.
+    dc1_a = deployment.fleet.hosts["dc1-a"]
+    dc1_a.run(
+        f"{_unit_venv(dc1_a)}/bin/headwater",
+        *("configs", "--zookeeper", "localhost:2181", "--alter", "--entity-type", "users", "--entity-name"),
+        *(NOBODY[0], "--add-config", f"SCRAM-SHA-512=[iterations=4096,password={NOBODY[1]}]"),
+    )
+    nobody = AdminClient({**deployment.secure("dc1-a", "nobody"), "log_level": 0})  # refused until the brokers see it
+    wait_for(lambda: nobody.list_topics(timeout=10).brokers, 60, "nobody's first login")
+    assert "mirrored" not in nobody.list_topics(timeout=10).topics  # Metadata: only what it may describe
+    for user in ("nobody", "mirror"):
+        codes = stock_produce_codes(deployment.secure("dc1-a", user), "mirrored", 3)
+        assert codes and all(c == KafkaError.TOPIC_AUTHORIZATION_FAILED for c in codes), (user, codes)
+    consumer = Consumer({"bootstrap.servers": deployment.dc1, "group.id": "ansible-test-acls", **QUIET})
+    try:
+        ends = [consumer.get_watermark_offsets(TopicPartition("mirrored", p), timeout=10)[1] for p in (0, 1)]
+    finally:
+        consumer.close()
+    assert sum(ends) == 20, ends
+
+
+def acls_of(bootstrap: str) -> set[tuple[str, str, str]]:
+    """Every ACL of a cluster (DescribeAcls) as (principal, topic, operation); any other kind fails."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    everything = AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    out: set[tuple[str, str, str]] = set()
+    for b in admin.describe_acls(everything).result(30):
+        kind = (b.restype, b.resource_pattern_type, b.permission_type, b.host)
+        assert kind == (ResourceType.TOPIC, ResourcePatternType.LITERAL, AclPermissionType.ALLOW, "*"), b
+        out.add((b.principal, b.name, b.operation.name))
+    return out
 
 
 class Writer(threading.Thread):
@@ -496,3 +569,51 @@ def test_ready_gate_waits_for_a_missing_replica(deployment: Deployment) -> None:
     )
     assert ready.returncode == 0, ready.stdout + ready.stderr
     assert "none under-replicated" in ready.stdout
+
+
+def test_rebalance_over_ssh_spreads_a_topic_over_dc1(deployment: Deployment) -> None:
+    """rebalance.yml over SSH (issue 27): a topic whose partitions all live on broker 1 is spread
+    over dc1's brokers 1 and 2 (--generate, --execute with a throttle, --verify until done), as
+    the brokers then report it (Metadata, DescribeLogDirs), with every record still there."""
+    topic = "rebalanced"
+    with SyncAdmin(deployment.dc1) as hw:
+        assert hw.create_topics([HwNewTopic(topic, assignments={0: [1], 1: [1]})]) == {topic: None}
+    wait_for(lambda: leaders(deployment.dc1, topic, 2) == {0: 1, 1: 1}, 60, f"{topic}'s leaders on broker 1")
+    records = [(b"k%d" % i, b"r-%d" % i) for i in range(400)]
+    produce(deployment.dc1, topic, records)
+    inventory = deployment.inventory(name="inventory-rebalance.yml")
+    run = run_playbook(
+        deployment.fleet,
+        inventory,
+        deployment.workdir / "rebalance.log",
+        timeout=300,
+        playbook="rebalance.yml",
+        extra_vars={"rebalance_datacenter": "dc1", "rebalance_topics": [topic], "rebalance_poll_interval": 2},
+    )
+    print(f"rebalance.yml: {run.seconds:.0f} s, recap {run.recap()}")
+    assert run.returncode == 0, run.output[-6000:]
+    assert "changed: [dc1-a]" in run.output, run.output[-3000:]  # once, on dc1's first broker
+    assert all(r.get("failed", 0) == 0 and r.get("unreachable", 0) == 0 for r in run.recap().values()), run.recap()
+    assert "Throttle was removed." in run.output, run.output[-3000:]
+
+    # The brokers' view (every broker's metadata cache, once the controller's update reached it): one
+    # partition on each broker, each led by its only replica ...
+    def placement(bootstrap: str) -> dict[int, tuple[list[int], int]]:
+        md = metadata(bootstrap, topic).topics[topic]
+        return {p.id: (p.replicas, p.leader) for p in md.partitions.values()}
+
+    def spread() -> bool:
+        views = [placement(deployment.bootstrap(h)) for h in ("dc1-a", "dc1-b")]
+        return all(sorted(v.values()) == [([1], 1), ([2], 2)] for v in views)
+
+    wait_for(spread, 60, f"{topic} spread over brokers 1 and 2 in both brokers' metadata")
+    placed = placement(deployment.dc1)
+    moved = [p for p, (replicas, _) in placed.items() if replicas == [2]]
+    # ... and broker 2's log dir holds the moved partition's data (DescribeLogDirs).
+    with SyncAdmin(deployment.dc1) as hw:
+        dirs = hw.describe_log_dirs([2], [(topic, p) for p in moved])[2]
+    assert not isinstance(dirs, Exception), dirs
+    sizes = {key: info.size for d in dirs for key, info in d.replicas.items()}
+    assert set(sizes) == {(topic, p) for p in moved} and all(size > 0 for size in sizes.values()), sizes
+    got = consume(deployment.dc1, topic, [0, 1], len(records))
+    assert sorted(r.value or b"" for r in got) == sorted(v for _, v in records)

@@ -9,6 +9,13 @@ zookeeper.connect=...`` (writing ZooKeeper directly, in Kafka 2.3's layout: head
     headwater acls --zookeeper ZK --remove --allow-principal User:alice --operation Read --topic orders
     headwater acls --zookeeper ZK --list [--topic orders]
 
+Many bindings at once (an inventory's ACLs: deploy/ansible), from a JSON file or ``-`` (stdin); with
+``--zookeeper`` only what is missing is written (and printed), so running it again changes nothing::
+
+    headwater acls --zookeeper ZK --add --from-file acls.json
+    [{"principal": "User:mirror", "operations": ["Read", "DescribeConfigs"], "resource_type": "Topic",
+      "names": ["*"], "pattern_type": "literal", "permission": "Allow", "host": "*"}, ...]
+
 Each change also writes Kafka's change notification, which brokers watch to reload their ACLs.
 
 Through the brokers instead (DescribeAcls / CreateAcls / DeleteAcls, as ``kafka-acls
@@ -24,7 +31,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import sys
+from pathlib import Path
+from typing import Any
 
 from headwater.acls import (
     CLUSTER_NAME,
@@ -37,6 +48,7 @@ from headwater.acls import (
     decode_acls,
     encode_acls,
     operation,
+    resource_type,
 )
 from headwater.cli.command_config import security_of
 from headwater.cli.topics import BOOTSTRAP_ENV, CliError, add_bootstrap_argument, bootstrap_of, run_command
@@ -61,6 +73,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--transactional-id", action="append", default=[])
     p.add_argument("--cluster", action="store_true")
     p.add_argument("--resource-pattern-type", default="literal", choices=["literal", "prefixed"])
+    p.add_argument(
+        "--from-file",
+        metavar="FILE",
+        help="JSON list of bindings to --add or --remove (- for stdin): principal, operations, resource_type, "
+        "name or names, and optionally pattern_type (literal), permission (Allow), host (*)",
+    )
     p.set_defaults(func=lambda args: run_command("headwater acls", _run, args))
 
 
@@ -95,6 +113,83 @@ def _acls(args: argparse.Namespace) -> list[Acl]:
     return out
 
 
+_FILE_KEYS = {"principal", "operations", "resource_type", "name", "names", "pattern_type", "permission", "host"}
+
+
+def bindings_from_json(doc: Any) -> list[tuple[Resource, Acl]]:
+    """``--from-file``'s bindings: [{"principal": "User:audit", "operations": ["Read"], "resource_type":
+    "Topic", "names": ["clicks"], "pattern_type": "literal", "permission": "Allow", "host": "*"}, ...]."""
+    if not isinstance(doc, list):
+        raise CliError("--from-file: expected a JSON list of bindings")
+    out: list[tuple[Resource, Acl]] = []
+    for i, entry in enumerate(doc):
+        where = f"--from-file: binding {i + 1}"
+        if not isinstance(entry, dict):
+            raise CliError(f"{where}: expected an object, got {entry!r}")
+        unknown = set(entry) - _FILE_KEYS
+        if unknown:
+            raise CliError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(_FILE_KEYS)})")
+        principal = entry.get("principal")
+        if not isinstance(principal, str) or ":" not in principal:
+            raise CliError(f"{where}: principal {principal!r} must be TYPE:NAME, e.g. User:alice")
+        ops, names = entry.get("operations"), entry.get("names", [entry["name"]] if "name" in entry else None)
+        if not isinstance(ops, list) or not ops or not all(isinstance(o, str) for o in ops):
+            raise CliError(f'{where}: operations must be a non-empty list, e.g. ["Read"]')
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+            raise CliError(f"{where}: name (a string) or names (a non-empty list) is required")
+        permission = str(entry.get("permission", "Allow")).capitalize()
+        pattern = str(entry.get("pattern_type", "literal")).upper()
+        if permission not in ("Allow", "Deny"):
+            raise CliError(f"{where}: permission {permission!r} must be Allow or Deny")
+        if pattern not in ("LITERAL", "PREFIXED"):
+            raise CliError(f"{where}: pattern_type {pattern!r} must be literal or prefixed")
+        try:
+            type_ = resource_type(str(entry.get("resource_type", "")))
+            acls = [Acl(principal, permission, operation(o), str(entry.get("host", "*"))) for o in ops]
+        except AclError as e:
+            raise CliError(f"{where}: {e}") from None
+        if type_ == "Cluster" and names != [CLUSTER_NAME]:
+            raise CliError(f"{where}: the Cluster resource is named {CLUSTER_NAME}")
+        out.extend((Resource(type_, n, pattern), a) for n in names for a in acls)
+    return out
+
+
+def _read_from_file(path: str) -> list[tuple[Resource, Acl]]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as e:
+        raise CliError(f"--from-file: {e}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise CliError(f"--from-file: not JSON: {e}") from None
+    return bindings_from_json(doc)
+
+
+def _bindings(args: argparse.Namespace) -> list[tuple[Resource, Acl]]:
+    """What --add / --remove apply: --from-file's bindings, or the flags' resources x ACLs."""
+    if args.from_file is not None:
+        if args.list:
+            raise CliError("--from-file goes with --add or --remove")
+        flags = args.topic or args.group or args.transactional_id or args.cluster or args.operation
+        if flags or args.allow_principal or args.deny_principal:
+            raise CliError("--from-file names every binding: no --topic/--group/--cluster/--operation/--*-principal")
+        return _read_from_file(args.from_file)
+    resources = _resources(args)
+    if not resources:
+        raise CliError("name a resource: --topic, --group, --transactional-id or --cluster")
+    acls = _acls(args)
+    return [(res, a) for res in resources for a in acls]
+
+
+def _by_resource(bindings: list[tuple[Resource, Acl]]) -> dict[Resource, list[Acl]]:
+    out: dict[Resource, list[Acl]] = {}
+    for res, a in bindings:
+        if a not in out.setdefault(res, []):
+            out[res].append(a)
+    return out
+
+
 def _pattern(res: Resource) -> str:
     return f"`ResourcePattern(resourceType={res.type.upper()}, name={res.name}, patternType={res.pattern})`"
 
@@ -107,6 +202,8 @@ def _acl_line(a: Acl) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.list and args.from_file is not None:
+        raise CliError("--from-file goes with --add or --remove")
     if args.zookeeper and args.bootstrap_server:
         raise CliError("--zookeeper and --bootstrap-server: give one (ZooKeeper directly, or through the brokers)")
     if not args.zookeeper:
@@ -124,11 +221,8 @@ async def _run_via_brokers(args: argparse.Namespace) -> int:
 
     security = security_of(args, "headwater acls")
     bootstrap = bootstrap_of(args)
-    resources = _resources(args)
-    if not args.list:
-        if not resources:
-            raise CliError("name a resource: --topic, --group, --transactional-id or --cluster")
-        acls = _acls(args)
+    resources = _resources(args) if args.list else []
+    bindings = [] if args.list else _bindings(args)
     async with Admin(bootstrap, security=security, request_timeout_ms=30000, connect_timeout_ms=10000) as admin:
         if args.list:
             found: dict[Resource, list[Acl]] = {}
@@ -142,12 +236,11 @@ async def _run_via_brokers(args: argparse.Namespace) -> int:
                     print(_acl_line(a))
             return 0
         if args.add:
-            await acl_admin.create_acls(admin.cluster, [(res, a) for res in resources for a in acls])
+            await acl_admin.create_acls(admin.cluster, bindings)
         else:
-            filters = [acl_admin.binding_filter(res, a) for res in resources for a in acls]
-            await acl_admin.delete_acls(admin.cluster, filters)
+            await acl_admin.delete_acls(admin.cluster, [acl_admin.binding_filter(res, a) for res, a in bindings])
     verb = "Adding" if args.add else "Removing"
-    for res in resources:
+    for res, acls in _by_resource(bindings).items():
         print(f"{verb} ACLs for resource {_pattern(res)}:")
         for a in acls:
             print(_acl_line(a))
@@ -172,11 +265,7 @@ def _run_via_zookeeper(args: argparse.Namespace) -> int:
                         for a in decode_acls(data):
                             print(_acl_line(a))
             return 0
-        resources = _resources(args)
-        if not resources:
-            raise CliError("name a resource: --topic, --group, --transactional-id or --cluster")
-        acls = _acls(args)
-        for res in resources:
+        for res, acls in _by_resource(_bindings(args)).items():
             try:
                 data, stat = zk.get(res.zk_path())
                 current, version = decode_acls(data), stat.version
@@ -197,7 +286,8 @@ def _run_via_zookeeper(args: argparse.Namespace) -> int:
             parent, value = res.change_notification()
             zk.create(f"{parent}/acl_changes_", value, sequence=True, makepath=True)
             verb = "Adding" if args.add else "Removing"
-            print(f"{verb} ACLs for resource {_pattern(res)}:")
-            for a in acls:
-                print(_acl_line(a))
+            print(f"{verb} ACLs for resource {_pattern(res)}:")  # only what changed
+            for a in acls if args.add else current:
+                if (a in updated) != (a in current):
+                    print(_acl_line(a))
         return 0
