@@ -250,74 +250,77 @@ def test_a_dc_cut_off_and_back_loses_nothing_and_the_other_dc_keeps_flowing(wan:
     mirror = MirrorProcess(
         tmp_path, "mirror", wan.mirror_props("cut", f"{topic}, {CHECK_TOPIC}", ("dc1", "dc2"), port)
     ).start()
-    writers = {dc: _Writer(c.bootstrap, dc, topic) for dc, c in wan.dc.items()}
-    control = wan.links["dc2"].serve_control()
-
-    def in_target() -> Counter[str]:
-        return Counter(
-            (v or b"").decode().partition("-")[0] for _, _, _, v, _, _ in read_topic(wan.agg.bootstrap, topic)
-        )
-
-    def age(dc: str) -> float:
-        return _metric(port, "headwater_mirror_heartbeat_age_seconds", flow=f"{dc}->agg") or 99.0
-
-    report: list[str] = []
     try:
-        for w in writers.values():
-            w.thread.start()
-        wait_for(lambda: min(in_target()[dc] for dc in writers) >= 200, 120, "both DCs' records in agg", mirror)
-        wait_for(lambda: max(age("dc1"), age("dc2")) < 5, 120, "fresh heartbeats of both flows", mirror)
-        before = in_target()
-        # a WAN outage: packets vanish, connections hang (no reset), new connects get nowhere
-        drill = asyncio.run(
-            run_outage(
-                "dc2",
-                f"127.0.0.1:{control}",
-                wan.dc["dc2"].bootstrap,
-                [f"http://127.0.0.1:{port}/metrics"],
-                cut_seconds=6,
-                mode="blackhole",
-                others={"dc1": wan.dc["dc1"].bootstrap},
-                aggregate=wan.agg.bootstrap,
-                check_records=50,
-                timeout=120,
-                progress=report.append,
+        writers = {dc: _Writer(c.bootstrap, dc, topic) for dc, c in wan.dc.items()}
+        control = wan.links["dc2"].serve_control()
+
+        def in_target() -> Counter[str]:
+            return Counter(
+                (v or b"").decode().partition("-")[0] for _, _, _, v, _, _ in read_topic(wan.agg.bootstrap, topic)
             )
-        )
-        report.append(drill.text())
-        as_json = json.loads(json.dumps(drill.as_dict()))
-        # dc2's flow stopped and showed it; dc1's went on, measured by the drill's own check
-        assert drill.heartbeat_age_at_heal["dc2->agg"] >= 4, drill.heartbeat_age_at_heal
-        assert drill.heartbeat_age_at_heal["dc1->agg"] < 4, drill.heartbeat_age_at_heal
-        assert drill.others_during_cut is not None and drill.others_during_cut.ok, as_json
-        assert [d.arrived for d in drill.others_during_cut.datacenters] == [50]
-        assert in_target()["dc1"] > before["dc1"]
-        # everything written into dc2 during the cut was copied and committed after the heal
-        # (not trivially: the mirror had records of the cut still to copy and commit at the heal)
-        assert drill.caught_up and drill.backlog_records > 0 and drill.uncommitted_at_heal > 0, as_json
-        assert as_json["catch_up_seconds"] is not None and as_json["production_rate"] > 0
+
+        def age(dc: str) -> float:
+            return _metric(port, "headwater_mirror_heartbeat_age_seconds", flow=f"{dc}->agg") or 99.0
+
+        report: list[str] = []
+        try:
+            for w in writers.values():
+                w.thread.start()
+            wait_for(lambda: min(in_target()[dc] for dc in writers) >= 200, 120, "both DCs' records in agg", mirror)
+            wait_for(lambda: max(age("dc1"), age("dc2")) < 5, 120, "fresh heartbeats of both flows", mirror)
+            before = in_target()
+            # a WAN outage: packets vanish, connections hang (no reset), new connects get nowhere
+            drill = asyncio.run(
+                run_outage(
+                    "dc2",
+                    f"127.0.0.1:{control}",
+                    wan.dc["dc2"].bootstrap,
+                    [f"http://127.0.0.1:{port}/metrics"],
+                    cut_seconds=6,
+                    mode="blackhole",
+                    others={"dc1": wan.dc["dc1"].bootstrap},
+                    aggregate=wan.agg.bootstrap,
+                    check_records=50,
+                    timeout=120,
+                    progress=report.append,
+                )
+            )
+            report.append(drill.text())
+            as_json = json.loads(json.dumps(drill.as_dict()))
+            # dc2's flow stopped and showed it; dc1's went on, measured by the drill's own check
+            assert drill.heartbeat_age_at_heal["dc2->agg"] >= 4, drill.heartbeat_age_at_heal
+            assert drill.heartbeat_age_at_heal["dc1->agg"] < 4, drill.heartbeat_age_at_heal
+            assert drill.others_during_cut is not None and drill.others_during_cut.ok, as_json
+            assert [d.arrived for d in drill.others_during_cut.datacenters] == [50]
+            assert in_target()["dc1"] > before["dc1"]
+            # everything written into dc2 during the cut was copied and committed after the heal
+            # (not trivially: the mirror had records of the cut still to copy and commit at the heal)
+            assert drill.caught_up and drill.backlog_records > 0 and drill.uncommitted_at_heal > 0, as_json
+            assert as_json["catch_up_seconds"] is not None and as_json["production_rate"] > 0
+        finally:
+            wan.links["dc2"].heal()
+            for w in writers.values():
+                w.stop.set()
+            for w in writers.values():
+                w.thread.join(120)
+        try:
+            acked = set().union(*(w.acked for w in writers.values()))
+            wait_for(
+                lambda: acked <= {v for _, _, _, v, _, _ in read_topic(wan.agg.bootstrap, topic)},
+                120,
+                "every acknowledged record in agg",
+                mirror,
+            )
+            values = [v for _, _, _, v, _, _ in read_topic(wan.agg.bootstrap, topic)]
+            source = sum(len(read_topic(c.bootstrap, topic)) for c in wan.dc.values())
+            report.append(f"acked {len(acked)}, sources hold {source}, agg holds {len(values)}")
+            print("\n".join(report))
+            assert len(values) == len(set(values)) == source, "duplicates or extra records in agg"
+            assert _metric(port, "headwater_mirror_records_lost_total", flow="dc2->agg", topic=topic) is None
+        finally:
+            assert mirror.stop() == 0
     finally:
-        wan.links["dc2"].heal()
-        for w in writers.values():
-            w.stop.set()
-        for w in writers.values():
-            w.thread.join(120)
-    try:
-        acked = set().union(*(w.acked for w in writers.values()))
-        wait_for(
-            lambda: acked <= {v for _, _, _, v, _, _ in read_topic(wan.agg.bootstrap, topic)},
-            120,
-            "every acknowledged record in agg",
-            mirror,
-        )
-        values = [v for _, _, _, v, _, _ in read_topic(wan.agg.bootstrap, topic)]
-        source = sum(len(read_topic(c.bootstrap, topic)) for c in wan.dc.values())
-        report.append(f"acked {len(acked)}, sources hold {source}, agg holds {len(values)}")
-        print("\n".join(report))
-        assert len(values) == len(set(values)) == source, "duplicates or extra records in agg"
-        assert _metric(port, "headwater_mirror_records_lost_total", flow="dc2->agg", topic=topic) is None
-    finally:
-        assert mirror.stop() == 0
+        mirror.stop()  # whatever failed above: no mirror left running (a no-op once stopped)
 
 
 # -- the audit during a cut: late, not lost, then complete -----------------------------------------
