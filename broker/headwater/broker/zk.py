@@ -180,6 +180,7 @@ class ZooKeeper:
             self.client.chroot = self.chroot
         for path in PERSISTENT_PATHS:
             await self.call(self.client.ensure_path, path)
+        await self._multi_read_supported()  # now, not in the middle of a controller failover
 
     async def stop(self) -> None:
         if self._loop is None:

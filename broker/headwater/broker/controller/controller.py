@@ -487,8 +487,9 @@ class Controller:
 
             changes[tp] = change
         changed = await self._change_states(changes)
+        elected = set(changed)
         for tp in changes:
-            if tp not in changed and self.ctx.states[tp].leader not in live:
+            if tp not in elected and self.ctx.states[tp].leader not in live:
                 log.warning("partition %s-%d is offline: no live replica in ISR %s", *tp, list(self.ctx.states[tp].isr))
         return changed
 
