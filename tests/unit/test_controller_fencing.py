@@ -28,28 +28,29 @@ async def until(condition: Callable[[], object], what: str, timeout: float = 60.
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.parametrize("trigger", ["event", "controlled_shutdown"])
 def test_a_controller_whose_epoch_moved_writes_nothing_and_resigns(
-    zk_connect: str, caplog: pytest.LogCaptureFixture
+    zk_connect: str, caplog: pytest.LogCaptureFixture, trigger: str
 ) -> None:
+    """``event``: a state change on the controller's event queue; ``controlled_shutdown``: a
+    ControlledShutdown request, which then gets NOT_CONTROLLER (None) for the broker to retry."""
     caplog.set_level(logging.WARNING, logger="headwater.broker.controller.controller")
 
     async def main() -> None:
         zk = ZooKeeper(zk_connect, 6000, 30000)
         await zk.start()
         try:
-            # broker 1 is alive; t-0 and t-1 are led by broker 2, which is not
-            await zk.call(
-                zk.client.create,
-                zkpaths.broker_path(1),
-                to_json({"version": 4, "endpoints": ["PLAINTEXT://127.0.0.1:1"]}),
-            )
+            # brokers 1 and 3 are alive; t-0 and t-1 are led by broker 2, which is not
+            for b in (1, 3):
+                registration = {"version": 4, "endpoints": [f"PLAINTEXT://127.0.0.1:{b}"]}
+                await zk.call(zk.client.create, zkpaths.broker_path(b), to_json(registration))
             await zk.call(
                 zk.client.create,
                 zkpaths.topic_path("t"),
-                to_json({"version": 1, "partitions": {"0": [2, 1], "1": [2, 1]}}),
+                to_json({"version": 1, "partitions": {"0": [2, 1, 3], "1": [2, 1, 3]}}),
             )
             paths = [partition_state_path("t", p) for p in (0, 1)]
-            state = {"controller_epoch": 1, "leader": 2, "version": 1, "leader_epoch": 0, "isr": [2, 1]}
+            state = {"controller_epoch": 1, "leader": 2, "version": 1, "leader_epoch": 0, "isr": [2, 1, 3]}
             await zk.create_many([(p, to_json(state)) for p in paths], makepath=True)
 
             host = SimpleNamespace(
@@ -83,7 +84,10 @@ def test_a_controller_whose_epoch_moved_writes_nothing_and_resigns(
                         {("t", p): lambda cur: cur.new_leader(1, cur.isr, controller.epoch) for p in (0, 1)}
                     )
 
-                controller.enqueue(move_leadership)
+                if trigger == "event":
+                    controller.enqueue(move_leadership)
+                else:
+                    assert await controller.controlled_shutdown(1, -1) is None  # would move t-0, t-1 to 3
                 await until(lambda: not controller.active, "the zombie controller resigned")
                 assert await zk.get_many(paths) == before  # nothing written at the old epoch
                 assert any("controller moved" in r.getMessage() for r in caplog.records)

@@ -120,12 +120,15 @@ class Controller:
             except asyncio.CancelledError:
                 raise
             except CheckVersionFailed as e:
-                # Kafka's ControllerMovedException: a newer controller epoch exists, so this broker
-                # is no longer the controller whatever its /controller watch has said so far.
-                log.warning("[Controller id=%d] controller moved (%s): resigning", self.broker_id, e)
-                await self._resign()
+                await self._controller_moved(e)
             except Exception:
                 log.exception("controller event %s failed", getattr(event, "__name__", event))
+
+    async def _controller_moved(self, e: CheckVersionFailed) -> None:
+        """Kafka's ControllerMovedException: a newer controller epoch exists, so this broker is no
+        longer the controller, whatever its /controller watch has said so far."""
+        log.warning("[Controller id=%d] controller moved (%s): resigning", self.broker_id, e)
+        await self._resign()
 
     def on_controller_change(self, controller_id: int) -> None:
         """From the /controller watch (every broker)."""
@@ -700,6 +703,9 @@ class Controller:
         async def run() -> None:
             try:
                 fut.set_result(await self._elect_leaders(partitions, unclean))
+            except CheckVersionFailed as e:
+                await self._controller_moved(e)
+                fut.set_result(None)  # NOT_CONTROLLER
             except Exception as e:
                 fut.set_exception(e)
 
@@ -766,6 +772,9 @@ class Controller:
         async def run() -> None:
             try:
                 fut.set_result(await self._controlled_shutdown(broker_id, broker_epoch))
+            except CheckVersionFailed as e:
+                await self._controller_moved(e)
+                fut.set_result(None)  # NOT_CONTROLLER: the broker asks the new controller
             except Exception as e:
                 fut.set_exception(e)
 
