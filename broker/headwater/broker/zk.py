@@ -27,7 +27,9 @@ opening with a version check of ``/controller_epoch`` (Kafka 2.x's fencing of a 
 controller, KAFKA-6082), so a few multis carry thousands of elections. A multi is all or
 nothing: when one write in it meets a newer version, every write of that multi is tried again
 on its own (a check and the write), so each partition gets its own answer and only the
-conflicting ones are re-read by the caller.
+conflicting ones are re-read by the caller. Its partition-state reads use ZooKeeper's
+``multiRead`` (:mod:`headwater.broker.zk_multi_read`, 500 znodes a request) when the server is
+3.6 or newer, as its ``srvr`` answer says; otherwise the pipelined reads above.
 """
 
 from __future__ import annotations

@@ -358,7 +358,8 @@ class Controller:
         return (await self._read_states([tp]))[0]
 
     async def _read_states(self, tps: list[TP]) -> list[LeaderAndIsr | None]:
-        """The partitions' state znodes, read pipelined; None where absent or unreadable."""
+        """The partitions' state znodes, read with multiRead (ZooKeeper 3.6+) or pipelined; None where
+        absent or unreadable."""
         out: list[LeaderAndIsr | None] = []
         for got in await self.zk.get_many([zkpaths.partition_state_path(*tp) for tp in tps], small=True):
             if got is None or not isinstance(got[0], dict):
