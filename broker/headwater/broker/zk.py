@@ -20,6 +20,16 @@ changes) go through kazoo's asynchronous API instead (:meth:`ZooKeeper.get_many`
 requests are pipelined on the one session, so N znodes cost about one round trip plus N small
 writes on the socket, not N round trips through a worker thread each. With thousands of
 partitions that is the difference between seconds and minutes (issue 26).
+
+The controller's partition-state writes go through :meth:`ZooKeeper.set_many_checked` instead:
+ZooKeeper ``multi`` transactions of up to :data:`MULTI_MAX_OPS` conditional writes, each multi
+opening with a version check of ``/controller_epoch`` (Kafka 2.x's fencing of a zombie
+controller, KAFKA-6082), so a few multis carry thousands of elections. A multi is all or
+nothing: when one write in it meets a newer version, every write of that multi is tried again
+on its own (a check and the write), so each partition gets its own answer and only the
+conflicting ones are re-read by the caller. Its partition-state reads use ZooKeeper's
+``multiRead`` (:mod:`headwater.broker.zk_multi_read`, 500 znodes a request) when the server is
+3.6 or newer, as its ``srvr`` answer says; otherwise the pipelined reads above.
 """
 
 from __future__ import annotations
@@ -33,8 +43,10 @@ from functools import partial
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError, UnimplementedError
 from kazoo.protocol.states import ZnodeStat
+
+from headwater.broker.zk_multi_read import MULTI_READ_SINCE, MultiRead, MultiReadDecodeError, server_version
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +55,21 @@ T = TypeVar("T")
 #: At most this many asynchronous requests outstanding per batch call: bounds kazoo's queue and
 #: ZooKeeper's per-session backlog while keeping the pipe full.
 PIPELINE_DEPTH = 1000
+
+#: At most this many writes per ZooKeeper multi (plus its check op). Large enough that 10,000
+#: elections are a handful of round trips; small enough that one conflicting write sends only
+#: this many writes to the one-by-one fallback.
+MULTI_MAX_OPS = 500
+#: At most this many znodes per multiRead (``get_many(small=True)``): 500 partition states answer
+#: in well under 1 MiB (each is ~80 bytes of JSON and a 68-byte stat).
+MULTI_READ_MAX_OPS = 500
+#: And at most this many request bytes per multi: ZooKeeper refuses a packet larger than its
+#: ``jute.maxbuffer`` (1 MiB by default) and closes the connection; half of it leaves room for
+#: long topic names and large ISRs without ever coming near.
+MULTI_MAX_BYTES = 512 * 1024
+#: The request bytes a write costs besides its path and data: the multi header (type, done,
+#: err: 9 bytes), the path's and the data's length prefixes and the version (4 bytes each).
+_MULTI_OP_OVERHEAD = 9 + 4 + 4 + 4
 
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
@@ -90,6 +117,34 @@ def from_json(data: bytes | None) -> Any:
         return None
 
 
+class CheckVersionFailed(Exception):
+    """The znode a guarded write checks (``/controller_epoch``) is no longer at the expected
+    version: another controller was elected, and this one must stop writing (Kafka's
+    ``ControllerMovedException``)."""
+
+    def __init__(self, path: str, expected_version: int, cause: BaseException) -> None:
+        super().__init__(f"{path} is no longer at version {expected_version}: {type(cause).__name__}")
+        self.path = path
+        self.expected_version = expected_version
+
+
+def _multi_batches(writes: Sequence[tuple[str, bytes, int]]) -> list[list[int]]:
+    """The writes' indexes cut into multis of at most MULTI_MAX_OPS writes and MULTI_MAX_BYTES."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for i, (path, data, _version) in enumerate(writes):
+        cost = _MULTI_OP_OVERHEAD + len(path.encode()) + len(data)
+        if current and (len(current) >= MULTI_MAX_OPS or size + cost > MULTI_MAX_BYTES):
+            batches.append(current)
+            current, size = [], 0
+        current.append(i)
+        size += cost
+    if current:
+        batches.append(current)
+    return batches
+
+
 class ZooKeeper:
     """A kazoo client bridged onto an asyncio loop."""
 
@@ -103,6 +158,8 @@ class ZooKeeper:
         self.client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state_listeners: list[Callable[[str], None]] = []
+        self._multi_read_ok: bool | None = None  # whether this connection's server has multiRead
+        self._state_changes = 0  # kazoo state changes so far: a reconnection may reach another server
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -125,6 +182,7 @@ class ZooKeeper:
             self.client.chroot = self.chroot
         for path in PERSISTENT_PATHS:
             await self.call(self.client.ensure_path, path)
+        await self._multi_read_supported()  # now, not in the middle of a controller failover
 
     async def stop(self) -> None:
         if self._loop is None:
@@ -133,6 +191,8 @@ class ZooKeeper:
         await self.call(self.client.close)
 
     def _on_state(self, state: str) -> None:  # kazoo thread
+        self._state_changes += 1
+        self._multi_read_ok = None  # a new connection may be to another server of the ensemble
         if self._loop is None or self._loop.is_closed():
             return
         for listener in list(self._state_listeners):
@@ -233,9 +293,18 @@ class ZooKeeper:
             await waiter
         return results
 
-    async def get_many(self, paths: Sequence[str]) -> list[tuple[Any, ZnodeStat] | None]:
-        """Each znode's JSON value and stat (None where absent), read pipelined."""
-        raw = await self._pipelined(self.client.get_async, paths)
+    async def get_many(self, paths: Sequence[str], small: bool = False) -> list[tuple[Any, ZnodeStat] | None]:
+        """Each znode's JSON value and stat (None where absent), read pipelined.
+
+        ``small``: the znodes are small (partition states: well under a KiB each), so
+        MULTI_READ_MAX_OPS of them fit one response far below ``jute.maxbuffer``; they are read
+        with ZooKeeper's multiRead (:mod:`headwater.broker.zk_multi_read`) when the server has it.
+        """
+        raw: list[Any] | None = None
+        if small and paths and await self._multi_read_supported():
+            raw = await self._multi_read(paths)
+        if raw is None:
+            raw = await self._pipelined(self.client.get_async, paths)
         out: list[tuple[Any, ZnodeStat] | None] = []
         for r in raw:
             if isinstance(r, NoNodeError):
@@ -246,10 +315,130 @@ class ZooKeeper:
                 out.append((from_json(r[0]), r[1]))
         return out
 
+    async def _multi_read_supported(self) -> bool:
+        """Whether the server of this connection answers multiRead (3.6+), from its ``srvr``
+        four-letter word (on by default in every version's whitelist); asked once per
+        connection. A server that does not say is not sent multiRead: to a server without it,
+        an unknown opcode closes the connection."""
+        known = self._multi_read_ok
+        if known is not None:
+            return known
+        asked_at = self._state_changes
+        try:
+            version = server_version(await self.call(self.client.command, b"srvr"))
+        except Exception as e:  # no answer: keep the pipelined reads
+            log.info("ZooKeeper did not answer srvr (%s): reading znodes one request each", e)
+            version = None
+        supported = version is not None and version >= MULTI_READ_SINCE
+        if asked_at == self._state_changes:  # still the server that answered
+            self._multi_read_ok = supported
+            log.info(
+                "ZooKeeper server version %s: reading many znodes %s",
+                ".".join(map(str, version)) if version else "unknown",
+                "with multiRead" if supported else "one request each (multiRead needs 3.6+)",
+            )
+        return supported
+
+    async def _multi_read(self, paths: Sequence[str]) -> list[Any] | None:
+        """The raw answers of a multiRead of ``paths`` (MULTI_READ_MAX_OPS per request, pipelined),
+        one ``(data, stat)`` or exception each; None when the server refused multiRead (the
+        caller reads them the other way)."""
+        chroot = self.client.chroot or ""
+        batches = [
+            tuple(chroot + p for p in paths[i : i + MULTI_READ_MAX_OPS])
+            for i in range(0, len(paths), MULTI_READ_MAX_OPS)
+        ]
+
+        def start(batch: tuple[str, ...]) -> Any:
+            async_result = self.client.handler.async_result()
+            self.client._call(MultiRead(batch), async_result)  # as kazoo's own TransactionRequest does
+            return async_result
+
+        answers = await self._pipelined(start, batches)
+        raw: list[Any] = []
+        for answer in answers:
+            if isinstance(answer, UnimplementedError):  # reconnected to an older server meanwhile
+                log.warning("ZooKeeper refused multiRead: reading znodes one request each from now on")
+                self._multi_read_ok = False
+                return None
+            if isinstance(answer, BaseException):
+                raise answer
+            raw.extend(answer)
+        if len(raw) != len(paths):
+            raise MultiReadDecodeError(f"multiRead of {len(paths)} znodes answered {len(raw)}")
+        return raw
+
     async def set_many(self, writes: Sequence[tuple[str, bytes, int]]) -> list[ZnodeStat | Exception]:
         """Conditional writes ``(path, data, version)``, pipelined; each new stat or its exception
         (``BadVersionError``, ``NoNodeError``, ...): callers decide per znode."""
         return await self._pipelined(lambda w: self.client.set_async(w[0], w[1], version=w[2]), writes)
+
+    async def set_many_checked(
+        self, writes: Sequence[tuple[str, bytes, int]], check_path: str, check_version: int
+    ) -> list[ZnodeStat | Exception]:
+        """Conditional writes ``(path, data, version)``, each also conditional on ``check_path``
+        being at ``check_version`` (the controller epoch znode); each new stat or its exception
+        (``BadVersionError``, ``NoNodeError``, ...), as :meth:`set_many`.
+
+        The writes go out in ZooKeeper multis (:func:`_multi_batches`), each ``[check, set,
+        set, ...]``, pipelined. A multi is atomic: when one of its writes fails its version check
+        none is applied, and ZooKeeper names only the first failure. Every write of such a multi
+        is then tried again alone, as ``[check, set]`` (pipelined too), so a write conflicting
+        with a leader's ISR change costs that partition a re-read in the caller, not the batch.
+
+        Raises :class:`CheckVersionFailed` when the check fails (another controller's epoch),
+        after every request sent has been answered: writes answered before it may have been
+        applied (they were checked against the epoch this controller still held).
+        """
+        if not writes:
+            return []
+        results: list[ZnodeStat | Exception | None] = [None] * len(writes)
+        batches = _multi_batches(writes)
+        outcomes = await self._pipelined(
+            lambda batch: self._commit_checked(writes, batch, check_path, check_version), batches
+        )
+        retry: list[int] = []
+        for batch, outcome in zip(batches, outcomes, strict=True):
+            if isinstance(outcome, BaseException):  # connection loss, session expiry: unknown outcome
+                for i in batch:
+                    results[i] = outcome if isinstance(outcome, Exception) else RuntimeError(repr(outcome))
+                continue
+            self._raise_if_check_failed(outcome[0], check_path, check_version)
+            if all(not isinstance(r, Exception) for r in outcome):
+                for i, stat in zip(batch, outcome[1:], strict=True):
+                    results[i] = stat
+            else:
+                retry.extend(batch)
+        if retry:
+            singles = await self._pipelined(
+                lambda i: self._commit_checked(writes, [i], check_path, check_version), retry
+            )
+            for i, outcome in zip(retry, singles, strict=True):
+                if isinstance(outcome, BaseException):
+                    results[i] = outcome if isinstance(outcome, Exception) else RuntimeError(repr(outcome))
+                    continue
+                self._raise_if_check_failed(outcome[0], check_path, check_version)
+                results[i] = outcome[1]  # the stat, or the write's own error (BadVersionError, NoNodeError)
+        out = [r for r in results if r is not None]
+        assert len(out) == len(writes)
+        return out
+
+    def _commit_checked(
+        self, writes: Sequence[tuple[str, bytes, int]], batch: list[int], check_path: str, check_version: int
+    ) -> Any:
+        tx = self.client.transaction()
+        tx.check(check_path, check_version)
+        for i in batch:
+            path, data, version = writes[i]
+            tx.set_data(path, data, version)
+        return tx.commit_async()
+
+    @staticmethod
+    def _raise_if_check_failed(check_result: Any, check_path: str, check_version: int) -> None:
+        """A multi's first result is its check op's: True, or RolledBackError when a later op
+        failed; anything else is the check's own failure (BadVersionError, NoNodeError)."""
+        if isinstance(check_result, Exception) and not isinstance(check_result, RolledBackError):
+            raise CheckVersionFailed(check_path, check_version, check_result)
 
     async def create_many(
         self, creates: Sequence[tuple[str, bytes]], makepath: bool = False, sequence: bool = False

@@ -44,7 +44,7 @@ from headwater.broker.controller.channel import ControllerChannel
 from headwater.broker.controller.election import LeaderAndIsr, offline_leader, preferred_leader, shutdown_leader
 from headwater.broker.controller.reassignment import PartitionReassigner
 from headwater.broker.metadata_cache import BrokerInfo, parse_broker_registration
-from headwater.broker.zk import from_json, to_json
+from headwater.broker.zk import CheckVersionFailed, from_json, to_json
 from headwater.protocol.apis import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
 from headwater.protocol.errors import ErrorCode
 
@@ -119,8 +119,16 @@ class Controller:
                 await event()
             except asyncio.CancelledError:
                 raise
+            except CheckVersionFailed as e:
+                await self._controller_moved(e)
             except Exception:
                 log.exception("controller event %s failed", getattr(event, "__name__", event))
+
+    async def _controller_moved(self, e: CheckVersionFailed) -> None:
+        """Kafka's ControllerMovedException: a newer controller epoch exists, so this broker is no
+        longer the controller, whatever its /controller watch has said so far."""
+        log.warning("[Controller id=%d] controller moved (%s): resigning", self.broker_id, e)
+        await self._resign()
 
     def on_controller_change(self, controller_id: int) -> None:
         """From the /controller watch (every broker)."""
@@ -350,9 +358,10 @@ class Controller:
         return (await self._read_states([tp]))[0]
 
     async def _read_states(self, tps: list[TP]) -> list[LeaderAndIsr | None]:
-        """The partitions' state znodes, read pipelined; None where absent or unreadable."""
+        """The partitions' state znodes, read with multiRead (ZooKeeper 3.6+) or pipelined; None where
+        absent or unreadable."""
         out: list[LeaderAndIsr | None] = []
-        for got in await self.zk.get_many([zkpaths.partition_state_path(*tp) for tp in tps]):
+        for got in await self.zk.get_many([zkpaths.partition_state_path(*tp) for tp in tps], small=True):
             if got is None or not isinstance(got[0], dict):
                 out.append(None)
                 continue
@@ -410,8 +419,11 @@ class Controller:
     async def _change_states(self, changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]]) -> list[TP]:
         """Apply each change to the partition's current state with a conditional write; returns the changed.
 
-        The writes of one round go out pipelined; a partition whose write met a newer version (a
-        leader changed its ISR meanwhile) is re-read and its change re-applied, up to three rounds.
+        The writes of one round go out in ZooKeeper multis, each guarded by the controller epoch
+        znode's version (``ZooKeeper.set_many_checked``: a controller that lost its place cannot
+        overwrite its successor's states); a partition whose write met a newer version (a leader
+        changed its ISR meanwhile) is re-read and its change re-applied, up to three rounds.
+        Raises ``CheckVersionFailed`` when another controller has been elected.
         """
         changed: list[TP] = []
         pending = list(changes)
@@ -426,8 +438,10 @@ class Controller:
                     writes.append((tp, new, current.zk_version))
             if not writes:
                 break
-            results = await self.zk.set_many(
-                [(zkpaths.partition_state_path(*tp), to_json(new.to_znode()), version) for tp, new, version in writes]
+            results = await self.zk.set_many_checked(
+                [(zkpaths.partition_state_path(*tp), to_json(new.to_znode()), version) for tp, new, version in writes],
+                zkpaths.CONTROLLER_EPOCH,
+                self.epoch_zk_version,
             )
             conflicts: list[TP] = []
             for (tp, new, _version), result in zip(writes, results, strict=True):
@@ -477,8 +491,9 @@ class Controller:
 
             changes[tp] = change
         changed = await self._change_states(changes)
+        elected = set(changed)
         for tp in changes:
-            if tp not in changed and self.ctx.states[tp].leader not in live:
+            if tp not in elected and self.ctx.states[tp].leader not in live:
                 log.warning("partition %s-%d is offline: no live replica in ISR %s", *tp, list(self.ctx.states[tp].isr))
         return changed
 
@@ -689,6 +704,9 @@ class Controller:
         async def run() -> None:
             try:
                 fut.set_result(await self._elect_leaders(partitions, unclean))
+            except CheckVersionFailed as e:
+                await self._controller_moved(e)
+                fut.set_result(None)  # NOT_CONTROLLER
             except Exception as e:
                 fut.set_exception(e)
 
@@ -755,6 +773,9 @@ class Controller:
         async def run() -> None:
             try:
                 fut.set_result(await self._controlled_shutdown(broker_id, broker_epoch))
+            except CheckVersionFailed as e:
+                await self._controller_moved(e)
+                fut.set_result(None)  # NOT_CONTROLLER: the broker asks the new controller
             except Exception as e:
                 fut.set_exception(e)
 
