@@ -148,6 +148,10 @@ class Supervisor:
             raise ValueError(f"{self.service}: unit {name!r} is already running")
         unit = Unit(name, dict(labels or {}), stuck_after_s, self.health.clock, detail=detail)
         unit.progress()
+        if self.label_names:
+            # The unit's failure series exists from its start, at 0: Prometheus's increase() sees the
+            # first failure as a rise (a series that first appears at 1 has no increase to show).
+            self._failures_of(unit)
         self.health.units[name] = unit
         self._tasks[name] = asyncio.ensure_future(self._supervise(unit, run))
         return unit
@@ -225,8 +229,11 @@ class Supervisor:
                 backoff = min(backoff * 2, self.max_backoff_s)
                 unit.progress()
 
+    def _failures_of(self, unit: Unit) -> Counter:
+        return self.failures.labels(*(unit.labels.get(n, "") for n in self.label_names))
+
     def _count(self, unit: Unit) -> None:
         if self.label_names:
-            self.failures.labels(*(unit.labels.get(n, "") for n in self.label_names)).inc()
+            self._failures_of(unit).inc()
         else:
             self.failures.inc()

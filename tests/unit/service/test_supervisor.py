@@ -179,3 +179,24 @@ def test_join_waits_for_a_unit_to_end_by_itself_without_cancelling_it() -> None:
         assert await sup.join("never-started")
 
     asyncio.run(main())
+
+
+def test_a_units_failure_series_exists_at_zero_from_its_start() -> None:
+    """Prometheus's increase() cannot see a series that first appears at 1 rise: the failure
+    counter of a labelled unit is there, at 0, before its first failure."""
+
+    async def main() -> None:
+        registry = CollectorRegistry()
+        sup = Supervisor("test", HealthRegistry(), registry, ("tier",))
+        started = asyncio.Event()
+
+        async def run(unit: Unit) -> None:
+            started.set()
+            await asyncio.Event().wait()
+
+        sup.start("agg", run, labels={"tier": "agg"})
+        await started.wait()
+        assert registry.get_sample_value("headwater_test_task_failures_total", {"tier": "agg"}) == 0.0
+        await sup.stop_all()
+
+    asyncio.run(main())
