@@ -8,6 +8,7 @@ import asyncio
 import json
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -316,32 +317,39 @@ def test_close_while_other_threads_send_leaves_no_record_pending() -> None:
     def body(s: State, b: list[FakeBroker]) -> None:
         p = SyncProducer(b[0].bootstrap, linger_ms=2, batch_size=1000)
         p.start()
-        futures: list[SyncRecordFuture] = []
+        sent: list[tuple[bytes, SyncRecordFuture]] = []
         stop = threading.Event()
 
         def produce() -> None:
             i = 0
             while not stop.is_set():
-                futures.append(p.send("t", b"%d" % i))
+                value = b"%d" % i
+                sent.append((value, p.send("t", value)))
                 if i % 100 == 99:
-                    futures.extend(p.send_many("t", [b"m"] * 10))
+                    many = [b"m%d-%d" % (i, j) for j in range(10)]
+                    sent.extend(zip(many, p.send_many("t", many), strict=True))
                 i += 1
 
         sender = threading.Thread(target=produce)
         sender.start()
         deadline = time.monotonic() + 30
-        while len(futures) < 2000 and time.monotonic() < deadline:
+        while len(sent) < 2000 and time.monotonic() < deadline:
             time.sleep(0.01)
         p.close(10)
         stop.set()
         sender.join(30)
         assert not sender.is_alive()
-        pending = [f for f in futures if not f.done()]
-        assert not pending, f"{len(pending)} of {len(futures)} records left pending by close()"
-        written = [f for f in futures if f.exception(0) is None]
-        refused = [f.exception(0) for f in futures if f.exception(0) is not None]
+        pending = [f for _, f in sent if not f.done()]
+        assert not pending, f"{len(pending)} of {len(sent)} records left pending by close()"
+        written = Counter(v for v, f in sent if f.exception(0) is None)
+        refused = [f.exception(0) for _, f in sent if f.exception(0) is not None]
         assert written and refused and all("closed" in str(e) for e in refused)
-        assert len(records_in(s, ("t", 0))) == len(written)
+        stored = Counter(v for _, _, v in records_in(s, ("t", 0)))
+        # Every acknowledged record is stored. The broker may hold more: the records of a request
+        # still in flight when close's flush timed out fail "closed" although the broker may have
+        # appended them (as Kafka's forced close does) -- but nothing that was never sent.
+        assert not written - stored, f"acknowledged but not stored: {list((written - stored).items())[:5]}"
+        assert set(stored) <= {v for v, _ in sent}
 
     with_fakes(blocking(body))
 
