@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.request
@@ -173,6 +174,26 @@ def test_compose_lab_serves_every_cluster_and_mirrors_the_dcs_into_the_aggregate
         return len(result) == 11 and all(x["value"][1] == "1" for x in result)
 
     wait_for(all_up, 120, "Prometheus to scrape 9 brokers, the mirror and the audit service")
+
+    # ... and evaluates every alerting rule of deploy/compose/alerts.yml (its own view: /api/v1/rules).
+    # (promtool test rules fires each one on made-up series: tests/integration/test_alert_rules.py.)
+    shipped = set(re.findall(r"^\s*- alert: (\w+)", (COMPOSE_FILE.parent / "alerts.yml").read_text(), re.M))
+    rules_url = f"http://127.0.0.1:{lab.env['PROMETHEUS_PORT']}/api/v1/rules?type=alert"
+
+    def evaluated() -> dict[str, dict[str, Any]]:
+        with urllib.request.urlopen(rules_url, timeout=10) as r:
+            groups = json.loads(r.read())["data"]["groups"]
+        rules = {rule["name"]: rule for g in groups for rule in g["rules"]}
+        return (
+            rules
+            if set(rules) == shipped and all(r.get("lastEvaluation", "").startswith("20") for r in rules.values())
+            else {}
+        )
+
+    wait_for(lambda: bool(evaluated()), 120, "Prometheus to load and evaluate every shipped alerting rule")
+    rules = evaluated()
+    assert len(shipped) >= 13 and all(r["health"] == "ok" for r in rules.values()), rules
+    print("alerting rules:", {n: r["state"] for n, r in sorted(rules.items())})
 
 
 # As User:audit (its password is in the audit container's environment), produce into dc1's page-views.
