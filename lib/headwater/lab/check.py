@@ -31,7 +31,15 @@ from headwater.client.producer import Producer
 from headwater.client.security import ClientSecurity
 from headwater.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["CHECK_TOPIC", "DatacenterResult", "PipelineReport", "percentile", "run_check"]
+__all__ = [
+    "CHECK_TOPIC",
+    "DatacenterResult",
+    "PipelineReport",
+    "completeness_rows",
+    "percentile",
+    "run_check",
+    "worst_status",
+]
 
 log = logging.getLogger("headwater.lab.check")
 
@@ -187,17 +195,31 @@ async def _follow(
                 dc.latencies_ms.append((now - sent_at[tag]) * 1000)
 
 
+# Window statuses, worst first: a window (or a set of rows) is shown by its worst.
+_WORST_FIRST = ("loss", "duplicates", "unaudited", "late")
+
+
+def worst_status(statuses: set[str]) -> str:
+    """The worst of a window's statuses (``complete`` when none is worse)."""
+    return next((s for s in _WORST_FIRST if s in statuses), "complete")
+
+
+def completeness_rows(url: str, topic: str, opener: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
+    """The audit service's completeness rows of ``topic`` (``GET /api/v1/completeness``)."""
+    query = urllib.parse.urlencode({"topic": topic})
+    with (opener or urllib.request.urlopen)(f"{url.rstrip('/')}/api/v1/completeness?{query}", timeout=10) as r:
+        rows: list[dict[str, Any]] = json.loads(r.read())["rows"]
+    return rows
+
+
 def audit_status(
     url: str, topics: Sequence[str], windows: int = 2, opener: Callable[..., Any] | None = None
 ) -> list[dict[str, Any]]:
     """The last ``windows`` closed windows of each topic from the audit service's API: status
     (the worst of its rows) and, per tier, the completeness."""
     out: list[dict[str, Any]] = []
-    open_url = opener or urllib.request.urlopen
     for topic in topics:
-        query = urllib.parse.urlencode({"topic": topic})
-        with open_url(f"{url.rstrip('/')}/api/v1/completeness?{query}", timeout=10) as r:
-            rows = json.loads(r.read())["rows"]
+        rows = completeness_rows(url, topic, opener)
         by_window: dict[int, list[dict[str, Any]]] = {}
         for row in rows:
             by_window.setdefault(int(row["window_start"]), []).append(row)
@@ -214,8 +236,7 @@ def audit_status(
                 counted = sum(int(x["count"]) for x in rs if x["tier"] == tier)
                 expected = sum(int(x["expected"] or 0) for x in rs if x["tier"] == tier)
                 tiers[tier] = f"{counted}" if tier == "producer" else f"{100.0 * counted / max(1, expected):.1f}%"
-            statuses = {x["status"] for x in rs}
-            worst = next((s for s in ("loss", "duplicates", "unaudited", "late") if s in statuses), "complete")
+            worst = worst_status({x["status"] for x in rs})
             out.append(
                 {
                     "topic": topic,

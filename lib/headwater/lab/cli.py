@@ -8,8 +8,9 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from headwater.cli.service import setup_logging, stop_on_signals
 
@@ -104,6 +105,43 @@ def _security(args: argparse.Namespace, command: str) -> ClientSecurity | None:
 _LAB_LINK_CONTROL = {"dc1": "127.0.0.1:19190", "dc2": "127.0.0.1:29190"}
 
 
+def _add_control_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--control",
+        help="HOST:PORT of the link's control endpoint (default: the lab's, "
+        + ", ".join(f"{k}={v}" for k, v in _LAB_LINK_CONTROL.items())
+        + ")",
+    )
+
+
+def _control_address(args: argparse.Namespace, command: str) -> str | None:
+    """``--control`` or the lab's address of ``args.link``'s endpoint; None (said on stderr) when neither."""
+    address = args.control or _LAB_LINK_CONTROL.get(args.link)
+    if address is None:
+        print(f"headwater lab {command}: no control address known for {args.link!r}: pass --control", file=sys.stderr)
+    return address
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _report(
+    command: str, run: Callable[[], Coroutine[Any, Any, Any]], as_json: bool, errors: tuple[type[BaseException], ...]
+) -> int:
+    """Run a report-making drill (``lab check``, ``lab outage``) and print its report: JSON or
+    text; exit code 0 when the report is ok, 1 when not or when ``errors`` stopped it."""
+    import uvloop
+
+    try:
+        report = uvloop.run(run())
+    except errors as e:
+        print(f"headwater lab {command}: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(report.as_dict(), indent=2) if as_json else report.text())
+    return 0 if report.ok else 1
+
+
 def _env_float(name: str, default: float) -> float:
     raw = os.environ.get(name, "")
     try:
@@ -158,12 +196,7 @@ def _add_link_parser(lab_sub: argparse._SubParsersAction[argparse.ArgumentParser
     ):
         a = link_sub.add_parser(action, help=text)
         a.add_argument("link", help="the link's name (dc1, dc2)")
-        a.add_argument(
-            "--control",
-            help="HOST:PORT of the link's control endpoint (default: the lab's, "
-            + ", ".join(f"{k}={v}" for k, v in _LAB_LINK_CONTROL.items())
-            + ")",
-        )
+        _add_control_argument(a)
         if action == "cut":
             a.add_argument("--mode", choices=["drop", "blackhole"], default="drop")
         if action == "set":
@@ -188,12 +221,7 @@ def _add_outage_parser(lab_sub: argparse._SubParsersAction[argparse.ArgumentPars
     o.add_argument(
         "--mode", choices=["drop", "blackhole"], default="blackhole", help="how it is cut (default blackhole)"
     )
-    o.add_argument(
-        "--control",
-        help="HOST:PORT of the link's control endpoint (default: the lab's, "
-        + ", ".join(f"{k}={v}" for k, v in _LAB_LINK_CONTROL.items())
-        + ")",
-    )
+    _add_control_argument(o)
     o.add_argument(
         "--source",
         action="append",
@@ -227,9 +255,8 @@ def _outage(args: argparse.Namespace) -> int:
     if args.link not in sources:
         print(f"headwater lab outage: {args.link!r} is not one of the sources ({', '.join(sources)})", file=sys.stderr)
         return 2
-    control = args.control or _LAB_LINK_CONTROL.get(args.link)
+    control = _control_address(args, "outage")
     if control is None:
-        print(f"headwater lab outage: no control address known for {args.link!r}: pass --control", file=sys.stderr)
         return 2
     if args.seconds <= 0 or args.timeout <= 0 or args.check_records < 0:
         print("headwater lab outage: --seconds and --timeout must be positive, --check-records >= 0", file=sys.stderr)
@@ -238,34 +265,26 @@ def _outage(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     from headwater.lab.outage import run_outage
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    import uvloop
-
-    try:
-        report = uvloop.run(
-            run_outage(
-                args.link,
-                control,
-                sources[args.link],
-                args.mirror_metrics or ["http://127.0.0.1:9404/metrics"],
-                cut_seconds=args.seconds,
-                mode=args.mode,
-                others={dc: b for dc, b in sources.items() if dc != args.link},
-                aggregate=args.aggregate,
-                check_records=args.check_records,
-                audit_url=args.audit_url or None,
-                timeout=args.timeout,
-                progress=progress,
-                security=security,
-            )
-        )
-    except (OSError, TimeoutError, ValueError) as e:
-        print(f"headwater lab outage: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
-    return 0 if report.ok else 1
+    return _report(
+        "outage",
+        lambda: run_outage(
+            args.link,
+            control,
+            sources[args.link],
+            args.mirror_metrics or ["http://127.0.0.1:9404/metrics"],
+            cut_seconds=args.seconds,
+            mode=args.mode,
+            others={dc: b for dc, b in sources.items() if dc != args.link},
+            aggregate=args.aggregate,
+            check_records=args.check_records,
+            audit_url=args.audit_url or None,
+            timeout=args.timeout,
+            progress=_progress,
+            security=security,
+        ),
+        args.json,
+        (OSError, TimeoutError, ValueError),
+    )
 
 
 def _host_port(value: str, what: str) -> tuple[str, int]:
@@ -309,9 +328,8 @@ def _link_call(args: argparse.Namespace) -> int:
 
     from headwater.lab.link import control_request
 
-    address = args.control or _LAB_LINK_CONTROL.get(args.link)
+    address = _control_address(args, "link")
     if address is None:
-        print(f"headwater lab link: no control address known for {args.link!r}: pass --control", file=sys.stderr)
         return 2
     query: dict[str, object] = {"link": args.link}
     if args.link_command == "cut":
@@ -386,26 +404,18 @@ def _check(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     from headwater.lab.check import run_check
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    import uvloop
-
-    try:
-        report = uvloop.run(
-            run_check(
-                sources,
-                args.aggregate,
-                records=args.records,
-                rate=args.rate,
-                timeout=args.timeout,
-                audit_url=args.audit_url or None,
-                progress=progress,
-                security=security,
-            )
-        )
-    except (OSError, TimeoutError) as e:
-        print(f"headwater lab check: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
-    return 0 if report.ok else 1
+    return _report(
+        "check",
+        lambda: run_check(
+            sources,
+            args.aggregate,
+            records=args.records,
+            rate=args.rate,
+            timeout=args.timeout,
+            audit_url=args.audit_url or None,
+            progress=_progress,
+            security=security,
+        ),
+        args.json,
+        (OSError, TimeoutError),
+    )

@@ -27,7 +27,6 @@ read from what the mirror committed, the state a restarted mirror would resume f
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import urllib.parse
 import urllib.request
@@ -39,7 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from headwater.client.consumer import Consumer
 from headwater.client.security import ClientSecurity
-from headwater.lab.check import PipelineReport, run_check
+from headwater.lab.check import PipelineReport, completeness_rows, run_check, worst_status
 from headwater.lab.link import control_request
 
 __all__ = ["CATCH_UP_GOAL", "OutageReport", "flow_partitions", "owned_partitions", "run_outage"]
@@ -120,17 +119,11 @@ async def _log_ends(
 
 
 def _audit_rows(url: str, topic: str) -> list[dict[str, Any]]:
-    query = urllib.parse.urlencode({"topic": topic})
-    with urllib.request.urlopen(f"{url.rstrip('/')}/api/v1/completeness?{query}", timeout=10) as r:
-        rows: list[dict[str, Any]] = json.loads(r.read())["rows"]
-    return [{**row, "topic": topic} for row in rows]
+    return [{**row, "topic": topic} for row in completeness_rows(url, topic)]
 
 
-_WORST_FIRST = ("loss", "duplicates", "unaudited", "late", "complete")
-
-
-def _worst(statuses: set[str]) -> str:
-    return next((s for s in _WORST_FIRST if s in statuses), sorted(statuses)[0])
+def _link_call(control: str, action: str, **query: str) -> tuple[int, dict[str, Any]]:
+    return control_request(control, "POST", f"/{action}?{urllib.parse.urlencode(query)}")
 
 
 @dataclass
@@ -261,13 +254,10 @@ async def run_outage(
     report.partitions = len(partitions)
     cut_window_ms = int(time.time() * 1000)
     ends_at_cut = await _log_ends(source_bootstrap, partitions, security)
-    code, body = await asyncio.to_thread(
-        control_request, control, "POST", f"/cut?{urllib.parse.urlencode({'link': link, 'mode': mode})}"
-    )
+    code, body = await asyncio.to_thread(_link_call, control, "cut", link=link, mode=mode)
     if code != 200:
         raise OSError(f"cutting {link} at {control}: {body.get('error', body)}")
     cut_at = time.monotonic()
-    healed = False
     audit_seen: dict[tuple[str, int], set[str]] = {}
     check_task: asyncio.Task[PipelineReport] | None = None
     try:
@@ -296,14 +286,11 @@ async def run_outage(
         ends_at_heal = await _log_ends(source_bootstrap, partitions, security)
         report.heartbeat_age_at_heal = _heartbeat_ages(await asyncio.to_thread(_scrape, mirror_metrics))
         report.cut_seconds = time.monotonic() - cut_at
-        await asyncio.to_thread(control_request, control, "POST", f"/heal?{urllib.parse.urlencode({'link': link})}")
-        healed = True
-    finally:
-        if not healed:
-            await asyncio.to_thread(control_request, control, "POST", f"/heal?{urllib.parse.urlencode({'link': link})}")
+    finally:  # whatever stopped the drill, the link is not left cut
+        await asyncio.to_thread(_link_call, control, "heal", link=link)
     healed_at = time.monotonic()
     for statuses in audit_seen.values():
-        worst = _worst(statuses)
+        worst = worst_status(statuses)
         report.audit_during_cut[worst] = report.audit_during_cut.get(worst, 0) + 1
     report.backlog_records = sum(ends_at_heal[tp] - ends_at_cut[tp] for tp in partitions)
     before = flow_partitions(await asyncio.to_thread(_scrape, mirror_metrics), link)
