@@ -30,6 +30,7 @@ from kazoo.client import KazooClient
 
 from headwater.client import Consumer
 from headwater.testing.cluster import LocalCluster
+from headwater.zk.client import kazoo_client
 
 
 def _owners(zk: KazooClient, group: str, topic: str) -> dict[int, str]:
@@ -78,7 +79,7 @@ def measure_mirror(src: LocalCluster, dst: LocalCluster, topic: str, partitions:
         "src->dst.topics": topic,
         "group.id": group,
     }
-    zk = KazooClient(hosts=src.zk_connect)
+    zk = kazoo_client(src.zk_connect)
     zk.start(15)
     a = _mirror(workdir, "mirror-a", props)
     b: subprocess.Popen[bytes] | None = None

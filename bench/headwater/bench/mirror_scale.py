@@ -322,10 +322,11 @@ def expected_recopies(zk_connect: str, group: str, ends: dict[tuple[str, int], i
     at-least-once from its committed source offset (or the start): everything the killed mirror
     copied past it is copied again. ``ends``: each partition's source log end at the kill (all of
     it was in the destination)."""
-    from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
 
-    zk = KazooClient(hosts=zk_connect, timeout=10.0)
+    from headwater.zk.client import kazoo_client
+
+    zk = kazoo_client(zk_connect, session_timeout_s=10.0)
     zk.start(timeout=30)
     records = partitions = 0
     try:
@@ -347,10 +348,11 @@ def expected_recopies(zk_connect: str, group: str, ends: dict[tuple[str, int], i
 
 def wait_members_gone(zk_connect: str, group: str, timeout: float) -> float:
     """Wait until the group has no live member (the killed mirror's session expired); seconds."""
-    from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
 
-    zk = KazooClient(hosts=zk_connect, timeout=10.0)
+    from headwater.zk.client import kazoo_client
+
+    zk = kazoo_client(zk_connect, session_timeout_s=10.0)
     zk.start(timeout=30)
     started = time.monotonic()
     try:

@@ -42,11 +42,12 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError, UnimplementedError
 from kazoo.protocol.states import ZnodeStat
 
 from headwater.broker.zk_multi_read import MULTI_READ_SINCE, MultiRead, MultiReadDecodeError, server_version
+from headwater.zk.client import kazoo_client
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ class ZooKeeper:
         hosts, slash, chroot = connect.partition("/")
         self.chroot = "/" + chroot.strip("/") if slash and chroot.strip("/") else ""
         # Connect without the chroot, create it if missing (as Kafka does), then apply it.
-        self.client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0)
+        self.client = kazoo_client(hosts, session_timeout_s=session_timeout_ms / 1000.0)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state_listeners: list[Callable[[str], None]] = []
         self._multi_read_ok: bool | None = None  # whether this connection's server has multiRead

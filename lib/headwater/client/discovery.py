@@ -14,6 +14,8 @@ import json
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from headwater.zk.client import kazoo_client
+
 ZK_SCHEME = "zk://"
 
 
@@ -54,7 +56,7 @@ def registered_brokers(zk: KazooClient, protocol: str | None = None) -> dict[int
 
 
 def _read(connect: str, timeout: float, protocol: str | None) -> list[tuple[str, int]]:
-    zk = KazooClient(hosts=connect, timeout=timeout)
+    zk = kazoo_client(connect, session_timeout_s=timeout)
     try:
         zk.start(timeout=timeout)
         return [addr for _, addr in sorted(registered_brokers(zk, protocol).items())]
