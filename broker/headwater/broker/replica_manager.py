@@ -226,21 +226,30 @@ class ReplicaManager:
                 st["partition_epoch"],
                 st["controller_epoch"],
             )
-            endpoint = live_leaders.get(st["leader"])
-            if endpoint is None:
-                b = self.broker.cache.brokers.get(st["leader"])
-                endpoint = b.endpoints.get(self.broker.config.inter_broker_listener_name) if b else None
+            # Kafka's controller names the leaders' endpoints in the request (live_leaders); a leader
+            # it did not know alive yet is looked up in the metadata cache, and failing that this
+            # partition waits for the endpoint (ReplicaFetcherManager.on_endpoints_known).
+            endpoint = live_leaders.get(st["leader"]) or self.leader_endpoint(st["leader"])
             if self.broker.stopping.is_set():
                 # In controlled shutdown (where Kafka's controller sends this broker StopReplica):
                 # fetching now would bring it back into the ISR the controller just took it out
                 # of, and the leader would then count on a broker about to exit.
                 self.fetchers.remove_partition((topic, index))
                 log.debug("%s-%d: shutting down: not fetching from broker %d", topic, index, st["leader"])
-            elif endpoint is not None:
-                self.fetchers.add_partition(part, st["leader"], endpoint)
             else:
-                log.warning("%s-%d: leader %d has no known endpoint", topic, index, st["leader"])
+                self.fetchers.add_partition(part, st["leader"], endpoint)
         self.broker.purgatory.notify((topic, index))
+
+    def leader_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """Where ``broker_id`` listens for replication, as this broker's metadata cache knows."""
+        b = self.broker.cache.brokers.get(broker_id)
+        return b.endpoints.get(self.broker.config.inter_broker_listener_name) if b else None
+
+    def on_live_brokers_changed(self) -> None:
+        """UpdateMetadata brought a list of live brokers: followers waiting for their leader's
+        endpoint start fetching now that it may be known."""
+        if self.fetchers.awaiting and not self.broker.stopping.is_set():
+            self.fetchers.on_endpoints_known(self.leader_endpoint)
 
     def stop_replicas(self, tps: list[TP], delete: bool) -> list[Message]:
         out = []

@@ -66,6 +66,9 @@ class ControllerContext:
     states: dict[TP, LeaderAndIsr] = field(default_factory=dict)
     shutting_down: set[int] = field(default_factory=set)
     watched_topics: set[str] = field(default_factory=set)  # /brokers/topics/<t> data watches of this incarnation
+    #: partitions found without a live leader that no election could fix (Kafka's OfflinePartition):
+    #: the next election round elects them even if their recorded leader has come back meanwhile
+    offline: set[TP] = field(default_factory=set)
 
     @property
     def live(self) -> set[int]:
@@ -473,14 +476,20 @@ class Controller:
         return value.lower() == "true"
 
     async def _elect_offline_partitions(self) -> list[TP]:
+        """Elect a leader (a new leader epoch, LeaderAndIsr to every replica by the caller) for each
+        partition whose leader is not alive, and for each partition that was offline (Kafka's
+        OfflinePartition) even if its recorded leader has come back since: its live replicas may
+        have been told of that leader while it was away, without its endpoint, and a new leader
+        epoch tells them again, with it (as Kafka's triggerOnlinePartitionStateChange)."""
         live = self.ctx.live
+        offline = self.ctx.offline
         changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]] = {}
         for tp, state in self.ctx.states.items():
-            if state.leader in live:
+            if state.leader in live and tp not in offline:
                 continue
 
             def change(cur: LeaderAndIsr, tp: TP = tp) -> LeaderAndIsr | None:
-                if cur.leader in self.ctx.live:
+                if cur.leader in self.ctx.live and tp not in self.ctx.offline:
                     return None
                 chosen = offline_leader(self.ctx.replicas(tp), cur, self.ctx.live, self._unclean_allowed(tp[0]))
                 if chosen is None:
@@ -493,8 +502,12 @@ class Controller:
         changed = await self._change_states(changes)
         elected = set(changed)
         for tp in changes:
-            if tp not in elected and self.ctx.states[tp].leader not in live:
-                log.warning("partition %s-%d is offline: no live replica in ISR %s", *tp, list(self.ctx.states[tp].isr))
+            now = self.ctx.states.get(tp)
+            if tp not in elected and now is not None and now.leader not in live:
+                offline.add(tp)
+                log.warning("partition %s-%d is offline: no live replica in ISR %s", *tp, list(now.isr))
+            else:
+                offline.discard(tp)
         return changed
 
     # -- events -----------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
             endpoints[name] = (e["host"], e["port"])
         brokers.append(BrokerInfo(b["id"], endpoints, b["rack"]))
     broker.cache.update_brokers(brokers)
+    broker.replicas.on_live_brokers_changed()  # followers waiting for a leader's endpoint
     for st in flat_partition_states(request):
         broker.cache.update_partition(
             PartitionInfo(
