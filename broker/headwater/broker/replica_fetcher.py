@@ -45,7 +45,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
 from headwater.broker.partition import Partition
@@ -55,14 +55,26 @@ from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.header import LOG_OVERHEAD, peek_offset_and_length
 
 if TYPE_CHECKING:
-    from headwater.broker.replica_manager import ReplicaManager
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.config import BrokerConfig
+    from headwater.broker.purgatory import Purgatory
+    from headwater.broker.replication_quota import ReplicationQuota
+    from headwater.broker.storage.log_manager import LogManager
 
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 THROTTLED_BACKOFF_S = 0.1  # how often a fully throttled fetcher looks at the rate again
+
+
+class FetcherHost(Protocol):
+    """What the replica fetchers reach of the broker they run in."""
+
+    broker_id: int
+    config: BrokerConfig
+    purgatory: Purgatory  # a fetched partition's log moves: its fetch state is built again
+    follower_quota: ReplicationQuota  # follower.replication.throttled.rate (KIP-73)
+    log_manager: LogManager | None  # log start offsets checkpointed after following the leader's
 
 
 def complete_batches(records: bytes | memoryview) -> memoryview:
@@ -174,7 +186,7 @@ class _Changes:
 
 
 class ReplicaFetcher:
-    def __init__(self, broker: KafkaBroker, leader_id: int, endpoint: tuple[str, int]) -> None:
+    def __init__(self, broker: FetcherHost, leader_id: int, endpoint: tuple[str, int]) -> None:
         self.broker = broker
         self.leader_id = leader_id
         self.endpoint = endpoint
@@ -506,7 +518,7 @@ class ReplicaFetcherManager:
     while its leader runs (issue 38).
     """
 
-    def __init__(self, broker: KafkaBroker, replicas: ReplicaManager) -> None:
+    def __init__(self, broker: FetcherHost) -> None:
         self.broker = broker
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.leader_of: dict[TP, int] = {}

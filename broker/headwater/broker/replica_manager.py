@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
@@ -29,15 +29,18 @@ from headwater.broker.config import topic_log_config
 from headwater.broker.fetch_session import DEFAULT_SLOTS, CachedPartition, FetchSessionCache
 from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.broker.partition import Partition
-from headwater.broker.replica_fetcher import ReplicaFetcherManager
+from headwater.broker.replica_fetcher import FetcherHost, ReplicaFetcherManager
 from headwater.broker.zk import to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.metadata_cache import MetadataCache
+    from headwater.broker.metrics import BrokerMetrics
+    from headwater.broker.storage.clock import Clock
     from headwater.broker.storage.log import Log
     from headwater.broker.storage.log_manager import LogManager
+    from headwater.broker.zk import ZooKeeper
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +52,35 @@ ISR_CHANGE_BATCH_S = 0.05
 GAUGES_DEBOUNCE_S = 0.2
 
 
+class LeadershipListener(Protocol):
+    """Told when this broker becomes or stops being leader of a partition of ``__consumer_offsets``
+    (the group coordinator: Kafka's onLeadershipChange callbacks)."""
+
+    def on_elected(self, partition: int) -> None: ...
+
+    def on_resigned(self, partition: int) -> None: ...
+
+
+class ReplicaHost(FetcherHost, Protocol):
+    """What the replica manager reaches of the broker it runs in (the fetchers' needs, and more)."""
+
+    cache: MetadataCache  # topic configs, live brokers' endpoints, which partitions exist
+    clock: Clock
+    stopping: asyncio.Event  # controlled shutdown under way: no new fetching
+    zk: ZooKeeper  # the leader's ISR writes and change notifications
+    metrics: BrokerMetrics
+
+    @property
+    def groups(self) -> LeadershipListener: ...
+
+
 class ReplicaManager:
-    def __init__(self, broker: KafkaBroker) -> None:
+    def __init__(self, broker: ReplicaHost) -> None:
         self.broker = broker
         self.broker_id = broker.broker_id
         self.partitions: dict[TP, Partition] = {}
         self.controller_epoch = 0
-        self.fetchers = ReplicaFetcherManager(broker, self)
+        self.fetchers = ReplicaFetcherManager(broker)
         #: Fetch sessions (KIP-227) of the followers and consumers fetching from this broker
         self.fetch_sessions = FetchSessionCache(
             int(broker.config.raw.get("max.incremental.fetch.session.cache.slots", DEFAULT_SLOTS)), broker.purgatory

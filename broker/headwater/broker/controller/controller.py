@@ -34,7 +34,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -49,13 +49,27 @@ from headwater.protocol.apis import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADAT
 from headwater.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from headwater.broker.services import ControllerHost
+    from headwater.broker.config import BrokerConfig
+    from headwater.broker.metadata_cache import MetadataCache
+    from headwater.broker.metrics import BrokerMetrics
+    from headwater.broker.zk import ZooKeeper
 
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 ISR_CHANGE = "/isr_change_notification"
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
+
+
+class ControllerHost(Protocol):
+    """What the controller reaches of the broker it runs in."""
+
+    broker_id: int
+    config: BrokerConfig
+    cache: MetadataCache
+    metrics: BrokerMetrics
+    zk: ZooKeeper
+    stopping: asyncio.Event
 
 
 @dataclass

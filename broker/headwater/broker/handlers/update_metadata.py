@@ -16,7 +16,7 @@ from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
-    from headwater.broker.handlers import RequestContext
+    from headwater.broker.request import RequestContext
     from headwater.broker.services import HandlerServices
 
 _PROTOCOL_NAMES = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
