@@ -1,15 +1,19 @@
 """Signed count events end to end (review security-2026-11-26, M8): a real broker, a real auditing
 producer signing its events, a plain producer forging events on ``__audit`` (unsigned, and signed
 with a key that is not the audit's), and the real ``headwater audit serve`` process. The audit counts
-exactly what the auditing producer sent and refuses the forgeries (its metric and log say so)."""
+exactly what the auditing producer sent and refuses the forgeries (its metric and log say so). And
+the cap on topic names (``audit.max.topics``) on the topics a tier discovers on a real cluster."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from headwater.audit.config import parse
+from headwater.audit.service import AuditService
 from headwater.client.audit import AUDIT_TOPIC, HEADER_SIGNATURE, SyncAuditingProducer, count_event, sign_event
 from headwater.client.sync import SyncProducer
 from headwater.testing.zookeeper import free_port
@@ -85,3 +89,35 @@ def test_the_audit_counts_signed_events_and_refuses_forged_ones(
         assert KEY not in log
     finally:
         audit.stop()
+
+
+def test_audited_topics_beyond_audit_max_topics_are_not_counted(
+    cluster_factory: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """The cap also holds for the topics a tier discovers on its cluster; each refused once."""
+    dc1 = cluster_factory(1)
+    for t in ("a1", "a2", "a3", "a4"):
+        create_topic(dc1, t, partitions=1, rf=1, min_isr=1)
+    config = parse(
+        {
+            "clusters": "dc1",
+            "dc1.bootstrap.servers": dc1.bootstrap,
+            "audit.topics": "a.*",
+            "audit.max.topics": "2",
+            "store": f"sqlite:///{tmp_path / 'audit.db'}",
+        }
+    )
+    service = AuditService(config)
+    counter = service.counters[0]
+
+    async def discover_twice() -> None:
+        try:
+            await counter._discover()
+            await counter._discover()
+        finally:
+            await counter.close()
+
+    asyncio.run(discover_twice())
+    assert len({t for t, _ in counter.offsets}) == 2
+    assert service.registry.get_sample_value("headwater_audit_topics_refused_total") == 2
+    service.store.close()

@@ -277,6 +277,7 @@ class TierCounter:
         self._topics_at = 0.0
         self.topic_limit = topic_limit or TopicLimit(config.max_topics)
         self._refused_producers: set[tuple[str, str, str]] = set()  # (reason, datacenter, host) logged
+        self._refused_topics: set[str] = set()  # audited topics of the cluster beyond audit.max.topics
 
     @property
     def lag(self) -> int:
@@ -363,8 +364,12 @@ class TierCounter:
         for t in topics:
             if t != AUDIT_TOPIC and not self.config.audited(t) and not self._is_heartbeats(t):
                 continue
-            if t != AUDIT_TOPIC and not self._is_heartbeats(t) and not self.topic_limit.admit(t):
-                continue
+            if t != AUDIT_TOPIC and not self._is_heartbeats(t):
+                if t in self._refused_topics:
+                    continue
+                if not self.topic_limit.admit(t):  # counted once per topic, not at every discovery
+                    self._refused_topics.add(t)
+                    continue
             for p in await consumer.partitions_for(t):
                 if (t, p) not in self.offsets:
                     self.offsets[(t, p)] = await consumer.earliest_offset(t, p)
