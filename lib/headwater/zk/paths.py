@@ -132,3 +132,10 @@ def consumer_owner_path(group: str, topic: str, partition: int) -> str:
 
 def consumer_offset_path(group: str, topic: str, partition: int) -> str:
     return f"{CONSUMERS}/{group}/offsets/{topic}/{partition}"
+
+
+def mirror_target_path(group: str, topic: str, partition: int | None = None) -> str:
+    """Headwater's own (not Kafka's): ``/consumers/<g>/mirror-target/<t>/<p>`` holds the target
+    offset the mirror's re-partitioning path committed with the source offset (mirror/group.py)."""
+    base = f"{CONSUMERS}/{group}/mirror-target/{topic}"
+    return base if partition is None else f"{base}/{partition}"
