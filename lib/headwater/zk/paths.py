@@ -53,6 +53,13 @@ LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 LOG_DIR_EVENT_PREFIX = LOG_DIR_EVENT_NOTIFICATION + "/log_dir_event_"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONSUMERS = "/consumers"
+#: ACLs (formats in headwater.acls): literal resources, prefixed ones (Kafka 2.0+), and the two
+#: change queues whose sequential children are named ACL_CHANGE_PREFIX<seq>
+ACL_LITERAL_ROOT = "/kafka-acl"
+ACL_PREFIXED_ROOT = "/kafka-acl-extended/prefixed"
+ACL_LITERAL_CHANGES = "/kafka-acl-changes"
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
 
 #: The persistent paths Kafka's brokers create at start-up (KafkaZkClient.createTopLevelPaths).
 PERSISTENT_PATHS = (
