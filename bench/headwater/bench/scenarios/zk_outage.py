@@ -24,7 +24,6 @@ cuts for 7 minutes (:data:`OUTAGE_S`); ``--quick``, and ``tests/cluster/test_zk_
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -41,7 +40,9 @@ from headwater.bench.report import Goal, Row
 from headwater.client.zk_consumer import ZookeeperConsumerConnector
 from headwater.testing.cluster import LocalBroker
 from headwater.testing.faults import FaultProxy
+from headwater.zk import paths
 from headwater.zk.client import kazoo_client, split_chroot
+from headwater.zk.topics import decode_partition_state
 
 TOPIC = "outage"
 PARTITIONS = 6
@@ -155,7 +156,7 @@ class OutageDrill:
             [NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})], operation_timeout=30
         )
         created[TOPIC].result(60)
-        _wait(lambda: all(len(self._state(p)["isr"]) == 3 for p in range(PARTITIONS)), 60, "every ISR full at creation")
+        _wait(lambda: all(len(self._isr(p)) == 3 for p in range(PARTITIONS)), 60, "every ISR full at creation")
         group_zk = self._route("zk-group")
         for _ in range(2):
             m = ZookeeperConsumerConnector(
@@ -214,29 +215,29 @@ class OutageDrill:
 
     # -- views -------------------------------------------------------------------------------------
 
-    def _state(self, p: int) -> dict[str, Any]:
-        data, _ = self.observer.get(f"/brokers/topics/{TOPIC}/partitions/{p}/state")
-        return dict(json.loads(data))
+    def _isr(self, p: int) -> tuple[int, ...]:
+        data, _ = self.observer.get(paths.partition_state_path(TOPIC, p))
+        return decode_partition_state(TOPIC, p, data).isr
 
     def registered(self) -> bool:
-        return sorted(int(b) for b in self.observer.get_children("/brokers/ids")) == list(BROKERS)
+        return sorted(int(b) for b in self.observer.get_children(paths.BROKER_IDS)) == list(BROKERS)
 
     def sessions_gone(self) -> bool:
         """Every ephemeral znode of the source side is gone: every session there has expired."""
-        ids = self.observer.get_children("/brokers/ids")
+        ids = self.observer.get_children(paths.BROKER_IDS)
         members = [
-            self.observer.get_children(f"/consumers/{g}/ids")
+            self.observer.get_children(paths.consumer_ids_path(g))
             for g in (GROUP, MIRROR_GROUP)
-            if self.observer.exists(f"/consumers/{g}/ids")
+            if self.observer.exists(paths.consumer_ids_path(g))
         ]
-        return not ids and not any(members) and not self.observer.exists("/controller")
+        return not ids and not any(members) and not self.observer.exists(paths.CONTROLLER)
 
     def group_owns_everything(self) -> bool:
         wanted = {(TOPIC, p) for p in range(PARTITIONS)}
         owned: set[tuple[str, int]] = set()
         for m in self.members:
             owned |= set(m.owned_partitions())
-        owners = set(self.observer.get_children(f"/consumers/{GROUP}/owners/{TOPIC}"))
+        owners = set(self.observer.get_children(paths.consumer_owners_path(GROUP, TOPIC)))
         return owned == wanted and owners == {str(p) for p in range(PARTITIONS)}
 
     def _end_offsets(self, bootstrap: str) -> int:
