@@ -251,11 +251,16 @@ class ReplicaManager:
                 part.make_offline()
             if tp[0] == OFFSETS_TOPIC:
                 self.broker.groups.on_resigned(tp[1])
+            code = ErrorCode.NONE
             if delete and self.broker.log_manager is not None:
-                self.broker.log_manager.delete_log(*tp)
-                log.info("deleted log %s-%d", *tp)
+                try:
+                    if self.broker.log_manager.delete_log(*tp):
+                        log.info("deleted log %s-%d", *tp)
+                except (OSError, KafkaError) as e:  # the controller retries it (topic deletion)
+                    log.error("cannot delete the log of %s-%d: %s", *tp, e)
+                    code = ErrorCode.KAFKA_STORAGE_ERROR
             self.broker.purgatory.notify(tp)
-            out.append({"topic_name": tp[0], "partition_index": tp[1], "error_code": ErrorCode.NONE})
+            out.append({"topic_name": tp[0], "partition_index": tp[1], "error_code": code})
         self.update_gauges()
         return out
 

@@ -195,6 +195,9 @@ async def create_topic(
         raise KafkaError(ErrorCode.INVALID_CONFIG, problem)
     if validate_only:
         return assignment
+    if await zk.call(zk.client.exists, f"{zkpaths.DELETE_TOPICS}/{name}") is not None:
+        # its deletion waits for a replica that is down: the old logs must go first (Kafka 2.3's check)
+        raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' is marked for deletion.")
 
     tx = zk.client.transaction()
     tx.create(zkpaths.topic_config_path(name), to_json({"version": 1, "config": configs}))

@@ -16,7 +16,8 @@ ZooKeeper and reacts, one event at a time on one task, to:
   ISR = live replicas, leader epoch 0);
 - partitions added to a topic (CreatePartitions rewrites ``/brokers/topics/<t>``, watched per
   topic as Kafka's PartitionModifications handler does): the same for the new partitions;
-- deletions (``/admin/delete_topics``): StopReplica(delete) to the replicas, then remove znodes;
+- deletions (``/admin/delete_topics``): controller/deletion.py, completed only once every replica
+  deleted its log (a replica on a broker that is down deletes when it comes back);
 - ISR changes made by leaders (``/isr_change_notification``): UpdateMetadata;
 - preferred leader election (periodically when ``auto.leader.rebalance.enable``, on
   ``/admin/preferred_replica_election`` and on ElectLeaders);
@@ -41,11 +42,12 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from headwater.broker import zk as zkpaths
 from headwater.broker.controller import requests as build
 from headwater.broker.controller.channel import ControllerChannel
+from headwater.broker.controller.deletion import TopicDeletion
 from headwater.broker.controller.election import LeaderAndIsr, offline_leader, preferred_leader, shutdown_leader
 from headwater.broker.controller.reassignment import PartitionReassigner
 from headwater.broker.metadata_cache import BrokerInfo, parse_broker_registration
 from headwater.broker.zk import CheckVersionFailed, from_json, to_json
-from headwater.protocol.apis import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
+from headwater.protocol.apis import LEADER_AND_ISR, UPDATE_METADATA
 from headwater.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -96,6 +98,7 @@ class Controller:
         self._periodic: asyncio.Task[None] | None = None
         self._generation = 0  # bumps on every resignation; stale watch callbacks check it
         self.reassigner = PartitionReassigner(self)
+        self.deletion = TopicDeletion(self)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -108,6 +111,11 @@ class Controller:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+    @property
+    def generation(self) -> int:
+        """Bumps on every election and resignation: a callback from an older incarnation is stale."""
+        return self._generation
 
     def enqueue(self, event: Callable[[], Awaitable[None]]) -> None:
         self._events.put_nowait(event)
@@ -203,6 +211,7 @@ class Controller:
             self._periodic.cancel()
             self._periodic = None
         self.reassigner.stop()
+        self.deletion.reset()
         if self.channel is not None:
             await self.channel.close()
             self.channel = None
@@ -252,6 +261,8 @@ class Controller:
         # a worker thread, and hundreds of them would compete with the elections for the GIL. A
         # partition added meanwhile is still seen: a new watch reports the assignment it finds.
         await self._load_topics(list(await self.zk.children(zkpaths.BROKER_TOPICS)), watch=False)
+        # topics marked for deletion leave the context before anything is elected or sent for them
+        await self.deletion.on_marks_changed()
         # partitions without a state (topics created while there was no controller)
         await self._create_missing_states(self.ctx.partitions())
         elected = await self._elect_offline_partitions()
@@ -531,6 +542,7 @@ class Controller:
         await self._on_brokers_started(new | bounced)
 
     async def _on_brokers_failed(self, dead: set[int]) -> None:
+        self.deletion.on_brokers_failed(dead)
         # new leaders first, then the ISR shrinks of the partitions that kept theirs (see _on_became_controller)
         self._send_new_states(await self._elect_offline_partitions(), self.ctx.live)
         shrunk = await self._remove_from_isrs(dead)
@@ -570,12 +582,13 @@ class Controller:
         changed = await self._elect_offline_partitions()
         self._send_leader_and_isr(changed, self.ctx.live)
         self._send_update_metadata(set(self.ctx.brokers), changed)
+        await self.deletion.resume()  # a returning replica deletes the logs of topics deleted meanwhile
 
     async def _on_topic_change(self) -> None:
         if not self.active:
             return
         children = set(await self.zk.children(zkpaths.BROKER_TOPICS))
-        new = sorted(children - set(self.ctx.assignments))
+        new = sorted(children - set(self.ctx.assignments) - set(self.deletion.topics))
         if not new:
             return
         await self._load_topics(new)
@@ -587,34 +600,8 @@ class Controller:
         self._send_update_metadata(set(self.ctx.brokers), ready)
 
     async def _on_delete_topics(self) -> None:
-        if not self.active:
-            return
-        for topic in await self.zk.children(zkpaths.DELETE_TOPICS):
-            partitions = [tp for tp in self.ctx.partitions() if tp[0] == topic]
-            by_broker: dict[int, list[TP]] = {}
-            for tp in partitions:
-                for r in self.ctx.replicas(tp):
-                    by_broker.setdefault(r, []).append(tp)
-            assert self.channel is not None
-            for b, tps in by_broker.items():
-                self.channel.send(b, STOP_REPLICA, build.stop_replica(self, tps, delete=True))
-            deleted_states = {tp: LeaderAndIsr(-2, 0, (), self.epoch, 0) for tp in partitions}
-            for path in (
-                zkpaths.topic_path(topic),
-                zkpaths.topic_config_path(topic),
-                f"{zkpaths.DELETE_TOPICS}/{topic}",
-            ):
-                try:
-                    await self.zk.call(self.zk.client.delete, path, recursive=True)
-                except NoNodeError:
-                    pass
-            replicas = {tp: self.ctx.replicas(tp) for tp in partitions}
-            self.ctx.assignments.pop(topic, None)
-            for tp in partitions:
-                self.ctx.states.pop(tp, None)
-            for b in self.ctx.brokers:
-                self.channel.send(b, UPDATE_METADATA, build.update_metadata(self, deleted_states, replicas))
-            log.info("[Controller id=%d] deleted topic %s", self.broker_id, topic)
+        if self.active:
+            await self.deletion.on_marks_changed()
 
     async def _on_isr_change(self) -> None:
         if not self.active:
