@@ -77,6 +77,18 @@ CONFIG_TOPICS = "/config/topics"
 DELETE_TOPICS = "/admin/delete_topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
+#: KIP-112: a broker whose log dir failed creates ``log_dir_event_<seq>`` here (sequential) holding
+#: ``{"version":1,"broker":<id>,"event":1}`` (event 1: LogDirFailure); the controller reads and deletes it
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = LOG_DIR_EVENT_NOTIFICATION + "/log_dir_event_"
+LOG_DIR_FAILURE_EVENT = 1
+
+
+def log_dir_event(broker_id: int) -> dict[str, int]:
+    """The JSON of a log dir failure notification (Kafka 2.3's LogDirEventNotificationZNode)."""
+    return {"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT}
+
+
 PERSISTENT_PATHS = (
     BROKER_IDS,
     BROKER_TOPICS,

@@ -44,6 +44,7 @@ from headwater.broker.controller import requests as build
 from headwater.broker.controller.channel import ControllerChannel
 from headwater.broker.controller.deletion import TopicDeletion
 from headwater.broker.controller.election import LeaderAndIsr, offline_leader, preferred_leader, shutdown_leader
+from headwater.broker.controller.log_dirs import LogDirFailures
 from headwater.broker.controller.reassignment import PartitionReassigner
 from headwater.broker.metadata_cache import BrokerInfo, parse_broker_registration
 from headwater.broker.zk import CheckVersionFailed, from_json, to_json
@@ -68,10 +69,20 @@ class ControllerContext:
     states: dict[TP, LeaderAndIsr] = field(default_factory=dict)
     shutting_down: set[int] = field(default_factory=set)
     watched_topics: set[str] = field(default_factory=set)  # /brokers/topics/<t> data watches of this incarnation
+    #: broker -> its replicas on a failed log dir (KIP-112, controller/log_dirs.py), as its LeaderAndIsr
+    #: answers said; forgotten when the broker leaves or re-registers
+    offline_replicas: dict[int, set[TP]] = field(default_factory=dict)
 
     @property
     def live(self) -> set[int]:
         return set(self.brokers) - self.shutting_down
+
+    def live_for(self, tp: TP) -> set[int]:
+        """The live brokers whose replica of ``tp`` is online (not on a failed log dir)."""
+        live = self.live
+        if not self.offline_replicas:
+            return live
+        return {b for b in live if tp not in self.offline_replicas.get(b, ())}
 
     def replicas(self, tp: TP) -> list[int]:
         return self.assignments.get(tp[0], {}).get(tp[1], [])
@@ -99,6 +110,7 @@ class Controller:
         self._generation = 0  # bumps on every resignation; stale watch callbacks check it
         self.reassigner = PartitionReassigner(self)
         self.deletion = TopicDeletion(self)
+        self.log_dirs = LogDirFailures(self)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -252,7 +264,7 @@ class Controller:
     # -- becoming controller -------------------------------------------------------------------------
 
     async def _on_became_controller(self) -> None:
-        for path in (ISR_CHANGE, zkpaths.DELETE_TOPICS):
+        for path in (ISR_CHANGE, zkpaths.DELETE_TOPICS, zkpaths.LOG_DIR_EVENT_NOTIFICATION):
             await self.zk.call(self.zk.client.ensure_path, path)
         await self._load_brokers()
         for b in self.ctx.brokers.values():
@@ -284,6 +296,7 @@ class Controller:
         self._watch_children(zkpaths.BROKER_TOPICS, self._on_topic_change)
         self._watch_children(zkpaths.DELETE_TOPICS, self._on_delete_topics)
         self._watch_children(ISR_CHANGE, self._on_isr_change)
+        self._watch_children(zkpaths.LOG_DIR_EVENT_NOTIFICATION, self.log_dirs.on_notifications)
         self._watch_data(PREFERRED_ELECTION, self._on_preferred_node)
         self.reassigner.start()
         if self.broker.config.auto_leader_rebalance_enable:
@@ -487,13 +500,14 @@ class Controller:
         live = self.ctx.live
         changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]] = {}
         for tp, state in self.ctx.states.items():
-            if state.leader in live:
+            if state.leader in live and (not self.ctx.offline_replicas or state.leader in self.ctx.live_for(tp)):
                 continue
 
             def change(cur: LeaderAndIsr, tp: TP = tp) -> LeaderAndIsr | None:
-                if cur.leader in self.ctx.live:
+                online = self.ctx.live_for(tp)
+                if cur.leader in online:
                     return None
-                chosen = offline_leader(self.ctx.replicas(tp), cur, self.ctx.live, self._unclean_allowed(tp[0]))
+                chosen = offline_leader(self.ctx.replicas(tp), cur, online, self._unclean_allowed(tp[0]))
                 if chosen is None:
                     return None
                 if chosen[0] not in cur.isr:
@@ -504,7 +518,7 @@ class Controller:
         changed = await self._change_states(changes)
         elected = set(changed)
         for tp in changes:
-            if tp not in elected and self.ctx.states[tp].leader not in live:
+            if tp not in elected and self.ctx.states[tp].leader not in self.ctx.live_for(tp):
                 log.warning("partition %s-%d is offline: no live replica in ISR %s", *tp, list(self.ctx.states[tp].isr))
         return changed
 
@@ -531,6 +545,7 @@ class Controller:
         for b in dead | bounced:
             await self.channel.remove_broker(b)
             self.ctx.shutting_down.discard(b)
+            self.ctx.offline_replicas.pop(b, None)  # a re-registered broker answers for its log dirs again
         for b in new | bounced:
             self._connect(self.ctx.brokers[b])
         if dead or bounced:
@@ -666,7 +681,7 @@ class Controller:
         for tp in candidates:
 
             def change(cur: LeaderAndIsr, tp: TP = tp) -> LeaderAndIsr | None:
-                leader = preferred_leader(self.ctx.replicas(tp), cur, live)
+                leader = preferred_leader(self.ctx.replicas(tp), cur, self.ctx.live_for(tp))
                 return None if leader is None else cur.new_leader(leader, cur.isr, self.epoch)
 
             changes[tp] = change
@@ -829,7 +844,10 @@ class Controller:
                 if r in to and r in self.ctx.brokers:
                     by_broker.setdefault(r, []).append(tp)
         for b, tps in by_broker.items():
-            self.channel.send(b, LEADER_AND_ISR, build.leader_and_isr(self, b, tps, is_new))
+            # every answer is read for KAFKA_STORAGE_ERROR: replicas on a failed log dir (log_dirs.py)
+            self.channel.send(
+                b, LEADER_AND_ISR, build.leader_and_isr(self, b, tps, is_new), self.log_dirs.response_handler(b)
+            )
 
     def _send_update_metadata(self, to: set[int], partitions: list[TP]) -> None:
         if self.channel is None:

@@ -82,7 +82,9 @@ def update_metadata(c: Controller, states: dict[TP, LeaderAndIsr], replicas: dic
                     **_partition_state(topic, p, s),
                     "zk_version": s.zk_version,
                     "replicas": reps,
-                    "offline_replicas": [r for r in reps if r not in live],
+                    "offline_replicas": [
+                        r for r in reps if r not in live or (topic, p) in c.ctx.offline_replicas.get(r, ())
+                    ],
                 }
             )
         topic_states.append({"topic_name": topic, "partition_states": ps})
