@@ -923,7 +923,9 @@ class Log:
                 self._fs, self._dir, self._next_offset, self._config.index_interval_bytes, self._clock.time_ms()
             )
         except OSError as e:
-            self._io_failed()
+            # the log itself stays consistent (nothing was added), but its dir gave an I/O error
+            if self.on_io_error is not None:
+                self.on_io_error()
             raise _storage_error(f"{self._ident} cannot roll a new segment", e) from e
         self._segments.append(new)
         self._base_offsets.append(new.base_offset)
