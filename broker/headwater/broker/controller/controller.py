@@ -803,7 +803,7 @@ class Controller:
             def change(cur: LeaderAndIsr, tp: TP = tp) -> LeaderAndIsr | None:
                 isr = tuple(r for r in cur.isr if r != broker_id)
                 if cur.leader == broker_id:
-                    leader = shutdown_leader(self.ctx.replicas(tp), cur, live, shutting)
+                    leader = shutdown_leader(self.ctx.replicas(tp), cur, self.ctx.live_for(tp), shutting)
                     return None if leader is None else cur.new_leader(leader, isr, self.epoch)
                 if broker_id in cur.isr and isr:
                     return cur.new_leader(cur.leader, isr, self.epoch)

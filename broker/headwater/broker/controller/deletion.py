@@ -161,11 +161,15 @@ class TopicDeletion:
             for e in response.get("partition_errors") or []:
                 if e["topic_name"] == topic and e["error_code"] == ErrorCode.NONE:
                     done.add(int(e["partition_index"]))
+        failed: list[int] = []
         for p in parts:
+            if (broker, p) not in entry.in_flight:
+                continue  # an answer to a request of an earlier deletion of the same name
             entry.in_flight.discard((broker, p))
             if p in done:
                 entry.pending.discard((broker, p))
-        failed = sorted(set(parts) - done)
+            else:
+                failed.append(p)
         if failed:
             # Kafka's ReplicaDeletionIneligible: retried when the broker registers again
             log.warning(
