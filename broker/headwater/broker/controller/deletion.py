@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING
 
 from kazoo.exceptions import NoNodeError
 
-from headwater.broker import zk as zkpaths
 from headwater.broker.controller import requests as build
 from headwater.broker.controller.election import LeaderAndIsr
 from headwater.protocol.apis import STOP_REPLICA, UPDATE_METADATA
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
+from headwater.zk import paths as zkpaths
 
 if TYPE_CHECKING:
     from headwater.broker.controller.controller import Controller
@@ -196,7 +196,7 @@ class TopicDeletion:
 
     async def _delete_znodes(self, topic: str) -> None:
         # the mark last: a controller failing over half-way still finds the deletion to finish
-        for path in (zkpaths.topic_path(topic), zkpaths.topic_config_path(topic), f"{zkpaths.DELETE_TOPICS}/{topic}"):
+        for path in (zkpaths.topic_path(topic), zkpaths.topic_config_path(topic), zkpaths.delete_topic_path(topic)):
             try:
                 await self.c.zk.call(self.c.zk.client.delete, path, recursive=True)
             except NoNodeError:

@@ -27,10 +27,11 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from headwater.broker import zk as zkpaths
 from headwater.broker.controller.election import LeaderAndIsr, offline_leader
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
+from headwater.zk import notifications
+from headwater.zk import paths as zkpaths
 
 if TYPE_CHECKING:
     from headwater.broker.controller.controller import Controller
@@ -54,7 +55,7 @@ class LogDirFailures:
         brokers: set[int] = set()
         for got in await c.zk.get_many(paths):
             value = got[0] if got is not None else None
-            if isinstance(value, dict) and value.get("event") == zkpaths.LOG_DIR_FAILURE_EVENT:
+            if isinstance(value, dict) and value.get("event") == notifications.LOG_DIR_FAILURE:
                 try:
                     brokers.add(int(value["broker"]))
                 except (KeyError, TypeError, ValueError):
