@@ -12,7 +12,9 @@ broker's next write there (a checkpoint, a new segment, a new log) meets an I/O 
 - DescribeLogDirs reports the dir with KAFKA_STORAGE_ERROR; a Fetch to the broker for one of its
   offline replicas answers KAFKA_STORAGE_ERROR;
 - the writers never failed a record, and every record they saw acknowledged is in its partition,
-  at its offset.
+  at its offset;
+- restarted with the dir still broken, the broker serves its healthy dir again and does not create
+  the failed dir's partitions afresh elsewhere; repaired and restarted, it is in every ISR again.
 """
 
 from __future__ import annotations
@@ -187,5 +189,32 @@ def test_a_failed_log_dir_moves_leadership_and_loses_no_acknowledged_write(
             assert not missing, (
                 f"partition {p}: {len(missing)} acknowledged record(s) lost or changed, e.g. {sorted(missing)[:5]}"
             )
+
+        # restarted with the dir still broken: it starts on its healthy dir, rejoins those ISRs, and
+        # does not create the failed dir's partitions afresh elsewhere (their data is in the failed dir)
+        c.stop(victim)
+        c.restart(victim)
+        c.wait_for(
+            lambda: all(victim in c.state(TOPIC, p)["isr"] for p in healthy),
+            90,
+            f"restarted broker {victim} back in the ISRs of {sorted(healthy)}",
+        )
+        assert all(victim not in c.state(TOPIC, p)["isr"] for p in on_failed)
+        assert not any((other / f"{TOPIC}-{p}").exists() for p in on_failed)
+        with SyncAdmin(c.bootstrap) as admin:
+            described = admin.describe_log_dirs([victim])[victim]
+        assert not isinstance(described, Exception), described
+        assert {Path(d.path): d.error.code if d.error else ErrorCode.NONE for d in described} == errors
+
+        # repaired (stopped, the dir put back) and started: in every ISR again, caught up from the leaders
+        c.stop(victim)
+        failed_dir.unlink()
+        failed_dir.with_name(failed_dir.name + ".moved").rename(failed_dir)
+        c.restart(victim)
+        c.wait_for(
+            lambda: all(victim in c.state(TOPIC, p)["isr"] for p in range(PARTITIONS)),
+            90,
+            f"repaired broker {victim} back in every ISR",
+        )
     finally:
         c.close()
