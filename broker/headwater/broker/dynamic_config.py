@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from headwater.broker.config import _log_defaults
+from headwater.broker.config import _log_defaults, is_sensitive, redacted
 from headwater.broker.zk import ZooKeeper, from_json, to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.scram import CHANGES_PATH, change_notification
@@ -116,6 +116,14 @@ DYNAMIC_BROKER_CONFIGS: dict[str, DynamicConfig] = {
         DynamicConfig("log.cleaner.backoff.ms", _long(0), "15000"),
     )
 }
+
+_DYNAMIC_NAMES = frozenset(DYNAMIC_BROKER_CONFIGS)
+
+
+def sensitive(name: str) -> bool:
+    """Whether a broker config's value is never shown (config.is_sensitive, with the dynamic names)."""
+    return is_sensitive(name, _DYNAMIC_NAMES)
+
 
 #: dynamic names that are defaults of topic configs (the log manager's LogConfig)
 _LOG_CONFIG_NAMES = {n for n in DYNAMIC_BROKER_CONFIGS if n.startswith("log.") and n != "log.cleaner.backoff.ms"} | {
@@ -286,7 +294,11 @@ class DynamicBrokerConfig:
             )
             backoff = int(merged.get("log.cleaner.backoff.ms", self._static_attrs["log_cleaner_backoff_ms"]))
         except ValueError as e:  # written by another tool without validation: keep what we have
-            log.error("ignoring invalid dynamic broker configs %s: %s", {**self.cluster_default, **self.per_broker}, e)
+            log.error(
+                "ignoring invalid dynamic broker configs %s: %s",
+                redacted({**self.cluster_default, **self.per_broker}, _DYNAMIC_NAMES),
+                e,
+            )
             return
         log_changed = defaults != cfg.log_defaults
         cfg.message_max_bytes = message_max_bytes
@@ -297,8 +309,8 @@ class DynamicBrokerConfig:
         log.info(
             "[DynamicConfig broker=%d] dynamic configs now: broker %s, cluster default %s",
             cfg.broker_id,
-            self.per_broker,
-            self.cluster_default,
+            redacted(self.per_broker, _DYNAMIC_NAMES),
+            redacted(self.cluster_default, _DYNAMIC_NAMES),
         )
         if log_changed:
             self.on_log_defaults(defaults)
@@ -309,7 +321,11 @@ def describe(
 ) -> list[dict[str, Any]]:
     """DescribeConfigs' entries for a BROKER resource: this broker's id lists its static properties
     and every dynamic config with its effective value and source; ``""`` (the cluster default
-    entity) lists the cluster-wide dynamic defaults only. Sensitive values (passwords) are null."""
+    entity) lists the cluster-wide dynamic defaults only.
+
+    As Kafka 2.3's AdminManager, a password-type config or one whose type is unknown (a JAAS config,
+    ``ssl.key.password``, any ``listener.name.*`` secret, a name this broker does not know) is
+    ``is_sensitive`` with a null value and null synonyms (:func:`sensitive`)."""
     if resource_name == "":
         names = sorted(dyn.cluster_default)
     else:
@@ -318,7 +334,7 @@ def describe(
     for name in names:
         if keys is not None and name not in keys:
             continue
-        sensitive = "password" in name
+        hidden = sensitive(name)
         if resource_name == "":
             value: str | None = dyn.cluster_default[name]
             source = DYNAMIC_DEFAULT_BROKER_CONFIG
@@ -329,12 +345,12 @@ def describe(
         out.append(
             {
                 "name": name,
-                "value": None if sensitive else value,
+                "value": None if hidden else value,
                 "read_only": name not in DYNAMIC_BROKER_CONFIGS,
                 "is_default": source == DEFAULT_CONFIG,
                 "config_source": source,
-                "is_sensitive": sensitive,
-                "synonyms": [{"name": name, "value": None if sensitive else v, "source": s} for v, s in layers]
+                "is_sensitive": hidden,
+                "synonyms": [{"name": name, "value": None if hidden else v, "source": s} for v, s in layers]
                 if include_synonyms
                 else [],
             }
