@@ -249,30 +249,30 @@ _HANDLED_ELSEWHERE = {
     "host.name",
     "port",
     "max.incremental.fetch.session.cache.slots",  # replica_manager.py
+    "leader.replication.throttled.rate",  # dynamic_config.py (static too, as in Kafka)
+    "follower.replication.throttled.rate",
 }
 
 
-#: broker properties whose values may be shown, besides the security ones security.py marks
-#: non-secret (dynamic_config.py adds its dynamic names)
+#: broker properties whose values may be shown, besides the security ones security.py marks non-secret
 _SHOWN = frozenset(_BROKER_PROPS) | _HANDLED_ELSEWHERE | BROKER_DEFAULT_PROPERTIES
 
 
-def is_sensitive(name: str, also_shown: frozenset[str] = frozenset()) -> bool:
+def is_sensitive(name: str) -> bool:
     """Whether a broker config's value must never be shown (DescribeConfigs, logs), as Kafka 2.3's
     ``AdminManager.createBrokerConfigEntry``: password-type configs and any config whose type is
-    unknown. So a value is shown only for a known, non-secret name (``also_shown``: more of those);
-    anything with ``password``, ``secret`` or ``jaas`` in its name is never shown, whatever the tables say."""
+    unknown. So a value is shown only for a known, non-secret name; anything with ``password``, ``secret`` or ``jaas`` in its name is never shown, whatever the tables say."""
     lowered = name.lower()
     if any(word in lowered for word in ("password", "secret", "jaas")):
         return True
     if is_security_property(name):
         return is_secret_property(name)
-    return name not in _SHOWN and name not in also_shown
+    return name not in _SHOWN
 
 
-def redacted(configs: dict[str, str], also_shown: frozenset[str] = frozenset()) -> dict[str, str]:
+def redacted(configs: dict[str, str]) -> dict[str, str]:
     """``configs`` for a log line: sensitive values replaced by ``[hidden]``."""
-    return {k: "[hidden]" if is_sensitive(k, also_shown) else v for k, v in configs.items()}
+    return {k: "[hidden]" if is_sensitive(k) else v for k, v in configs.items()}
 
 
 def _log_defaults(p: dict[str, str], message_max_bytes: int) -> LogConfig:

@@ -117,14 +117,6 @@ DYNAMIC_BROKER_CONFIGS: dict[str, DynamicConfig] = {
     )
 }
 
-_DYNAMIC_NAMES = frozenset(DYNAMIC_BROKER_CONFIGS)
-
-
-def sensitive(name: str) -> bool:
-    """Whether a broker config's value is never shown (config.is_sensitive, with the dynamic names)."""
-    return is_sensitive(name, _DYNAMIC_NAMES)
-
-
 #: dynamic names that are defaults of topic configs (the log manager's LogConfig)
 _LOG_CONFIG_NAMES = {n for n in DYNAMIC_BROKER_CONFIGS if n.startswith("log.") and n != "log.cleaner.backoff.ms"} | {
     "message.max.bytes"
@@ -296,7 +288,7 @@ class DynamicBrokerConfig:
         except ValueError as e:  # written by another tool without validation: keep what we have
             log.error(
                 "ignoring invalid dynamic broker configs %s: %s",
-                redacted({**self.cluster_default, **self.per_broker}, _DYNAMIC_NAMES),
+                redacted({**self.cluster_default, **self.per_broker}),
                 e,
             )
             return
@@ -309,8 +301,8 @@ class DynamicBrokerConfig:
         log.info(
             "[DynamicConfig broker=%d] dynamic configs now: broker %s, cluster default %s",
             cfg.broker_id,
-            redacted(self.per_broker, _DYNAMIC_NAMES),
-            redacted(self.cluster_default, _DYNAMIC_NAMES),
+            redacted(self.per_broker),
+            redacted(self.cluster_default),
         )
         if log_changed:
             self.on_log_defaults(defaults)
@@ -325,7 +317,7 @@ def describe(
 
     As Kafka 2.3's AdminManager, a password-type config or one whose type is unknown (a JAAS config,
     ``ssl.key.password``, any ``listener.name.*`` secret, a name this broker does not know) is
-    ``is_sensitive`` with a null value and null synonyms (:func:`sensitive`)."""
+    ``is_sensitive`` with a null value and null synonyms (config.is_sensitive)."""
     if resource_name == "":
         names = sorted(dyn.cluster_default)
     else:
@@ -334,7 +326,7 @@ def describe(
     for name in names:
         if keys is not None and name not in keys:
             continue
-        hidden = sensitive(name)
+        hidden = is_sensitive(name)
         if resource_name == "":
             value: str | None = dyn.cluster_default[name]
             source = DYNAMIC_DEFAULT_BROKER_CONFIG

@@ -81,7 +81,7 @@ SECURITY_PROPERTIES: dict[str, str] = {
     "sasl.login.refresh.buffer.seconds": "is for OAUTHBEARER/GSSAPI logins, which are not built",
 }
 #: Java's default values of refused properties: accepted, they change nothing
-_REFUSED_UNLESS = {"ssl.principal.mapping.rules": "DEFAULT", "sasl.kerberos.principal.to.local.rules": "DEFAULT"}
+_ACCEPTED_DEFAULTS = {"ssl.principal.mapping.rules": "DEFAULT", "sasl.kerberos.principal.to.local.rules": "DEFAULT"}
 #: read only without the listener prefix (broker-wide in Kafka too)
 _BROKER_WIDE = frozenset({"sasl.mechanism.inter.broker.protocol"})
 _SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.")
@@ -92,22 +92,12 @@ def is_security_property(key: str) -> bool:
     return key.startswith(_SECURITY_PREFIXES)
 
 
-def _bare_name(key: str, listeners: frozenset[str]) -> tuple[str, str | None]:
-    """(the property's name without the listener prefix, the listener) of a security property;
-    raises SecurityConfigError for a prefix that names no listener."""
+def _split(key: str) -> tuple[str | None, str]:
+    """(the listener of a ``listener.name.<l>.`` prefix or None, the name in the table)."""
     if not key.startswith("listener.name."):
-        return key, None
+        return None, key
     listener, _, rest = key[len("listener.name.") :].partition(".")
-    if listener.upper() not in listeners or not rest:
-        raise SecurityConfigError(
-            f"{key}: listener.name.{listener} is not one of the listeners ({', '.join(sorted(listeners))})"
-        )
-    jaas = _MECHANISM_JAAS.match(rest)
-    if jaas:
-        if jaas.group(1).upper() not in MECHANISMS:
-            raise SecurityConfigError(f"{key}: {jaas.group(1).upper()} is not a supported mechanism ({MECHANISMS})")
-        return "sasl.jaas.config", listener
-    return rest, listener
+    return listener, "sasl.jaas.config" if _MECHANISM_JAAS.match(rest) else rest
 
 
 def check_security_properties(props: dict[str, str], listeners: frozenset[str]) -> None:
@@ -115,7 +105,14 @@ def check_security_properties(props: dict[str, str], listeners: frozenset[str]) 
     for key in sorted(props):
         if not is_security_property(key):
             continue
-        name, listener = _bare_name(key, listeners)
+        listener, name = _split(key)
+        if listener is not None and (listener.upper() not in listeners or not name):
+            raise SecurityConfigError(
+                f"{key}: listener.name.{listener} is not one of the listeners ({', '.join(sorted(listeners))})"
+            )
+        jaas = _MECHANISM_JAAS.match(key.split(".", 3)[3]) if listener is not None else None
+        if jaas and jaas.group(1).upper() not in MECHANISMS:
+            raise SecurityConfigError(f"{key}: {jaas.group(1).upper()} is not a supported mechanism ({MECHANISMS})")
         what = SECURITY_PROPERTIES.get(name)
         if what is None:
             raise SecurityConfigError(f"{key} is not a known security property (Kafka 2.3's ssl.*/sasl.* names)")
@@ -126,18 +123,14 @@ def check_security_properties(props: dict[str, str], listeners: frozenset[str]) 
             )
         if name in _BROKER_WIDE and listener is not None:
             raise SecurityConfigError(f"{key}: {name} is broker-wide; set it without the listener prefix")
-        if what in ("read", "secret") or props[key].strip() == _REFUSED_UNLESS.get(name):
+        if what in ("read", "secret") or props[key].strip() == _ACCEPTED_DEFAULTS.get(name):
             continue
         raise SecurityConfigError(f"{key} is not supported: {name} {what}")
 
 
 def is_secret_property(key: str) -> bool:
     """Whether a security property's value is a secret (Kafka's PASSWORD type); unknown names are."""
-    name = key
-    if key.startswith("listener.name."):
-        rest = key[len("listener.name.") :].partition(".")[2]
-        name = "sasl.jaas.config" if _MECHANISM_JAAS.match(rest) else rest
-    return SECURITY_PROPERTIES.get(name) != "read"
+    return SECURITY_PROPERTIES.get(_split(key)[1]) != "read"
 
 
 @dataclass(frozen=True)
@@ -280,9 +273,8 @@ def _openssl_cipher(name: str, prop: str) -> str:
     if cipher.group(1) is None:
         return f"{kx}CHACHA20-POLY1305"
     aes = f"AES{cipher.group(1)}"
-    if cipher.group(2) == "GCM":
-        return f"{kx}{aes}-GCM-{cipher.group(3)}"
-    return f"{kx}{aes}-{cipher.group(3)}" if cipher.group(3) != "SHA" else f"{kx}{aes}-SHA"
+    mode = "GCM-" if cipher.group(2) == "GCM" else ""  # OpenSSL leaves CBC unnamed
+    return f"{kx}{aes}-{mode}{cipher.group(3)}"
 
 
 def _cipher_suites(
