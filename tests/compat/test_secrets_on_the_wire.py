@@ -4,8 +4,9 @@ One broker (module scope) with ACLs on, listening on PLAINTEXT (the brokers' own
 SASL_PLAINTEXT/PLAIN on all interfaces (a dual-stack socket: IPv4 clients arrive as
 ``::ffff:127.0.0.1``) and SSL with an encrypted key. Review security-2026-11-26 findings H1
 (DescribeConfigs returned the JAAS configs in clear), L6 (JAAS secrets from ``file:``), M1 (a
-``--deny-host`` ACL never matched an IPv4 client of a dual-stack listener) and L4 (a Produce to a
-made-up topic name made a Prometheus series).
+``--deny-host`` ACL never matched an IPv4 client of a dual-stack listener), M2 (a certificate whose
+CN holds ``,OU=...`` was taken for another principal) and L4 (a Produce to a made-up topic name made
+a Prometheus series).
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ SECRETS = (ADMIN_PW, CAROL_PW, KEY_PW)
 class Broker:
     broker: LocalBroker
     sasl_port: int
+    ssl_port: int
     zk_connect: str
     tmp: Path
+    ca: TestCA
 
     def admin_conf(self) -> dict[str, Any]:
         return self.client_conf("admin", ADMIN_PW)
@@ -82,6 +85,7 @@ def secured(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
             "ssl.keystore.location": cert.keystore,
             "ssl.key.password": KEY_PW,
             "ssl.truststore.location": ca.ca_file,
+            "listener.name.ssl.ssl.client.auth": "required",
             "authorizer.class.name": "kafka.security.auth.SimpleAclAuthorizer",
             "super.users": "User:ANONYMOUS;User:admin",
             "allow.everyone.if.no.acl.found": "false",
@@ -94,7 +98,7 @@ def secured(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
     )
     broker.start(timeout=90)
     try:
-        yield Broker(broker, sasl, zk_connect, tmp)
+        yield Broker(broker, sasl, tls, zk_connect, tmp, ca)
     finally:
         broker.stop()
 
@@ -149,7 +153,7 @@ def _wait_describable(conf: dict[str, Any], topic: str, timeout: float = 60.0) -
         if topic in admin.list_topics(timeout=10).topics:
             return
         time.sleep(0.2)
-    raise AssertionError(f"{topic} never became visible to {conf['sasl.username']}")
+    raise AssertionError(f"{topic} never became visible to {conf.get('sasl.username', conf)}")
 
 
 def _produce(conf: dict[str, Any], topic: str) -> KafkaError | None:
@@ -213,3 +217,28 @@ def test_produce_to_a_made_up_topic_makes_no_metrics_series(secured: Broker) -> 
         line for line in _series(secured, "counted-failures") if "failedproducerequests" in line and "_total" in line
     ]
     assert failed and float(failed[0].rsplit(" ", 1)[1]) >= 1, failed
+
+
+def test_a_certificate_cannot_pass_for_another_principal_by_its_cn(secured: Broker) -> None:
+    """``User:CN=carol,OU=ops`` may write; a certificate whose whole CN is ``carol,OU=ops`` (which
+    any CA signing attacker-chosen CNs issues) is ``User:CN=carol\\,OU\\=ops``, a different
+    principal, and is refused."""
+    _create(secured, "certified")
+    legit = secured.ca.issue("carol", organizational_unit="ops")
+    forged = secured.ca.issue("carol,OU=ops")
+    acl = ["acls", "--zookeeper", secured.zk_connect, "--add", "--allow-principal", "User:CN=carol,OU=ops"]
+    assert cli_main([*acl, "--operation", "Write", "--topic", "certified"]) == 0
+
+    def conf(cert: Any) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": f"127.0.0.1:{secured.ssl_port}",
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(secured.ca.ca_file),
+            "ssl.certificate.location": str(cert.certificate),
+            "ssl.key.location": str(cert.key),
+        }
+
+    _wait_describable(conf(legit), "certified")
+    assert _produce(conf(legit), "certified") is None
+    err = _produce(conf(forged), "certified")
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
