@@ -23,10 +23,10 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from headwater.cli.main import main as cli_main
 from headwater.testing.cluster import LocalBroker
 from headwater.testing.tls import TestCA
 from headwater.testing.zookeeper import ZooKeeperServer, free_port
+from tests.compat.test_security import add_scram_user
 
 RECORDS = 50
 SCRAM_USER, SCRAM_PW = "matrix-scram", "matrix-Scram-Secret"
@@ -92,21 +92,7 @@ def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
             b.start(timeout=120, wait=False)
         for b in brokers:
             b.wait_ready(timeout=120)
-        code = cli_main(
-            [
-                "configs",
-                "--zookeeper",
-                zk_connect,
-                "--alter",
-                "--entity-type",
-                "users",
-                "--entity-name",
-                SCRAM_USER,
-                "--add-config",
-                f"SCRAM-SHA-512=[iterations=4096,password={SCRAM_PW}]",
-            ]
-        )
-        assert code == 0
+        add_scram_user(zk_connect, SCRAM_USER, SCRAM_PW, "SCRAM-SHA-512")
         yield Cluster(brokers, ports, ca, ",".join(b.bootstrap for b in brokers))
     finally:
         for b in reversed(brokers):
