@@ -165,9 +165,18 @@ class ReplicaManager:
                     # config its log refuses) is an error for that partition alone: the others in
                     # the request are applied, and the controller gets an answer, not a closed
                     # connection it would retry forever (issue 9, defect 2).
-                    log.exception(
-                        "%s-%d: cannot apply LeaderAndIsr at leader epoch %d", topic, index, st["leader_epoch"]
-                    )
+                    if isinstance(e, KafkaError):  # e.g. its log dir is offline: expected, no traceback
+                        log.error(
+                            "%s-%d: cannot apply LeaderAndIsr at leader epoch %d: %s",
+                            topic,
+                            index,
+                            st["leader_epoch"],
+                            e,
+                        )
+                    else:
+                        log.exception(
+                            "%s-%d: cannot apply LeaderAndIsr at leader epoch %d", topic, index, st["leader_epoch"]
+                        )
                     code = (
                         e.code
                         if isinstance(e, KafkaError)
