@@ -212,8 +212,7 @@ class SaslGate:
 
     def _succeed(self, conn: ClientConnection, exchange: _Exchange, user: str) -> None:
         self._forget(conn)
-        conn.principal = f"User:{user}"
-        conn.handler = self.next
+        conn.authenticated(f"User:{user}", self.next)
         if self.on_result is not None:
             self.on_result(exchange.mechanism, True)
         log.debug("%s authenticated as User:%s with %s", conn.peer, user, exchange.mechanism)

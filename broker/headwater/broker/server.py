@@ -37,7 +37,14 @@ from headwater.broker.group.coordinator import GroupCoordinator
 from headwater.broker.handlers import HANDLERS, RequestContext, api_versions_fallback
 from headwater.broker.metadata_cache import MetadataCache
 from headwater.broker.metrics import BrokerMetrics
-from headwater.broker.network import ClientConnection, CloseConnection, RequestHandler, Response, SocketServer
+from headwater.broker.network import (
+    ClientConnection,
+    CloseConnection,
+    ConnectionLimits,
+    RequestHandler,
+    Response,
+    SocketServer,
+)
 from headwater.broker.producer_ids import ProducerIdManager
 from headwater.broker.purgatory import Purgatory
 from headwater.broker.replica_manager import ReplicaManager
@@ -106,8 +113,15 @@ class KafkaBroker:
                     self.metrics.count_authentication,
                 )
                 first_handlers[name] = gate.handle
+        limits = ConnectionLimits(
+            connections_max_idle_ms=config.connections_max_idle_ms,
+            max_connections_per_ip=config.max_connections_per_ip,
+            max_connections_per_ip_overrides=dict(config.max_connections_per_ip_overrides),
+            max_connections=config.max_connections,
+            inter_broker_listener=config.inter_broker_listener_name,
+        )
         self.server = SocketServer(
-            config.listeners, self.handle_frame, config.socket_request_max_bytes, first_handlers, ssl_contexts
+            config.listeners, self.handle_frame, config.socket_request_max_bytes, first_handlers, ssl_contexts, limits
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self.cluster_id = "headwater"
