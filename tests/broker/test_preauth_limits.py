@@ -259,3 +259,27 @@ def test_max_connections_per_ip_and_overrides_refuse_at_accept(tmp_path: Path, z
         assert "address already has the configured maximum of 5 connections" in sb.broker.tail(100_000)
     finally:
         sb.broker.stop()
+
+
+def test_malformed_scram_final_is_a_failed_login_not_a_traceback(sasl_broker: SaslBroker) -> None:
+    from headwater.protocol.apis import SASL_AUTHENTICATE, SASL_HANDSHAKE
+
+    sb = sasl_broker
+
+    def request(s: socket.socket, api: Any, cid: int, body: dict[str, Any]) -> dict[str, Any]:
+        s.sendall(encode_request(api, 1, cid, "preauth-test", body))
+        head = recv_exactly(s, 4)
+        return decode_response(api, 1, memoryview(recv_exactly(s, struct.unpack(">i", head)[0])))[1]
+
+    failed_before = sb.broker.tail(1_000_000).count("Failed authentication")
+    with socket.create_connection(("127.0.0.1", sb.sasl_port), timeout=30) as s:
+        assert request(s, SASL_HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-512"})["error_code"] == 0
+        first = request(s, SASL_AUTHENTICATE, 2, {"auth_bytes": b"n,,n=alice,r=abcdefgh"})
+        nonce = bytes(first["auth_bytes"]).decode().split(",")[0]  # r=<nonce>
+        resp = request(s, SASL_AUTHENTICATE, 3, {"auth_bytes": f"p=AAAA,c=biws,{nonce}".encode()})
+        assert resp["error_code"] == 58  # SASL_AUTHENTICATION_FAILED
+        assert closed_by_broker(s, 30)
+    log = sb.broker.tail(1_000_000)
+    assert log.count("Failed authentication") == failed_before + 1
+    assert "Traceback" not in log and "never retrieved" not in log
+    produce_and_read_back(sb.scram(), "after-malformed", 5)

@@ -171,7 +171,21 @@ class SaslGate:
         return [_SIZE.pack(len(reply)) + reply]
 
     async def _step(self, exchange: _Exchange, token: bytes) -> tuple[bytes, str | None]:
-        """One token in: the reply token, and the user once authenticated."""
+        """One token in: the reply token, and the user once authenticated. Anything a client's
+        token makes go wrong is a failed login (security review L1): never an exception that
+        escapes the connection, skips the delay or goes uncounted."""
+        try:
+            return await self._mechanism_step(exchange, token)
+        except (AuthenticationFailed, CloseConnection):
+            raise
+        except Exception as e:
+            log.debug("SASL %s token from a client raised %r", exchange.mechanism, e)
+            raise AuthenticationFailed(
+                f"Authentication failed during authentication due to invalid credentials with SASL mechanism "
+                f"{exchange.mechanism}: malformed message"
+            ) from None
+
+    async def _mechanism_step(self, exchange: _Exchange, token: bytes) -> tuple[bytes, str | None]:
         mech = exchange.mechanism
         invalid = f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mech}"
         if mech == "PLAIN":
