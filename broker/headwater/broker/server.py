@@ -25,13 +25,13 @@ import uuid
 from typing import Any
 
 from kazoo.client import KazooState
-from kazoo.exceptions import NoNodeError
 
 from headwater.broker import zk as zkpaths
 from headwater.broker.authorizer import Authorizer, Refused, authorize
 from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
 from headwater.broker.config import BrokerConfig, Listener, topic_log_config
 from headwater.broker.controller.controller import Controller
+from headwater.broker.credential_cache import CredentialCache
 from headwater.broker.dynamic_config import FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE, DynamicBrokerConfig
 from headwater.broker.group.coordinator import GroupCoordinator
 from headwater.broker.handlers import HANDLERS, RequestContext, api_versions_fallback
@@ -59,7 +59,7 @@ from headwater.broker.zk import ZooKeeper
 from headwater.protocol.apis import CONTROLLED_SHUTDOWN
 from headwater.protocol.errors import DecodeError, ErrorCode
 from headwater.protocol.frames import UnsupportedRequest, decode_request, encode_response
-from headwater.scram import ScramCredential, credential_from_user_config, user_config_path
+from headwater.scram import ScramCredential
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,8 @@ class KafkaBroker:
             if config.authorizer_class_name
             else None
         )
+        #: SCRAM credentials (Kafka's CredentialCache), refreshed by /config/changes notifications
+        self.credentials = CredentialCache(self.zk)
         first_handlers: dict[str, RequestHandler] = {}
         ssl_contexts = {}
         for name, sec in config.security.items():
@@ -153,6 +155,8 @@ class KafkaBroker:
         self.log_manager.on_cleaned = self._count_cleaning
         if self.authorizer is not None:
             await self.authorizer.start()
+        if any(sec.uses_sasl for sec in cfg.security.values()):
+            await self.credentials.start()  # before the listeners: the first login finds its user
         await self.server.start()
         if cfg.prometheus_port is not None:
             port = self.metrics.serve(cfg.prometheus_port, cfg.prometheus_host)
@@ -177,6 +181,7 @@ class KafkaBroker:
         if self.config.controlled_shutdown_enable and self.broker_epoch >= 0:
             await self._controlled_shutdown()
         await self.server.stop()
+        await self.credentials.stop()
         await self.groups.stop()
         await self.replicas.stop()
         await self.controller.resign_and_release()
@@ -209,12 +214,9 @@ class KafkaBroker:
             return str(got[0]["id"]) if got and isinstance(got[0], dict) else new_id
 
     async def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
-        """Read at each authentication: a changed or deleted user applies to the next connection."""
-        try:
-            data, _ = await self.zk.call(self.zk.client.get, user_config_path(user))
-        except NoNodeError:
-            return None
-        return credential_from_user_config(data, mechanism)
+        """From this broker's cache (credential_cache.py): a login reads nothing from ZooKeeper; a
+        changed or deleted user applies to the next login once its change notification arrived."""
+        return self.credentials.get(user, mechanism)
 
     def advertised(self) -> list[Listener]:
         """Advertised listeners with port 0 replaced by the port actually bound."""
