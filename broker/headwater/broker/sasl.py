@@ -12,8 +12,12 @@ gets SASL_AUTHENTICATION_FAILED (v1) and the connection is closed after
 the broker does no key derivation for a guess (SCRAM's PBKDF2 runs on the client).
 
 Mechanisms: PLAIN (RFC 4616; users from the listener's JAAS config), SCRAM-SHA-256/512 (RFC
-5802/7677; credentials read from ZooKeeper at each authentication, so a changed or deleted user
-applies to the next connection without a restart).
+5802/7677; credentials from the broker's cache, credential_cache.py, refreshed by ZooKeeper change
+notifications: a login reads nothing from ZooKeeper).
+
+Until the login succeeds the connection reads frames of at most 512 KiB (network.py), and any
+error a client's token causes is a failed login (delay, metric, code 58), never an exception.
+Re-authentication (KIP-368) is not built: ``session_lifetime_ms`` is always 0.
 """
 
 from __future__ import annotations

@@ -61,3 +61,10 @@ def test_connection_limit_configs() -> None:
     with pytest.raises(ConfigError, match=r"max\.connections\.per\.ip\.overrides"):
         config_from_props({**base, "max.connections.per.ip.overrides": "nohost"})
     assert "connections.max.idle.ms" not in config_from_props({**base, "connections.max.idle.ms": "1000"}).unknown
+
+
+def test_reauthentication_is_refused_rather_than_silently_ignored() -> None:
+    base = {"zookeeper.connect": "zk:2181"}
+    assert config_from_props({**base, "connections.max.reauth.ms": "0"}).connections_max_reauth_ms == 0
+    with pytest.raises(ConfigError, match="KIP-368"):
+        config_from_props({**base, "connections.max.reauth.ms": "3600000"})
