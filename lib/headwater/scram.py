@@ -32,7 +32,8 @@ import os
 import secrets
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote_plus
+
+from headwater.zk.config import sanitize
 
 MECHANISMS: dict[str, str] = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 #: Kafka refuses fewer (ScramMechanism.minIterations); so does our client, from a server (a
@@ -258,20 +259,8 @@ USERS_PATH = "/config/users"
 CHANGES_PATH = "/config/changes"
 
 
-def sanitize(name: str) -> str:
-    """A user name as Kafka stores it in a znode name (``Sanitizer.sanitize``): URL-encoded as
-    Java's URLEncoder does (UTF-8; letters, digits and ``._-*`` kept), then ``*`` as ``%2A`` and a
-    space as ``%20``: ``alice@X`` is ``alice%40X``."""
-    return quote(name, safe="").replace("~", "%7E")
-
-
-def desanitize(name: str) -> str:
-    """The user name of a sanitized znode name (``Sanitizer.desanitize``, Java's URLDecoder)."""
-    return unquote_plus(name)
-
-
 def user_config_path(user: str) -> str:
-    """``/config/users/<sanitized user>``."""
+    """``/config/users/<sanitized user>`` (``alice@X`` is ``/config/users/alice%40X``)."""
     return f"{USERS_PATH}/{sanitize(user)}"
 
 

@@ -7,7 +7,7 @@ ZooKeeper layout (Kafka 2.3's; written by ``headwater configs --entity-type user
     /config/users/<sanitized user>              {"version":1,"config":{"SCRAM-SHA-512":"salt=...,..."}}
     /config/changes/config_change_<10 digits>   {"version":2,"entity_path":"users/<sanitized user>"}
 
-User names are stored ``Sanitizer``-encoded (``alice@X`` is ``alice%40X``: headwater.scram.sanitize).
+User names are stored ``Sanitizer``-encoded (``alice@X`` is ``alice%40X``: headwater.zk.config.sanitize).
 
 At start the cache reads every ``/config/users/*`` node, then watches ``/config/changes``: each
 notification with a higher sequence number than the last one processed names an entity; for
@@ -38,9 +38,9 @@ from headwater.scram import (
     USERS_PATH,
     ScramCredential,
     ScramError,
-    desanitize,
     user_config_path,
 )
+from headwater.zk.config import desanitize
 
 log = logging.getLogger(__name__)
 

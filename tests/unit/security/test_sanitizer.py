@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from headwater.broker.credential_cache import changed_user
-from headwater.scram import desanitize, sanitize, user_config_path
+from headwater.scram import user_config_path
+from headwater.zk.config import desanitize, sanitize
 
 
 @pytest.mark.parametrize(
