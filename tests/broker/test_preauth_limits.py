@@ -28,6 +28,7 @@ from headwater.protocol.apis import API_VERSIONS
 from headwater.protocol.frames import decode_response, encode_request
 from headwater.testing.cluster import LocalBroker
 from headwater.testing.zookeeper import free_port
+from tests.harness.scram import wait_until_brokers_know
 
 MIB = 1 << 20
 PLAIN_JAAS = (
@@ -75,6 +76,7 @@ def start_sasl_broker(tmp: Path, zk_connect: str, **props: object) -> SaslBroker
         ]
     )  # fmt: skip
     assert code == 0
+    wait_until_brokers_know([broker], "alice")  # loaded from its change notification
     return SaslBroker(broker, sasl_port, zk_connect)
 
 

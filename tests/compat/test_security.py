@@ -29,6 +29,7 @@ from headwater.protocol.frames import decode_response, encode_request
 from headwater.testing.cluster import LocalBroker
 from headwater.testing.tls import TestCA
 from headwater.testing.zookeeper import ZooKeeperServer, free_port
+from tests.harness.scram import wait_until_brokers_know
 
 PLAIN_JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -99,6 +100,8 @@ def secured(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
     try:
         add_scram_user(zk_connect, "alice", "alice-pw", "SCRAM-SHA-512")
         add_scram_user(zk_connect, "bob", "bob-pw", "SCRAM-SHA-256")
+        wait_until_brokers_know([broker], "alice")
+        wait_until_brokers_know([broker], "bob")
         yield Secured(broker, ports, ca, rogue, zk_connect)
     finally:
         broker.stop()
@@ -270,6 +273,7 @@ def test_bad_credentials_and_handshakes_get_kafkas_errors_and_the_broker_keeps_s
 
 def test_credential_change_applies_without_restart(secured: Secured) -> None:
     add_scram_user(secured.zk_connect, "dave", "first-pw")
+    wait_until_brokers_know([secured.broker], "dave")
     conf = client_conf(secured, "SASL_SSL", **{"sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "dave"})
     assert Producer({**conf, "sasl.password": "first-pw"}).list_topics(timeout=30).brokers
     add_scram_user(secured.zk_connect, "dave", "second-pw")
