@@ -458,12 +458,6 @@ def config_from_props(props: dict[str, str]) -> BrokerConfig:
         )
     if cfg.max_connections_per_ip < 0 or cfg.max_connections < 0 or cfg.connections_max_reauth_ms < 0:
         raise ConfigError("max.connections.per.ip, max.connections and connections.max.reauth.ms must be at least 0")
-    if cfg.connections_max_reauth_ms > 0:
-        raise ConfigError(
-            "connections.max.reauth.ms: re-authentication (KIP-368) is not implemented; leave it 0 (Kafka's "
-            "default). A changed or deleted SCRAM user's open connections stay open until they close or go idle "
-            "for connections.max.idle.ms (docs/security.md)"
-        )
     if cfg.max_connections_per_ip == 0 and not cfg.max_connections_per_ip_overrides:
         raise ConfigError(
             "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides property is set."

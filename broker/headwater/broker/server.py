@@ -116,6 +116,7 @@ class KafkaBroker:
                     self._scram_credential,
                     config.connection_failed_authentication_delay_ms / 1000.0,
                     self.metrics.count_authentication,
+                    reauth_ms=config.connections_max_reauth_ms,
                 )
                 first_handlers[name] = gate.handle
         limits = ConnectionLimits(
