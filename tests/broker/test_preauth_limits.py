@@ -285,3 +285,42 @@ def test_malformed_scram_final_is_a_failed_login_not_a_traceback(sasl_broker: Sa
     assert log.count("Failed authentication") == failed_before + 1
     assert "Traceback" not in log and "never retrieved" not in log
     produce_and_read_back(sb.scram(), "after-malformed", 5)
+
+
+def test_reauthentication_keeps_librdkafka_connected_and_cuts_off_a_changed_password(
+    tmp_path: Path, zk_connect: str
+) -> None:
+    """librdkafka (2.2+) re-authenticates before ``session_lifetime_ms`` ends (KIP-368): with
+    ``connections.max.reauth.ms=2000`` a producer keeps producing on its connection for well past
+    it, the broker counting each re-authentication; once the password changed, the next
+    re-authentication fails and the connection ends."""
+    props = {"connections.max.reauth.ms": 2000, "prometheus.port": free_port(), "prometheus.host": "127.0.0.1"}
+    sb = start_sasl_broker(tmp_path, zk_connect, **props)
+    try:
+        logins_before = sb.broker.metric("kafka_server_socket_server_authentications_total")
+        errors: list[str] = []
+        p = Producer({**sb.scram(), "linger.ms": 0, "error_cb": lambda e: errors.append(e.str())})
+        started = time.monotonic()
+        sent = 0
+        while time.monotonic() - started < 7:
+            p.produce("reauth", value=str(sent).encode())
+            sent += 1
+            assert p.flush(30) == 0, errors
+            time.sleep(0.05)
+        logins = sb.broker.metric("kafka_server_socket_server_authentications_total") - logins_before
+        assert logins >= 3, logins  # the first login and re-authentications every ~1.7 s
+        assert "session of User:alice expired" not in sb.broker.tail(1_000_000)
+        code = cli_main(
+            [
+                "configs", "--zookeeper", sb.zk_connect, "--alter", "--entity-type", "users", "--entity-name", "alice",
+                "--add-config", "SCRAM-SHA-512=[iterations=4096,password=changed]",
+            ]
+        )  # fmt: skip
+        assert code == 0
+        deadline = time.monotonic() + 60
+        while "Failed authentication" not in sb.broker.tail(1_000_000):
+            assert time.monotonic() < deadline, "the re-authentication with the old password never failed"
+            p.poll(0.2)
+        assert "Traceback" not in sb.broker.tail(1_000_000)
+    finally:
+        sb.broker.stop()
