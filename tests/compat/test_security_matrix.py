@@ -27,6 +27,7 @@ from headwater.testing.cluster import LocalBroker
 from headwater.testing.tls import TestCA
 from headwater.testing.zookeeper import ZooKeeperServer, free_port
 from tests.compat.test_security import add_scram_user
+from tests.harness.scram import wait_until_brokers_know
 
 RECORDS = 50
 SCRAM_USER, SCRAM_PW = "matrix-scram", "matrix-Scram-Secret"
@@ -93,6 +94,7 @@ def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
         for b in brokers:
             b.wait_ready(timeout=120)
         add_scram_user(zk_connect, SCRAM_USER, SCRAM_PW, "SCRAM-SHA-512")
+        wait_until_brokers_know(brokers, SCRAM_USER)
         yield Cluster(brokers, ports, ca, ",".join(b.bootstrap for b in brokers))
     finally:
         for b in reversed(brokers):
