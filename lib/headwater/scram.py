@@ -140,6 +140,7 @@ class ScramServer:
         self._gs2_header = ""
         self._server_first = ""
         self._nonce = ""
+        self._client_nonce = ""
         self._credential: ScramCredential | None = None
 
     def client_first(self, token: bytes) -> str:
@@ -160,6 +161,7 @@ class ScramServer:
         user = _saslname(attrs["n"])
         if authzid and _saslname(authzid.removeprefix("a=")) != user:
             raise ScramError("SCRAM authorization id differs from the user name")
+        self._client_nonce = attrs["r"]
         self._nonce = attrs["r"] + self._server_nonce
         return user
 
@@ -176,7 +178,11 @@ class ScramServer:
             raise ScramError("SCRAM client-final before server-first")
         text = token.decode(errors="replace")
         attrs = _attributes(text)
-        if attrs.get("r") != self._nonce:
+        # librdkafka before 2.6.1 (Debian's kcat: 2.0.2; confluentinc/librdkafka#4895) sends its client
+        # nonce twice: r = client nonce + (client nonce + server nonce). Kafka 2.3 did not check r at all;
+        # 3.8.1-3.9 accept this form too. It still carries the whole server nonce, and the proof signs
+        # the message with it, so the exchange stays bound to this session: accepted, as Kafka 3.9 does.
+        if attrs.get("r") not in (self._nonce, self._client_nonce + self._nonce):
             raise ScramError("SCRAM nonce mismatch")
         if attrs.get("c") != base64.b64encode(self._gs2_header.encode()).decode():
             raise ScramError("SCRAM channel binding mismatch")

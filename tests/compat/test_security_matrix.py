@@ -35,10 +35,10 @@ PLAIN_USER, PLAIN_PW = "matrix-plain", "matrix-Plain-Secret"
 PROTOCOLS = ("SSL", "SASL_SSL", "SASL_PLAINTEXT")
 CLIENTS = ("confluent-kafka", "kcat", "kafka-python", "aiokafka")
 #: cells a client cannot do, and the broker's reason, asserted as such (the README says "no" there).
-#: Debian's kcat links librdkafka 2.0.2, which (before 2.6.1, confluentinc/librdkafka#4895) puts its
-#: client nonce twice into SCRAM's client-final ``r=``; Headwater checks that nonce as RFC 5802 says
-#: (Kafka 2.3 did not check it: CVE-2024-56128; Kafka 3.8.1-3.9 accept the doubled form; 4.x refuses it).
-REFUSED = {("kcat", "SASL_SSL"): "SCRAM nonce mismatch"}
+#: None today. Debian's kcat links librdkafka 2.0.2, which (before 2.6.1, confluentinc/librdkafka#4895)
+#: puts its client nonce twice into SCRAM's client-final ``r=``: Headwater accepts exactly that doubled
+#: form beside RFC 5802's, as Kafka 3.8.1-3.9 do (Kafka 2.3 did not check ``r`` at all, CVE-2024-56128).
+REFUSED: dict[tuple[str, str], str] = {}
 
 
 @dataclass
