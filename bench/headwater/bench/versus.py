@@ -105,7 +105,7 @@ def _fmt(x: float) -> str:
     if abs(x) >= 1000:
         return f"{x:,.0f}"
     if abs(x) >= 10:
-        return f"{x:.1f}"
+        return f"{x:.0f}" if x == int(x) else f"{x:.1f}"
     return f"{x:.3g}"
 
 
@@ -171,11 +171,18 @@ def create_topic(bootstrap: str, name: str, partitions: int, rf: int) -> None:
         }
     else:
         topic = {"name": name, "num_partitions": partitions, "replication_factor": rf, "assignments": [], "configs": []}
-    resp = _request(bootstrap, CREATE_TOPICS, 2, {"topics": [topic], "timeout_ms": 30000, "validate_only": False})
-    err = resp["topics"][0]["error_code"]
-    if err not in (0, 36):
-        raise RuntimeError(f"CreateTopics {name}: error {err}")
     deadline = time.monotonic() + 60
+    err = -1
+    while err not in (0, 36):  # CreateTopics goes to the controller: NOT_CONTROLLER (41) from the others
+        for b in bootstrap.split(","):
+            req = {"topics": [topic], "timeout_ms": 30000, "validate_only": False}
+            err = _request(b, CREATE_TOPICS, 2, req)["topics"][0]["error_code"]
+            if err != 41:
+                break
+        if err not in (0, 36, 41) or time.monotonic() > deadline:
+            raise RuntimeError(f"CreateTopics {name}: error {err}")
+        if err == 41:
+            time.sleep(0.2)
     for b in bootstrap.split(","):
         while True:
             md = _request(b, METADATA, 1, {"topics": [{"name": name}]})
@@ -344,7 +351,7 @@ def run(plan: Plan, out: Path, workdir: Path | None = None, log: Callable[[str],
         json.dumps(
             {
                 "started": started,
-                "kafka": version(),
+                "kafka": _kafka_version(),
                 "runs": plan.runs,
                 "quick": plan.quick,
                 "load_average": {"start": load_start, "end": os.getloadavg()},
@@ -356,13 +363,20 @@ def run(plan: Plan, out: Path, workdir: Path | None = None, log: Callable[[str],
     return md
 
 
+def _kafka_version() -> str:
+    try:
+        return version()
+    except FileNotFoundError:
+        return "(jars not fetched)"
+
+
 def markdown(
     rows: list[Row], plan: Plan, started: str, load_start: tuple[float, ...], load_end: tuple[float, ...]
 ) -> str:
     lines = [
         f"# Headwater / Kafka ({started})",
         "",
-        f"Apache Kafka {version()} and Headwater, 3 brokers each, one at a time on one ZooKeeper (tickTime {TICK_MS} ms); "
+        f"Apache Kafka {_kafka_version()} and Headwater, 3 brokers each, one at a time on one ZooKeeper (tickTime {TICK_MS} ms); "
         f"{plan.runs} run(s) per figure, alternating; median (min-max). Client: confluent-kafka (librdkafka) at its "
         f"default settings, 100-byte records. Load average at start {', '.join(f'{x:.1f}' for x in load_start)}, "
         f"at end {', '.join(f'{x:.1f}' for x in load_end)} ({os.cpu_count()} cores, shared).",
