@@ -10,6 +10,7 @@ in list order against both brokers, so state they leave (offsets, groups, config
 from __future__ import annotations
 
 import struct
+import time
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -56,7 +57,9 @@ from headwater.protocol.schema import Api
 
 Ctx = dict[str, Any]
 Step = tuple[Api, int, dict[str, Any]]
-TS = 1_700_000_000_000  # every record's CreateTime: fixed, so both logs hold the same bytes
+#: every record's CreateTime: one value for both brokers, so both logs hold the same bytes; recent, so
+#: that no retention check (Kafka's first runs 30 s after start) finds the records past retention.ms
+TS = int(time.time()) * 1000
 
 #: Topics the module creates on both brokers before the scenarios: name -> partitions.
 TOPICS = {"t1": 1, "t3": 3, "dr": 1, "idem": 1, "cfg": 1, "m2": 1}
