@@ -5,6 +5,7 @@ Each run starts a 3-broker Apache Kafka cluster (the pinned 2.3.1, :mod:`headwat
 heap as ``kafka-server-start.sh``, IBP and message format 2.3) and a 3-broker Headwater cluster, one
 after the other (the order alternates between runs, and only one cluster runs at a time), each in its
 own ZooKeeper chroot, ZooKeeper ticking every 2,000 ms as the lab and the ansible roles ship it.
+Each produce row sends ``--records`` records (default 1,500,000) or stops after 60 s.
 On each cluster, with the same client (confluent-kafka, i.e. librdkafka, at its **default settings**;
 the latency producer sets only ``linger.ms=0``, as the existing latency scenario does):
 
@@ -12,7 +13,7 @@ the latency producer sets only ``linger.ms=0``, as the existing latency scenario
   so one broker works, as in the single-broker rows of ``headwater bench``), and acks=all on RF 3;
 - consume: the 6-partition RF 1 topic read back from the start;
 - end-to-end latency at a fixed rate (10,000 rec/s, 1 partition, RF 1, acks=1): p50, p99, p99.9;
-- (before any figure, a warm-up: the produce of p6 once, unmeasured, so the JVM's JIT is warm)
+- (before any figure, a warm-up: the produce of p6 and its consume once, unmeasured, so the JVM's JIT is warm)
 - broker 0's CPU seconds per MiB produced and its peak RSS during the 6-partition acks=1 produce.
 
 Every figure is the median of ``runs`` (default 3) with its min-max; each row gains the Kafka
@@ -133,10 +134,10 @@ class Plan:
     quick: bool = False
 
     @staticmethod
-    def make(quick: bool, runs: int | None) -> Plan:
+    def make(quick: bool, runs: int | None, records: int | None = None) -> Plan:
         if quick:
-            return Plan(runs=runs or 1, produce_count=30_000, produce_seconds=15, latency_seconds=3, quick=True)
-        return Plan(runs=runs or 3)
+            return Plan(runs or 1, records or 30_000, produce_seconds=15, latency_seconds=3, quick=True)
+        return Plan(runs=runs or 3, produce_count=records or 1_500_000, produce_seconds=60)
 
 
 def _request(bootstrap: str, api: Any, version_: int, body: dict[str, Any], timeout: float = 30) -> dict[str, Any]:
@@ -235,6 +236,8 @@ def one_run(
         "--acks",
         "1",
     )
+    timeout = plan.produce_seconds * 3 + 60
+    loadgen("confluent-consume", bootstrap, "versus-warmup", timeout, "--count", count, "--seconds", seconds)
     for key, parts, rf, acks in (("p1", 1, 1, "1"), ("p6", 6, 1, "1"), ("pa1", 1, 3, "all"), ("pa6", 6, 3, "all")):
         topic = f"versus-{key}"
         create_topic(bootstrap, topic, parts, rf)
@@ -378,7 +381,7 @@ def markdown(
         "",
         f"Apache Kafka {_kafka_version()} and Headwater, 3 brokers each, one at a time on one ZooKeeper (tickTime {TICK_MS} ms); "
         f"{plan.runs} run(s) per figure, alternating; median (min-max). Client: confluent-kafka (librdkafka) at its "
-        f"default settings, 100-byte records. Load average at start {', '.join(f'{x:.1f}' for x in load_start)}, "
+        f"default settings, 100-byte records, {plan.produce_count:,} per produce row (60 s at most). Load average at start {', '.join(f'{x:.1f}' for x in load_start)}, "
         f"at end {', '.join(f'{x:.1f}' for x in load_end)} ({os.cpu_count()} cores, shared).",
         "",
     ]

@@ -49,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="run produce, consume, latency and resources on Apache Kafka (pinned jars, make java-deps) and on "
         "Headwater alternately; writes versus.md/.json with Headwater / Kafka ratios",
     )
+    p.add_argument("--records", type=int, default=None, help="--versus: records per produce row (default 1,500,000)")
     p.set_defaults(func=_run)
 
 
@@ -104,7 +105,7 @@ def _versus(args: argparse.Namespace) -> int:
     if reason is not None:
         print(f"headwater bench --versus kafka: {reason}", file=sys.stderr)
         return 2
-    plan = versus.Plan.make(args.quick, args.runs)
+    plan = versus.Plan.make(args.quick, args.runs, args.records)
     md = versus.run(plan, args.out, args.workdir, None if not args.quiet else (lambda m: None))
     sys.stdout.write(md.read_text())
     print(f"\nwrote {md}", file=sys.stderr)
