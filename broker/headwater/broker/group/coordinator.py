@@ -672,7 +672,7 @@ class GroupCoordinator:
         return expired_total
 
 
-def _same_subscription(protocol_type: str, old: list[tuple[str, bytes]], new: list[tuple[str, bytes]]) -> bool:
+def _same_subscription(protocol_type: str | None, old: list[tuple[str, bytes]], new: list[tuple[str, bytes]]) -> bool:
     """Do two members' protocols ask for the same thing? Byte-equal metadata; for the consumer
     protocol (Subscription: version int16, topics [string], then user data and, from version 1,
     owned partitions and generation) the same protocol names with the same topics."""
