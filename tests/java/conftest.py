@@ -47,8 +47,16 @@ def java_deps() -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(java_deps: None, tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("java-cluster"), "127.0.0.1", zookeeper.port, f"/java{next(_chroots)}", 3)
+def cluster(
+    request: pytest.FixtureRequest,
+    java_deps: None,
+    tmp_path_factory: pytest.TempPathFactory,
+    zookeeper: ZooKeeperServer,
+) -> Iterator[Cluster]:
+    """One 3-broker cluster per module; a module's ``CLUSTER_OVERRIDES`` (broker properties) apply."""
+    overrides = dict(getattr(request.module, "CLUSTER_OVERRIDES", {}))
+    chroot = f"/java{next(_chroots)}"
+    c = Cluster(tmp_path_factory.mktemp("java-cluster"), "127.0.0.1", zookeeper.port, chroot, 3, **overrides)
     c.start()
     yield c
     c.close()
