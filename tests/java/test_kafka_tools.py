@@ -402,3 +402,47 @@ def test_dump_log_over_headwaters_segment_and_indexes(cluster: Cluster) -> None:
         out = kafka("kafka-dump-log", "--files", str(part / index), "--deep-iteration", "--verify-index-only")
         assert "Mismatches" not in out and "mismatch" not in out.lower(), out
         assert "Index offset" not in out or "do not match" not in out, out
+
+
+def test_producer_and_consumer_perf_test(cluster: Cluster) -> None:
+    b = cluster.bootstrap
+    kafka(
+        "kafka-topics",
+        "--bootstrap-server",
+        b,
+        "--create",
+        "--topic",
+        "tools-perf",
+        "--partitions",
+        "3",
+        "--replication-factor",
+        "3",
+    )
+    out = kafka(
+        "kafka-producer-perf-test",
+        "--topic",
+        "tools-perf",
+        "--num-records",
+        "20000",
+        "--record-size",
+        "100",
+        "--throughput",
+        "-1",
+        "--producer-props",
+        f"bootstrap.servers={b}",
+        "acks=all",
+    )
+    assert re.search(r"^20000 records sent, [\d.]+ records/sec", out, re.M), out
+    out = kafka(
+        "kafka-consumer-perf-test",
+        "--broker-list",
+        b,
+        "--topic",
+        "tools-perf",
+        "--messages",
+        "20000",
+        "--timeout",
+        "60000",
+    )
+    header, row = [ln.split(", ") for ln in out.strip().splitlines()[-2:]]
+    assert int(dict(zip(header, row, strict=True))["data.consumed.in.nMsg"]) == 20000, out
