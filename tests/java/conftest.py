@@ -141,10 +141,13 @@ class Member:
         return self.wait(lambda e: e["event"] == "done" and e["command"] == word, timeout, f"ack of {command}")
 
     def close(self) -> None:
+        """``exit`` on stdin and its end (a program that only waits for end of input exits too)."""
         if self.proc.poll() is None:
             try:
-                self.send("exit", timeout=30)
-            except (AssertionError, BrokenPipeError, OSError):
+                assert self.proc.stdin is not None
+                self.proc.stdin.write("exit\n")
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError):
                 pass
             try:
                 self.proc.wait(30)
