@@ -47,8 +47,16 @@ def java_deps() -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(java_deps: None, tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("java-cluster"), "127.0.0.1", zookeeper.port, f"/java{next(_chroots)}", 3)
+def cluster(
+    request: pytest.FixtureRequest,
+    java_deps: None,
+    tmp_path_factory: pytest.TempPathFactory,
+    zookeeper: ZooKeeperServer,
+) -> Iterator[Cluster]:
+    """One 3-broker cluster per module; a module's ``CLUSTER_OVERRIDES`` (broker properties) apply."""
+    overrides = dict(getattr(request.module, "CLUSTER_OVERRIDES", {}))
+    chroot = f"/java{next(_chroots)}"
+    c = Cluster(tmp_path_factory.mktemp("java-cluster"), "127.0.0.1", zookeeper.port, chroot, 3, **overrides)
     c.start()
     yield c
     c.close()
@@ -133,10 +141,13 @@ class Member:
         return self.wait(lambda e: e["event"] == "done" and e["command"] == word, timeout, f"ack of {command}")
 
     def close(self) -> None:
+        """``exit`` on stdin and its end (a program that only waits for end of input exits too)."""
         if self.proc.poll() is None:
             try:
-                self.send("exit", timeout=30)
-            except (AssertionError, BrokenPipeError, OSError):
+                assert self.proc.stdin is not None
+                self.proc.stdin.write("exit\n")
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError):
                 pass
             try:
                 self.proc.wait(30)

@@ -232,6 +232,30 @@ def java_command(
     ]
 
 
+#: ``bin/kafka-*.sh`` -> the main class it runs (Kafka 2.3.1's scripts, through kafka-run-class.sh)
+KAFKA_TOOLS = {
+    "kafka-topics": "kafka.admin.TopicCommand",
+    "kafka-configs": "kafka.admin.ConfigCommand",
+    "kafka-acls": "kafka.admin.AclCommand",
+    "kafka-consumer-groups": "kafka.admin.ConsumerGroupCommand",
+    "kafka-reassign-partitions": "kafka.admin.ReassignPartitionsCommand",
+    "kafka-preferred-replica-election": "kafka.admin.PreferredReplicaLeaderElectionCommand",
+    "kafka-delete-records": "kafka.admin.DeleteRecordsCommand",
+    "kafka-log-dirs": "kafka.admin.LogDirsCommand",
+    "kafka-console-producer": "kafka.tools.ConsoleProducer",
+    "kafka-console-consumer": "kafka.tools.ConsoleConsumer",
+    "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
+    "kafka-consumer-perf-test": "kafka.tools.ConsumerPerformance",
+    "kafka-dump-log": "kafka.tools.DumpLogSegments",
+    "kafka-server-start": "kafka.Kafka",
+}
+
+
+def kafka_tool(script: str, args: Sequence[str], jdk: Path | None = None) -> list[str]:
+    """The command line ``bin/<script>.sh args`` of the Kafka 2.3.1 distribution runs."""
+    return java_command(KAFKA_TOOLS[script], args, "kafka-legacy", jdk=jdk, heap="512m")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["fetch"]:

@@ -239,7 +239,7 @@ public class Driver {
             }
             case "listTopics": return new TreeSet<>(a.listTopics().names().get());
             case "describeTopic": {
-                Map<String, TopicDescription> d = (Map<String, TopicDescription>) call(a.describeTopics(Collections.singleton(args.get(0))), "allTopicNames", "all");
+                Map<String, TopicDescription> d = (Map<String, TopicDescription>) ((KafkaFuture<?>) call(a.describeTopics(Collections.singleton(args.get(0))), "allTopicNames", "all")).get();
                 TopicDescription td = d.get(args.get(0));
                 List<Object> parts = new ArrayList<>();
                 for (TopicPartitionInfo p : td.partitions()) {
