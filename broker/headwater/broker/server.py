@@ -32,7 +32,7 @@ from headwater.broker.config import BrokerConfig, Listener, topic_log_config
 from headwater.broker.controller.controller import Controller
 from headwater.broker.dynamic_config import FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE, DynamicBrokerConfig
 from headwater.broker.group.coordinator import GroupCoordinator
-from headwater.broker.handlers import HANDLERS, RequestContext, api_versions_fallback
+from headwater.broker.handlers import HANDLERS, api_versions_fallback
 from headwater.broker.metadata_cache import MetadataCache
 from headwater.broker.metrics import BrokerMetrics
 from headwater.broker.network import ClientConnection, CloseConnection, RequestHandler, Response, SocketServer
@@ -40,6 +40,7 @@ from headwater.broker.producer_ids import ProducerIdManager
 from headwater.broker.purgatory import Purgatory
 from headwater.broker.replica_manager import ReplicaManager
 from headwater.broker.replication_quota import ReplicationQuota
+from headwater.broker.request import RequestContext
 from headwater.broker.sasl import SaslGate
 from headwater.broker.storage.cleaner import CleanStats
 from headwater.broker.storage.clock import Clock, SystemClock

@@ -35,7 +35,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -52,13 +52,27 @@ from headwater.protocol.errors import ErrorCode
 from headwater.zk import paths as zkpaths
 
 if TYPE_CHECKING:
-    from headwater.broker.services import ControllerHost
+    from headwater.broker.config import BrokerConfig
+    from headwater.broker.metadata_cache import MetadataCache
+    from headwater.broker.metrics import BrokerMetrics
+    from headwater.broker.zk import ZooKeeper
 
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 ISR_CHANGE = "/isr_change_notification"
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
+
+
+class ControllerHost(Protocol):
+    """What the controller reaches of the broker it runs in."""
+
+    broker_id: int
+    config: BrokerConfig
+    cache: MetadataCache
+    metrics: BrokerMetrics
+    zk: ZooKeeper
+    stopping: asyncio.Event
 
 
 @dataclass
@@ -69,6 +83,9 @@ class ControllerContext:
     states: dict[TP, LeaderAndIsr] = field(default_factory=dict)
     shutting_down: set[int] = field(default_factory=set)
     watched_topics: set[str] = field(default_factory=set)  # /brokers/topics/<t> data watches of this incarnation
+    #: partitions found without a live leader that no election could fix (Kafka's OfflinePartition):
+    #: the next election round elects them even if their recorded leader has come back meanwhile
+    offline: set[TP] = field(default_factory=set)
     #: broker -> its replicas on a failed log dir (KIP-112, controller/log_dirs.py), as its LeaderAndIsr
     #: answers said; forgotten when the broker leaves or re-registers
     offline_replicas: dict[int, set[TP]] = field(default_factory=dict)
@@ -497,15 +514,25 @@ class Controller:
         return value.lower() == "true"
 
     async def _elect_offline_partitions(self) -> list[TP]:
+        """Elect a leader (a new leader epoch, LeaderAndIsr to every replica by the caller) for each
+        partition whose leader is not alive, and for each partition that was offline (Kafka's
+        OfflinePartition) even if its recorded leader has come back since: its live replicas may
+        have been told of that leader while it was away, without its endpoint, and a new leader
+        epoch tells them again, with it (as Kafka's triggerOnlinePartitionStateChange)."""
         live = self.ctx.live
+        offline = self.ctx.offline
         changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]] = {}
         for tp, state in self.ctx.states.items():
-            if state.leader in live and (not self.ctx.offline_replicas or state.leader in self.ctx.live_for(tp)):
+            if (
+                tp not in offline
+                and state.leader in live
+                and (not self.ctx.offline_replicas or state.leader in self.ctx.live_for(tp))
+            ):
                 continue
 
             def change(cur: LeaderAndIsr, tp: TP = tp) -> LeaderAndIsr | None:
                 online = self.ctx.live_for(tp)
-                if cur.leader in online:
+                if cur.leader in online and tp not in self.ctx.offline:
                     return None
                 chosen = offline_leader(self.ctx.replicas(tp), cur, online, self._unclean_allowed(tp[0]))
                 if chosen is None:
@@ -518,8 +545,12 @@ class Controller:
         changed = await self._change_states(changes)
         elected = set(changed)
         for tp in changes:
-            if tp not in elected and self.ctx.states[tp].leader not in self.ctx.live_for(tp):
-                log.warning("partition %s-%d is offline: no live replica in ISR %s", *tp, list(self.ctx.states[tp].isr))
+            now = self.ctx.states.get(tp)
+            if tp not in elected and now is not None and now.leader not in self.ctx.live_for(tp):
+                offline.add(tp)
+                log.warning("partition %s-%d is offline: no live replica in ISR %s", *tp, list(now.isr))
+            else:
+                offline.discard(tp)
         return changed
 
     # -- events -----------------------------------------------------------------------------------
