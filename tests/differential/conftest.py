@@ -26,6 +26,7 @@ SETTINGS: dict[str, object] = {
     "offsets.topic.replication.factor": 1,
     "offsets.topic.num.partitions": 1,
     "group.initial.rebalance.delay.ms": 0,
+    "log.retention.check.interval.ms": 1000,  # the purge scenario waits for a retention check
 }
 
 

@@ -57,6 +57,8 @@ from headwater.protocol.schema import Api
 
 Ctx = dict[str, Any]
 Step = tuple[Api, int, dict[str, Any]]
+#: A step whose answer is read until the predicate holds (or 60 s pass): what a retention check does.
+UNTIL: dict[str, Callable[[dict[str, Any]], bool]] = {}
 #: every record's CreateTime: one value for both brokers, so both logs hold the same bytes; recent, so
 #: that no retention check (Kafka's first runs 30 s after start) finds the records past retention.ms
 TS = int(time.time()) * 1000
@@ -329,6 +331,21 @@ for v in versions(DELETE_RECORDS):
     add(f"delete_records/beyond_hw/v{v}", (DELETE_RECORDS, v, dr("dr", 0, 99)))
     add(f"delete_records/unknown_partition/v{v}", (DELETE_RECORDS, v, dr("dr", 5, 0)))
     add(f"delete_records/unknown_topic/v{v}", (DELETE_RECORDS, v, dr("nope-dr", 0, 0)))
+
+# --- Retention: a topic whose records are all past retention.ms is purged, active segment included
+for v in versions(LIST_OFFSETS):
+    name = f"purge{v}"
+    add(
+        f"retention/purge_active_segment/v{v}",
+        (CREATE_TOPICS, 2, create_topic(name, configs={"retention.ms": "1000"})),
+        (PRODUCE, 7, produce(name, 0, batch(3))),
+        (LIST_OFFSETS, v, list_offsets(name, 0, -2)),
+    )
+    UNTIL[f"retention/purge_active_segment/v{v}"] = lambda r: all(
+        p.get("offset", -1) == 3 or 3 in (p.get("old_style_offsets") or [])
+        for t in r.get("topics", [])
+        for p in t["partitions"]
+    )
 
 # --- Topics: CreateTopics, DeleteTopics, CreatePartitions -----------------------------------------
 for v in versions(CREATE_TOPICS, every=True):
