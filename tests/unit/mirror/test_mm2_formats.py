@@ -1,0 +1,108 @@
+"""The mirror's offset syncs and checkpoints are MirrorMaker 2's own bytes; syncs and translation follow MM2's rules.
+
+``mm2-3.9.1-golden.tsv`` is the output of ``tests/java/mm2/Mm2Golden.java`` run against
+connect-mirror / connect-mirror-client 3.9.1 (how to regenerate: in that file).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from headwater.mirror.checkpoints import (
+    Checkpoint,
+    OffsetSync,
+    OffsetSyncStore,
+    PartitionSyncs,
+    checkpoints_topic,
+    decode_checkpoint,
+    decode_offset_sync,
+    encode_checkpoint,
+    encode_offset_sync,
+    offset_syncs_topic,
+)
+
+GOLDEN = {
+    name: (key, value)
+    for name, key, value in (
+        line.split("\t") for line in (Path(__file__).parent / "mm2-3.9.1-golden.tsv").read_text().splitlines()
+    )
+}
+
+SYNCS = {
+    "offset_sync": OffsetSync("orders", 3, 1234, 1200),
+    "offset_sync_zero": OffsetSync("a", 0, 0, 0),
+    "offset_sync_unicode": OffsetSync("t\u00e9st", 2147483647, 9007199254740993, 42),
+}
+CHECKPOINTS = {
+    "checkpoint": Checkpoint("billing", "dc1.orders", 3, 1234, 1201, ""),
+    "checkpoint_metadata": Checkpoint("g", "orders", 0, 7, 5, "m\u00e9ta"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SYNCS))
+def test_offset_sync_bytes_are_mm2s(name: str) -> None:
+    key, value = encode_offset_sync(SYNCS[name])
+    assert (key.hex(), value.hex()) == GOLDEN[name]
+    assert decode_offset_sync(bytes.fromhex(GOLDEN[name][0]), bytes.fromhex(GOLDEN[name][1])) == SYNCS[name]
+
+
+@pytest.mark.parametrize("name", sorted(CHECKPOINTS))
+def test_checkpoint_bytes_are_mm2s(name: str) -> None:
+    key, value = encode_checkpoint(CHECKPOINTS[name])
+    assert (key.hex(), value.hex()) == GOLDEN[name]
+    assert decode_checkpoint(bytes.fromhex(GOLDEN[name][0]), bytes.fromhex(GOLDEN[name][1])) == CHECKPOINTS[name]
+
+
+def test_internal_topic_names_are_mm2s() -> None:
+    assert offset_syncs_topic("agg") == GOLDEN["topic_offset_syncs"][0]
+    assert checkpoints_topic("dc1") == GOLDEN["topic_checkpoints"][0]
+
+
+def _record_by_record(syncs: PartitionSyncs, pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return [(u, d) for u, d in pairs if syncs.update(u, d)]
+
+
+def test_dense_batches_give_the_syncs_of_mm2s_record_by_record_rule() -> None:
+    # three batches: 250 records, a control batch's offset skipped, 40, then 500 with the target moved on
+    batches = [(0, 0, 250), (251, 250, 40), (291, 290, 500)]
+    fast, slow = PartitionSyncs(100), PartitionSyncs(100)
+    got = [s for up, down, n in batches for s in fast.dense_batch(up, down, n)]
+    want = _record_by_record(slow, [(up + k, down + k) for up, down, n in batches for k in range(n)])
+    assert got == want
+    assert got[:4] == [(0, 0), (101, 101), (202, 202), (251, 250)]  # the first, every 100+1, the gap
+
+
+def test_translation_never_skips_and_rereads_at_most_offset_lag_max() -> None:
+    lag = 10
+    syncs = PartitionSyncs(lag)
+    store = OffsetSyncStore()
+    # source offsets 0..999, every 7th a control batch offset (not copied): target offsets dense
+    up_to_down: dict[int, int] = {}
+    down = 0
+    for up in range(1000):
+        if up % 7 == 6:
+            continue
+        up_to_down[up] = down
+        for u, d in syncs.dense_batch(up, down, 1):
+            store.add(OffsetSync("t", 0, u, d))
+        down += 1
+    for committed in range(1, 1000):
+        translated = store.translate("t", 0, committed)
+        assert translated is not None
+        # the first record the group has not read: the smallest mirrored source offset >= committed
+        first_unread = min(u for u in up_to_down if u >= committed) if committed <= 998 else None
+        if first_unread is None:
+            continue
+        assert translated <= up_to_down[first_unread], committed  # nothing skipped
+        assert up_to_down[first_unread] - translated <= lag, committed  # at most offset.lag.max re-read
+
+
+def test_translation_of_an_offset_older_than_every_sync_is_unknown() -> None:
+    store = OffsetSyncStore()
+    store.add(OffsetSync("t", 0, 500, 20))
+    assert store.translate("t", 0, 499) is None
+    assert store.translate("t", 0, 500) == 20
+    assert store.translate("t", 0, 900) == 21
+    assert store.translate("t", 1, 900) is None
