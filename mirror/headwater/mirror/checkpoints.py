@@ -267,8 +267,8 @@ class OffsetSyncs:
         producer = Producer(
             "", cluster=source, acks="all", linger_ms=5, delivery_timeout_ms=60000, request_timeout_ms=15000
         )
+        created = False
         try:
-            await ensure_topic(source, admin, topic)
             while not stop.is_set():
                 unit.progress()
                 try:
@@ -276,6 +276,9 @@ class OffsetSyncs:
                 except TimeoutError:
                     continue
                 self.ready.clear()
+                if not created:  # created with the first sync: a mirror without fast-path copies writes none
+                    await ensure_topic(source, admin, topic)
+                    created = True
                 batch = list(self.pending)
                 futures = []
                 for s in batch:
@@ -411,7 +414,6 @@ class CheckpointEmitter:
             while not stop.is_set():
                 unit.progress()
                 if await self.is_leader():
-                    await ensure_topic(self.target, self.target_admin, topic)
                     n = await self.emit_once(consumer, groups, producer, topic)
                     if n:
                         log.info(
@@ -450,6 +452,8 @@ class CheckpointEmitter:
                 if self.emitted.get(key) == (offset, down):
                     continue
                 checkpoints.append(Checkpoint(group, target_topic, p, offset, down))
+        if checkpoints:
+            await ensure_topic(self.target, self.target_admin, topic)
         futures = []
         for c in checkpoints:
             k, v = encode_checkpoint(c)

@@ -42,7 +42,11 @@ per partition and holds, summed, over all partitions; see :mod:`headwater.mirror
 ``mirror.on.data.loss`` (``report``: a gap below the source's log start is reported, then the copier
 resumes there; ``stop``: reported, then that partition stops; see :mod:`headwater.mirror.gaps`),
 MM2's ``emit.heartbeats.enabled`` (true) and ``emit.heartbeats.interval.seconds`` (1; see
-:mod:`headwater.mirror.heartbeats`), and the
+:mod:`headwater.mirror.heartbeats`), MM2's ``emit.offset-syncs.enabled`` (true), ``offset.lag.max``
+(100), ``emit.checkpoints.enabled`` (true), ``emit.checkpoints.interval.seconds`` (60), ``groups``
+(``.*``), ``groups.exclude`` / ``groups.blacklist`` (``console-consumer-.*, connect-.*, __.*``) and
+``offset-syncs.topic.location`` (``source`` only; see :mod:`headwater.mirror.checkpoints`;
+``sync.group.offsets.enabled = true`` is refused, not yet built), and the
 test-only fault properties ``headwater.test.drop.every`` / ``headwater.test.duplicate.every``
 (drop / produce twice every N-th record; they force the decoding path).
 """
@@ -92,6 +96,15 @@ _GLOBAL_SETTINGS = {
     "mirror.on.data.loss",
     "emit.heartbeats.enabled",
     "emit.heartbeats.interval.seconds",
+    "emit.checkpoints.enabled",
+    "emit.checkpoints.interval.seconds",
+    "emit.offset-syncs.enabled",
+    "offset.lag.max",
+    "offset-syncs.topic.location",
+    "groups",
+    "groups.exclude",
+    "groups.blacklist",
+    "sync.group.offsets.enabled",
     "headwater.test.drop.every",
     "headwater.test.duplicate.every",
 }
@@ -128,6 +141,8 @@ class Flow:
     def matches(self, topic: str) -> bool:
         if self.heartbeats and topic == HEARTBEATS_TOPIC:
             return True
+        if topic.endswith((".internal", "-internal")):
+            return False  # MM2's internal topics (offset syncs, checkpoints) are never mirrored, as in MM2
         return any(p.fullmatch(topic) for p in self.topics) and not any(p.fullmatch(topic) for p in self.exclude)
 
 
@@ -152,6 +167,13 @@ class MirrorConfig:
     always_repartition: bool = False
     on_data_loss: str = "report"
     heartbeats_interval_s: float | None = 1.0  # None: no heartbeats
+    #: MM2's offset syncs and checkpoints (headwater.mirror.checkpoints); None: not emitted
+    offset_lag_max: int | None = 100
+    checkpoints_interval_s: float | None = 60.0
+    groups: tuple[re.Pattern[str], ...] = (re.compile(".*"),)
+    groups_exclude: tuple[re.Pattern[str], ...] = tuple(
+        re.compile(p) for p in ("console-consumer-.*", "connect-.*", "__.*")
+    )
     drop_every: int = 0
     duplicate_every: int = 0
     #: signs the gap events the mirror publishes (the audit service's audit.signing.key)
@@ -296,6 +318,34 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         raise MirrorConfigError(f"emit.heartbeats.interval.seconds: {interval!r} is not a number") from None
     if not 0.1 <= interval_s <= 3600:
         raise MirrorConfigError(f"emit.heartbeats.interval.seconds: {interval_s:g} is not between 0.1 and 3600")
+    checkpoints_enabled = _bool("emit.checkpoints.enabled", props.get("emit.checkpoints.enabled", "true"))
+    syncs_enabled = _bool("emit.offset-syncs.enabled", props.get("emit.offset-syncs.enabled", "true"))
+    if checkpoints_enabled and not syncs_enabled:
+        raise MirrorConfigError(
+            "emit.offset-syncs.enabled: false, but emit.checkpoints.enabled is true (checkpoints are translated "
+            "with the offset syncs; set emit.checkpoints.enabled = false too)"
+        )
+    if _bool("sync.group.offsets.enabled", props.get("sync.group.offsets.enabled", "false")):
+        raise MirrorConfigError(
+            "sync.group.offsets.enabled: not supported yet (KIP-545); fail consumers over with the checkpoints "
+            "(headwater mirror translate)"
+        )
+    location = props.get("offset-syncs.topic.location", "source")
+    if location != "source":
+        raise MirrorConfigError(f"offset-syncs.topic.location: {location!r}: only source (MM2's default) is supported")
+    checkpoints_s = props.get("emit.checkpoints.interval.seconds", "60")
+    try:
+        checkpoints_interval_s = float(checkpoints_s)
+    except ValueError:
+        raise MirrorConfigError(f"emit.checkpoints.interval.seconds: {checkpoints_s!r} is not a number") from None
+    if not 0.1 <= checkpoints_interval_s <= 86400:
+        raise MirrorConfigError(
+            f"emit.checkpoints.interval.seconds: {checkpoints_interval_s:g} is not between 0.1 and 86400"
+        )
+    offset_lag_max = _int(props, "offset.lag.max", 100, minimum=1) or 100
+    groups = _regexes("groups", props.get("groups", ".*"))
+    ex_key = "groups.exclude" if "groups.exclude" in props else "groups.blacklist"
+    groups_exclude = _regexes(ex_key, props.get(ex_key, "console-consumer-.*, connect-.*, __.*"))
     try:
         audit_signing_key = signing_key(props.get("audit.signing.key") or None)
     except SigningKeyError as e:
@@ -321,6 +371,10 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         always_repartition=repartition == "always",
         on_data_loss=on_data_loss,
         heartbeats_interval_s=interval_s if heartbeats else None,
+        offset_lag_max=offset_lag_max if syncs_enabled else None,
+        checkpoints_interval_s=checkpoints_interval_s if checkpoints_enabled else None,
+        groups=groups,
+        groups_exclude=groups_exclude,
         drop_every=_int(props, "headwater.test.drop.every", 0) or 0,
         duplicate_every=_int(props, "headwater.test.duplicate.every", 0) or 0,
         unknown=sorted(unknown),
