@@ -20,6 +20,7 @@ from tests.mirror.util import MirrorProcess, produce_keyed, read_topic, wait_for
 
 LAG_MAX = 10
 TOTAL = 2000
+_CLI = (sys.executable, "-m", "headwater.cli.main")
 PREFIX = 37  # records already in each target partition: target offsets differ from the source's
 
 
@@ -68,8 +69,7 @@ def _consume(bootstrap: str, group: str, n: int | None, assign: list[TopicPartit
 
 def _translate(config: Path) -> dict[int, tuple[int, int]]:
     r = subprocess.run(
-        [sys.executable, "-m", "headwater.cli.main", "mirror", "translate", "-c", str(config)]
-        + ["--group", "billing", "--source", "dc1"],
+        [*_CLI, "mirror", "translate", "-c", str(config), "--group", "billing", "--source", "dc1"],
         capture_output=True,
         text=True,
         timeout=60,

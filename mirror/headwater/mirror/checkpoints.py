@@ -107,12 +107,14 @@ PENDING_MAX = 100_000
 _INTERNAL_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 
 
-def offset_syncs_topic(target: str) -> str:
-    return f"mm2-offset-syncs.{target}.internal"
+def offset_syncs_topic(target: str, separator: str = ".") -> str:
+    """MM2's name: ``replication.policy.separator`` is used in it unless
+    ``replication.policy.internal.topic.separator.enabled = false`` (then pass ".")."""
+    return f"mm2-offset-syncs{separator}{target}{separator}internal"
 
 
-def checkpoints_topic(source: str) -> str:
-    return f"{source}.checkpoints.internal"
+def checkpoints_topic(source: str, separator: str = ".") -> str:
+    return f"{source}{separator}checkpoints{separator}internal"
 
 
 # -- the record formats ------------------------------------------------------------------------
@@ -261,9 +263,16 @@ class OffsetSyncs:
         if self.pending:
             self.ready.set()
 
-    async def write(self, unit: Unit, source: Cluster, admin: Admin, target_alias: str, stop: asyncio.Event) -> None:
-        """The supervised writer: everything pending, into the source's offset-syncs topic (acks=all)."""
-        topic = offset_syncs_topic(target_alias)
+    async def write(
+        self,
+        unit: Unit,
+        source: Cluster,
+        admin: Admin,
+        topic: str,
+        stop: asyncio.Event,
+        replication_factor: int | None = None,
+    ) -> None:
+        """The supervised writer: everything pending, into the source's offset-syncs ``topic`` (acks=all)."""
         producer = Producer(
             "", cluster=source, acks="all", linger_ms=5, delivery_timeout_ms=60000, request_timeout_ms=15000
         )
@@ -277,7 +286,7 @@ class OffsetSyncs:
                     continue
                 self.ready.clear()
                 if not created:  # created with the first sync: a mirror without fast-path copies writes none
-                    await ensure_topic(source, admin, topic)
+                    await ensure_topic(source, admin, topic, replication_factor)
                     created = True
                 batch = list(self.pending)
                 futures = []
@@ -379,6 +388,9 @@ class CheckpointEmitter:
         target_topic: Callable[[str], str],
         mirrors_topic: Callable[[str], bool],
         is_leader: Callable[[], Awaitable[bool]],
+        syncs_topic: str,
+        checkpoints_topic: str,
+        replication_factor: int | None = None,
     ) -> None:
         self.source_alias = source_alias
         self.target_alias = target_alias
@@ -393,6 +405,9 @@ class CheckpointEmitter:
         self.target_topic = target_topic
         self.mirrors_topic = mirrors_topic
         self.is_leader = is_leader
+        self.syncs_topic = syncs_topic
+        self.checkpoints_topic = checkpoints_topic
+        self.replication_factor = replication_factor
         self.store = OffsetSyncStore()
         self.emitted: dict[tuple[str, str, int], tuple[int, int]] = {}
         self.last_emit_s: float | None = None
@@ -409,7 +424,7 @@ class CheckpointEmitter:
         producer = Producer(
             "", cluster=self.target, acks="all", linger_ms=5, delivery_timeout_ms=60000, request_timeout_ms=15000
         )
-        topic = checkpoints_topic(self.source_alias)
+        topic = self.checkpoints_topic
         try:
             while not stop.is_set():
                 unit.progress()
@@ -428,7 +443,7 @@ class CheckpointEmitter:
             await groups.close()
 
     async def emit_once(self, consumer: Consumer, groups: GroupAdmin, producer: Producer, topic: str) -> int:
-        syncs_topic = offset_syncs_topic(self.target_alias)
+        syncs_topic = self.syncs_topic
         await self.source.refresh([syncs_topic])
         if syncs_topic in self.source.topics and self.source.topics[syncs_topic].partitions:
             await self.store.read(consumer, syncs_topic)
@@ -453,7 +468,7 @@ class CheckpointEmitter:
                     continue
                 checkpoints.append(Checkpoint(group, target_topic, p, offset, down))
         if checkpoints:
-            await ensure_topic(self.target, self.target_admin, topic)
+            await ensure_topic(self.target, self.target_admin, topic, self.replication_factor)
         futures = []
         for c in checkpoints:
             k, v = encode_checkpoint(c)
@@ -465,10 +480,9 @@ class CheckpointEmitter:
         return len(checkpoints)
 
 
-async def read_checkpoints(cluster: Cluster, source_alias: str, group: str) -> dict[tuple[str, int], Checkpoint]:
-    """The newest checkpoint per target partition of ``group`` in the target's ``<source>.checkpoints.internal``
+async def read_checkpoints(cluster: Cluster, topic: str, group: str) -> dict[tuple[str, int], Checkpoint]:
+    """The newest checkpoint per target partition of ``group`` in the target's checkpoints ``topic``
     (what MM2's ``RemoteClusterUtils.translateOffsets`` reads)."""
-    topic = checkpoints_topic(source_alias)
     out: dict[tuple[str, int], Checkpoint] = {}
     consumer = Consumer("", cluster=cluster)
     position = await consumer.earliest_offset(topic, 0)

@@ -107,7 +107,7 @@ def _translate(config: object, group: str | None, source: str | None) -> int:
     """Print ``<target topic> <partition> <offset> <source offset>`` per partition (tab-separated)."""
     from headwater.client.cluster import Cluster
     from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicError
-    from headwater.mirror.checkpoints import checkpoints_topic, read_checkpoints
+    from headwater.mirror.checkpoints import read_checkpoints
     from headwater.mirror.config import MirrorConfig
     from headwater.protocol.errors import KafkaError
 
@@ -126,12 +126,12 @@ def _translate(config: object, group: str | None, source: str | None) -> int:
     async def main() -> int:
         cluster = Cluster(target.bootstrap, client_id="headwater-mirror-translate", security=target.security)
         try:
-            found = await read_checkpoints(cluster, source, group)
+            found = await read_checkpoints(cluster, config.checkpoints_topic(source), group)
         finally:
             await cluster.close()
         if not found:
             print(
-                f"headwater mirror translate: no checkpoint of group {group} in {checkpoints_topic(source)}",
+                f"headwater mirror translate: no checkpoint of group {group} in {config.checkpoints_topic(source)}",
                 file=sys.stderr,
             )
             return 1
@@ -144,7 +144,8 @@ def _translate(config: object, group: str | None, source: str | None) -> int:
         return asyncio.run(main())
     except UnknownTopicError:
         print(
-            f"headwater mirror translate: {checkpoints_topic(source)} does not exist in {target.alias}", file=sys.stderr
+            f"headwater mirror translate: {config.checkpoints_topic(source)} does not exist in {target.alias}",
+            file=sys.stderr,
         )
         return 1
     except (KafkaError, KafkaConnectionError, KafkaTimeoutError, OSError) as e:

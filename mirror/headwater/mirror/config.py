@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 
 from headwater.client.audit import SigningKeyError, signing_key
 from headwater.client.security import SECURITY_PROPERTIES, ClientSecurity, SecurityConfigError, cluster_security
+from headwater.mirror.checkpoints import checkpoints_topic, offset_syncs_topic
 from headwater.properties import parse_properties
 
 __all__ = ["HEARTBEATS_TOPIC", "Flow", "MirrorConfig", "MirrorConfigError", "SourceCluster", "load", "parse"]
@@ -69,6 +70,8 @@ _POLICIES = {
     "org.apache.kafka.connect.mirror.DefaultReplicationPolicy": "default",
 }
 HEARTBEATS_TOPIC = "heartbeats"
+#: MM2's offset-syncs and checkpoints topics with any replication.policy.separator
+_MM2_INTERNAL = re.compile(r"mm2-offset-syncs.+internal|.+.checkpoints.internal")
 _ALIAS = re.compile(r"[A-Za-z0-9_-]+")
 _FLOW_KEY = re.compile(r"^([^.>\s]+)->([^.>\s]+)\.(.+)$")
 _FLOW_SETTINGS = {"enabled", "topics", "topics.exclude", "topics.blacklist"}
@@ -105,6 +108,9 @@ _GLOBAL_SETTINGS = {
     "groups.exclude",
     "groups.blacklist",
     "sync.group.offsets.enabled",
+    "replication.policy.internal.topic.separator.enabled",
+    "checkpoints.topic.replication.factor",
+    "offset-syncs.topic.replication.factor",
     "headwater.test.drop.every",
     "headwater.test.duplicate.every",
 }
@@ -141,7 +147,7 @@ class Flow:
     def matches(self, topic: str) -> bool:
         if self.heartbeats and topic == HEARTBEATS_TOPIC:
             return True
-        if topic.endswith((".internal", "-internal")):
+        if topic.endswith((".internal", "-internal")) or _MM2_INTERNAL.fullmatch(topic):
             return False  # MM2's internal topics (offset syncs, checkpoints) are never mirrored, as in MM2
         return any(p.fullmatch(topic) for p in self.topics) and not any(p.fullmatch(topic) for p in self.exclude)
 
@@ -174,6 +180,9 @@ class MirrorConfig:
     groups_exclude: tuple[re.Pattern[str], ...] = tuple(
         re.compile(p) for p in ("console-consumer-.*", "connect-.*", "__.*")
     )
+    internal_separator: str = "."  # the separator in MM2's internal topic names
+    checkpoints_replication_factor: int | None = None  # None: the smaller of 3 and the live brokers
+    offset_syncs_replication_factor: int | None = None
     drop_every: int = 0
     duplicate_every: int = 0
     #: signs the gap events the mirror publishes (the audit service's audit.signing.key)
@@ -182,6 +191,12 @@ class MirrorConfig:
 
     def target_topic(self, flow: Flow, topic: str) -> str:
         return topic if self.policy == "identity" else f"{flow.source}{self.separator}{topic}"
+
+    def offset_syncs_topic(self, flow: Flow) -> str:
+        return offset_syncs_topic(flow.target, self.internal_separator)
+
+    def checkpoints_topic(self, source: str) -> str:
+        return checkpoints_topic(source, self.internal_separator)
 
     def group_for(self, flow: Flow) -> str:
         """The ZooKeeper consumer group of a flow in its source cluster: ``group.id``, suffixed with
@@ -346,6 +361,11 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
     groups = _regexes("groups", props.get("groups", ".*"))
     ex_key = "groups.exclude" if "groups.exclude" in props else "groups.blacklist"
     groups_exclude = _regexes(ex_key, props.get(ex_key, "console-consumer-.*, connect-.*, __.*"))
+    separator = props.get("replication.policy.separator", ".")
+    internal_separator_enabled = _bool(
+        "replication.policy.internal.topic.separator.enabled",
+        props.get("replication.policy.internal.topic.separator.enabled", "true"),
+    )
     try:
         audit_signing_key = signing_key(props.get("audit.signing.key") or None)
     except SigningKeyError as e:
@@ -355,7 +375,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         clusters=clusters,
         flows=flows,
         policy=policy,
-        separator=props.get("replication.policy.separator", "."),
+        separator=separator,
         group_id=props.get("group.id", "headwater-mirror") or "headwater-mirror",
         metrics_host=props.get("metrics.host", "0.0.0.0"),
         metrics_port=_int(props, "metrics.port", None),
@@ -375,6 +395,9 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         checkpoints_interval_s=checkpoints_interval_s if checkpoints_enabled else None,
         groups=groups,
         groups_exclude=groups_exclude,
+        internal_separator=separator if internal_separator_enabled else ".",
+        checkpoints_replication_factor=_int(props, "checkpoints.topic.replication.factor", None, minimum=1),
+        offset_syncs_replication_factor=_int(props, "offset-syncs.topic.replication.factor", None, minimum=1),
         drop_every=_int(props, "headwater.test.drop.every", 0) or 0,
         duplicate_every=_int(props, "headwater.test.duplicate.every", 0) or 0,
         unknown=sorted(unknown),

@@ -198,7 +198,14 @@ class Mirror:
         syncs = f.offset_syncs = OffsetSyncs(config.offset_lag_max)
         self.supervisor.start(
             f"{flow.name} offset syncs",
-            lambda unit: syncs.write(unit, f.source, f.source_admin, flow.target, stop),
+            lambda unit: syncs.write(
+                unit,
+                f.source,
+                f.source_admin,
+                config.offset_syncs_topic(flow),
+                stop,
+                config.offset_syncs_replication_factor,
+            ),
             labels={"flow": flow.name},
         )
         if config.checkpoints_interval_s is None:
@@ -225,6 +232,9 @@ class Mirror:
             target_topic=lambda topic: config.target_topic(f.flow, topic),
             mirrors_topic=lambda topic: topic != HEARTBEATS_TOPIC and f.flow.matches(topic),
             is_leader=is_leader,
+            syncs_topic=config.offset_syncs_topic(flow),
+            checkpoints_topic=config.checkpoints_topic(flow.source),
+            replication_factor=config.checkpoints_replication_factor,
         )
         self.supervisor.start(
             f"{flow.name} checkpoints", lambda unit: emitter.run(unit, stop), labels={"flow": flow.name}

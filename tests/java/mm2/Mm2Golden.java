@@ -38,5 +38,16 @@ public class Mm2Golden {
         System.out.println("topic_checkpoints\t" + p.checkpointsTopic("dc1") + "\t");
         System.out.println("topic_heartbeats\t" + p.heartbeatsTopic() + "\t");
         System.out.println("remote_topic\t" + p.formatRemoteTopic("dc1", "orders") + "\t");
+        DefaultReplicationPolicy u = new DefaultReplicationPolicy();
+        u.configure(java.util.Collections.singletonMap("replication.policy.separator", "_"));
+        System.out.println("topic_offset_syncs_separator\t" + u.offsetSyncsTopic("agg") + "\t");
+        System.out.println("topic_checkpoints_separator\t" + u.checkpointsTopic("dc1") + "\t");
+        DefaultReplicationPolicy old = new DefaultReplicationPolicy();
+        java.util.Map<String, Object> c = new java.util.HashMap<>();
+        c.put("replication.policy.separator", "_");
+        c.put("replication.policy.internal.topic.separator.enabled", "false");
+        old.configure(c);
+        System.out.println("topic_offset_syncs_separator_disabled\t" + old.offsetSyncsTopic("agg") + "\t");
+        System.out.println("topic_checkpoints_separator_disabled\t" + old.checkpointsTopic("dc1") + "\t");
     }
 }

@@ -58,6 +58,36 @@ def test_checkpoint_bytes_are_mm2s(name: str) -> None:
 def test_internal_topic_names_are_mm2s() -> None:
     assert offset_syncs_topic("agg") == GOLDEN["topic_offset_syncs"][0]
     assert checkpoints_topic("dc1") == GOLDEN["topic_checkpoints"][0]
+    assert offset_syncs_topic("agg", "_") == GOLDEN["topic_offset_syncs_separator"][0]
+    assert checkpoints_topic("dc1", "_") == GOLDEN["topic_checkpoints_separator"][0]
+    # replication.policy.internal.topic.separator.enabled = false: the names MM2 had before 3.0
+    assert offset_syncs_topic("agg") == GOLDEN["topic_offset_syncs_separator_disabled"][0]
+    assert checkpoints_topic("dc1") == GOLDEN["topic_checkpoints_separator_disabled"][0]
+
+
+def test_mm2s_internal_topics_are_never_mirrored() -> None:
+    from headwater.mirror.config import parse
+
+    config = parse(
+        {
+            "clusters": "dc1, agg",
+            "dc1.zookeeper.connect": "zk:2181",
+            "agg.bootstrap.servers": "agg:9092",
+            "dc1->agg.enabled": "true",
+            "replication.policy.separator": "_",
+        }
+    )
+    flow = config.flows[0]
+    assert config.offset_syncs_topic(flow) == "mm2-offset-syncs_agg_internal"
+    assert config.checkpoints_topic("dc1") == "dc1_checkpoints_internal"
+    for topic in (
+        "mm2-offset-syncs_agg_internal",
+        "dc1_checkpoints_internal",
+        "x.internal",
+        "mm2-offset-syncs.agg.internal",
+    ):
+        assert not flow.matches(topic)
+    assert flow.matches("orders") and flow.matches("international")
 
 
 def _record_by_record(syncs: PartitionSyncs, pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
