@@ -54,6 +54,8 @@ def _run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     for key in config.unknown:
         log.warning("The configuration '%s' was supplied but isn't a known config.", key)
+    for line in config.differently:
+        log.info("%s", line)
     import uvloop
 
     return uvloop.run(_main(config, args.config, args.override))

@@ -116,6 +116,110 @@ _GLOBAL_SETTINGS = {
 }
 _CLUSTER_SETTINGS = {"bootstrap.servers", "zookeeper.connect"}
 
+# Every MirrorMaker 2 key (3.9's MirrorMakerConfig, the three connectors' configs and the Connect
+# worker keys an MM2 file carries) is honoured (the sets above), taken differently (accepted; the
+# reason is logged at start and in docs/mirror.md) or refused at start unless its value is one the
+# mirror honours. Keys that are neither MM2's nor Headwater's are logged as unknown, as Kafka does.
+_DIFFERENTLY = {
+    "tasks.max": "every source partition has its own copier; run more mirror processes to spread them",
+    "refresh.topics.enabled": "new source topics are seen through ZooKeeper's watch within seconds, always",
+    "refresh.topics.interval.seconds": "new source topics are seen through ZooKeeper's watch within seconds",
+    "refresh.groups.enabled": "the source's groups are listed every emit.checkpoints.interval.seconds",
+    "refresh.groups.interval.seconds": "the source's groups are listed every emit.checkpoints.interval.seconds",
+    "sync.group.offsets.interval.seconds": "sync.group.offsets.enabled is not built (it is refused when true)",
+    "sync.topic.configs.interval.seconds": "topic configs are copied once, at creation",
+    "sync.topic.acls.interval.seconds": "topic ACLs are not copied (sync.topic.acls.enabled = true is refused)",
+    "use.incremental.alter.configs": "topic configs are set by CreateTopics at creation, never altered",
+    "heartbeats.topic.replication.factor": "the heartbeats topic is created in the source with the smaller of 3 "
+    "and its live brokers",
+    "admin.timeout.ms": "the mirror's own timeouts and retries apply",
+    "consumer.poll.timeout.ms": "fetch.max.wait.ms bounds each fetch",
+    "offset.flush.interval.ms": "offset.commit.interval.ms is how often source offsets are committed",
+    "offset.flush.timeout.ms": "offsets are committed to the source's ZooKeeper, not a Connect topic",
+    "offset.storage.replication.factor": "no Kafka Connect internal topics: offsets live in the source's ZooKeeper",
+    "offset.storage.topic": "no Kafka Connect internal topics: offsets live in the source's ZooKeeper",
+    "status.storage.replication.factor": "no Kafka Connect internal topics: /healthz and the metrics give status",
+    "status.storage.topic": "no Kafka Connect internal topics: /healthz and the metrics give status",
+    "config.storage.replication.factor": "no Kafka Connect internal topics: the file is the configuration",
+    "config.storage.topic": "no Kafka Connect internal topics: the file is the configuration",
+    "task.shutdown.graceful.timeout.ms": "a stopping copier finishes its in-flight produce (up to 60 s)",
+    "dedicated.mode.enable.internal.rest": "no REST: processes coordinate through the source's ZooKeeper",
+}
+_DEFAULT_CLASSES = {
+    "topic.filter.class": ("DefaultTopicFilter", "use topics / topics.exclude"),
+    "group.filter.class": ("DefaultGroupFilter", "use groups / groups.exclude"),
+    "config.property.filter.class": ("DefaultConfigPropertyFilter", "configs are copied from an allow-list"),
+    "forwarding.admin.class": ("ForwardingAdmin", "the mirror's own admin client creates target topics"),
+    "key.converter": ("ByteArrayConverter", "records are copied as bytes"),
+    "value.converter": ("ByteArrayConverter", "records are copied as bytes"),
+    "header.converter": ("ByteArrayConverter", "records are copied as bytes"),
+}
+#: key -> (the values honoured, lowercase; why others are refused)
+_REFUSED_UNLESS: dict[str, tuple[frozenset[str], str]] = {
+    "sync.topic.acls.enabled": (frozenset({"false"}), "topic ACLs are not copied to the target yet"),
+    "sync.topic.configs.enabled": (
+        frozenset({"false"}),
+        "topic configs are copied once, at creation (an allow-list), not kept in step yet",
+    ),
+    "config.properties.exclude": (frozenset(), "topic configs are copied from an allow-list, not kept in step"),
+    "config.properties.blacklist": (frozenset(), "topic configs are copied from an allow-list, not kept in step"),
+    "exactly.once.source.support": (
+        frozenset({"disabled"}),
+        "the mirror is at-least-once, duplicates after a change of owner removed (docs/mirror.md, Delivery)",
+    ),
+    "config.providers": (frozenset(), "secrets: sasl.password = file:... or env:..."),
+    "name": (frozenset(), "a Kafka Connect connector setting: headwater mirror takes MM2's dedicated-mode file"),
+    "connector.class": (
+        frozenset(),
+        "a Kafka Connect connector setting: headwater mirror takes MM2's dedicated-mode file",
+    ),
+    "source.cluster.alias": (frozenset(), "a Kafka Connect connector setting: use clusters and <src>-><dst>.enabled"),
+    "target.cluster.alias": (frozenset(), "a Kafka Connect connector setting: use clusters and <src>-><dst>.enabled"),
+}
+_CLIENT_PREFIXES = ("consumer.", "producer.", "admin.")
+#: MM2's keys honoured globally only (MM2 also takes them per flow)
+_GLOBAL_ONLY = {
+    "emit.checkpoints.enabled",
+    "emit.checkpoints.interval.seconds",
+    "emit.offset-syncs.enabled",
+    "offset.lag.max",
+    "groups",
+    "groups.exclude",
+    "groups.blacklist",
+    "emit.heartbeats.enabled",
+    "emit.heartbeats.interval.seconds",
+    "replication.factor",
+    "replication.policy.class",
+    "replication.policy.separator",
+    "checkpoints.topic.replication.factor",
+    "offset-syncs.topic.replication.factor",
+    "offset-syncs.topic.location",
+    "sync.group.offsets.enabled",
+}
+
+
+def _mm2_key(key: str, setting: str, value: str, differently: list[str]) -> bool:
+    """Whether ``setting`` (of ``key``) is an MM2 key taken differently or refused; raises for a refusal."""
+    if setting in _DIFFERENTLY:
+        differently.append(f"{key}: taken differently: {_DIFFERENTLY[setting]}")
+        return True
+    if setting in _DEFAULT_CLASSES:
+        name, why = _DEFAULT_CLASSES[setting]
+        if value.rsplit(".", 1)[-1] != name:
+            raise MirrorConfigError(f"{key}: {value!r}: only {name} is supported ({why})")
+        return True
+    if setting in _REFUSED_UNLESS:
+        allowed, why = _REFUSED_UNLESS[setting]
+        if value.strip().lower() not in allowed:
+            only = f" (only {', '.join(sorted(allowed))})" if allowed else ""
+            raise MirrorConfigError(f"{key}: not supported{only}: {why}")
+        return True
+    if setting.startswith(_CLIENT_PREFIXES):
+        raise MirrorConfigError(
+            f"{key}: client overrides are not taken (only the security keys: docs/mirror.md, Secured clusters)"
+        )
+    return False
+
 
 class MirrorConfigError(ValueError):
     """A configuration the mirror cannot run with; the message is one line naming the property."""
@@ -188,6 +292,8 @@ class MirrorConfig:
     #: signs the gap events the mirror publishes (the audit service's audit.signing.key)
     audit_signing_key: bytes | None = field(default=None, repr=False)
     unknown: list[str] = field(default_factory=list)
+    #: MM2 keys accepted but taken differently, with why (logged at start)
+    differently: list[str] = field(default_factory=list)
 
     def target_topic(self, flow: Flow, topic: str) -> str:
         return topic if self.policy == "identity" else f"{flow.source}{self.separator}{topic}"
@@ -254,6 +360,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         raise MirrorConfigError(f"clusters: an alias is listed twice in {props['clusters']!r}")
 
     unknown: list[str] = []
+    differently: list[str] = []
     flow_settings: dict[tuple[str, str], dict[str, str]] = {}
     for key, value in props.items():
         m = _FLOW_KEY.match(key)
@@ -264,14 +371,20 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
                     raise MirrorConfigError(f"{key}: cluster {alias!r} is not in clusters ({', '.join(aliases)})")
             if src == dst:
                 raise MirrorConfigError(f"{key}: a flow from {src} to itself")
-            if setting not in _FLOW_SETTINGS:
+            if setting in _GLOBAL_ONLY:
+                raise MirrorConfigError(f"{key}: not supported per flow: set {setting} for every flow (no prefix)")
+            if setting not in _FLOW_SETTINGS and not _mm2_key(key, setting, value, differently):
                 unknown.append(key)
             flow_settings.setdefault((src, dst), {})[setting] = value
             continue
         if key in _GLOBAL_SETTINGS or key in SECURITY_PROPERTIES:
             continue
+        if _mm2_key(key, key, value, differently):
+            continue
         alias, _, setting = key.partition(".")
         if setting in SECURITY_PROPERTIES and alias in aliases:
+            continue
+        if alias in aliases and _mm2_key(key, setting, value, differently):
             continue
         if setting in _CLUSTER_SETTINGS and alias not in aliases:
             raise MirrorConfigError(f"{key}: cluster {alias!r} is not in clusters ({', '.join(aliases)})")
@@ -401,6 +514,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         drop_every=_int(props, "headwater.test.drop.every", 0) or 0,
         duplicate_every=_int(props, "headwater.test.duplicate.every", 0) or 0,
         unknown=sorted(unknown),
+        differently=sorted(differently),
     )
 
 
