@@ -24,8 +24,21 @@ _CLI = (sys.executable, "-m", "headwater.cli.main")
 PREFIX = 37  # records already in each target partition: target offsets differ from the source's
 
 
-def _consume(bootstrap: str, group: str, n: int | None, assign: list[TopicPartition] | None = None) -> list[object]:
-    """Up to ``n`` records (None: until the end of the assigned partitions) through librdkafka."""
+def _committed_in(bootstrap: str) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "billing"})
+    try:
+        got = c.committed([TopicPartition("dc1.orders", p) for p in (0, 1)], timeout=10)
+        return {tp.partition: tp.offset for tp in got if tp.offset >= 0}
+    finally:
+        c.close()
+
+
+def _consume(
+    bootstrap: str, group: str, n: int | None, *, topic: str = "orders", until_eof: int | None = None
+) -> list[object]:
+    """``n`` records, ``n / 2`` from each of two partitions, or (``until_eof``) until that many
+    partitions reached their end, through librdkafka, subscribed as a group member; commits the
+    positions when it read ``n``."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -37,11 +50,9 @@ def _consume(bootstrap: str, group: str, n: int | None, assign: list[TopicPartit
     )
     out: list[object] = []
     try:
-        if assign is None:
-            c.subscribe(["orders"])
-        else:
-            c.assign(assign)
+        c.subscribe([topic])
         eof: set[int] = set()
+        taken: dict[int, int] = {}
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             m = c.poll(1.0)
@@ -50,18 +61,21 @@ def _consume(bootstrap: str, group: str, n: int | None, assign: list[TopicPartit
             if m.error():
                 if m.error().code() == -191:  # _PARTITION_EOF
                     eof.add(m.partition())
-                    if assign is not None and len(eof) == len(assign):
+                    if until_eof is not None and len(eof) == until_eof:
                         break
                     continue
                 raise AssertionError(m.error())
+            if n is not None and taken.get(m.partition(), 0) >= n // 2:
+                continue  # half of it from each partition: the group has an offset in both
+            taken[m.partition()] = taken.get(m.partition(), 0) + 1
             out.append(m)
             if n is not None and len(out) == n:
                 break
-        if assign is None:
+        if n is not None:
             positions: dict[int, int] = {}
             for m in out:
                 positions[m.partition()] = max(positions.get(m.partition(), 0), m.offset() + 1)
-            c.commit(offsets=[TopicPartition("orders", p, o) for p, o in positions.items()], asynchronous=False)
+            c.commit(offsets=[TopicPartition(topic, p, o) for p, o in positions.items()], asynchronous=False)
     finally:
         c.close()
     return out
@@ -104,6 +118,7 @@ def test_group_fails_over_to_agg_with_translated_offsets(
     committed: dict[int, int] = {}
     for m in read_in_dc1:
         committed[m.partition()] = max(committed.get(m.partition(), 0), m.offset() + 1)  # type: ignore[attr-defined]
+    assert set(committed) == {0, 1}
 
     props = {
         "clusters": "dc1, agg",
@@ -115,6 +130,8 @@ def test_group_fails_over_to_agg_with_translated_offsets(
         "replication.policy.class": "DefaultReplicationPolicy",
         "offset.lag.max": LAG_MAX,
         "emit.checkpoints.interval.seconds": 1,
+        "sync.group.offsets.enabled": "true",  # KIP-545: the group's offsets in agg, committed by the mirror
+        "sync.group.offsets.interval.seconds": 1,
         "fetch.max.wait.ms": 100,
     }
     m = MirrorProcess(tmp_path, "mirror", props).start()
@@ -134,6 +151,13 @@ def test_group_fails_over_to_agg_with_translated_offsets(
 
         wait_for(settled, 120, "checkpoints of group billing at its committed offsets", m)
         translated = seen[-1]
+        # sync.group.offsets: the mirror committed the translated offsets into agg's group billing
+        wait_for(
+            lambda: _committed_in(dst.bootstrap) == {p: off for p, (off, _) in translated.items()},
+            60,
+            "the translated offsets committed in agg",
+            m,
+        )
     finally:
         assert m.stop() == 0, m.log()[-3000:]
 
@@ -146,10 +170,8 @@ def test_group_fails_over_to_agg_with_translated_offsets(
     assert {(s.topic, s.partition) for s in syncs} == {("orders", 0), ("orders", 1)}
     assert all(s.downstream == s.upstream + PREFIX for s in syncs)
 
-    # fail over: the group resumes in agg from the translated offsets and reads to the end
-    read_in_agg = _consume(
-        dst.bootstrap, "billing", None, [TopicPartition("dc1.orders", p, off) for p, (off, _) in translated.items()]
-    )
+    # fail over: the group subscribes in agg, resumes from the offsets the mirror committed there, reads to the end
+    read_in_agg = _consume(dst.bootstrap, "billing", None, topic="dc1.orders", until_eof=2)
     values_dc1 = [x.value() for x in read_in_dc1]  # type: ignore[attr-defined]
     values_agg = [x.value() for x in read_in_agg]  # type: ignore[attr-defined]
     assert not any(v.startswith(b"older-") for v in values_agg)

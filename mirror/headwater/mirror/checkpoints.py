@@ -391,6 +391,9 @@ class CheckpointEmitter:
         syncs_topic: str,
         checkpoints_topic: str,
         replication_factor: int | None = None,
+        sync_group_offsets_s: float | None = None,
+        target_bootstrap: str = "",
+        target_security: ClientSecurity | None = None,
     ) -> None:
         self.source_alias = source_alias
         self.target_alias = target_alias
@@ -408,6 +411,13 @@ class CheckpointEmitter:
         self.syncs_topic = syncs_topic
         self.checkpoints_topic = checkpoints_topic
         self.replication_factor = replication_factor
+        #: sync.group.offsets (KIP-545): every this many seconds, None: off
+        self.sync_group_offsets_s = sync_group_offsets_s
+        self.target_bootstrap = target_bootstrap
+        self.target_security = target_security
+        self.last_sync_s = -1e18
+        #: every group's newest translated offsets: group -> (target topic, partition) -> target offset
+        self.latest: dict[str, dict[tuple[str, int], int]] = {}
         self.store = OffsetSyncStore()
         self.emitted: dict[tuple[str, str, int], tuple[int, int]] = {}
         self.last_emit_s: float | None = None
@@ -425,6 +435,12 @@ class CheckpointEmitter:
             "", cluster=self.target, acks="all", linger_ms=5, delivery_timeout_ms=60000, request_timeout_ms=15000
         )
         topic = self.checkpoints_topic
+        target_groups = None
+        if self.sync_group_offsets_s is not None:
+            target_groups = GroupAdmin(
+                self.target_bootstrap, client_id="headwater-mirror-group-offsets", security=self.target_security
+            )
+        loop = asyncio.get_running_loop()
         try:
             while not stop.is_set():
                 unit.progress()
@@ -434,6 +450,12 @@ class CheckpointEmitter:
                         log.info(
                             "%s->%s: %d checkpoint(s) written into %s", self.source_alias, self.target_alias, n, topic
                         )
+                    due = self.sync_group_offsets_s is not None and (
+                        loop.time() - self.last_sync_s >= self.sync_group_offsets_s
+                    )
+                    if target_groups is not None and due:
+                        await self.sync_group_offsets(target_groups)
+                        self.last_sync_s = loop.time()
                 try:
                     await asyncio.wait_for(stop.wait(), self.interval_s)
                 except TimeoutError:
@@ -441,6 +463,34 @@ class CheckpointEmitter:
         finally:
             await producer.close(timeout=10)
             await groups.close()
+            if target_groups is not None:
+                await target_groups.close()
+
+    async def sync_group_offsets(self, target_groups: GroupAdmin) -> int:
+        """KIP-545: commit the translated offsets into the target for each group with no active
+        member there, where the target has none for the partition or an older one (a group that
+        already moved on in the target is never set back). How many offsets were committed."""
+        done = 0
+        for group, offsets in sorted(self.latest.items()):
+            try:
+                state = (await target_groups.describe(group, with_lag=False)).state
+                if state not in ("Empty", "Dead"):
+                    continue  # active in the target: its own commits rule
+                committed = await target_groups.committed(group)
+                ahead = {tp: down for tp, down in offsets.items() if committed.get(tp, -1) < down}
+                if ahead:
+                    await target_groups.commit(group, ahead)
+                    done += len(ahead)
+                    log.info(
+                        "%s->%s: group %s: %d translated offset(s) committed in the target",
+                        self.source_alias,
+                        self.target_alias,
+                        group,
+                        len(ahead),
+                    )
+            except Exception as e:  # one group's refusal (members joined meanwhile) does not stop the others
+                log.warning("%s: syncing the offsets of group %s into the target: %s", self.target_alias, group, e)
+        return done
 
     async def emit_once(self, consumer: Consumer, groups: GroupAdmin, producer: Producer, topic: str) -> int:
         syncs_topic = self.syncs_topic
@@ -463,6 +513,7 @@ class CheckpointEmitter:
                 if down is None or down < 0:
                     continue
                 target_topic = self.target_topic(t)
+                self.latest.setdefault(group, {})[(target_topic, p)] = down
                 key = (group, target_topic, p)
                 if self.emitted.get(key) == (offset, down):
                     continue

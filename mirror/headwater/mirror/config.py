@@ -45,8 +45,8 @@ MM2's ``emit.heartbeats.enabled`` (true) and ``emit.heartbeats.interval.seconds`
 :mod:`headwater.mirror.heartbeats`), MM2's ``emit.offset-syncs.enabled`` (true), ``offset.lag.max``
 (100), ``emit.checkpoints.enabled`` (true), ``emit.checkpoints.interval.seconds`` (60), ``groups``
 (``.*``), ``groups.exclude`` / ``groups.blacklist`` (``console-consumer-.*, connect-.*, __.*``) and
-``offset-syncs.topic.location`` (``source`` only; see :mod:`headwater.mirror.checkpoints`;
-``sync.group.offsets.enabled = true`` is refused, not yet built), and the
+``offset-syncs.topic.location`` (``source`` only), ``sync.group.offsets.enabled`` (false) and
+``sync.group.offsets.interval.seconds`` (60) (see :mod:`headwater.mirror.checkpoints`), and the
 test-only fault properties ``headwater.test.drop.every`` / ``headwater.test.duplicate.every``
 (drop / produce twice every N-th record; they force the decoding path).
 """
@@ -108,6 +108,7 @@ _GLOBAL_SETTINGS = {
     "groups.exclude",
     "groups.blacklist",
     "sync.group.offsets.enabled",
+    "sync.group.offsets.interval.seconds",
     "replication.policy.internal.topic.separator.enabled",
     "checkpoints.topic.replication.factor",
     "offset-syncs.topic.replication.factor",
@@ -126,7 +127,6 @@ _DIFFERENTLY = {
     "refresh.topics.interval.seconds": "new source topics are seen through ZooKeeper's watch within seconds",
     "refresh.groups.enabled": "the source's groups are listed every emit.checkpoints.interval.seconds",
     "refresh.groups.interval.seconds": "the source's groups are listed every emit.checkpoints.interval.seconds",
-    "sync.group.offsets.interval.seconds": "sync.group.offsets.enabled is not built (it is refused when true)",
     "sync.topic.configs.interval.seconds": "topic configs are copied once, at creation",
     "sync.topic.acls.interval.seconds": "topic ACLs are not copied (sync.topic.acls.enabled = true is refused)",
     "use.incremental.alter.configs": "topic configs are set by CreateTopics at creation, never altered",
@@ -195,6 +195,7 @@ _GLOBAL_ONLY = {
     "offset-syncs.topic.replication.factor",
     "offset-syncs.topic.location",
     "sync.group.offsets.enabled",
+    "sync.group.offsets.interval.seconds",
 }
 
 
@@ -286,6 +287,7 @@ class MirrorConfig:
     )
     internal_separator: str = "."  # the separator in MM2's internal topic names
     checkpoints_replication_factor: int | None = None  # None: the smaller of 3 and the live brokers
+    sync_group_offsets_s: float | None = None  # KIP-545; None: off
     offset_syncs_replication_factor: int | None = None
     drop_every: int = 0
     duplicate_every: int = 0
@@ -453,10 +455,17 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
             "emit.offset-syncs.enabled: false, but emit.checkpoints.enabled is true (checkpoints are translated "
             "with the offset syncs; set emit.checkpoints.enabled = false too)"
         )
-    if _bool("sync.group.offsets.enabled", props.get("sync.group.offsets.enabled", "false")):
+    sync_groups = _bool("sync.group.offsets.enabled", props.get("sync.group.offsets.enabled", "false"))
+    if sync_groups and not checkpoints_enabled:
+        raise MirrorConfigError("sync.group.offsets.enabled: true needs emit.checkpoints.enabled = true (as in MM2)")
+    sync_s = props.get("sync.group.offsets.interval.seconds", "60")
+    try:
+        sync_interval_s = float(sync_s)
+    except ValueError:
+        raise MirrorConfigError(f"sync.group.offsets.interval.seconds: {sync_s!r} is not a number") from None
+    if not 0.1 <= sync_interval_s <= 86400:
         raise MirrorConfigError(
-            "sync.group.offsets.enabled: not supported yet (KIP-545); fail consumers over with the checkpoints "
-            "(headwater mirror translate)"
+            f"sync.group.offsets.interval.seconds: {sync_interval_s:g} is not between 0.1 and 86400"
         )
     location = props.get("offset-syncs.topic.location", "source")
     if location != "source":
@@ -509,6 +518,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         groups=groups,
         groups_exclude=groups_exclude,
         internal_separator=separator if internal_separator_enabled else ".",
+        sync_group_offsets_s=sync_interval_s if sync_groups else None,
         checkpoints_replication_factor=_int(props, "checkpoints.topic.replication.factor", None, minimum=1),
         offset_syncs_replication_factor=_int(props, "offset-syncs.topic.replication.factor", None, minimum=1),
         drop_every=_int(props, "headwater.test.drop.every", 0) or 0,

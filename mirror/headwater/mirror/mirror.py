@@ -235,6 +235,9 @@ class Mirror:
             syncs_topic=config.offset_syncs_topic(flow),
             checkpoints_topic=config.checkpoints_topic(flow.source),
             replication_factor=config.checkpoints_replication_factor,
+            sync_group_offsets_s=config.sync_group_offsets_s,
+            target_bootstrap=config.clusters[flow.target].bootstrap,
+            target_security=config.clusters[flow.target].security,
         )
         self.supervisor.start(
             f"{flow.name} checkpoints", lambda unit: emitter.run(unit, stop), labels={"flow": flow.name}

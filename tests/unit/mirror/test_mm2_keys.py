@@ -24,7 +24,6 @@ BASE = {
     [
         ("sync.topic.acls.enabled", "true", "topic ACLs are not copied"),
         ("sync.topic.configs.enabled", "true", "not kept in step"),
-        ("sync.group.offsets.enabled", "true", "KIP-545"),
         ("config.properties.exclude", "retention.ms", "allow-list"),
         ("topic.filter.class", "com.example.MyFilter", "only DefaultTopicFilter"),
         ("value.converter", "org.apache.kafka.connect.json.JsonConverter", "only ByteArrayConverter"),
@@ -62,6 +61,12 @@ def test_keys_taken_differently_are_accepted_with_the_reason() -> None:
     assert config.unknown == []
     assert any(d.startswith("tasks.max: taken differently: every source partition") for d in config.differently)
     assert len(config.differently) == 3
+
+
+def test_sync_group_offsets_needs_checkpoints() -> None:
+    assert parse({**BASE, "sync.group.offsets.enabled": "true"}).sync_group_offsets_s == 60.0
+    with pytest.raises(MirrorConfigError, match=r"needs emit\.checkpoints\.enabled"):
+        parse({**BASE, "sync.group.offsets.enabled": "true", "emit.checkpoints.enabled": "false"})
 
 
 def test_cli_exits_2_with_one_line(tmp_path: Path) -> None:
