@@ -52,6 +52,8 @@ class ClientConnection(Protocol):
     principal: str
     handler: RequestHandler
     closed: bool
+    #: set by the request path when a client quota throttles this connection (broker/quotas.py)
+    throttle_ms: int
 
     async def send(self, parts: list[bytes | FileRegion]) -> None: ...
 
@@ -95,6 +97,7 @@ class Connection:
             self.peer = "?"
         self.principal = ANONYMOUS
         self.closed = False
+        self.throttle_ms = 0
         self._out: list[bytes] = []  # queued response bytes, in order
         self._flush_scheduled = False
         self._drain: asyncio.Task[None] | None = None  # sends what the socket did not take at once
@@ -135,6 +138,9 @@ class Connection:
                         return
                     if response is not None:
                         await self.send(response)
+                    if self.throttle_ms:
+                        self._flush()
+                        await muted(self)
                 self._flush()  # the answers to one read's requests leave together
         except (ConnectionError, OSError) as e:
             log.debug("connection from %s ended: %s", self.peer, e)
@@ -256,6 +262,7 @@ class TlsConnection:
             der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
             self.principal = "User:" + certificate_principal(der)
         self.closed = False
+        self.throttle_ms = 0
 
     async def run(self) -> None:
         try:
@@ -283,6 +290,8 @@ class TlsConnection:
                     return
                 if response is not None:
                     await self.send(response)
+                if self.throttle_ms:
+                    await muted(self)
         except (ConnectionError, OSError, asyncio.IncompleteReadError) as e:
             log.debug("connection from %s ended: %s", self.peer, e)
         except asyncio.CancelledError:
@@ -319,6 +328,13 @@ class TlsConnection:
         if not self.closed:
             self.closed = True
             self.writer.close()
+
+
+async def muted(conn: Connection | TlsConnection) -> None:
+    """A client quota throttled the connection: its response has left; nothing more is read or
+    handled on it for ``throttle_ms`` (Kafka 2.3 mutes the channel, KIP-219)."""
+    delay, conn.throttle_ms = conn.throttle_ms, 0
+    await asyncio.sleep(delay / 1000.0)
 
 
 def peer_address(sockaddr: tuple[object, ...]) -> str:
