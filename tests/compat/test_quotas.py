@@ -413,3 +413,61 @@ def test_kafka_python_producer_and_consumer_held_at_their_quota(
         lambda: len(delivered) == prod["offered"], 60, "every record offered to be delivered (throttled, not dropped)"
     )
     p.close(timeout=10)
+
+
+def test_follower_fetches_and_the_brokers_own_work_are_never_throttled(
+    broker_factory: Callable[..., BrokerProcess], zk_connect: str
+) -> None:
+    """Every client id and user defaults to 2 kB/s both ways, except the producer's: 2 MB written
+    with acks=all must still be replicated at once (follower fetches are exempt; at 2 kB/s it would
+    take 1000 s). The coordinators' appends never pass through a client connection at all."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    brokers = [broker_factory(0), broker_factory(1)]
+    z = ("--zookeeper", zk_connect)
+    for entity in (("--entity-type", "clients"), ("--entity-type", "users")):
+        ok(
+            *z,
+            "--alter",
+            *entity,
+            "--entity-default",
+            "--add-config",
+            "producer_byte_rate=2000,consumer_byte_rate=2000",
+        )
+    _set_quota(zk_connect, "acks-all", producer_byte_rate=100 * Q)
+    ok(
+        *z,
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "ANONYMOUS",
+        "--entity-type",
+        "clients",
+        "--entity-name",
+        "acks-all",
+        "--add-config",
+        f"producer_byte_rate={100 * Q}",
+    )
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("replicated", 1, 2)])["replicated"].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "client.id": "acks-all", "acks": "all", "batch.size": 16384})
+    errors: list[object] = []
+    started = time.monotonic()
+    for _ in range(2000):
+        while True:
+            try:
+                p.produce("replicated", b"r" * RECORD, on_delivery=lambda err, _m: errors.append(err))
+                break
+            except BufferError:
+                p.poll(0.1)
+    assert p.flush(60) == 0
+    took = time.monotonic() - started
+    assert errors == [None] * 2000
+    print(f"2 MB acks=all in {took:.1f} s")
+    # under replica.lag.time.max.ms (10 s): the follower never fell out of the ISR
+    assert took < 10, f"2 MB acks=all took {took:.1f} s: replication was throttled by a client quota"
+    isr = admin.list_topics("replicated", timeout=30).topics["replicated"].partitions[0].isrs
+    assert sorted(isr) == [0, 1]
