@@ -30,6 +30,11 @@ Produce records the request's size, Fetch the response's size, request quotas th
 request was handled (as a percentage of one thread). A rate above the quota gives
 ``throttle_time_ms = (rate - quota) / quota * window`` (Kafka's ClientQuotaManager.throttleTime).
 
+While no entity sets a quota type (and no static default), that type measures nothing: no cost per
+request and no per-entity series (Kafka measures every client; here the series appear with the first
+quota). ``request_percentage`` is stored, validated and shown but not enforced yet (the handlers'
+awaits would count as request time; a per-request CPU clock is needed).
+
 Throttling, as Kafka 2.3 (KIP-219): the response leaves at once with ``throttle_time_ms`` set,
 then the connection is *muted* for that time (network.py: nothing more is read or handled on it);
 nothing is ever dropped. A throttled consumer Fetch is answered empty (its bytes unrecorded), as
@@ -195,6 +200,10 @@ class QuotaManager:
 
     def config_changed(self) -> None:
         self._resolved.clear()
+
+    def active(self) -> bool:
+        """Any quota of this type anywhere: with none, nothing is measured (no cost, no series)."""
+        return self.static_default is not None or bool(self.configs.quotas.get(self.config_name))
 
     def resolve(self, user: str, client_id: str) -> tuple[tuple[str, str], float | None]:
         """(sensor tags, quota bound) for a request of ``user`` (sanitized) and ``client_id``."""
@@ -448,8 +457,10 @@ class ClientQuotas:
         """The hook after a Produce or Fetch was handled (server.handle_frame): record, and when the
         entity is over its quota put ``throttle_time_ms`` in the response (a consumer Fetch answered
         empty instead) and set ``conn.throttle_ms`` so the connection mutes itself after sending it."""
-        user, client = user_of(conn.principal), client_id or ""
         if api_key == PRODUCE_KEY:
+            if not self.produce.active():
+                return parts
+            user, client = user_of(conn.principal), client_id or ""
             sensor, throttle_ms = self.produce.record(user, client, request_bytes)
             if throttle_ms <= 0:
                 return parts
@@ -461,6 +472,9 @@ class ClientQuotas:
             return encode(response)
         if request["replica_id"] >= 0 or parts is None:  # a follower: replication is never throttled here
             return parts
+        if not self.fetch.active():
+            return parts
+        user, client = user_of(conn.principal), client_id or ""
         size = sum(len(p) if isinstance(p, bytes | bytearray | memoryview) else p.size for p in parts)
         sensor, throttle_ms = self.fetch.record(user, client, size)
         if throttle_ms <= 0:
