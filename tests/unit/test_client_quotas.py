@@ -107,3 +107,17 @@ def test_validation_as_kafka() -> None:
     assert validate_quota_config("consumer_byte_rate", "x") is not None
     assert validate_quota_config("request_percentage", "-1") is not None
     assert validate_quota_config("producer_rate", "1") is not None
+
+
+def test_the_fast_check_never_lets_a_rate_above_the_quota_through() -> None:
+    import random
+
+    rng = random.Random(42)
+    clock = Clock()
+    r = Rate(11, 1.0, clock.now)
+    for _ in range(5000):
+        clock.now += rng.choice([0.001, 0.05, 0.3, 1.0, 4.0])
+        r.record(rng.randint(0, 5000), clock.now)
+        bound = rng.choice([100.0, 500.0, 1000.0, 5000.0])
+        if r.surely_within(bound):
+            assert r.measure(clock.now) <= bound + 1e-9

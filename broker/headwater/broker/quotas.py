@@ -51,6 +51,7 @@ State lives on the event loop only; the clock is injected.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -89,7 +90,7 @@ DEFAULT = zkconfig.DEFAULT_ENTITY
 class Rate:
     """Kafka's ``Rate`` over a ``SampledStat``: ``samples`` windows of ``window_s`` seconds."""
 
-    __slots__ = ("_current", "_starts", "_values", "samples", "window_s")
+    __slots__ = ("_current", "_starts", "_values", "samples", "sum", "window_s")
 
     def __init__(self, samples: int, window_s: float, now: float) -> None:
         self.samples = max(samples, 2)
@@ -97,17 +98,27 @@ class Rate:
         self._starts = [now] * self.samples
         self._values = [0.0] * self.samples
         self._current = 0
+        #: every sample's value, expired or not: an upper bound of the measured total, kept in O(1)
+        self.sum = 0.0
 
     def record(self, value: float, now: float) -> None:
         i = self._current
         if now - self._starts[i] >= self.window_s:  # the current sample is complete: reuse the oldest
             i = self._current = (i + 1) % self.samples
             self._starts[i] = now
+            self.sum -= self._values[i]
             self._values[i] = 0.0
         self._values[i] += value
+        self.sum += value
 
     def unrecord(self, value: float) -> None:
         self._values[self._current] -= value
+        self.sum -= value
+
+    def surely_within(self, bound: float) -> bool:
+        """True when the rate cannot exceed ``bound`` (the window is at least ``samples - 1`` windows
+        long, and no live total exceeds ``sum``): the per-request check without measuring."""
+        return self.sum <= bound * (self.samples - 1) * self.window_s
 
     def _live(self, now: float) -> tuple[float, float]:
         """(total of the samples not yet expired, start of the oldest of them); pure, so the metrics
@@ -286,7 +297,7 @@ class QuotaManager:
         tags, bound = self.resolve(user, client_id)
         s = self.sensor(tags, now)
         s.rate.record(value, now)
-        if bound is None:
+        if bound is None or s.rate.surely_within(bound):
             return s, 0
         rate = s.rate.measure(now)
         if rate <= bound:
@@ -492,6 +503,7 @@ class ClientQuotas:
         )
 
 
+@functools.lru_cache(maxsize=4096)
 def user_of(principal: str) -> str:
     """A KafkaPrincipal's name as quota entities name it (sanitized): ``User:alice`` -> ``alice``."""
     _, _, name = principal.partition(":")
