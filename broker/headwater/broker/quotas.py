@@ -44,13 +44,13 @@ coordinator's appends) never passes through a client connection's quota. Request
 the inter-broker (ClusterAction) APIs.
 
 Changes: brokers read every user and client entity at start-up and re-read one entity when a
-``/config/changes`` notification names it (``users/...`` or ``clients/...``), without a restart.
+``/config/changes`` notification names it (``users/...`` or ``clients/...``), without a restart;
+the notifications come from the broker's one watch on ``/config/changes`` (credential_cache.py).
 State lives on the event loop only; the clock is injected.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -58,17 +58,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kazoo.exceptions import NoNodeError
+
 from headwater.quotas import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
     QUOTA_CONFIGS,
     REQUEST_PERCENTAGE,
     entity_znode,
+    user_clients_znode,
     validate_quota_config,
 )
 from headwater.zk import config as zkconfig
 from headwater.zk.json import ZnodeFormatError
-from headwater.zk.paths import CONFIG_CHANGES, CONFIG_CLIENTS, CONFIG_USERS
+from headwater.zk.paths import CONFIG_CLIENTS, CONFIG_USERS
 
 if TYPE_CHECKING:
     from headwater.broker.zk import ZooKeeper
@@ -321,14 +324,6 @@ class QuotaConfigs:
         self.on_change = on_change
         self.quotas: dict[str, dict[str, float]] = {}
         self._entities: dict[str, dict[str, float]] = {}
-        self._last_change: str | None = None
-        self._reading = False
-        self._pending = False
-        self._task: asyncio.Task[None] | None = None
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
 
     def set_entity(self, key: str, config: dict[str, str]) -> None:
         """Apply one entity's stored config (other configs, such as SCRAM credentials, are ignored)."""
@@ -359,68 +354,42 @@ class QuotaConfigs:
     # -- ZooKeeper ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Read every user and client entity, then follow ``/config/changes``."""
+        """Read every user and client entity. Changes then come through :meth:`on_change_notification`,
+        called for each ``/config/changes`` notification by the broker's one watch on it (the
+        credential cache's, broker/credential_cache.py)."""
         assert self.zk is not None
         zk = self.zk
-        await zk.call(zk.client.ensure_path, CONFIG_CHANGES)
-        changes = await zk.children(CONFIG_CHANGES)
-        self._last_change = changes[-1] if changes else None
         keys = []
         for user in await zk.children(CONFIG_USERS):
             keys.append(f"users/{user}")
-            keys += [f"users/{user}/clients/{c}" for c in await zk.children(f"{CONFIG_USERS}/{user}/clients")]
+            keys += [
+                f"users/{user}/clients/{c}" for c in await zk.children(user_clients_znode(zkconfig.desanitize(user)))
+            ]
         keys += [f"clients/{c}" for c in await zk.children(CONFIG_CLIENTS)]
         await self._read(keys)
-        zk.watch_children(CONFIG_CHANGES, self._on_changes)
 
     async def _read(self, keys: list[str]) -> None:
         assert self.zk is not None
         for key in keys:
             try:
                 data, _stat = await self.zk.call(self.zk.client.get, entity_znode(key))
-            except Exception as e:  # NoNodeError: deleted, no quota
-                if type(e).__name__ != "NoNodeError":
-                    log.warning("cannot read %s: %s", entity_znode(key), e)
+            except NoNodeError:  # deleted: no quota
                 data = None
             try:
                 self.set_entity(key, zkconfig.decode_entity_config(entity_znode(key), data))
             except ZnodeFormatError as e:
                 log.error("ignoring %s", e)
 
-    def _on_changes(self, children: list[str]) -> None:
-        if self._reading:
-            self._pending = True
-            return
-        self._task = asyncio.ensure_future(self._process(sorted(children)))
-
-    async def _process(self, children: list[str]) -> None:
-        """Kafka's ZkNodeChangeNotificationListener: the notifications after the last processed."""
-        assert self.zk is not None
-        self._reading = True
+    async def on_change_notification(self, data: bytes | None) -> None:
+        """A ``/config/changes`` notification (Kafka's ZkNodeChangeNotificationListener hands each
+        one over in order): a ``users/...`` or ``clients/...`` entity is read again."""
         try:
-            new = [c for c in children if self._last_change is None or c > self._last_change]
-            keys: list[str] = []
-            for child in new:
-                try:
-                    data, _ = await self.zk.call(self.zk.client.get, f"{CONFIG_CHANGES}/{child}")
-                    entity_type, name = zkconfig.decode_change(data)
-                except ZnodeFormatError as e:
-                    log.warning("ignoring config change %s: %s", child, e)
-                    continue
-                except Exception:  # purged meanwhile
-                    continue
-                if entity_type in ("users", "clients"):
-                    keys.append(f"{entity_type}/{name}")
-            if new:
-                self._last_change = new[-1]
-            await self._read(list(dict.fromkeys(keys)))
-        except Exception:
-            log.exception("processing quota config changes failed")
-        finally:
-            self._reading = False
-        if self._pending:
-            self._pending = False
-            self._on_changes(await self.zk.children(CONFIG_CHANGES))
+            entity_type, name = zkconfig.decode_change(data)
+        except ZnodeFormatError as e:
+            log.warning("ignoring a config change notification: %s", e)
+            return
+        if entity_type in ("users", "clients") and self.zk is not None:
+            await self._read([f"{entity_type}/{name}"])
 
 
 class ClientQuotas:
@@ -450,9 +419,6 @@ class ClientQuotas:
 
     async def start(self) -> None:
         await self.configs.start()
-
-    def stop(self) -> None:
-        self.configs.stop()
 
     def after_request(
         self,
