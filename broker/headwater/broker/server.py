@@ -173,8 +173,9 @@ class KafkaBroker:
         self.log_manager.on_dir_failure = self._on_log_dir_failure
         if self.authorizer is not None:
             await self.authorizer.start()
-        if any(sec.uses_sasl for sec in cfg.security.values()):
-            await self.credentials.start()  # before the listeners: the first login finds its user
+        # before the listeners: the first login finds its user; on every broker, as its watch on
+        # /config/changes also feeds the client quotas
+        await self.credentials.start()
         await self.server.start()
         if cfg.prometheus_port is not None:
             port = self.metrics.serve(cfg.prometheus_port, cfg.prometheus_host)
