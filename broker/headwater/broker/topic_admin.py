@@ -26,6 +26,10 @@ from headwater.broker.zk import ZooKeeper, to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
 
 MAX_NAME_LENGTH = 249
+#: CreatePartitions' bound on a topic's partition count (Headwater's; Kafka has none): assigning
+#: them runs on the event loop (~1.3 us a partition) and ``/brokers/topics/<t>`` must stay well
+#: under ZooKeeper's 1 MiB znode limit (10,000 partitions of 3 replicas are ~200 KB of JSON)
+MAX_PARTITIONS_PER_TOPIC = 10_000
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -226,7 +230,17 @@ async def add_partitions(
     ``assignment`` gives one broker list per new partition, and rewrites the znode with every
     partition, conditional on the version read. The controller's watch on that znode creates the
     new partitions' state and leaders. Returns the new partitions' assignment; raises KafkaError.
+
+    ``count`` above :data:`MAX_PARTITIONS_PER_TOPIC` is INVALID_PARTITIONS before anything is read
+    or assigned (validate_only too): Kafka has no bound, and a request for 2**31 - 1 partitions
+    would otherwise hold the event loop for most of an hour assigning them.
     """
+    if count > MAX_PARTITIONS_PER_TOPIC:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"Requested {count} partitions for topic '{name}': at most {MAX_PARTITIONS_PER_TOPIC} partitions "
+            "per topic are allowed.",
+        )
     got = await zk.get_json(zkpaths.topic_path(name))
     if got is None or not isinstance(got[0], dict) or not isinstance(got[0].get("partitions"), dict):
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
