@@ -726,14 +726,14 @@ TABLE: dict[int, Rule] = {
     32: Rule(
         "DescribeConfigs",
         ((("DescribeConfigs", "Topic"),), (("DescribeConfigs", "Cluster"),)),
-        "TOPIC_ / CLUSTER_AUTHORIZATION_FAILED per resource",
+        "TOPIC_AUTHORIZATION_FAILED / CLUSTER_AUTHORIZATION_FAILED per resource",
         HANDLER,
         "DescribeConfigs on the Topic (TOPIC) or the Cluster (BROKER), per resource (handlers/describe_configs.py)",
     ),
     33: Rule(
         "AlterConfigs",
         ((("AlterConfigs", "Topic"),), (("AlterConfigs", "Cluster"),)),
-        "TOPIC_ / CLUSTER_AUTHORIZATION_FAILED per resource",
+        "TOPIC_AUTHORIZATION_FAILED / CLUSTER_AUTHORIZATION_FAILED per resource",
         BEFORE,
         "AlterConfigs on the Topic (TOPIC resources) or the Cluster (BROKER resources), before any lookup",
         _alter_configs,
@@ -767,7 +767,7 @@ TABLE: dict[int, Rule] = {
     44: Rule(
         "IncrementalAlterConfigs",
         ((("AlterConfigs", "Topic"),), (("AlterConfigs", "Cluster"),)),
-        "TOPIC_ / CLUSTER_AUTHORIZATION_FAILED per resource",
+        "TOPIC_AUTHORIZATION_FAILED / CLUSTER_AUTHORIZATION_FAILED per resource",
         BEFORE,
         "as AlterConfigs",
         _alter_configs,
