@@ -665,7 +665,8 @@ def test_h2_fetch_session_rechecks_read_and_belongs_to_its_principal(secured: Se
     """A consumer's incremental fetch session (Fetch v11): after its Read ACL is removed, the next
     incremental fetch -- listing nothing -- answers TOPIC_AUTHORIZATION_FAILED for the session's
     partition and no records; another principal naming the session id gets
-    FETCH_SESSION_ID_NOT_FOUND and cannot close it."""
+    FETCH_SESSION_ID_NOT_FOUND and cannot close it; a follower fetch without ClusterAction is
+    answered TOPIC_AUTHORIZATION_FAILED."""
     s = secured
     grant = [{"principal": "User:other", "operations": ["Read"], "resource_type": "Topic", "name": "az-session"}]
     grant_and_wait(s, tmp_path, grant)
@@ -719,6 +720,11 @@ def test_h2_fetch_session_rechecks_read_and_belongs_to_its_principal(secured: Se
     [partition] = topic["partitions"]
     assert (topic["topic"], partition["error_code"]) == ("az-session", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     assert not partition["records"]
+    # a follower's fetch (replica_id >= 0) without ClusterAction: every partition refused, as Kafka
+    # 2.3 answers it (the connection used to be closed), and no session is opened for it
+    follower = s.call("nobody", 1, 11, {**fetch_body("az-session", epoch=0), "replica_id": 5})
+    assert follower["session_id"] == 0
+    assert first_partition_code()(follower) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
 def _revoke(s: Secured, tmp: Path, bindings: list[dict[str, Any]]) -> None:
