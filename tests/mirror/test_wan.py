@@ -139,7 +139,8 @@ def test_the_group_reaches_a_source_zookeeper_again_within_seconds_after_a_long_
     dc2's link, the mirror's next try at dc2's ZooKeeper came minutes after the heal. The group
     retries forever, at most RECONNECT_MAX_DELAY_S apart (what a 10-minute cut would need kazoo's
     defaults to show is not test material: the setting is what is checked)."""
-    from headwater.mirror.group import RECONNECT_MAX_DELAY_S, ZkGroup
+    from headwater.mirror.group import ZkGroup
+    from headwater.zk.client import RECONNECT_MAX_DELAY_S
 
     group = ZkGroup("127.0.0.1:1", "g", "g_1", ["t"])
     retry = group.zk._conn_retry  # the client's own reconnect policy

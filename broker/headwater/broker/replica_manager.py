@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from headwater.broker import zk as zkpaths
 from headwater.broker.config import topic_log_config
 from headwater.broker.fetch_session import DEFAULT_SLOTS, CachedPartition, FetchSessionCache
 from headwater.broker.group.formats import OFFSETS_TOPIC
@@ -33,6 +32,8 @@ from headwater.broker.replica_fetcher import ReplicaFetcherManager
 from headwater.broker.zk import to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
+from headwater.zk import paths as zkpaths
+from headwater.zk.notifications import encode_isr_change
 
 if TYPE_CHECKING:
     from headwater.broker.server import KafkaBroker
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 TP = tuple[str, int]
-ISR_CHANGE_PREFIX = "/isr_change_notification/isr_change_"
+ISR_CHANGE_PREFIX = zkpaths.ISR_CHANGE_PREFIX
 #: how long ISR changes are gathered into one /isr_change_notification znode
 ISR_CHANGE_BATCH_S = 0.05
 #: ISR gauges are refreshed at most this often while ISRs change
@@ -416,8 +417,9 @@ class ReplicaManager:
         while self._isr_changed:
             await asyncio.sleep(ISR_CHANGE_BATCH_S)
             changed, self._isr_changed = sorted(self._isr_changed), set()
-            value = {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in changed]}
-            (result,) = await zk.create_many([(ISR_CHANGE_PREFIX, to_json(value))], makepath=True, sequence=True)
+            (result,) = await zk.create_many(
+                [(ISR_CHANGE_PREFIX, encode_isr_change(changed))], makepath=True, sequence=True
+            )
             if isinstance(result, Exception):
                 log.warning("could not notify the controller of %d ISR change(s): %s", len(changed), result)
 

@@ -18,12 +18,12 @@ import re
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from headwater.broker import zk as zkpaths
 from headwater.broker.config import validate_topic_config
 from headwater.broker.metadata_cache import MetadataCache, parse_broker_registration
 from headwater.broker.storage.log import LogConfig
 from headwater.broker.zk import ZooKeeper, to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.zk import paths as zkpaths
 
 MAX_NAME_LENGTH = 249
 #: CreatePartitions' bound on a topic's partition count (Headwater's; Kafka has none): assigning

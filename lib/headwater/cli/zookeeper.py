@@ -14,9 +14,9 @@ from headwater.cli.topics import CliError
 def zookeeper_session(connect: str) -> Iterator[Any]:
     """A started kazoo client for ``connect`` (``host:port[/chroot]``), stopped and closed on exit;
     a ZooKeeper that cannot be reached is a readable CLI error."""
-    from kazoo.client import KazooClient
+    from headwater.zk.client import kazoo_client
 
-    zk = KazooClient(hosts=connect, timeout=10)
+    zk = kazoo_client(connect, session_timeout_s=10.0)
     try:
         zk.start(timeout=15)
     except Exception as e:

@@ -46,6 +46,7 @@ from headwater.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord
 from headwater.client.errors import KafkaTimeoutError, OffsetOutOfRangeError
 from headwater.client.rebalance import ConsumerThreadId, range_assign, thread_ids
 from headwater.client.sync import EventLoopThread
+from headwater.zk.client import kazoo_client
 
 log = logging.getLogger("headwater.client.zk_consumer")
 
@@ -323,7 +324,7 @@ class ZookeeperConsumerConnector:
         self.dir_offsets = f"/consumers/{group_id}/offsets"
 
         hosts, slash, chroot = zookeeper_connect.partition("/")
-        self._zk = KazooClient(hosts=hosts, timeout=zookeeper_session_timeout_ms / 1000.0)
+        self._zk = kazoo_client(hosts, session_timeout_s=zookeeper_session_timeout_ms / 1000.0)
         self._zk.start(zookeeper_connection_timeout_ms / 1000.0)
         if slash and chroot.strip("/"):
             self._zk.ensure_path("/" + chroot.strip("/"))

@@ -51,10 +51,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
-from kazoo.retry import KazooRetry
+
+from headwater.zk.client import kazoo_client
 
 log = logging.getLogger("headwater.mirror.group")
 
@@ -90,24 +91,15 @@ def new_consumer_id(group: str) -> str:
     return f"{group}_{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-#: the longest pause between two attempts to reach a source ZooKeeper that is out of reach
-RECONNECT_MAX_DELAY_S = 5.0
-
-
 class ZkGroup:
     def __init__(self, zk_connect: str, group: str, consumer_id: str, subscription: list[str]) -> None:
         self.zk_connect = zk_connect
         self.group = group
         self.consumer_id = consumer_id
         self.subscription = subscription
-        # kazoo's default reconnect backoff doubles up to an hour: after a source ZooKeeper was out of
-        # reach for ten minutes (a cut WAN link) its next try could be many minutes after the link
-        # is back (seen in the lab). Retry forever, at most RECONNECT_MAX_DELAY_S apart.
-        self.zk = KazooClient(
-            hosts=zk_connect,
-            timeout=SESSION_TIMEOUT_S,
-            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RECONNECT_MAX_DELAY_S),
-        )
+        # Headwater's one connection policy: reconnect forever, a few seconds apart at most (a cut WAN
+        # link to a source ZooKeeper must not push the next try minutes after the link is back).
+        self.zk = kazoo_client(zk_connect, session_timeout_s=SESSION_TIMEOUT_S)
         self._on_change: Callable[[], None] = lambda: None
         self.session_lost = False
         #: the connection to ZooKeeper is down and the session may expire: do not produce or commit

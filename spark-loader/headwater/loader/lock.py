@@ -83,12 +83,14 @@ def warehouse_lock(warehouse: str, zookeeper: str | None = None, timeout_ms: int
 
 @contextlib.contextmanager
 def _zookeeper_lock(warehouse: str, connect: str, timeout_ms: int) -> Iterator[LockGuard]:
-    from kazoo.client import KazooClient, KazooState
+    from kazoo.client import KazooState
     from kazoo.exceptions import LockTimeout
+
+    from headwater.zk.client import kazoo_client
 
     hosts, slash, chroot = connect.partition("/")
     path = f"{'/' + chroot.rstrip('/') if slash and chroot else ''}/headwater-loader/locks/{_digest(warehouse)}"
-    client = KazooClient(hosts=hosts, timeout=10.0)
+    client = kazoo_client(hosts, session_timeout_s=10.0)
     guard = LockGuard(f"the ZooKeeper lock {path} on {hosts}", client)
     held = threading.Event()
 

@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from headwater.broker import zk as zkpaths
 from headwater.broker.controller import requests as build
 from headwater.broker.controller.channel import ControllerChannel
 from headwater.broker.controller.election import LeaderAndIsr, offline_leader, preferred_leader, shutdown_leader
@@ -47,6 +46,7 @@ from headwater.broker.metadata_cache import BrokerInfo, parse_broker_registratio
 from headwater.broker.zk import CheckVersionFailed, from_json, to_json
 from headwater.protocol.apis import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
 from headwater.protocol.errors import ErrorCode
+from headwater.zk import paths as zkpaths
 
 if TYPE_CHECKING:
     from headwater.broker.services import ControllerHost
