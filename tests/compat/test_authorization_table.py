@@ -840,3 +840,33 @@ def test_l5_metadata_auto_creation_is_decided_per_topic(secured: Secured, tmp_pa
     assert codes["az-auto-no"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
     assert codes["az-auto-yes"] in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE)
     assert s.kazoo.exists("/brokers/topics/az-auto-yes") and not s.kazoo.exists("/brokers/topics/az-auto-no")
+
+
+def test_c1_refusals_say_nothing_about_existence(secured: Secured) -> None:
+    """DeleteRecords, CreatePartitions, AlterConfigs and IncrementalAlterConfigs answer a principal
+    without the ACL TOPIC_AUTHORIZATION_FAILED whether the topic exists or not (no existence oracle);
+    a super user learns the topic does not exist."""
+    s = secured
+    for topic in ("az-records", "az-no-such-topic"):
+        requests = {
+            21: (
+                1,
+                {"topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": -1}]}], "timeout_ms": 5000},
+                first_partition_code("topics"),
+            ),
+            37: (
+                1,
+                {
+                    "topics": [{"name": topic, "count": 9, "assignments": None}],
+                    "timeout_ms": 5000,
+                    "validate_only": True,
+                },
+                first_code("results"),
+            ),
+            33: (1, config_resource(topic, "5", False), first_code("responses")),
+            44: (0, config_resource(topic, "5", True), first_code("responses")),
+        }
+        for key, (version, body, code) in requests.items():
+            assert code(s.call("reader", key, version, body)) == ErrorCode.TOPIC_AUTHORIZATION_FAILED, (key, topic)
+            if topic == "az-no-such-topic":
+                assert code(s.call("admin", key, version, body)) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, key
