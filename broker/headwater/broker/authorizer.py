@@ -69,6 +69,8 @@ class Authorizer:
         self.cache = AclCache(super_users, allow_if_no_acl)
         self._reloading: asyncio.Task[None] | None = None
         self._again = False
+        #: bumped whenever the ACLs are replaced: what remembers a decision (a fetch session) asks again
+        self.generation = 0
 
     async def start(self) -> None:
         for path in (LITERAL_CHANGES, EXTENDED_CHANGES, LITERAL_ROOT, PREFIXED_ROOT):
@@ -110,6 +112,7 @@ class Authorizer:
                     if entries:
                         acls[res] = entries
         self.cache.acls = acls
+        self.generation += 1
         log.info("loaded %d ACLs on %d resources", sum(len(v) for v in acls.values()), len(acls))
 
     async def change(self, res: Resource, add: list[Acl], remove: list[Acl]) -> None:
@@ -139,9 +142,13 @@ class Authorizer:
             return
         raise RuntimeError(f"could not update ACLs of {res} after 20 attempts (concurrent writers)")
 
+    @staticmethod
+    def host_of(ctx: RequestContext) -> str:
+        """The client address ACL hosts are compared with."""
+        return ctx.peer.rsplit(":", 1)[0]
+
     def allowed(self, ctx: RequestContext, operation: str, resource_type: str, name: str) -> bool:
-        host = ctx.peer.rsplit(":", 1)[0]
-        return self.cache.authorize(ctx.principal, host, operation, resource_type, name)
+        return self.cache.authorize(ctx.principal, self.host_of(ctx), operation, resource_type, name)
 
 
 class Refused(Exception):

@@ -114,6 +114,14 @@ class FetchSession:
     #: the partitions a read must look at (insertion order; see the module docstring)
     dirty: dict[TP, CachedPartition] = field(default_factory=dict)
     _waiters: set[asyncio.Future[bool]] = field(default_factory=set)
+    #: Read on each topic of the session as last decided, valid while ``readable_key`` (the
+    #: authorizer's ACL generation and the client's host) is unchanged: an incremental fetch then
+    #: re-checks every partition of the session at a dict lookup each, and a changed ACL (or host)
+    #: makes it ask the authorizer again
+    readable: dict[str, bool] = field(default_factory=dict)
+    #: how many of its partitions each topic has (what the per-request Read check walks)
+    topics: dict[str, int] = field(default_factory=dict)
+    readable_key: tuple[int, str] | None = None
 
     @property
     def privileged(self) -> bool:
@@ -131,6 +139,7 @@ class FetchSession:
                 p["partition_max_bytes"],
                 p["current_leader_epoch"],
             )
+            self.topics[topic] = self.topics.get(topic, 0) + 1
             if self.registry is not None and not self.closed:
                 self.registry.listen(key, e)
         else:
@@ -144,6 +153,11 @@ class FetchSession:
         for k in keys:
             e = self.partitions.pop(k, None)
             if e is not None:
+                left = self.topics[k[0]] - 1
+                if left:
+                    self.topics[k[0]] = left
+                else:
+                    del self.topics[k[0]]
                 self._drop(e)
 
     def _drop(self, e: CachedPartition) -> None:

@@ -121,3 +121,24 @@ def test_fetch_session_is_bound_to_its_principal() -> None:
 def test_fetch_session_ids_do_not_come_from_a_seeded_generator() -> None:
     source = inspect.getsource(inspect.getmodule(FetchSessionCache))  # type: ignore[arg-type]
     assert "secrets.randbelow" in source and "random.randint" not in source
+
+
+def test_fetch_session_counts_its_topics_for_the_read_check() -> None:
+    """The per-request Read check walks a session's topics, not its partitions: the count follows
+    upserts and forgets."""
+    s = FetchSessionCache(10).create(replica_id=-1, size=3, now_ms=0, principal="User:c")
+    assert s is not None
+    for topic, p in (("t", 0), ("t", 1), ("u", 0), ("t", 0)):
+        s.upsert(
+            topic,
+            {
+                "partition": p,
+                "fetch_offset": 0,
+                "log_start_offset": -1,
+                "partition_max_bytes": 1,
+                "current_leader_epoch": -1,
+            },
+        )
+    assert s.topics == {"t": 2, "u": 1}
+    s.forget([("t", 0), ("u", 0), ("u", 0)])
+    assert s.topics == {"t": 1}

@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from headwater.acls import CLUSTER_NAME
@@ -86,7 +85,13 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
         entries: list[CachedPartition] = []  # each read takes the session's dirty entries
         incremental = True
         # every partition of the session, listed in this request or not, is authorized again
-        denied = _denied(az, ctx, readable, session.partitions.values())
+        # (decisions kept by the session until the ACLs or the client's host change)
+        if az is not None and readable is not None:
+            key = (az.generation, az.host_of(ctx))
+            if session.readable_key != key:
+                session.readable, session.readable_key = {}, key
+            readable = session.readable
+        denied = _denied(az, ctx, readable, session)
     else:
         if epoch == 0:
             size = sum(len(t["partitions"]) for t in request["topics"])
@@ -106,7 +111,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
         for t in request["topics"]:
             for p in t["partitions"]:
                 transient.upsert(t["topic"], p)
-        denied = _denied(az, ctx, readable, transient.partitions.values())
+        denied = _denied(az, ctx, readable, transient)
         entries = [e for e in transient.partitions.values() if e.key not in denied]
         incremental = False
     deadline = time.monotonic() + max(0, request["max_wait_ms"]) / 1000.0
@@ -147,21 +152,24 @@ def _denied(
     az: Authorizer | None,
     ctx: RequestContext,
     readable: dict[str, bool] | None,
-    entries: Iterable[CachedPartition],
+    session: FetchSession,
 ) -> set[TP]:
-    """The partitions the consumer may not Read (Kafka 2.3's per-request check of every partition
-    of the fetch context): answered TOPIC_AUTHORIZATION_FAILED, never read."""
+    """The partitions of ``session`` the consumer may not Read (Kafka 2.3's per-request check of
+    every partition of the fetch context): answered TOPIC_AUTHORIZATION_FAILED, never read. One
+    decision per topic, remembered in ``readable``; nothing is walked per partition unless a
+    topic is refused."""
     if az is None or readable is None:
         return set()
-    out: set[TP] = set()
-    for e in entries:
-        topic = e.key[0]
+    refused: set[str] = set()
+    for topic in session.topics:
         ok = readable.get(topic)
         if ok is None:
             ok = readable[topic] = az.allowed(ctx, "Read", "Topic", topic)
         if not ok:
-            out.add(e.key)
-    return out
+            refused.add(topic)
+    if not refused:
+        return set()
+    return {key for key in session.partitions if key[0] in refused}
 
 
 def _denied_partition(index: int) -> Message:
