@@ -689,7 +689,7 @@ TABLE: dict[int, Rule] = {
         ((("Delete", "Topic"),),),
         "TOPIC_AUTHORIZATION_FAILED per partition",
         BEFORE,
-        "internal topics (__consumer_offsets, __transaction_state) are refused with INVALID_TOPIC_EXCEPTION "
+        "internal topics (`__consumer_offsets`, `__transaction_state`) are refused with INVALID_TOPIC_EXCEPTION "
         "whoever asks",
         _delete_records,
     ),
@@ -758,7 +758,8 @@ TABLE: dict[int, Rule] = {
         ((("Alter", "Topic"),),),
         "TOPIC_AUTHORIZATION_FAILED per topic",
         BEFORE,
-        "a topic named twice is INVALID_REQUEST whoever asks; above MAX_PARTITIONS_PER_TOPIC: INVALID_PARTITIONS",
+        "a topic named twice is INVALID_REQUEST whoever asks; a count above 10,000 "
+        "(topic_admin.MAX_PARTITIONS_PER_TOPIC) is INVALID_PARTITIONS",
         _create_partitions,
     ),
     42: Rule(
