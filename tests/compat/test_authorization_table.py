@@ -673,7 +673,7 @@ def test_c1_delete_records_refuses_internal_topics_for_everyone(secured: Secured
 
 def test_c1_create_partitions_is_bounded_before_any_work(secured: Secured) -> None:
     """A count of 2**31 - 1 (validate_only too) is INVALID_PARTITIONS with the limit named, answered
-    at once; the topic is unchanged."""
+    at once; the topic is unchanged. CreateTopics likewise."""
     s = secured
     before = s.znode("/brokers/topics/az-fetch")
     for validate_only in (True, False):
@@ -688,6 +688,17 @@ def test_c1_create_partitions_is_bounded_before_any_work(secured: Secured) -> No
         assert "10000" in result["error_message"], result
         assert time.monotonic() - started < 10  # no assignment of two billion partitions
     assert s.znode("/brokers/topics/az-fetch") == before
+    # CreateTopics takes the same bound (a principal with Create could otherwise do the same)
+    body = {
+        "topics": [
+            {"name": "az-huge", "num_partitions": 2**31 - 1, "replication_factor": 1, "assignments": [], "configs": []}
+        ],
+        "timeout_ms": 10000,
+        "validate_only": True,
+    }
+    [created] = s.call("admin", 19, 3, body)["topics"]
+    assert created["error_code"] == ErrorCode.INVALID_PARTITIONS and "10000" in created["error_message"], created
+    assert s.znode("/brokers/topics/az-huge") is None
 
 
 def test_h2_fetch_session_rechecks_read_and_belongs_to_its_principal(secured: Secured, tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.zk import paths as zkpaths
 
 MAX_NAME_LENGTH = 249
-#: CreatePartitions' bound on a topic's partition count (Headwater's; Kafka has none): assigning
+#: CreatePartitions' and CreateTopics' bound on a topic's partition count (Headwater's; Kafka has none): assigning
 #: them runs on the event loop (~1.3 us a partition) and ``/brokers/topics/<t>`` must stay well
 #: under ZooKeeper's 1 MiB znode limit (10,000 partitions of 3 replicas are ~200 KB of JSON)
 MAX_PARTITIONS_PER_TOPIC = 10_000
@@ -153,8 +153,15 @@ async def create_topic(
 
     ``configs`` are checked over ``log_defaults`` (the broker's), so a topic whose overrides
     conflict with a broker default (min.compaction.lag.ms above log.cleaner.max.compaction.lag.ms)
-    is refused here rather than failing when its partitions are created."""
+    is refused here rather than failing when its partitions are created. More partitions than
+    :data:`MAX_PARTITIONS_PER_TOPIC` are INVALID_PARTITIONS before any work, as for add_partitions."""
     validate_topic_name(name)
+    if num_partitions > MAX_PARTITIONS_PER_TOPIC:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"Requested {num_partitions} partitions for topic '{name}': at most {MAX_PARTITIONS_PER_TOPIC} "
+            "partitions per topic are allowed.",
+        )
     if name in cache.topics:
         raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
     collision = _collides(name, cache)
