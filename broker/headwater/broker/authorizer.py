@@ -582,7 +582,6 @@ def _cluster_action(az: Authorizer, ctx: RequestContext, body: Message) -> Resul
 
 # -- the table --------------------------------------------------------------------------------------
 
-_TOPIC = "the topics it names"
 CLUSTER_ACTION: tuple[tuple[Need, ...], ...] = ((("ClusterAction", "Cluster"),),)
 
 #: Every API key the broker serves (handlers.HANDLERS) -> how Kafka 2.3's KafkaApis authorizes it.
