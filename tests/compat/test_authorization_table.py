@@ -199,16 +199,39 @@ CASES = [
     Case(
         4,
         2,
-        lambda: {"controller_id": 0, "controller_epoch": 99, "broker_epoch": STALE_EPOCH, "topic_states": []},
+        lambda: {
+            "controller_id": 0,
+            "controller_epoch": 99,
+            "broker_epoch": STALE_EPOCH,
+            "topic_states": [{"topic_name": "az-fetch", "partition_states": [{"partition_index": 0}]}],
+        },
         top_code,
+        topic="az-fetch",  # its partition is named: nothing of it may change
         expect=ErrorCode.STALE_BROKER_EPOCH,
+        refused=lambda r: (
+            r["error_code"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            and [(e["topic_name"], e["partition_index"], e["error_code"]) for e in r["partition_errors"]]
+            == [("az-fetch", 0, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)]
+        ),
     ),
     Case(
         5,
         1,
-        lambda: {"controller_id": 0, "controller_epoch": 99, "broker_epoch": STALE_EPOCH, "delete_partitions": False},
+        lambda: {
+            "controller_id": 0,
+            "controller_epoch": 99,
+            "broker_epoch": STALE_EPOCH,
+            "delete_partitions": False,
+            "topics": [{"name": "az-fetch", "partition_indexes": [0]}],
+        },
         top_code,
+        topic="az-fetch",  # its partition is named: nothing of it may change
         expect=ErrorCode.STALE_BROKER_EPOCH,
+        refused=lambda r: (
+            r["error_code"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            and [(e["topic_name"], e["partition_index"], e["error_code"]) for e in r["partition_errors"]]
+            == [("az-fetch", 0, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)]
+        ),
     ),
     Case(
         6,

@@ -571,13 +571,40 @@ def _init_producer_id(az: Authorizer, ctx: RequestContext, body: Message) -> Res
     return {"throttle_time_ms": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}, body, None
 
 
-def _cluster_action(az: Authorizer, ctx: RequestContext, body: Message) -> Result:
+def _cluster_action_partitions(partitions: Callable[[Message], list[tuple[str, int]]] | None = None) -> Check:
     """Controller requests: ClusterAction on the Cluster, else the API's error response with
-    CLUSTER_AUTHORIZATION_FAILED (Kafka's authorizeClusterAction and handleError); nothing is done."""
-    if az.allowed(ctx, "ClusterAction", "Cluster", CLUSTER_NAME):
-        return None, body, None
-    log.warning("%s from %s refused: ClusterAction on the Cluster is needed", ctx.principal, ctx.peer)
-    return {"error_code": CLUSTER_DENIED}, body, None
+    CLUSTER_AUTHORIZATION_FAILED -- on every partition it names too, where the answer lists
+    partitions (Kafka's authorizeClusterAction, then the request's getErrorResponse); nothing is done."""
+
+    def check(az: Authorizer, ctx: RequestContext, body: Message) -> Result:
+        if az.allowed(ctx, "ClusterAction", "Cluster", CLUSTER_NAME):
+            return None, body, None
+        log.warning("%s from %s refused: ClusterAction on the Cluster is needed", ctx.principal, ctx.peer)
+        response: Message = {"error_code": CLUSTER_DENIED}
+        if partitions is not None:
+            response["partition_errors"] = [
+                {"topic_name": t, "partition_index": p, "error_code": CLUSTER_DENIED} for t, p in partitions(body)
+            ]
+        return response, body, None
+
+    return check
+
+
+def _leader_and_isr_partitions(body: Message) -> list[tuple[str, int]]:
+    out = [(p["topic_name"], p["partition_index"]) for p in body.get("ungrouped_partition_states") or []]
+    for t in body.get("topic_states") or []:
+        out += [(t["topic_name"], p["partition_index"]) for p in t["partition_states"]]
+    return out
+
+
+def _stop_replica_partitions(body: Message) -> list[tuple[str, int]]:
+    out = [(p["topic_name"], p["partition_index"]) for p in body.get("ungrouped_partitions") or []]
+    for t in body.get("topics") or []:
+        out += [(t["name"], p) for p in t["partition_indexes"]]
+    return out
+
+
+_cluster_action = _cluster_action_partitions()
 
 
 # -- the table --------------------------------------------------------------------------------------
@@ -624,8 +651,22 @@ TABLE: dict[int, Rule] = {
         "checked in the handler per topic (TOPIC_AUTHORIZATION_FAILED)",
         _metadata,
     ),
-    4: Rule("LeaderAndIsr", CLUSTER_ACTION, "CLUSTER_AUTHORIZATION_FAILED", BEFORE, "", _cluster_action),
-    5: Rule("StopReplica", CLUSTER_ACTION, "CLUSTER_AUTHORIZATION_FAILED", BEFORE, "", _cluster_action),
+    4: Rule(
+        "LeaderAndIsr",
+        CLUSTER_ACTION,
+        "CLUSTER_AUTHORIZATION_FAILED (and on each partition)",
+        BEFORE,
+        "",
+        _cluster_action_partitions(_leader_and_isr_partitions),
+    ),
+    5: Rule(
+        "StopReplica",
+        CLUSTER_ACTION,
+        "CLUSTER_AUTHORIZATION_FAILED (and on each partition)",
+        BEFORE,
+        "",
+        _cluster_action_partitions(_stop_replica_partitions),
+    ),
     6: Rule("UpdateMetadata", CLUSTER_ACTION, "CLUSTER_AUTHORIZATION_FAILED", BEFORE, "", _cluster_action),
     7: Rule("ControlledShutdown", CLUSTER_ACTION, "CLUSTER_AUTHORIZATION_FAILED", BEFORE, "", _cluster_action),
     8: Rule(
