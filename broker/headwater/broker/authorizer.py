@@ -51,7 +51,7 @@ from headwater.protocol.records.header import TRANSACTIONAL_BIT, batch_flags
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
-    from headwater.broker.handlers import RequestContext
+    from headwater.broker.request import RequestContext
     from headwater.broker.zk import ZooKeeper
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
@@ -28,7 +28,7 @@ from headwater.broker.config import topic_log_config
 from headwater.broker.fetch_session import DEFAULT_SLOTS, CachedPartition, FetchSessionCache
 from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.broker.partition import Partition
-from headwater.broker.replica_fetcher import ReplicaFetcherManager
+from headwater.broker.replica_fetcher import FetcherHost, ReplicaFetcherManager
 from headwater.broker.zk import to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
@@ -36,9 +36,12 @@ from headwater.zk import paths as zkpaths
 from headwater.zk.notifications import encode_isr_change
 
 if TYPE_CHECKING:
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.metadata_cache import MetadataCache
+    from headwater.broker.metrics import BrokerMetrics
+    from headwater.broker.storage.clock import Clock
     from headwater.broker.storage.log import Log
     from headwater.broker.storage.log_manager import LogManager
+    from headwater.broker.zk import ZooKeeper
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +56,38 @@ ISR_CHANGE_BATCH_S = 0.05
 GAUGES_DEBOUNCE_S = 0.2
 
 
+class LeadershipListener(Protocol):
+    """Told when this broker becomes or stops being leader of a partition of ``__consumer_offsets``
+    (the group coordinator: Kafka's onLeadershipChange callbacks)."""
+
+    def on_elected(self, partition: int) -> None: ...
+
+    def on_resigned(self, partition: int) -> None: ...
+
+
+class ReplicaHost(FetcherHost, Protocol):
+    """What the replica manager reaches of the broker it runs in (the fetchers' needs, and more)."""
+
+    cache: MetadataCache  # topic configs, live brokers' endpoints, which partitions exist
+    clock: Clock
+    stopping: asyncio.Event  # controlled shutdown under way: no new fetching
+    zk: ZooKeeper  # the leader's ISR writes and change notifications
+    metrics: BrokerMetrics
+
+    @property
+    def groups(self) -> LeadershipListener: ...
+
+
 class ReplicaManager:
-    def __init__(self, broker: KafkaBroker) -> None:
+    def __init__(self, broker: ReplicaHost) -> None:
         self.broker = broker
         self.broker_id = broker.broker_id
         self.partitions: dict[TP, Partition] = {}
+        #: partitions whose log is in a failed log dir (KIP-112): Kafka's OfflinePartition. Produce,
+        #: fetch and LeaderAndIsr for them answer KAFKA_STORAGE_ERROR until the broker restarts.
+        self.offline_partitions: set[TP] = set()
         self.controller_epoch = 0
-        self.fetchers = ReplicaFetcherManager(broker, self)
+        self.fetchers = ReplicaFetcherManager(broker)
         #: Fetch sessions (KIP-227) of the followers and consumers fetching from this broker
         self.fetch_sessions = FetchSessionCache(
             int(broker.config.raw.get("max.incremental.fetch.session.cache.slots", DEFAULT_SLOTS)), broker.purgatory
@@ -103,6 +131,8 @@ class ReplicaManager:
         Raises KafkaError: UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster does not have,
         NOT_LEADER_FOR_PARTITION for one led elsewhere, FENCED/UNKNOWN_LEADER_EPOCH (KIP-320).
         """
+        if (topic, index) in self.offline_partitions:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{index} is offline on broker {self.broker_id}")
         part = self.partitions.get((topic, index))
         if part is None or not part.is_leader:
             known = self.broker.cache.partition(topic, index) is not None
@@ -136,7 +166,10 @@ class ReplicaManager:
             topic, index = st["topic_name"], st["partition_index"]
             code = ErrorCode.NONE
             part = self.partitions.get((topic, index))
-            if part is not None and st["leader_epoch"] <= part.leader_epoch:
+            if (topic, index) in self.offline_partitions:
+                code = ErrorCode.KAFKA_STORAGE_ERROR  # the controller learns of the failed log dir from it
+                failed += 1
+            elif part is not None and st["leader_epoch"] <= part.leader_epoch:
                 stale += 1
                 log.debug(
                     "%s-%d: ignoring LeaderAndIsr at leader epoch %d (have %d)",
@@ -160,10 +193,25 @@ class ReplicaManager:
                     # config its log refuses) is an error for that partition alone: the others in
                     # the request are applied, and the controller gets an answer, not a closed
                     # connection it would retry forever (issue 9, defect 2).
-                    log.exception(
-                        "%s-%d: cannot apply LeaderAndIsr at leader epoch %d", topic, index, st["leader_epoch"]
+                    if isinstance(e, KafkaError):  # e.g. its log dir is offline: expected, no traceback
+                        log.error(
+                            "%s-%d: cannot apply LeaderAndIsr at leader epoch %d: %s",
+                            topic,
+                            index,
+                            st["leader_epoch"],
+                            e,
+                        )
+                    else:
+                        log.exception(
+                            "%s-%d: cannot apply LeaderAndIsr at leader epoch %d", topic, index, st["leader_epoch"]
+                        )
+                    code = (
+                        e.code
+                        if isinstance(e, KafkaError)
+                        else ErrorCode.KAFKA_STORAGE_ERROR
+                        if isinstance(e, OSError)
+                        else ErrorCode.UNKNOWN_SERVER_ERROR
                     )
-                    code = ErrorCode.KAFKA_STORAGE_ERROR if isinstance(e, OSError) else ErrorCode.UNKNOWN_SERVER_ERROR
                     if part is None:
                         self.partitions.pop((topic, index), None)
                     failed += 1
@@ -191,7 +239,9 @@ class ReplicaManager:
         assert self.broker.log_manager is not None
         topic, index = st["topic_name"], st["partition_index"]
         cfg = topic_log_config(self.broker.config.log_defaults, self.broker.cache.config_of(topic))
-        log_ = self.broker.log_manager.get_log(topic, index) or self.broker.log_manager.create_log(topic, index, cfg)
+        log_ = self.broker.log_manager.get_log(topic, index) or self.broker.log_manager.create_log(
+            topic, index, cfg, is_new=bool(st.get("is_new", False))
+        )
         # every move of its log end or log start offset wakes (and marks dirty for) the fetches
         # watching it: fetch sessions skip the partitions nothing notified (fetch_session.py)
         log_.on_offsets_moved = partial(self.broker.purgatory.notify, (topic, index))
@@ -230,21 +280,30 @@ class ReplicaManager:
                 st["partition_epoch"],
                 st["controller_epoch"],
             )
-            endpoint = live_leaders.get(st["leader"])
-            if endpoint is None:
-                b = self.broker.cache.brokers.get(st["leader"])
-                endpoint = b.endpoints.get(self.broker.config.inter_broker_listener_name) if b else None
+            # Kafka's controller names the leaders' endpoints in the request (live_leaders); a leader
+            # it did not know alive yet is looked up in the metadata cache, and failing that this
+            # partition waits for the endpoint (ReplicaFetcherManager.on_endpoints_known).
+            endpoint = live_leaders.get(st["leader"]) or self.leader_endpoint(st["leader"])
             if self.broker.stopping.is_set():
                 # In controlled shutdown (where Kafka's controller sends this broker StopReplica):
                 # fetching now would bring it back into the ISR the controller just took it out
                 # of, and the leader would then count on a broker about to exit.
                 self.fetchers.remove_partition((topic, index))
                 log.debug("%s-%d: shutting down: not fetching from broker %d", topic, index, st["leader"])
-            elif endpoint is not None:
-                self.fetchers.add_partition(part, st["leader"], endpoint)
             else:
-                log.warning("%s-%d: leader %d has no known endpoint", topic, index, st["leader"])
+                self.fetchers.add_partition(part, st["leader"], endpoint)
         self.broker.purgatory.notify((topic, index))
+
+    def leader_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """Where ``broker_id`` listens for replication, as this broker's metadata cache knows."""
+        b = self.broker.cache.brokers.get(broker_id)
+        return b.endpoints.get(self.broker.config.inter_broker_listener_name) if b else None
+
+    def on_live_brokers_changed(self) -> None:
+        """UpdateMetadata brought a list of live brokers: followers waiting for their leader's
+        endpoint start fetching now that it may be known."""
+        if self.fetchers.awaiting and not self.broker.stopping.is_set():
+            self.fetchers.on_endpoints_known(self.leader_endpoint)
 
     def stop_replicas(self, tps: list[TP], delete: bool) -> list[Message]:
         out = []
@@ -255,13 +314,36 @@ class ReplicaManager:
                 part.make_offline()
             if tp[0] == OFFSETS_TOPIC:
                 self.broker.groups.on_resigned(tp[1])
-            if delete and self.broker.log_manager is not None:
-                self.broker.log_manager.delete_log(*tp)
-                log.info("deleted log %s-%d", *tp)
+            code = ErrorCode.NONE
+            if delete and tp in self.offline_partitions:
+                code = ErrorCode.KAFKA_STORAGE_ERROR  # its log is in a failed dir: not deleted
+            elif delete and self.broker.log_manager is not None:
+                try:
+                    if self.broker.log_manager.delete_log(*tp):
+                        log.info("deleted log %s-%d", *tp)
+                except (OSError, KafkaError) as e:  # the controller retries it (topic deletion)
+                    log.error("cannot delete the log of %s-%d: %s", *tp, e)
+                    code = ErrorCode.KAFKA_STORAGE_ERROR
             self.broker.purgatory.notify(tp)
-            out.append({"topic_name": tp[0], "partition_index": tp[1], "error_code": ErrorCode.NONE})
+            out.append({"topic_name": tp[0], "partition_index": tp[1], "error_code": code})
         self.update_gauges()
         return out
+
+    def handle_log_dir_failure(self, log_dir: str, tps: list[TP]) -> None:
+        """The log dir holding ``tps`` failed (KIP-112): they go offline on this broker, as Kafka's
+        ReplicaManager.handleLogDirFailure (stop fetching, stop leading, answer KAFKA_STORAGE_ERROR);
+        the broker then notifies the controller, which elects other leaders."""
+        for tp in tps:
+            self.fetchers.remove_partition(tp)
+            part = self.partitions.pop(tp, None)
+            if part is not None:
+                part.make_offline()
+            if tp[0] == OFFSETS_TOPIC:
+                self.broker.groups.on_resigned(tp[1])
+            self.offline_partitions.add(tp)
+            self.broker.purgatory.notify(tp)
+        log.error("log dir %s failed: %d partition(s) offline on this broker", log_dir, len(tps))
+        self.update_gauges()
 
     def on_session_lost(self) -> None:
         for part in self.partitions.values():

@@ -27,7 +27,7 @@ from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
-    from headwater.broker.handlers import RequestContext
+    from headwater.broker.request import RequestContext
     from headwater.broker.services import HandlerServices
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                     "leader_epoch": p.leader_epoch,
                     "replica_nodes": replicas,
                     "isr_nodes": p.isr,
-                    "offline_replicas": [r for r in replicas if r not in live],
+                    "offline_replicas": [r for r in replicas if r not in live or r in p.offline_replicas],
                 }
             )
         topics.append(
