@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from headwater.testing import java
 from tests.cluster.harness import Cluster
 from tests.java.conftest import Driver
@@ -31,6 +33,7 @@ spark.stop()
 """
 
 
+@pytest.mark.slow
 def test_spark_batch_read_of_a_topic(cluster: Cluster) -> None:
     driver = Driver("4.x")
     b = cluster.bootstrap
@@ -73,6 +76,7 @@ spark.stop()
 """
 
 
+@pytest.mark.slow
 def test_spark_stream_with_a_checkpoint_reads_each_record_once(cluster: Cluster, tmp_path: Path) -> None:
     """``readStream.format("kafka")`` with a checkpoint, run twice (``availableNow``): the second run
     reads only what was produced after the first, and the sink holds every record exactly once."""
