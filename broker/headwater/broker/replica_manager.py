@@ -29,11 +29,11 @@ from headwater.broker.fetch_session import DEFAULT_SLOTS, CachedPartition, Fetch
 from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.broker.partition import Partition
 from headwater.broker.replica_fetcher import FetcherHost, ReplicaFetcherManager
-from headwater.broker.zk import to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
 from headwater.zk import paths as zkpaths
 from headwater.zk.notifications import encode_isr_change
+from headwater.zk.topics import PartitionState
 
 if TYPE_CHECKING:
     from headwater.broker.metadata_cache import MetadataCache
@@ -444,16 +444,10 @@ class ReplicaManager:
         part.isr_update_in_flight = True
         zk = self.broker.zk
         epoch = part.leader_epoch
-        state = {
-            "controller_epoch": part.controller_epoch,
-            "leader": self.broker_id,
-            "version": 1,
-            "leader_epoch": epoch,
-            "isr": new_isr,
-        }
+        state = PartitionState(self.broker_id, epoch, tuple(new_isr), part.controller_epoch)
         try:
             (result,) = await zk.set_many(
-                [(zkpaths.partition_state_path(part.topic, part.index), to_json(state), part.zk_version)]
+                [(zkpaths.partition_state_path(part.topic, part.index), state.encode(), part.zk_version)]
             )
         finally:
             part.isr_update_in_flight = False
