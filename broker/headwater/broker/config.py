@@ -288,6 +288,11 @@ _HANDLED_ELSEWHERE = {
 _SHOWN = frozenset(_BROKER_PROPS) | _HANDLED_ELSEWHERE | BROKER_DEFAULT_PROPERTIES
 
 
+#: security-prefixed names that are dynamic broker configs of a non-secret type (a LONG), shown as
+#: Kafka shows them although the broker does nothing with them (no GSSAPI login here)
+_SHOWN_SECURITY = frozenset({"sasl.kerberos.min.time.before.relogin"})
+
+
 def is_sensitive(name: str) -> bool:
     """Whether a broker config's value must never be shown (DescribeConfigs, logs), as Kafka 2.3's
     ``AdminManager.createBrokerConfigEntry``: password-type configs and any config whose type is
@@ -295,6 +300,8 @@ def is_sensitive(name: str) -> bool:
     lowered = name.lower()
     if any(word in lowered for word in ("password", "secret", "jaas")):
         return True
+    if name in _SHOWN_SECURITY:
+        return False
     if is_security_property(name):
         return is_secret_property(name)
     return name not in _SHOWN
