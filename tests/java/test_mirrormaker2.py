@@ -31,6 +31,7 @@ def dc1(java_deps: None, tmp_path: Path, zookeeper: ZooKeeperServer) -> Iterator
     c.close()
 
 
+@pytest.mark.slow
 def test_dedicated_mm2_copies_dc1_to_agg(dc1: Cluster, cluster: Cluster, tmp_path: Path) -> None:
     src, dst = Driver("4.x"), Driver("4.x")
     assert src.admin(dc1.bootstrap, "createTopic", "orders", "2", "1").get("result") == "created"

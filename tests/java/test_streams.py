@@ -11,6 +11,8 @@ import collections
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from headwater.testing import java
 from tests.cluster.harness import Cluster
 from tests.java.conftest import SRC, Driver, Member
@@ -96,6 +98,7 @@ def start(cluster: Cluster, state_dir: Path) -> Member:
     return m
 
 
+@pytest.mark.slow
 def test_word_count_survives_kill9_of_itself_and_of_a_broker(cluster: Cluster, tmp_path: Path) -> None:
     admin = Driver("4.x")
     b = cluster.bootstrap
