@@ -5,6 +5,7 @@ prints the translated offsets, and the group resumes in agg from them: nothing s
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -14,12 +15,14 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headwater.mirror.checkpoints import decode_offset_sync, offset_syncs_topic
+from headwater.testing import java
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
 from tests.mirror.util import MirrorProcess, produce_keyed, read_topic, wait_for, zk_connect
 
 LAG_MAX = 10
 TOTAL = 2000
+JAVA_SRC = Path(__file__).parent.parent / "java" / "src"
 _CLI = (sys.executable, "-m", "headwater.cli.main")
 PREFIX = 37  # records already in each target partition: target offsets differ from the source's
 
@@ -160,6 +163,16 @@ def test_group_fails_over_to_agg_with_translated_offsets(
         )
     finally:
         assert m.stop() == 0, m.log()[-3000:]
+
+    # MM2's own RemoteClusterUtils.translateOffsets (connect-mirror-client 3.9.1) reads the same offsets
+    # from agg (when the pinned jars are cached: make java-deps; the rest of the test runs regardless)
+    if java.unavailable() is None:
+        classes = java.compile_sources([JAVA_SRC / "mm2" / "Translate.java"], "streams-mm2")
+        cmd = java.java_command("Translate", [dst.bootstrap, "dc1", "billing"], "streams-mm2", extra=[classes])
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        by_mm2 = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert by_mm2 == {f"dc1.orders-{p}": off for p, (off, _) in translated.items()}
 
     # the syncs are MM2's records in dc1's mm2-offset-syncs.agg.internal
     syncs = [
