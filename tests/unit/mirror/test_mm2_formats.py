@@ -136,3 +136,20 @@ def test_translation_of_an_offset_older_than_every_sync_is_unknown() -> None:
     assert store.translate("t", 0, 500) == 20
     assert store.translate("t", 0, 900) == 21
     assert store.translate("t", 1, 900) is None
+
+
+def test_golden_file_is_what_mm2_writes_today() -> None:
+    """Run Mm2Golden against the cached connect-mirror 3.9.1 jars: its output is the committed file."""
+    import subprocess
+
+    from headwater.testing import java
+
+    reason = java.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    source = Path(__file__).parents[2] / "java" / "mm2" / "Mm2Golden.java"
+    classes = java.compile_sources([source], "streams-mm2")
+    cmd = java.java_command("org.apache.kafka.connect.mirror.Mm2Golden", [], "streams-mm2", extra=[classes])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == (Path(__file__).parent / "mm2-3.9.1-golden.tsv").read_text()
