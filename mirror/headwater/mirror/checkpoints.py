@@ -288,15 +288,18 @@ class OffsetSyncs:
                 if not created:  # created with the first sync: a mirror without fast-path copies writes none
                     await ensure_topic(source, admin, topic, replication_factor)
                     created = True
-                batch = list(self.pending)
-                futures = []
-                for s in batch:
-                    key, value = encode_offset_sync(s)
-                    futures.append(await producer.send(topic, value, key, partition=0))
-                for fut in futures:
-                    await fut
-                for _ in batch:  # written: off the queue (a failure above leaves them for the restart)
-                    self.pending.popleft()
+                batch, self.pending = self.pending, deque(maxlen=PENDING_MAX)
+                try:
+                    futures = []
+                    for s in batch:
+                        key, value = encode_offset_sync(s)
+                        futures.append(await producer.send(topic, value, key, partition=0))
+                    for fut in futures:
+                        await fut
+                except BaseException:  # not all written: back in front of the newer ones, for the restart
+                    self.pending.extendleft(reversed(batch))
+                    self.ready.set()
+                    raise
                 self.written += len(batch)
         finally:
             await producer.close(timeout=10)
