@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headwater.mirror.checkpoints import decode_offset_sync, offset_syncs_topic
@@ -27,10 +28,10 @@ _CLI = (sys.executable, "-m", "headwater.cli.main")
 PREFIX = 37  # records already in each target partition: target offsets differ from the source's
 
 
-def _committed_in(bootstrap: str) -> dict[int, int]:
+def _committed_in(bootstrap: str, target: str) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "billing"})
     try:
-        got = c.committed([TopicPartition("dc1.orders", p) for p in (0, 1)], timeout=10)
+        got = c.committed([TopicPartition(target, p) for p in (0, 1)], timeout=10)
         return {tp.partition: tp.offset for tp in got if tp.offset >= 0}
     finally:
         c.close()
@@ -84,7 +85,7 @@ def _consume(
     return out
 
 
-def _translate(config: Path) -> dict[int, tuple[int, int]]:
+def _translate(config: Path, target: str) -> dict[int, tuple[int, int]]:
     r = subprocess.run(
         [*_CLI, "mirror", "translate", "-c", str(config), "--group", "billing", "--source", "dc1"],
         capture_output=True,
@@ -98,23 +99,26 @@ def _translate(config: Path) -> dict[int, tuple[int, int]]:
     out = {}
     for line in lines[1:]:
         topic, partition, offset, source_offset = line.split("\t")
-        assert topic == "dc1.orders"
+        assert topic == target
         out[int(partition)] = (int(offset), int(source_offset))
     return out
 
 
+@pytest.mark.parametrize(
+    ("policy", "target"), [("DefaultReplicationPolicy", "dc1.orders"), ("IdentityReplicationPolicy", "orders")]
+)
 def test_group_fails_over_to_agg_with_translated_offsets(
-    cluster_factory: Callable[..., Cluster], tmp_path: Path
+    cluster_factory: Callable[..., Cluster], tmp_path: Path, policy: str, target: str
 ) -> None:
     # one broker each: the groups' __consumer_offsets with one replica
     src = cluster_factory(1, offsets_topic_replication_factor=1)
     dst = cluster_factory(1, offsets_topic_replication_factor=1)
     create_topic(src, "orders", partitions=2, rf=1, min_isr=1)
-    create_topic(dst, "dc1.orders", partitions=2, rf=1, min_isr=1)
+    create_topic(dst, target, partitions=2, rf=1, min_isr=1)
     p = Producer({"bootstrap.servers": dst.bootstrap})
     for partition in (0, 1):
         for i in range(PREFIX):
-            p.produce("dc1.orders", value=f"older-{i}".encode(), partition=partition)
+            p.produce(target, value=f"older-{i}".encode(), partition=partition)
     assert p.flush(60) == 0
     assert produce_keyed(src.bootstrap, "orders", TOTAL) == TOTAL
     read_in_dc1 = _consume(src.bootstrap, "billing", TOTAL // 2)
@@ -130,7 +134,7 @@ def test_group_fails_over_to_agg_with_translated_offsets(
         "agg.bootstrap.servers": dst.bootstrap,
         "dc1->agg.enabled": "true",
         "dc1->agg.topics": "orders",
-        "replication.policy.class": "DefaultReplicationPolicy",
+        "replication.policy.class": policy,
         "offset.lag.max": LAG_MAX,
         "emit.checkpoints.interval.seconds": 1,
         "sync.group.offsets.enabled": "true",  # KIP-545: the group's offsets in agg, committed by the mirror
@@ -139,14 +143,12 @@ def test_group_fails_over_to_agg_with_translated_offsets(
     }
     m = MirrorProcess(tmp_path, "mirror", props).start()
     try:
-        wait_for(
-            lambda: len(read_topic(dst.bootstrap, "dc1.orders")) == TOTAL + 2 * PREFIX, 120, "everything mirrored", m
-        )
+        wait_for(lambda: len(read_topic(dst.bootstrap, target)) == TOTAL + 2 * PREFIX, 120, "everything mirrored", m)
         # the checkpoints settle once every sync is written: the same answer three intervals running
         seen: list[dict[int, tuple[int, int]]] = []
 
         def settled() -> bool:
-            got = _translate(m.config)
+            got = _translate(m.config, target)
             seen.append(got)
             if {p: s for p, (_, s) in got.items()} != committed:
                 return False
@@ -156,7 +158,7 @@ def test_group_fails_over_to_agg_with_translated_offsets(
         translated = seen[-1]
         # sync.group.offsets: the mirror committed the translated offsets into agg's group billing
         wait_for(
-            lambda: _committed_in(dst.bootstrap) == {p: off for p, (off, _) in translated.items()},
+            lambda: _committed_in(dst.bootstrap, target) == {p: off for p, (off, _) in translated.items()},
             60,
             "the translated offsets committed in agg",
             m,
@@ -172,7 +174,7 @@ def test_group_fails_over_to_agg_with_translated_offsets(
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr[-3000:]
         by_mm2 = json.loads(proc.stdout.strip().splitlines()[-1])
-        assert by_mm2 == {f"dc1.orders-{p}": off for p, (off, _) in translated.items()}
+        assert by_mm2 == {f"{target}-{p}": off for p, (off, _) in translated.items()}
 
     # the syncs are MM2's records in dc1's mm2-offset-syncs.agg.internal
     syncs = [
@@ -184,7 +186,7 @@ def test_group_fails_over_to_agg_with_translated_offsets(
     assert all(s.downstream == s.upstream + PREFIX for s in syncs)
 
     # fail over: the group subscribes in agg, resumes from the offsets the mirror committed there, reads to the end
-    read_in_agg = _consume(dst.bootstrap, "billing", None, topic="dc1.orders", until_eof=2)
+    read_in_agg = _consume(dst.bootstrap, "billing", None, topic=target, until_eof=2)
     values_dc1 = [x.value() for x in read_in_dc1]  # type: ignore[attr-defined]
     values_agg = [x.value() for x in read_in_agg]  # type: ignore[attr-defined]
     assert not any(v.startswith(b"older-") for v in values_agg)
