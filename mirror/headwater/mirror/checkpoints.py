@@ -78,7 +78,7 @@ from headwater.client.consumer import Consumer
 from headwater.client.groups import GroupAdmin
 from headwater.client.producer import Producer
 from headwater.client.security import ClientSecurity
-from headwater.protocol.errors import ErrorCode
+from headwater.protocol.errors import DecodeError, ErrorCode
 from headwater.service.supervisor import Unit
 
 __all__ = [
@@ -158,9 +158,13 @@ def encode_offset_sync(s: OffsetSync) -> tuple[bytes, bytes]:
 
 
 def decode_offset_sync(key: bytes, value: bytes) -> OffsetSync:
-    topic, at = _string_and_end(key)
-    (partition,) = struct.unpack_from(">i", key, at)
-    upstream, downstream = struct.unpack_from(">qq", value, 0)
+    """Raises DecodeError for a short or malformed record."""
+    try:
+        topic, at = _string_and_end(key)
+        (partition,) = struct.unpack_from(">i", key, at)
+        upstream, downstream = struct.unpack_from(">qq", value, 0)
+    except (struct.error, ValueError) as e:  # UnicodeDecodeError is a ValueError
+        raise DecodeError(f"not an offset sync: {e}") from None
     return OffsetSync(topic, partition, upstream, downstream)
 
 
@@ -172,13 +176,17 @@ def encode_checkpoint(c: Checkpoint) -> tuple[bytes, bytes]:
 
 
 def decode_checkpoint(key: bytes, value: bytes) -> Checkpoint:
-    group, at = _string_and_end(key)
-    topic, at = _read_string(key, at)
-    (partition,) = struct.unpack_from(">i", key, at)
-    version, upstream, downstream = struct.unpack_from(">hqq", value, 0)
+    """Raises DecodeError for a short or malformed record."""
+    try:
+        group, at = _string_and_end(key)
+        topic, at = _read_string(key, at)
+        (partition,) = struct.unpack_from(">i", key, at)
+        version, upstream, downstream = struct.unpack_from(">hqq", value, 0)
+        metadata, _ = _read_string(value, 18)
+    except (struct.error, ValueError) as e:  # UnicodeDecodeError is a ValueError
+        raise DecodeError(f"not a checkpoint: {e}") from None
     if version < 0:  # MM2 reads any version >= 0 with the V0 schema; so do we
-        raise ValueError(f"checkpoint version {version}")
-    metadata, _ = _read_string(value, 18)
+        raise DecodeError(f"checkpoint version {version}")
     return Checkpoint(group, topic, partition, upstream, downstream, metadata)
 
 
@@ -360,7 +368,7 @@ class OffsetSyncStore:
                     try:
                         self.add(decode_offset_sync(r.key, r.value))
                         n += 1
-                    except (ValueError, struct.error) as e:
+                    except DecodeError as e:
                         log.warning("%s offset %d: not an offset sync (%s): skipped", topic, r.offset, e)
                 self.position = r.offset + 1
             if not got.records or self.position >= got.high_watermark:
@@ -551,7 +559,7 @@ async def read_checkpoints(cluster: Cluster, topic: str, group: str) -> dict[tup
                 continue
             try:
                 c = decode_checkpoint(r.key, r.value)
-            except (ValueError, struct.error):
+            except DecodeError:
                 continue
             if c.group == group:
                 out[(c.topic, c.partition)] = c

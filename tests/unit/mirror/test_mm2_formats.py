@@ -22,6 +22,7 @@ from headwater.mirror.checkpoints import (
     encode_offset_sync,
     offset_syncs_topic,
 )
+from headwater.protocol.errors import DecodeError
 
 GOLDEN = {
     name: (key, value)
@@ -53,6 +54,15 @@ def test_checkpoint_bytes_are_mm2s(name: str) -> None:
     key, value = encode_checkpoint(CHECKPOINTS[name])
     assert (key.hex(), value.hex()) == GOLDEN[name]
     assert decode_checkpoint(bytes.fromhex(GOLDEN[name][0]), bytes.fromhex(GOLDEN[name][1])) == CHECKPOINTS[name]
+
+
+@pytest.mark.parametrize("name", sorted(SYNCS) + sorted(CHECKPOINTS))
+def test_short_or_malformed_records_raise_decode_error(name: str) -> None:
+    decode = decode_offset_sync if name in SYNCS else decode_checkpoint
+    key, value = (bytes.fromhex(h) for h in GOLDEN[name])
+    for k, v in [(key[:-1], value), (key, value[:-1]), (b"", b""), (b"\x00\x02\xff\xfe" + key[4:], value)]:
+        with pytest.raises(DecodeError):
+            decode(k, v)
 
 
 def test_internal_topic_names_are_mm2s() -> None:
