@@ -48,6 +48,7 @@ from kazoo.protocol.states import ZnodeStat
 
 from headwater.broker.zk_multi_read import MULTI_READ_SINCE, MultiRead, MultiReadDecodeError, server_version
 from headwater.zk.client import kazoo_client
+from headwater.zk.security import ZkSecurity
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,10 @@ PERSISTENT_PATHS = (
     DELETE_TOPICS,
     "/config/changes",
     "/isr_change_notification",
+    # as Kafka's ZkData.PersistentZkPaths: with zookeeper.set.acl, /consumers is made open (old
+    # consumers of any principal register under it) and /config/users creator-only (SCRAM credentials)
+    "/consumers",
+    "/config/users",
 )
 
 
@@ -149,14 +154,17 @@ def _multi_batches(writes: Sequence[tuple[str, bytes, int]]) -> list[list[int]]:
 class ZooKeeper:
     """A kazoo client bridged onto an asyncio loop."""
 
-    def __init__(self, connect: str, session_timeout_ms: int, connection_timeout_ms: int) -> None:
+    def __init__(
+        self, connect: str, session_timeout_ms: int, connection_timeout_ms: int, security: ZkSecurity | None = None
+    ) -> None:
         self.connect_string = connect
         self.connection_timeout_ms = connection_timeout_ms
         self.session_timeout_ms = session_timeout_ms
         hosts, slash, chroot = connect.partition("/")
         self.chroot = "/" + chroot.strip("/") if slash and chroot.strip("/") else ""
         # Connect without the chroot, create it if missing (as Kafka does), then apply it.
-        self.client = kazoo_client(hosts, session_timeout_s=session_timeout_ms / 1000.0)
+        # security: SASL login and zookeeper.set.acl (None: as a tool, from KAFKA_OPTS)
+        self.client = kazoo_client(hosts, session_timeout_s=session_timeout_ms / 1000.0, security=security)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state_listeners: list[Callable[[str], None]] = []
         self._multi_read_ok: bool | None = None  # whether this connection's server has multiRead
@@ -172,11 +180,13 @@ class ZooKeeper:
         self.client.add_listener(self._on_state)
         try:
             await self.call(self.client.start, self.connection_timeout_ms / 1000.0)
+            # a refused SASL login (AuthFailedError) shows on the first request, not in start()
+            await self.call(self.client.exists, "/")
         except Exception as e:
             await self.call(self.client.close)
             raise ConnectionError(
                 f"could not connect to ZooKeeper at {self.connect_string} within "
-                f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): {e}"
+                f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): {type(e).__name__} {e}"
             ) from None
         if self.chroot:
             await self.call(self.client.ensure_path, self.chroot)
