@@ -23,6 +23,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from headwater.zk.paths import (
+    ACL_CHANGE_PREFIX,
+    ACL_EXTENDED_CHANGES,
+    ACL_LITERAL_CHANGES,
+    ACL_LITERAL_ROOT,
+    ACL_PREFIXED_ROOT,
+)
+
 RESOURCE_TYPES = ("Topic", "Group", "Cluster", "TransactionalId", "DelegationToken")
 OPERATIONS = (
     "All",
@@ -40,11 +48,11 @@ OPERATIONS = (
 CLUSTER_NAME = "kafka-cluster"
 WILDCARD = "*"
 
-LITERAL_ROOT = "/kafka-acl"
-PREFIXED_ROOT = "/kafka-acl-extended/prefixed"
-LITERAL_CHANGES = "/kafka-acl-changes"
-EXTENDED_CHANGES = "/kafka-acl-extended-changes"
-CHANGE_PREFIX = "acl_changes_"
+LITERAL_ROOT = ACL_LITERAL_ROOT
+PREFIXED_ROOT = ACL_PREFIXED_ROOT
+LITERAL_CHANGES = ACL_LITERAL_CHANGES
+EXTENDED_CHANGES = ACL_EXTENDED_CHANGES
+CHANGE_PREFIX = ACL_CHANGE_PREFIX
 
 _IMPLIES = {"Describe": {"Read", "Write", "Delete", "Alter"}, "DescribeConfigs": {"AlterConfigs"}}
 

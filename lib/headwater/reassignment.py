@@ -27,11 +27,19 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from headwater.scram import CHANGES_PATH, change_notification
+from headwater.zk import admin as zkadmin
+from headwater.zk import config as zkconfig
+from headwater.zk import topics as zktopics
+from headwater.zk.paths import (
+    BROKER_IDS,
+    CONFIG_CHANGE_PREFIX,
+    CONFIG_CHANGES,
+    REASSIGN_PARTITIONS,
+    config_entity_path,
+    partition_state_path,
+    topic_path,
+)
 
-REASSIGN_PARTITIONS = "/admin/reassign_partitions"
-BROKER_IDS = "/brokers/ids"
-CONFIG_CHANGES = CHANGES_PATH
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
@@ -77,8 +85,8 @@ def parse_reassignment_json(text: str) -> Assignment:
 
 
 def format_reassignment(assignment: Mapping[TP, list[int]]) -> str:
-    parts = [{"topic": t, "partition": p, "replicas": rs} for (t, p), rs in sorted(assignment.items())]
-    return json.dumps({"version": 1, "partitions": parts}, separators=(",", ":"))
+    """The reassignment JSON kafka-reassign-partitions prints and reads: the znode's own document."""
+    return zkadmin.encode_reassignment(dict(assignment)).decode()
 
 
 def parse_topics_to_move(text: str) -> list[str]:
@@ -129,29 +137,25 @@ def current_assignment(zk: Any, topics: Iterable[str]) -> Assignment:
     """The replicas of every partition of ``topics`` (unknown topics are absent)."""
     out: Assignment = {}
     for t in sorted(set(topics)):
-        path = f"/brokers/topics/{t}"
+        path = topic_path(t)
         if not zk.exists(path):
             continue
-        value = json.loads(zk.get(path)[0])
-        for p, rs in value.get("partitions", {}).items():
-            out[(t, int(p))] = [int(r) for r in rs]
+        for p, rs in zktopics.decode_assignment(t, zk.get(path)[0]).partitions.items():
+            out[(t, p)] = rs
     return out
 
 
 def in_progress(zk: Any) -> Assignment:
     if not zk.exists(REASSIGN_PARTITIONS):
         return {}
-    value = json.loads(zk.get(REASSIGN_PARTITIONS)[0])
-    return {
-        (str(e["topic"]), int(e["partition"])): [int(r) for r in e["replicas"]] for e in value.get("partitions", [])
-    }
+    return zkadmin.decode_reassignment(zk.get(REASSIGN_PARTITIONS)[0])
 
 
 def isr(zk: Any, tp: TP) -> list[int]:
-    path = f"/brokers/topics/{tp[0]}/partitions/{tp[1]}/state"
+    path = partition_state_path(*tp)
     if not zk.exists(path):
         return []
-    return [int(r) for r in json.loads(zk.get(path)[0]).get("isr", [])]
+    return list(zktopics.decode_partition_state(tp[0], tp[1], zk.get(path)[0]).isr)
 
 
 def change_entity_config(
@@ -161,14 +165,13 @@ def change_entity_config(
     transaction conditional on the version read (re-read on a conflict). False: nothing to change."""
     from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-    path = f"/config/{entity_type}/{name}"
+    path = config_entity_path(entity_type, name)
     zk.ensure_path(CONFIG_CHANGES)
-    zk.ensure_path(f"/config/{entity_type}")
+    zk.ensure_path(path.rsplit("/", 1)[0])
     for _ in range(10):
         try:
             data, stat = zk.get(path)
-            doc = json.loads(data)
-            config = {str(k): str(v) for k, v in (doc.get("config") or {}).items()}
+            config = zkconfig.decode_entity_config(path, data)
             version: int | None = stat.version
         except NoNodeError:
             config, version = {}, None
@@ -176,13 +179,13 @@ def change_entity_config(
         updated.update(set_configs)
         if updated == config:
             return False
-        value = json.dumps({"version": 1, "config": updated}).encode()
+        value = zkconfig.encode_entity_config(updated)
         tx = zk.transaction()
         if version is None:
             tx.create(path, value)
         else:
             tx.set_data(path, value, version=version)
-        tx.create(f"{CONFIG_CHANGES}/config_change_", change_notification(f"{entity_type}/{name}"), sequence=True)
+        tx.create(CONFIG_CHANGE_PREFIX, zkconfig.encode_change(entity_type, name), sequence=True)
         results = tx.commit()
         if any(isinstance(r, BadVersionError | NodeExistsError | NoNodeError) for r in results):
             continue
@@ -223,5 +226,5 @@ def remove_throttle(zk: Any, topics: Iterable[str]) -> None:
     for b in live_brokers(zk):
         change_entity_config(zk, "brokers", str(b), {}, [LEADER_RATE, FOLLOWER_RATE])
     for t in sorted(set(topics)):
-        if zk.exists(f"/brokers/topics/{t}"):
+        if zk.exists(topic_path(t)):
             change_entity_config(zk, "topics", t, {}, [LEADER_REPLICAS, FOLLOWER_REPLICAS])

@@ -34,7 +34,18 @@ from tests.harness.broker import BrokerProcess
 
 
 class Cluster:
-    def __init__(self, workdir: Path, zk_host: str, zk_port: int, chroot: str, size: int, **overrides: object) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        zk_host: str,
+        zk_port: int,
+        chroot: str,
+        size: int,
+        zk_ensemble: str | None = None,
+        **overrides: object,
+    ) -> None:
+        """``zk_ensemble`` (``h:p,h:p,...``): brokers connect to every server of that ensemble
+        directly (no proxy route: ``expire_session`` is then not available)."""
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.zk_host, self.zk_port, self.chroot = zk_host, zk_port, chroot
@@ -49,14 +60,17 @@ class Cluster:
             self.metrics_port[b] = free_port()
             route = f"broker-{b}"
             proxied_internal = self.proxy.add_route(route, internal_port)
-            zk_route = self.proxy.add_route(f"zk-{b}", zk_port, kafka=False)
+            if zk_ensemble is None:
+                zk_connect = f"127.0.0.1:{self.proxy.add_route(f'zk-{b}', zk_port, kafka=False)}{chroot}"
+            else:
+                zk_connect = f"{zk_ensemble}{chroot}"
             self.internal_route[b] = route
             props = {
                 "listeners": f"CLIENT://127.0.0.1:{client_port},INTERNAL://127.0.0.1:{internal_port}",
                 "advertised_listeners": f"CLIENT://127.0.0.1:{client_port},INTERNAL://127.0.0.1:{proxied_internal}",
                 "listener_security_protocol_map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT",
                 "inter_broker_listener_name": "INTERNAL",
-                "zookeeper_connect": f"127.0.0.1:{zk_route}{chroot}",
+                "zookeeper_connect": zk_connect,
                 "zookeeper_session_timeout_ms": self.session_timeout_ms,
                 "controlled_shutdown_retry_backoff_ms": 500,
                 "replica_lag_time_max_ms": 3000,
@@ -70,7 +84,7 @@ class Cluster:
             broker = BrokerProcess(workdir, b, "", **props)
             broker.port = client_port
             self.brokers[b] = broker
-        self.zk = KazooClient(hosts=f"{zk_host}:{zk_port}{chroot}", timeout=10)
+        self.zk = KazooClient(hosts=f"{zk_ensemble or f'{zk_host}:{zk_port}'}{chroot}", timeout=10)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -12,12 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from headwater.broker import zk as zkpaths
 from headwater.broker.config import config_from_props
 from headwater.broker.controller.controller import Controller
 from headwater.broker.metadata_cache import MetadataCache
 from headwater.broker.metrics import BrokerMetrics
-from headwater.broker.zk import ZooKeeper, partition_state_path, to_json
+from headwater.broker.zk import ZooKeeper, to_json
+from headwater.zk import paths as zkpaths
+from headwater.zk.paths import partition_state_path
 
 
 async def until(condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:

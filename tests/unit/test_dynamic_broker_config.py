@@ -79,13 +79,13 @@ def test_an_invalid_stored_value_is_ignored_not_applied() -> None:
 
 
 def test_describe_lists_static_and_dynamic_configs_with_sources() -> None:
-    dyn, _ = _dyn(**{"ssl.keystore.password": "secret"})
+    dyn, _ = _dyn(**{"ssl.key.password": "secret"})
     dyn._on_default(_znode({"message.max.bytes": "3000"}), _Stat())
     entries = {e["name"]: e for e in describe(dyn, "1", None, True)}
     assert entries["broker.id"]["read_only"] and entries["broker.id"]["config_source"] == STATIC_BROKER_CONFIG
     assert entries["message.max.bytes"]["value"] == "3000"
     assert entries["message.max.bytes"]["config_source"] == DYNAMIC_DEFAULT_BROKER_CONFIG
     assert not entries["message.max.bytes"]["read_only"]
-    assert entries["ssl.keystore.password"]["value"] is None and entries["ssl.keystore.password"]["is_sensitive"]
+    assert entries["ssl.key.password"]["value"] is None and entries["ssl.key.password"]["is_sensitive"]
     default_entity = describe(dyn, "", None, False)
     assert [(e["name"], e["value"]) for e in default_entity] == [("message.max.bytes", "3000")]

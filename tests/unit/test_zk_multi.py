@@ -14,8 +14,9 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from headwater.broker import zk as zkmod
-from headwater.broker.zk import CheckVersionFailed, ZooKeeper, partition_state_path, to_json
+from headwater.broker.zk import CheckVersionFailed, ZooKeeper, to_json
 from headwater.broker.zk_multi_read import MultiRead, MultiReadDecodeError, server_version
+from headwater.zk.paths import partition_state_path
 
 EPOCH = "/controller_epoch"
 

@@ -10,8 +10,12 @@
     window.ms = 60000                        # must match the producers' window
     grace.ms = 120000     # a window closes for a tier once it was counted this long past its end
     store = sqlite:////var/lib/headwater/audit.db   # or postgresql://user:pass@host/db
+    http.host = 127.0.0.1                    # the default; beyond loopback http.auth is required
     http.port = 8080
     http.auth = none                         # or basic / bearer: http_auth.py (/healthz, /metrics stay open)
+    http.allow.unauthenticated = false       # true: serve http.auth = none beyond loopback (the lab)
+    audit.max.topics = 1000                  # distinct topic names tracked; more are refused (counted)
+    audit.signing.key = file:/etc/headwater/audit-signing.key   # HMAC of count/gap events (counter.py)
     alert.webhook.url = http://alerts:9000/hook     # optional
     heartbeats.topic = heartbeats            # the mirror's heartbeats, read on aggregate tiers
 
@@ -33,10 +37,12 @@ for an aggregate before its own producers have reported).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 
 from headwater.audit.http_auth import HttpAuth, HttpAuthConfigError, parse_http_auth
+from headwater.audit.signing import EventSigning, SigningConfigError, parse_signing
 from headwater.client.security import ClientSecurity, SecurityConfigError, cluster_security
 from headwater.properties import parse_properties
 
@@ -52,7 +58,7 @@ class AuditConfig:
     window_ms: int = 60000
     grace_ms: int = 120000
     store: str = "sqlite:///audit.db"
-    http_host: str = "0.0.0.0"
+    http_host: str = "127.0.0.1"
     http_port: int = 8080
     http_auth: HttpAuth = field(default_factory=HttpAuth)  # http.auth*: the dashboard's and API's credentials, if any
     webhook_url: str | None = None
@@ -62,6 +68,10 @@ class AuditConfig:
     heartbeats_topic: str = "heartbeats"  # the mirror's heartbeats (mirror/heartbeats.py) on aggregate tiers
     #: alias -> how the audit's clients connect (``<alias>.security.protocol``, ``<alias>.sasl.*``, ...)
     security: dict[str, ClientSecurity] = field(default_factory=dict)
+    #: http.allow.unauthenticated: http.auth = none on an address beyond loopback, said explicitly
+    http_allow_unauthenticated: bool = False
+    max_topics: int = 1000  # audit.max.topics: distinct topic names tracked (store, metrics labels)
+    signing: EventSigning = field(default_factory=EventSigning)  # audit.signing.*: see signing.py
 
     def audited(self, topic: str) -> bool:
         return any(p.fullmatch(topic) for p in self.topics)
@@ -122,22 +132,52 @@ def parse(raw: dict[str, str]) -> AuditConfig:
     store = props.get("store", "sqlite:///audit.db")
     if not store.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise AuditConfigError(f"store: {store!r} is not sqlite:///<path> or postgresql://...")
+    http_host = props.get("http.host", "127.0.0.1")
+    http_auth = _http_auth(props)
+    allow = props.get("http.allow.unauthenticated", "false").lower()
+    if allow not in ("true", "false"):
+        raise AuditConfigError(f"http.allow.unauthenticated: {allow[:40]!r} is not true or false")
+    if not http_auth.enabled and not is_loopback(http_host) and allow != "true":
+        raise AuditConfigError(
+            f"http.auth: none on http.host {http_host or '(every address)'!r} would serve every topic, datacenter "
+            "and producer host to anyone who reaches it: set http.auth = basic or bearer (http.auth.*), "
+            "or http.host = 127.0.0.1 behind a reverse proxy that logs users in, "
+            "or http.allow.unauthenticated = true where the network itself is trusted (the lab)"
+        )
+    try:
+        signing = parse_signing(props)
+    except SigningConfigError as e:
+        raise AuditConfigError(str(e)) from None
     return AuditConfig(
         clusters=clusters,
         topics=tuple(topics),
         window_ms=integer("window.ms", 60000, 1),
         grace_ms=integer("grace.ms", 120000, 0),
         store=store,
-        http_host=props.get("http.host", "0.0.0.0"),
+        http_host=http_host,
         http_port=integer("http.port", 8080, 0),
-        http_auth=_http_auth(props),
+        http_auth=http_auth,
         webhook_url=props.get("alert.webhook.url") or None,
         fetch_max_wait_ms=integer("fetch.max.wait.ms", 500, 0),
         aggregates=aggregates,
         retention_days=integer("retention.days", 30, 1),
         heartbeats_topic=props.get("heartbeats.topic") or "heartbeats",
         security=security,
+        http_allow_unauthenticated=allow == "true",
+        max_topics=integer("audit.max.topics", 1000, 1),
+        signing=signing,
     )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``http.host`` binds loopback only: ``localhost`` or a loopback address (any other name
+    may resolve to anything, so it counts as beyond loopback)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _http_auth(props: dict[str, str]) -> HttpAuth:

@@ -19,6 +19,14 @@ datacenter's windows close at this tier only once its heartbeats passed them too
 tier caught up with its cluster has not seen the records of a datacenter whose link is cut. A
 malformed heartbeat is rejected like a bad ``__audit`` event (audit_rejected, the bad-events metric).
 
+Events are authenticated (review M8) when ``audit.signing.key`` is set (signing.py): a count or gap
+event without a valid ``audit.signature`` header (HMAC-SHA256 of its value) is refused — kept in
+``audit_rejected`` as ``unsigned`` or ``bad signature``, counted, and logged once per producer
+(datacenter and host) rather than once per event. The topic names a service tracks are capped
+(``audit.max.topics``, :class:`TopicLimit`): an event or an audited topic beyond the cap is refused
+(``too many topics``) and counted, so forged names cannot grow the store and the metrics' labels
+without bound.
+
 Watermarks: per partition, how far in creation time this tier has been counted — the time of the
 fetch when the counter has caught up (its offset reached the high watermark), otherwise the largest
 timestamp counted so far. A window closes for a tier only when that tier's watermark has passed the
@@ -38,7 +46,7 @@ from typing import Any
 from headwater.audit.config import AuditConfig
 from headwater.audit.store import UNAUDITED_DC, CountKey, Gap, OffsetConflict, Rejected, Store, StoreUnavailable
 from headwater.client.admin import Admin
-from headwater.client.audit import AUDIT_TOPIC, HEADER_CREATED, HEADER_DC
+from headwater.client.audit import AUDIT_TOPIC, HEADER_CREATED, HEADER_DC, HEADER_SIGNATURE, verify_event
 from headwater.client.consumer import Consumer
 from headwater.client.errors import OffsetOutOfRangeError
 from headwater.client.raw import fetch_raw
@@ -54,6 +62,10 @@ TIERS_FROM_EVENTS = ("producer", "warehouse")
 MAX_TIMESTAMP = 2**62  # creation times and windows beyond this are not times (and overflow BIGINT sums)
 MAX_COUNT = 2**40  # more records than any producer sends in one window
 TopicPartition = tuple[str, int]
+#: rejections logged once per producer (or once) rather than once per event: a flood of forged
+#: events must not become a flood of log lines
+QUIET_REASONS = frozenset({"unsigned", "bad signature", "too many topics"})
+MAX_PRODUCERS_LOGGED = 1000
 
 _EVENT_FIELDS = {"guid": str, "tier": str, "datacenter": str, "topic": str, "window_start": int, "count": int}
 _HEARTBEAT_FIELDS = {"sourceClusterAlias": str, "targetClusterAlias": str, "timestamp": int}
@@ -78,6 +90,42 @@ class BadEvent(ValueError):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+class TopicLimit:
+    """At most ``maximum`` distinct topic names tracked (``audit.max.topics``), shared by every tier's
+    counter and the service's metrics: the first ones seen (or stored) are admitted, any other is
+    refused and counted (``headwater_audit_topics_refused_total``), with one ERROR line the first time.
+    Used on the event loop only."""
+
+    def __init__(
+        self, maximum: int, known: list[str] | tuple[str, ...] = (), on_refused: Callable[[], None] | None = None
+    ) -> None:
+        self.maximum = maximum
+        self.topics: set[str] = set(sorted(known)[:maximum])
+        self.on_refused = on_refused or (lambda: None)
+        self.refused = 0
+
+    def admit(self, topic: str, *, count: bool = True) -> bool:
+        """Whether ``topic`` is tracked (admitted now if there is room); a refusal is counted unless
+        ``count`` is false (the metrics asking again on every pass)."""
+        if topic in self.topics:
+            return True
+        if len(self.topics) < self.maximum:
+            self.topics.add(topic)
+            return True
+        if not count:
+            return False
+        if not self.refused:
+            log.error(
+                "audit.max.topics (%d) reached: refusing events and audited topics of any further topic name "
+                "(first: %r); raise audit.max.topics if they are real (headwater_audit_topics_refused_total)",
+                self.maximum,
+                topic[:100],
+            )
+        self.refused += 1
+        self.on_refused()
+        return False
 
 
 def count_batch(
@@ -203,6 +251,7 @@ class TierCounter:
         on_bad_event: Callable[[str, str], None] | None = None,
         store_retries: int = 6,
         admin: Admin | None = None,
+        topic_limit: TopicLimit | None = None,
     ) -> None:
         self.alias = alias
         security = config.security.get(alias)
@@ -226,6 +275,9 @@ class TierCounter:
         self.on_bad_event = on_bad_event or (lambda tier, reason: None)
         self.store_retries = store_retries
         self._topics_at = 0.0
+        self.topic_limit = topic_limit or TopicLimit(config.max_topics)
+        self._refused_producers: set[tuple[str, str, str]] = set()  # (reason, datacenter, host) logged
+        self._refused_topics: set[str] = set()  # audited topics of the cluster beyond audit.max.topics
 
     @property
     def lag(self) -> int:
@@ -312,6 +364,12 @@ class TierCounter:
         for t in topics:
             if t != AUDIT_TOPIC and not self.config.audited(t) and not self._is_heartbeats(t):
                 continue
+            if t != AUDIT_TOPIC and not self._is_heartbeats(t):
+                if t in self._refused_topics:
+                    continue
+                if not self.topic_limit.admit(t):  # counted once per topic, not at every discovery
+                    self._refused_topics.add(t)
+                    continue
             for p in await consumer.partitions_for(t):
                 if (t, p) not in self.offsets:
                     self.offsets[(t, p)] = await consumer.earliest_offset(t, p)
@@ -490,6 +548,9 @@ class TierCounter:
         if new is None:
             return
         for bad in rejected:  # logged once: after the round that skips them was committed
+            if bad.reason in QUIET_REASONS:  # logged once per producer when found (_refuse)
+                self.on_bad_event(self.alias, bad.reason)
+                continue
             log.warning(
                 "%s: rejected an event at %s-%d offset %d (%s): %r",
                 self.alias,
@@ -503,6 +564,41 @@ class TierCounter:
         self.records_counted += sum(v[0] for v in counts.values())
         self.events_seen += len(events)
         self.rejected += len(rejected)
+
+    def _refuse(
+        self, tp: TopicPartition, r: Record, reason: str, kind: str, parsed: Any, rejected: list[Rejected]
+    ) -> None:
+        """Refuse an event (kept in audit_rejected, counted after the round's commit); the first one of
+        each producer (datacenter and host: the mirror's hop for a gap) is logged."""
+        rejected.append(Rejected(tp[0], tp[1], r.offset, reason, None if r.value is None else bytes(r.value)))
+        if reason == "too many topics":
+            return  # TopicLimit logged it
+        if kind == "gap":
+            dc, host = parsed.datacenter, f"mirror {parsed.hop}"
+        else:
+            dc, host = parsed["datacenter"], str(parsed.get("host") or "?")
+        who = (reason, dc[:100], host[:100])
+        if who in self._refused_producers or len(self._refused_producers) > MAX_PRODUCERS_LOGGED:
+            return
+        self._refused_producers.add(who)
+        more = (
+            " (further producers refused are not logged)" if len(self._refused_producers) > MAX_PRODUCERS_LOGGED else ""
+        )
+        log.error(
+            "%s: refused %s %s event(s) from datacenter %r host %r (first at %s-%d offset %d): the audit "
+            "requires events signed with audit.signing.key; further ones from it are counted in "
+            "headwater_audit_bad_events{reason=%r}, not logged%s",
+            self.alias,
+            "unsigned" if reason == "unsigned" else "badly signed",
+            kind,
+            who[1],
+            who[2],
+            tp[0],
+            tp[1],
+            r.offset,
+            reason,
+            more,
+        )
 
     def _heartbeat_record(
         self, tp: TopicPartition, r: Record, heartbeats: dict[str, int], rejected: list[Rejected]
@@ -522,7 +618,21 @@ class TierCounter:
         except BadEvent as e:
             rejected.append(Rejected(tp[0], tp[1], r.offset, e.reason, None if r.value is None else bytes(r.value)))
             return
-        if not self.config.audited(parsed.topic if kind == "gap" else parsed["topic"]):
+        topic = parsed.topic if kind == "gap" else parsed["topic"]
+        if not self.config.audited(topic):
+            return
+        tier = parsed.tier if kind == "gap" else parsed["tier"]
+        reason = None
+        if self.config.signing.required_for(kind, tier):
+            signature = next((v for k, v in r.headers if k == HEADER_SIGNATURE), None)
+            if signature is None:
+                reason = "unsigned"
+            elif not verify_event(r.value, signature, self.config.signing.keys):
+                reason = "bad signature"
+        if reason is None and not self.topic_limit.admit(topic):
+            reason = "too many topics"
+        if reason is not None:
+            self._refuse(tp, r, reason, kind, parsed, rejected)
             return
         if kind == "gap":
             gaps.append(parsed)

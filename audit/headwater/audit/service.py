@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 
 from headwater.audit import overview
 from headwater.audit.config import AuditConfig
-from headwater.audit.counter import TierCounter
+from headwater.audit.counter import TierCounter, TopicLimit
 from headwater.audit.reconcile import PRODUCER, WAREHOUSE, Completeness, reconcile
 from headwater.audit.store import UNAUDITED_DC, Gap, PendingAlert, Store
 from headwater.audit.web import make_app
@@ -84,10 +84,30 @@ class AuditService:
             ["tier", "reason"],
             registry=self.registry,
         )
+        self._topics_refused = Counter(
+            "headwater_audit_topics_refused",
+            "Events and audited topics refused because audit.max.topics distinct topic names are tracked",
+            registry=self.registry,
+        )
+        # audit.max.topics: shared by every tier and the metrics' topic labels (review M7/M8)
+        self.topic_limit = TopicLimit(config.max_topics, self.store.topics(), self._topics_refused.inc)
+        tracked = Gauge(
+            "headwater_audit_topics_tracked",
+            "Distinct topic names tracked (at most audit.max.topics)",
+            registry=self.registry,
+        )
+        tracked.set_function(lambda: len(self.topic_limit.topics))
         self.counters = counters or [
-            TierCounter(alias, bootstrap, config, self.store, on_bad_event=self._count_bad)
+            TierCounter(
+                alias, bootstrap, config, self.store, on_bad_event=self._count_bad, topic_limit=self.topic_limit
+            )
             for alias, bootstrap in config.clusters.items()
         ]
+        if not config.signing.required:
+            log.warning(
+                "audit.signing.key is not set: count and gap events on __audit are accepted unsigned, so any "
+                'principal allowed to Write __audit can forge them (docs/audit.md, "Signed events")'
+            )
         self.health_registry = HealthRegistry()
         self.supervisor = Supervisor("audit", self.health_registry, self.registry, ("tier",), max_backoff_s=10.0)
         self._completeness = Gauge(
@@ -390,7 +410,11 @@ class AuditService:
             )
             await asyncio.to_thread(self.store.set_gap_payload, g.guid, json.dumps(_gap_json(g)))
             recorded += 1
-        await self._record_completions(rows)
+        # The metrics' topic labels stay bounded (audit.max.topics): only tracked topics are labelled.
+        labelled = {t for t in {r.topic for r in rows} if self.topic_limit.admit(t, count=False)}
+        behind = {k: v for k, v in behind.items() if k[0] in labelled}
+        last_closed = {k: v for k, v in last_closed.items() if k[0] in labelled}
+        await self._record_completions([r for r in rows if r.topic in labelled])
         for topic, tier in {*behind, *self._behind_shown}:  # back to 0 once the records arrived
             self._behind.labels(topic, tier).set(behind.get((topic, tier), 0.0))
         self._behind_shown |= set(behind)

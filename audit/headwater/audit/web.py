@@ -14,9 +14,13 @@
   how long the tier is behind.
 - ``GET /window?topic=&window_start=&datacenter=`` — every tier of one window and the producer
   tier's per-host counts.
-- ``GET /api/v1/completeness?topic=T[&from=ms&to=ms]`` — ``{"rows": [...]}``; ``GET /api/v1/topics``;
+- ``GET /api/v1/completeness[?topic=T&from=ms&to=ms]`` — ``{"rows": [...]}`` (the last day by
+  default, at most 7 days); ``GET /api/v1/topics``;
   ``GET /api/v1/gaps[?topic=T]`` — the records mirrors reported lost (``{"gaps": [...]}``).
 - A query value that is not a time (not an integer in [-2^62, 2^62)) answers 400 with a message.
+- Time ranges are bounded (review M7: one request must not reconcile the whole history): without
+  ``from`` the completeness API and the topic page's deep link take the day before ``to`` (or now);
+  a range longer than 7 days, or ``to`` before ``from``, answers 400 saying so.
 - Every store read runs on a worker thread (the callables given to :func:`make_app` are coroutines).
 - ``GET /metrics`` (Prometheus), ``GET /healthz``.
 - With ``http.auth = basic|bearer`` (http_auth.py) every path but /metrics and /healthz answers 401
@@ -41,6 +45,8 @@ from headwater.audit.reconcile import PRODUCER, Completeness
 from headwater.audit.store import UNAUDITED_DC, Gap
 
 MAX_MS = 2**62
+DEFAULT_RANGE_MS = 24 * 3_600_000  # no ``from``: the day before ``to`` (or now)
+MAX_RANGE_MS = 7 * 24 * 3_600_000  # the overview's longest too (hours <= 168)
 
 _COLORS = {
     "complete": "#2e7d32",
@@ -115,6 +121,22 @@ def _ms(request: web.Request, name: str, required: bool = False) -> int | None:
     if not -MAX_MS <= value < MAX_MS:  # negative: records without a timestamp (-1) are counted in window -window.ms
         raise web.HTTPBadRequest(text=f"{name}: {raw[:40]} is out of range (-2^62 to 2^62 ms)")
     return value
+
+
+def _bounded(since: int | None, until: int | None, now_ms: int | None = None) -> tuple[int, int | None]:
+    """``from``/``to`` of a query, bounded: ``from`` defaults to a day before ``to`` (or now); 400
+    when ``to`` is before ``from`` or they are more than :data:`MAX_RANGE_MS` apart."""
+    end = until if until is not None else int(time.time() * 1000) if now_ms is None else now_ms
+    if since is None:
+        since = end - DEFAULT_RANGE_MS
+    if until is not None and until < since:
+        raise web.HTTPBadRequest(text=f"to: before from ({until} < {since})")
+    if end - since > MAX_RANGE_MS:
+        raise web.HTTPBadRequest(
+            text=f"from, to: {(end - since) // 86_400_000} days apart; ask for at most "
+            f"{MAX_RANGE_MS // 86_400_000} days ({MAX_RANGE_MS} ms) at a time (without to: up to now)"
+        )
+    return since, until
 
 
 def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
@@ -450,7 +472,7 @@ def make_app(
             return _page("Headwater audit", "<h1>Headwater audit</h1><p>No audited records counted yet.</p>")
         since, until = _ms(request, "from"), _ms(request, "to")
         if since is not None or until is not None:  # a deep link: ?topic=&from=&to= (ms)
-            recent = await rows_for(topic, since, until)
+            recent = await rows_for(topic, *_bounded(since, until))
             windows = sorted({r.window_start for r in recent}, reverse=True)[:500]
         else:
             recent = await recent_for(topic) if recent_for is not None else await rows_for(topic, None, None)
@@ -515,7 +537,7 @@ def make_app(
 
     async def completeness(request: web.Request) -> web.Response:
         topic = request.query.get("topic")
-        since, until = _ms(request, "from"), _ms(request, "to")
+        since, until = _bounded(_ms(request, "from"), _ms(request, "to"))
         return web.json_response({"rows": [r.as_json() for r in await rows_for(topic, since, until)]})
 
     async def topics_api(_request: web.Request) -> web.Response:

@@ -31,10 +31,11 @@ from kazoo.client import KazooClient
 from headwater.client import Consumer
 from headwater.testing.cluster import LocalCluster
 from headwater.zk.client import kazoo_client
+from headwater.zk.paths import consumer_ids_path, consumer_owners_path
 
 
 def _owners(zk: KazooClient, group: str, topic: str) -> dict[int, str]:
-    base = f"/consumers/{group}/owners/{topic}"
+    base = consumer_owners_path(group, topic)
     out: dict[int, str] = {}
     if not zk.exists(base):
         return out
@@ -88,7 +89,7 @@ def measure_mirror(src: LocalCluster, dst: LocalCluster, topic: str, partitions:
         took = _wait("mirror A to own every partition", lambda: len(set(_owners(zk, g, topic))) == partitions)
         print(f"mirror (ZooKeeper group): first process owns all {partitions} partitions after {took:.1f} s")
         b = _mirror(workdir, "mirror-b", props)
-        _wait("mirror B to register", lambda: len(zk.get_children(f"/consumers/{g}/ids")) == 2)
+        _wait("mirror B to register", lambda: len(zk.get_children(consumer_ids_path(g))) == 2)
         started = time.monotonic()
         unowned = [0]
 

@@ -49,6 +49,9 @@ from headwater.protocol.apis import LIST_OFFSETS
 from headwater.protocol.frames import decode_response, encode_request
 from headwater.testing.cluster import LocalCluster
 from headwater.testing.zookeeper import ZooKeeperServer
+from headwater.zk.consumers import decode_offset
+from headwater.zk.json import ZnodeFormatError
+from headwater.zk.paths import consumer_ids_path, consumer_offset_path, mirror_target_path
 
 SIZE = 100
 PREFIX = "scale"
@@ -331,11 +334,12 @@ def expected_recopies(zk_connect: str, group: str, ends: dict[tuple[str, int], i
     records = partitions = 0
     try:
         for (t, p), end in ends.items():
-            if zk.exists(f"/consumers/{group}/mirror-target/{t}/{p}") is not None:
+            if zk.exists(mirror_target_path(group, t, p)) is not None:
                 continue
             try:
-                committed = max(int(zk.get(f"/consumers/{group}/offsets/{t}/{p}")[0].decode().strip()), 0)
-            except (NoNodeError, ValueError):
+                path = consumer_offset_path(group, t, p)
+                committed = max(decode_offset(path, zk.get(path)[0]), 0)
+            except (NoNodeError, ZnodeFormatError):
                 committed = 0
             if end > committed:
                 records += end - committed
@@ -358,7 +362,7 @@ def wait_members_gone(zk_connect: str, group: str, timeout: float) -> float:
     try:
         while True:
             try:
-                members = zk.get_children(f"/consumers/{group}/ids")
+                members = zk.get_children(consumer_ids_path(group))
             except NoNodeError:
                 members = []
             if not members:

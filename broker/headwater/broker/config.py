@@ -23,7 +23,9 @@ from headwater.broker.security import (
     ClientSecurity,
     ListenerSecurity,
     SecurityConfigError,
+    check_security_properties,
     inter_broker_security,
+    is_secret_property,
     is_security_property,
     listener_security,
 )
@@ -146,7 +148,8 @@ class BrokerConfig:
     security: dict[str, ListenerSecurity] = field(default_factory=dict)
     #: how this broker's connections to other brokers secure themselves (None: PLAINTEXT)
     inter_broker_security: ClientSecurity | None = None
-    raw: dict[str, str] = field(default_factory=dict)
+    #: every property as given (secrets included: never shown, see is_sensitive)
+    raw: dict[str, str] = field(default_factory=dict, repr=False)
     unknown: list[str] = field(default_factory=list)
     #: the ZooKeeper SASL login and zookeeper.set.acl (headwater.zk.security)
     zookeeper_security: ZkSecurity = field(default_factory=ZkSecurity)
@@ -249,7 +252,31 @@ _HANDLED_ELSEWHERE = {
     "compression.type",
     "host.name",
     "port",
+    "max.incremental.fetch.session.cache.slots",  # replica_manager.py
+    "leader.replication.throttled.rate",  # dynamic_config.py (static too, as in Kafka)
+    "follower.replication.throttled.rate",
 }
+
+
+#: broker properties whose values may be shown, besides the security ones security.py marks non-secret
+_SHOWN = frozenset(_BROKER_PROPS) | _HANDLED_ELSEWHERE | BROKER_DEFAULT_PROPERTIES
+
+
+def is_sensitive(name: str) -> bool:
+    """Whether a broker config's value must never be shown (DescribeConfigs, logs), as Kafka 2.3's
+    ``AdminManager.createBrokerConfigEntry``: password-type configs and any config whose type is
+    unknown. So a value is shown only for a known, non-secret name; anything with ``password``, ``secret`` or ``jaas`` in its name is never shown, whatever the tables say."""
+    lowered = name.lower()
+    if any(word in lowered for word in ("password", "secret", "jaas")):
+        return True
+    if is_security_property(name):
+        return is_secret_property(name)
+    return name not in _SHOWN
+
+
+def redacted(configs: dict[str, str]) -> dict[str, str]:
+    """``configs`` for a log line: sensitive values replaced by ``[hidden]``."""
+    return {k: "[hidden]" if is_sensitive(k) else v for k, v in configs.items()}
 
 
 def _log_defaults(p: dict[str, str], message_max_bytes: int) -> LogConfig:
@@ -361,6 +388,10 @@ def config_from_props(props: dict[str, str]) -> BrokerConfig:
                 raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL")
             n, proto = item.split(":", 1)
             proto_map[n.strip().upper()] = proto.strip().upper()
+    try:
+        check_security_properties(props, frozenset(names))
+    except SecurityConfigError as e:
+        raise ConfigError(str(e)) from None
     security: dict[str, ListenerSecurity] = {}
     for lst in listeners:
         proto_map.setdefault(lst.name, lst.name if lst.name in PROTOCOLS else "PLAINTEXT")

@@ -22,14 +22,15 @@ from collections.abc import Mapping
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from headwater.broker import zk as zkpaths
 from headwater.broker.config import LIST_TOPIC_CONFIGS, validate_topic_config
 from headwater.broker.storage.log import LogConfig
-from headwater.broker.zk import ZooKeeper, to_json
+from headwater.broker.zk import ZooKeeper
 from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.zk import config as zkconfig
+from headwater.zk import paths as zkpaths
+from headwater.zk.json import ZnodeFormatError
 
-CONFIG_CHANGES = "/config/changes"
-CONFIG_CHANGE_PREFIX = f"{CONFIG_CHANGES}/config_change_"
+CONFIG_CHANGE_PREFIX = zkpaths.CONFIG_CHANGE_PREFIX
 
 # IncrementalAlterConfigs config_operation values (KIP-339)
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -40,13 +41,15 @@ async def read_topic_overrides(zk: ZooKeeper, topic: str) -> tuple[dict[str, str
     UNKNOWN_TOPIC_OR_PARTITION when the topic does not exist."""
     if await zk.call(zk.client.exists, zkpaths.topic_path(topic)) is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {topic} does not exist")
-    got = await zk.get_json(zkpaths.topic_config_path(topic))
-    if got is None:
+    path = zkpaths.topic_config_path(topic)
+    try:
+        data, stat = await zk.call(zk.client.get, path)
+    except NoNodeError:
         return {}, None
-    value, stat = got
-    cfg = value.get("config") if isinstance(value, dict) else None
-    overrides = {str(k): str(v) for k, v in cfg.items()} if isinstance(cfg, dict) else {}
-    return overrides, stat.version
+    try:
+        return zkconfig.decode_entity_config(path, data), stat.version
+    except ZnodeFormatError:
+        return {}, stat.version
 
 
 def incremental(current: Mapping[str, str], ops: list[tuple[str, int, str | None]]) -> dict[str, str]:
@@ -97,13 +100,13 @@ async def write_topic_overrides(
         raise KafkaError(ErrorCode.INVALID_CONFIG, problem)
     if validate_only:
         return
-    data = to_json({"version": 1, "config": overrides})
+    data = zkconfig.encode_entity_config(overrides)
     tx = zk.client.transaction()
     if version is None:
         tx.create(zkpaths.topic_config_path(topic), data)
     else:
         tx.set_data(zkpaths.topic_config_path(topic), data, version=version)
-    tx.create(CONFIG_CHANGE_PREFIX, to_json({"version": 2, "entity_path": f"topics/{topic}"}), sequence=True)
+    tx.create(CONFIG_CHANGE_PREFIX, zkconfig.encode_change("topics", topic), sequence=True)
     results = await zk.call(tx.commit)
     failures = [r for r in results if isinstance(r, Exception)]
     if any(isinstance(r, BadVersionError | NoNodeError) for r in failures) or (version is None and failures):

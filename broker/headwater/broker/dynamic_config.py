@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from headwater.broker.config import _log_defaults
-from headwater.broker.zk import ZooKeeper, from_json, to_json
+from headwater.broker.config import _log_defaults, is_sensitive, redacted
+from headwater.broker.zk import ZooKeeper, from_json
 from headwater.protocol.errors import ErrorCode, KafkaError
-from headwater.scram import CHANGES_PATH, change_notification
+from headwater.zk import config as zkconfig
+from headwater.zk.paths import CONFIG_BROKERS, CONFIG_CHANGE_PREFIX, CONFIG_CHANGES, broker_config_path
 
 if TYPE_CHECKING:
     from headwater.broker.config import BrokerConfig
@@ -39,9 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CONFIG_BROKERS = "/config/brokers"
 DEFAULT_ENTITY = "<default>"
-CONFIG_CHANGE_PREFIX = f"{CHANGES_PATH}/config_change_"
 MAX_LONG = 2**63 - 1
 
 # DescribeConfigs config_source values
@@ -128,7 +127,7 @@ def entity_name(broker_id: int | None) -> str:
 
 
 def config_path(entity: str) -> str:
-    return f"{CONFIG_BROKERS}/{entity}"
+    return broker_config_path(entity)
 
 
 def validate(overrides: Mapping[str, str], static: Mapping[str, str]) -> str | None:
@@ -167,14 +166,14 @@ async def write_overrides(
     if problem:
         raise KafkaError(ErrorCode.INVALID_CONFIG, problem)
     await zk.call(zk.client.ensure_path, CONFIG_BROKERS)
-    await zk.call(zk.client.ensure_path, CHANGES_PATH)
-    data = to_json({"version": 1, "config": overrides})
+    await zk.call(zk.client.ensure_path, CONFIG_CHANGES)
+    data = zkconfig.encode_entity_config(overrides)
     tx = zk.client.transaction()
     if version is None:
         tx.create(config_path(entity), data)
     else:
         tx.set_data(config_path(entity), data, version=version)
-    tx.create(CONFIG_CHANGE_PREFIX, change_notification(f"brokers/{entity}"), sequence=True)
+    tx.create(CONFIG_CHANGE_PREFIX, zkconfig.encode_change("brokers", entity), sequence=True)
     results = await zk.call(tx.commit)
     failures = [r for r in results if isinstance(r, Exception)]
     if any(isinstance(r, BadVersionError | NoNodeError | NodeExistsError) for r in failures):
@@ -286,7 +285,11 @@ class DynamicBrokerConfig:
             )
             backoff = int(merged.get("log.cleaner.backoff.ms", self._static_attrs["log_cleaner_backoff_ms"]))
         except ValueError as e:  # written by another tool without validation: keep what we have
-            log.error("ignoring invalid dynamic broker configs %s: %s", {**self.cluster_default, **self.per_broker}, e)
+            log.error(
+                "ignoring invalid dynamic broker configs %s: %s",
+                redacted({**self.cluster_default, **self.per_broker}),
+                e,
+            )
             return
         log_changed = defaults != cfg.log_defaults
         cfg.message_max_bytes = message_max_bytes
@@ -297,8 +300,8 @@ class DynamicBrokerConfig:
         log.info(
             "[DynamicConfig broker=%d] dynamic configs now: broker %s, cluster default %s",
             cfg.broker_id,
-            self.per_broker,
-            self.cluster_default,
+            redacted(self.per_broker),
+            redacted(self.cluster_default),
         )
         if log_changed:
             self.on_log_defaults(defaults)
@@ -309,7 +312,11 @@ def describe(
 ) -> list[dict[str, Any]]:
     """DescribeConfigs' entries for a BROKER resource: this broker's id lists its static properties
     and every dynamic config with its effective value and source; ``""`` (the cluster default
-    entity) lists the cluster-wide dynamic defaults only. Sensitive values (passwords) are null."""
+    entity) lists the cluster-wide dynamic defaults only.
+
+    As Kafka 2.3's AdminManager, a password-type config or one whose type is unknown (a JAAS config,
+    ``ssl.key.password``, any ``listener.name.*`` secret, a name this broker does not know) is
+    ``is_sensitive`` with a null value and null synonyms (config.is_sensitive)."""
     if resource_name == "":
         names = sorted(dyn.cluster_default)
     else:
@@ -318,7 +325,7 @@ def describe(
     for name in names:
         if keys is not None and name not in keys:
             continue
-        sensitive = "password" in name
+        hidden = is_sensitive(name)
         if resource_name == "":
             value: str | None = dyn.cluster_default[name]
             source = DYNAMIC_DEFAULT_BROKER_CONFIG
@@ -329,12 +336,12 @@ def describe(
         out.append(
             {
                 "name": name,
-                "value": None if sensitive else value,
+                "value": None if hidden else value,
                 "read_only": name not in DYNAMIC_BROKER_CONFIGS,
                 "is_default": source == DEFAULT_CONFIG,
                 "config_source": source,
-                "is_sensitive": sensitive,
-                "synonyms": [{"name": name, "value": None if sensitive else v, "source": s} for v, s in layers]
+                "is_sensitive": hidden,
+                "synonyms": [{"name": name, "value": None if hidden else v, "source": s} for v, s in layers]
                 if include_synonyms
                 else [],
             }

@@ -19,8 +19,8 @@ from functools import partial
 
 from kazoo.protocol.states import ZnodeStat
 
-from headwater.broker import zk as zkpaths
 from headwater.broker.zk import ZooKeeper, from_json
+from headwater.zk import paths as zkpaths
 
 log = logging.getLogger(__name__)
 

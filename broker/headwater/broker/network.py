@@ -19,6 +19,7 @@ per-request security work. ``principal`` is the connection's KafkaPrincipal (``U
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import socket
@@ -89,8 +90,7 @@ class Connection:
         self.handler = handler
         self.decoder = FrameDecoder(max_request_bytes)
         try:
-            peer = sock.getpeername()
-            self.peer = f"{peer[0]}:{peer[1]}"
+            self.peer = peer_address(sock.getpeername())
         except OSError:
             self.peer = "?"
         self.principal = ANONYMOUS
@@ -250,11 +250,11 @@ class TlsConnection:
         self.handler = handler
         self.max_request_bytes = max_request_bytes
         peer = writer.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer = peer_address(peer) if peer else "?"
         self.principal = ANONYMOUS
-        cert = writer.get_extra_info("peercert")
-        if cert:
-            self.principal = "User:" + certificate_principal(cert)
+        if writer.get_extra_info("peercert"):  # a client certificate, verified
+            der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+            self.principal = "User:" + certificate_principal(der)
         self.closed = False
 
     async def run(self) -> None:
@@ -321,21 +321,81 @@ class TlsConnection:
             self.writer.close()
 
 
-def certificate_principal(cert: dict[str, object]) -> str:
-    """A peer certificate's subject as Kafka prints an X.500 name: most specific part first
-    (``CN=client,OU=eng,O=Example``)."""
-    short = {
-        "commonName": "CN",
-        "organizationalUnitName": "OU",
-        "organizationName": "O",
-        "localityName": "L",
-        "stateOrProvinceName": "ST",
-        "countryName": "C",
-        "emailAddress": "EMAILADDRESS",
-    }
-    subject = cert.get("subject") or ()
-    parts = [f"{short.get(k, k)}={v}" for rdn in subject for k, v in rdn]  # type: ignore[attr-defined]
-    return ",".join(reversed(parts))
+def peer_address(sockaddr: tuple[object, ...]) -> str:
+    """``host:port`` of a peer, the host as Java's ``InetAddress.getHostAddress`` writes it (what
+    Kafka's ACL host matching compares): an IPv4 client of a dual-stack listener (``::ffff:a.b.c.d``)
+    is ``a.b.c.d``, an IPv6 address is eight uncompressed groups (``0:0:0:0:0:0:0:1``)."""
+    host, port = str(sockaddr[0]), sockaddr[1]
+    address, _, scope = host.partition("%")
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return f"{host}:{port}"
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return f"{ip.ipv4_mapped}:{port}"
+        groups = ":".join(f"{int(g, 16):x}" for g in ip.exploded.split(":"))
+        return f"{groups}{'%' + scope if scope else ''}:{port}"
+    return f"{ip}:{port}"
+
+
+#: X500Principal's RFC 2253 keywords; any other attribute is written as its dotted OID
+_RFC2253_KEYWORDS = {
+    "2.5.4.3": "CN",
+    "2.5.4.6": "C",
+    "2.5.4.7": "L",
+    "2.5.4.8": "ST",
+    "2.5.4.10": "O",
+    "2.5.4.11": "OU",
+    "2.5.4.9": "STREET",
+    "0.9.2342.19200300.100.1.25": "DC",
+    "0.9.2342.19200300.100.1.1": "UID",
+}
+#: ASN.1 string tags X500Principal writes as text (else ``#`` and the hex of the DER value)
+_STRING_TAGS = {12: "utf-8", 19: "ascii", 20: "latin-1", 22: "ascii", 27: "latin-1", 30: "utf-16-be"}
+_ESCAPED = frozenset(',=+<>#;"\\')
+
+
+def _der_value(tag: int, data: bytes) -> bytes:
+    n = len(data)
+    length = (
+        bytes([n])
+        if n < 128
+        else bytes([0x80 | ((n.bit_length() + 7) // 8)]) + n.to_bytes((n.bit_length() + 7) // 8, "big")
+    )
+    return bytes([tag]) + length + data
+
+
+def _rfc2253_value(value: str) -> str:
+    out = "".join("\\00" if c == "\0" else f"\\{c}" if c in _ESCAPED else c for c in value)
+    lead, trail = len(out) - len(out.lstrip(" \r")), len(out.rstrip(" \r"))
+    return "".join(f"\\{c}" if i < lead or i >= trail else c for i, c in enumerate(out))
+
+
+def certificate_principal(der: bytes) -> str:
+    """A DER certificate's subject as Kafka names the principal: ``X500Principal.getName()``, RFC
+    2253 (``CN=broker\\,OU=ops,O=Example``): most specific RDN first, the members of a multi-valued
+    RDN joined with ``+`` in their DER order, ``, = + < > # ; " \\`` escaped with a backslash (and
+    leading or trailing spaces), CN/C/L/ST/O/OU/STREET/DC/UID by keyword and any other attribute as
+    its dotted OID with ``#`` and the hex of its DER value (emailAddress: ``1.2.840.113549.1.9.1=#16...``)."""
+    from cryptography import x509
+
+    subject = x509.load_der_x509_certificate(der).subject
+    rdns = []
+    for rdn in reversed(list(subject.rdns)):
+        parts = []
+        for attr in rdn:
+            oid = attr.oid.dotted_string
+            tag = int(attr._type.value)  # the ASN.1 string type (cryptography keeps it as parsed)
+            text = attr.value if isinstance(attr.value, str) else attr.value.decode("latin-1")
+            keyword = _RFC2253_KEYWORDS.get(oid)
+            if keyword is None or tag not in _STRING_TAGS:
+                encoded = _der_value(tag, text.encode(_STRING_TAGS.get(tag, "utf-8")))
+                parts.append(f"{keyword or oid}=#{encoded.hex()}")
+            else:
+                parts.append(f"{keyword}={_rfc2253_value(text)}")
+        rdns.append("+".join(parts))
+    return ",".join(rdns)
 
 
 async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:

@@ -15,19 +15,20 @@ an asyncio lock, so concurrent InitProducerId requests never claim two blocks fo
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from headwater.broker.zk import ZooKeeper, to_json
+from headwater.broker.zk import ZooKeeper
 from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.zk.cluster import ProducerIdBlock, decode_producer_id_block
+from headwater.zk.json import ZnodeFormatError
+from headwater.zk.paths import LATEST_PRODUCER_ID_BLOCK
 
 log = logging.getLogger(__name__)
 
-PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+PRODUCER_ID_BLOCK_PATH = LATEST_PRODUCER_ID_BLOCK
 BLOCK_SIZE = 1000
-BLOCK_VERSION = 1
 _MAX_ATTEMPTS = 50
 
 
@@ -35,12 +36,15 @@ def parse_block(data: bytes | None) -> tuple[int, int] | None:
     """(block_start, block_end) of the znode's JSON; None when it is empty. ValueError when malformed."""
     if not data:
         return None
-    doc = json.loads(data)
-    return int(doc["block_start"]), int(doc["block_end"])
+    try:
+        block = decode_producer_id_block(data)
+    except ZnodeFormatError as e:
+        raise ValueError(str(e)) from None
+    return block.start, block.end
 
 
 def block_json(broker_id: int, start: int, end: int) -> bytes:
-    return to_json({"version": BLOCK_VERSION, "broker": broker_id, "block_start": str(start), "block_end": str(end)})
+    return ProducerIdBlock(broker_id, start, end).encode()
 
 
 class ProducerIdManager:

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from headwater.broker import zk as zkpaths
 from headwater.broker.config import topic_log_config
 from headwater.broker.fetch_session import DEFAULT_SLOTS, CachedPartition, FetchSessionCache
 from headwater.broker.group.formats import OFFSETS_TOPIC
@@ -33,6 +32,8 @@ from headwater.broker.replica_fetcher import ReplicaFetcherManager
 from headwater.broker.zk import to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
+from headwater.zk import paths as zkpaths
+from headwater.zk.notifications import encode_isr_change
 
 if TYPE_CHECKING:
     from headwater.broker.server import KafkaBroker
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
-ISR_CHANGE_PREFIX = "/isr_change_notification/isr_change_"
+ISR_CHANGE_PREFIX = zkpaths.ISR_CHANGE_PREFIX
 #: how long ISR changes are gathered into one /isr_change_notification znode
 ISR_CHANGE_BATCH_S = 0.05
 #: ISR gauges are refreshed at most this often while ISRs change
@@ -54,6 +55,9 @@ class ReplicaManager:
         self.broker = broker
         self.broker_id = broker.broker_id
         self.partitions: dict[TP, Partition] = {}
+        #: partitions whose log is in a failed log dir (KIP-112): Kafka's OfflinePartition. Produce,
+        #: fetch and LeaderAndIsr for them answer KAFKA_STORAGE_ERROR until the broker restarts.
+        self.offline_partitions: set[TP] = set()
         self.controller_epoch = 0
         self.fetchers = ReplicaFetcherManager(broker, self)
         #: Fetch sessions (KIP-227) of the followers and consumers fetching from this broker
@@ -99,6 +103,8 @@ class ReplicaManager:
         Raises KafkaError: UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster does not have,
         NOT_LEADER_FOR_PARTITION for one led elsewhere, FENCED/UNKNOWN_LEADER_EPOCH (KIP-320).
         """
+        if (topic, index) in self.offline_partitions:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{index} is offline on broker {self.broker_id}")
         part = self.partitions.get((topic, index))
         if part is None or not part.is_leader:
             known = self.broker.cache.partition(topic, index) is not None
@@ -132,7 +138,10 @@ class ReplicaManager:
             topic, index = st["topic_name"], st["partition_index"]
             code = ErrorCode.NONE
             part = self.partitions.get((topic, index))
-            if part is not None and st["leader_epoch"] <= part.leader_epoch:
+            if (topic, index) in self.offline_partitions:
+                code = ErrorCode.KAFKA_STORAGE_ERROR  # the controller learns of the failed log dir from it
+                failed += 1
+            elif part is not None and st["leader_epoch"] <= part.leader_epoch:
                 stale += 1
                 log.debug(
                     "%s-%d: ignoring LeaderAndIsr at leader epoch %d (have %d)",
@@ -156,10 +165,25 @@ class ReplicaManager:
                     # config its log refuses) is an error for that partition alone: the others in
                     # the request are applied, and the controller gets an answer, not a closed
                     # connection it would retry forever (issue 9, defect 2).
-                    log.exception(
-                        "%s-%d: cannot apply LeaderAndIsr at leader epoch %d", topic, index, st["leader_epoch"]
+                    if isinstance(e, KafkaError):  # e.g. its log dir is offline: expected, no traceback
+                        log.error(
+                            "%s-%d: cannot apply LeaderAndIsr at leader epoch %d: %s",
+                            topic,
+                            index,
+                            st["leader_epoch"],
+                            e,
+                        )
+                    else:
+                        log.exception(
+                            "%s-%d: cannot apply LeaderAndIsr at leader epoch %d", topic, index, st["leader_epoch"]
+                        )
+                    code = (
+                        e.code
+                        if isinstance(e, KafkaError)
+                        else ErrorCode.KAFKA_STORAGE_ERROR
+                        if isinstance(e, OSError)
+                        else ErrorCode.UNKNOWN_SERVER_ERROR
                     )
-                    code = ErrorCode.KAFKA_STORAGE_ERROR if isinstance(e, OSError) else ErrorCode.UNKNOWN_SERVER_ERROR
                     if part is None:
                         self.partitions.pop((topic, index), None)
                     failed += 1
@@ -187,7 +211,9 @@ class ReplicaManager:
         assert self.broker.log_manager is not None
         topic, index = st["topic_name"], st["partition_index"]
         cfg = topic_log_config(self.broker.config.log_defaults, self.broker.cache.config_of(topic))
-        log_ = self.broker.log_manager.get_log(topic, index) or self.broker.log_manager.create_log(topic, index, cfg)
+        log_ = self.broker.log_manager.get_log(topic, index) or self.broker.log_manager.create_log(
+            topic, index, cfg, is_new=bool(st.get("is_new", False))
+        )
         # every move of its log end or log start offset wakes (and marks dirty for) the fetches
         # watching it: fetch sessions skip the partitions nothing notified (fetch_session.py)
         log_.on_offsets_moved = partial(self.broker.purgatory.notify, (topic, index))
@@ -251,13 +277,36 @@ class ReplicaManager:
                 part.make_offline()
             if tp[0] == OFFSETS_TOPIC:
                 self.broker.groups.on_resigned(tp[1])
-            if delete and self.broker.log_manager is not None:
-                self.broker.log_manager.delete_log(*tp)
-                log.info("deleted log %s-%d", *tp)
+            code = ErrorCode.NONE
+            if delete and tp in self.offline_partitions:
+                code = ErrorCode.KAFKA_STORAGE_ERROR  # its log is in a failed dir: not deleted
+            elif delete and self.broker.log_manager is not None:
+                try:
+                    if self.broker.log_manager.delete_log(*tp):
+                        log.info("deleted log %s-%d", *tp)
+                except (OSError, KafkaError) as e:  # the controller retries it (topic deletion)
+                    log.error("cannot delete the log of %s-%d: %s", *tp, e)
+                    code = ErrorCode.KAFKA_STORAGE_ERROR
             self.broker.purgatory.notify(tp)
-            out.append({"topic_name": tp[0], "partition_index": tp[1], "error_code": ErrorCode.NONE})
+            out.append({"topic_name": tp[0], "partition_index": tp[1], "error_code": code})
         self.update_gauges()
         return out
+
+    def handle_log_dir_failure(self, log_dir: str, tps: list[TP]) -> None:
+        """The log dir holding ``tps`` failed (KIP-112): they go offline on this broker, as Kafka's
+        ReplicaManager.handleLogDirFailure (stop fetching, stop leading, answer KAFKA_STORAGE_ERROR);
+        the broker then notifies the controller, which elects other leaders."""
+        for tp in tps:
+            self.fetchers.remove_partition(tp)
+            part = self.partitions.pop(tp, None)
+            if part is not None:
+                part.make_offline()
+            if tp[0] == OFFSETS_TOPIC:
+                self.broker.groups.on_resigned(tp[1])
+            self.offline_partitions.add(tp)
+            self.broker.purgatory.notify(tp)
+        log.error("log dir %s failed: %d partition(s) offline on this broker", log_dir, len(tps))
+        self.update_gauges()
 
     def on_session_lost(self) -> None:
         for part in self.partitions.values():
@@ -410,8 +459,9 @@ class ReplicaManager:
         while self._isr_changed:
             await asyncio.sleep(ISR_CHANGE_BATCH_S)
             changed, self._isr_changed = sorted(self._isr_changed), set()
-            value = {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in changed]}
-            (result,) = await zk.create_many([(ISR_CHANGE_PREFIX, to_json(value))], makepath=True, sequence=True)
+            (result,) = await zk.create_many(
+                [(ISR_CHANGE_PREFIX, encode_isr_change(changed))], makepath=True, sequence=True
+            )
             if isinstance(result, Exception):
                 log.warning("could not notify the controller of %d ISR change(s): %s", len(changed), result)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import time
 import uuid
@@ -27,7 +26,6 @@ from typing import Any
 from kazoo.client import KazooState
 from kazoo.exceptions import NoNodeError
 
-from headwater.broker import zk as zkpaths
 from headwater.broker.authorizer import Authorizer, Refused, authorize
 from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
 from headwater.broker.config import BrokerConfig, Listener, topic_log_config
@@ -53,6 +51,10 @@ from headwater.protocol.apis import CONTROLLED_SHUTDOWN
 from headwater.protocol.errors import DecodeError, ErrorCode
 from headwater.protocol.frames import UnsupportedRequest, decode_request, encode_response
 from headwater.scram import ScramCredential, credential_from_user_config, user_config_path
+from headwater.zk import cluster as zkcluster
+from headwater.zk import paths as zkpaths
+from headwater.zk.json import ZnodeFormatError
+from headwater.zk.notifications import encode_log_dir_event
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +142,7 @@ class KafkaBroker:
         )
         self.log_manager.high_watermark_of = self.replicas.high_watermark_of  # retention stops at the HW
         self.log_manager.on_cleaned = self._count_cleaning
+        self.log_manager.on_dir_failure = self._on_log_dir_failure
         if self.authorizer is not None:
             await self.authorizer.start()
         await self.server.start()
@@ -184,18 +187,21 @@ class KafkaBroker:
         task.add_done_callback(self._tasks.discard)
 
     async def _cluster_id(self) -> str:
-        got = await self.zk.get_json("/cluster/id")
-        if got and isinstance(got[0], dict) and got[0].get("id"):
-            return str(got[0]["id"])
+        try:
+            return zkcluster.decode_cluster_id((await self.zk.call(self.zk.client.get, zkpaths.CLUSTER_ID))[0])
+        except (NoNodeError, ZnodeFormatError):
+            pass
         new_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         try:
             await self.zk.call(
-                self.zk.client.create, "/cluster/id", json.dumps({"version": "1", "id": new_id}).encode(), makepath=True
+                self.zk.client.create, zkpaths.CLUSTER_ID, zkcluster.encode_cluster_id(new_id), makepath=True
             )
             return new_id
         except Exception:
-            got = await self.zk.get_json("/cluster/id")
-            return str(got[0]["id"]) if got and isinstance(got[0], dict) else new_id
+            try:  # another broker created it first
+                return zkcluster.decode_cluster_id((await self.zk.call(self.zk.client.get, zkpaths.CLUSTER_ID))[0])
+            except (NoNodeError, ZnodeFormatError):
+                return new_id
 
     async def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         """Read at each authentication: a changed or deleted user applies to the next connection."""
@@ -287,6 +293,25 @@ class KafkaBroker:
         m.cleaner_bytes_written.inc(stats.bytes_written)
         m.cleaner_records_removed.inc(stats.records_removed)
         m.cleaner_last_clean_seconds.set(stats.seconds)
+
+    def _on_log_dir_failure(self, log_dir: str, tps: list[tuple[str, int]]) -> None:
+        """A log dir failed (KIP-112): its partitions go offline here, and the controller hears of it
+        through ``/log_dir_event_notification`` (it then asks this broker which replicas are offline)."""
+        self.replicas.handle_log_dir_failure(log_dir, tps)
+
+        async def notify() -> None:
+            value = encode_log_dir_event(self.broker_id)
+            for attempt in range(10):
+                (result,) = await self.zk.create_many(
+                    [(zkpaths.LOG_DIR_EVENT_PREFIX, value)], makepath=True, sequence=True
+                )
+                if not isinstance(result, Exception):
+                    log.info("log dir %s failed: notified the controller (%s)", log_dir, result)
+                    return
+                log.warning("cannot notify the controller of the failed log dir %s: %s", log_dir, result)
+                await asyncio.sleep(min(2**attempt * 0.1, 2.0))
+
+        self._spawn(notify())
 
     async def _log_cleaner(self) -> None:
         """Compaction: one compacted log every log.cleaner.backoff.ms (see storage/cleaner.py)."""

@@ -47,7 +47,9 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError, Unim
 from kazoo.protocol.states import ZnodeStat
 
 from headwater.broker.zk_multi_read import MULTI_READ_SINCE, MultiRead, MultiReadDecodeError, server_version
-from headwater.zk.client import kazoo_client
+from headwater.zk.client import kazoo_client, split_chroot
+from headwater.zk.json import to_json as to_json  # re-exported for the broker's writers
+from headwater.zk.paths import PERSISTENT_PATHS
 from headwater.zk.security import ZkSecurity
 
 log = logging.getLogger(__name__)
@@ -72,45 +74,6 @@ MULTI_MAX_BYTES = 512 * 1024
 #: The request bytes a write costs besides its path and data: the multi header (type, done,
 #: err: 9 bytes), the path's and the data's length prefixes and the version (4 bytes each).
 _MULTI_OP_OVERHEAD = 9 + 4 + 4 + 4
-
-BROKER_IDS = "/brokers/ids"
-BROKER_TOPICS = "/brokers/topics"
-CONFIG_TOPICS = "/config/topics"
-DELETE_TOPICS = "/admin/delete_topics"
-CONTROLLER = "/controller"
-CONTROLLER_EPOCH = "/controller_epoch"
-PERSISTENT_PATHS = (
-    BROKER_IDS,
-    BROKER_TOPICS,
-    CONFIG_TOPICS,
-    DELETE_TOPICS,
-    "/config/changes",
-    "/isr_change_notification",
-    # as Kafka's ZkData.PersistentZkPaths: with zookeeper.set.acl, /consumers is made open (old
-    # consumers of any principal register under it) and /config/users creator-only (SCRAM credentials)
-    "/consumers",
-    "/config/users",
-)
-
-
-def broker_path(broker_id: int) -> str:
-    return f"{BROKER_IDS}/{broker_id}"
-
-
-def topic_path(topic: str) -> str:
-    return f"{BROKER_TOPICS}/{topic}"
-
-
-def partition_state_path(topic: str, partition: int) -> str:
-    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
-
-
-def topic_config_path(topic: str) -> str:
-    return f"{CONFIG_TOPICS}/{topic}"
-
-
-def to_json(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
 
 
 def from_json(data: bytes | None) -> Any:
@@ -160,8 +123,7 @@ class ZooKeeper:
         self.connect_string = connect
         self.connection_timeout_ms = connection_timeout_ms
         self.session_timeout_ms = session_timeout_ms
-        hosts, slash, chroot = connect.partition("/")
-        self.chroot = "/" + chroot.strip("/") if slash and chroot.strip("/") else ""
+        hosts, self.chroot = split_chroot(connect)
         # Connect without the chroot, create it if missing (as Kafka does), then apply it.
         # security: SASL login and zookeeper.set.acl (None: as a tool, from KAFKA_OPTS)
         self.client = kazoo_client(hosts, session_timeout_s=session_timeout_ms / 1000.0, security=security)

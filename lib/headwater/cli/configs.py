@@ -169,7 +169,10 @@ def _run_topics(args: argparse.Namespace) -> int:
             if args.all:
                 print(f"All configs for topic {args.entity_name} are:")
                 for e in entries.values():
-                    print(f"  {e.name}={e.value} sensitive={str(e.is_sensitive).lower()} source={e.source}")
+                    print(
+                        f"  {e.name}={_shown(e.value, e.is_sensitive)} sensitive={str(e.is_sensitive).lower()} "
+                        f"source={e.source}"
+                    )
             else:
                 overrides = ",".join(
                     f"{e.name}={e.value}" for e in entries.values() if e.source == "DYNAMIC_TOPIC_CONFIG"
@@ -220,8 +223,12 @@ def _run_brokers(args: argparse.Namespace) -> int:
             for e in entries.values():
                 if not args.all and e.source not in dynamic:
                     continue
-                synonyms = ", ".join(f"{src}:{name}={value}" for name, value, src in e.synonyms)
-                print(f"  {e.name}={e.value} sensitive={str(e.is_sensitive).lower()} synonyms={{{synonyms}}}")
+                # a sensitive value is never printed, even if a broker sent one (Kafka prints null)
+                synonyms = ", ".join(f"{src}:{name}={_shown(value, e.is_sensitive)}" for name, value, src in e.synonyms)
+                print(
+                    f"  {e.name}={_shown(e.value, e.is_sensitive)} sensitive={str(e.is_sensitive).lower()} "
+                    f"synonyms={{{synonyms}}}"
+                )
             return 0
         to_set = parse_add_config(args.add_config) if args.add_config else {}
         to_delete = [k.strip() for k in args.delete_config.split(",") if k.strip()]
@@ -238,6 +245,11 @@ def _run_brokers(args: argparse.Namespace) -> int:
         return 0
     finally:
         admin.close()
+
+
+def _shown(value: str | None, sensitive: bool) -> str:
+    """A config value as kafka-configs prints it: null when absent or sensitive."""
+    return "null" if value is None or sensitive else value
 
 
 def _run_users(args: argparse.Namespace) -> int:

@@ -22,6 +22,8 @@ from typing import Any
 
 from headwater.cli.topics import CliError, run_command
 from headwater.cli.zookeeper import zookeeper_session
+from headwater.zk import admin as zkadmin
+from headwater.zk.paths import REASSIGN_PARTITIONS
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -136,7 +138,7 @@ def _execute(zk: Any, args: argparse.Namespace) -> int:
     from kazoo.exceptions import NodeExistsError
 
     try:
-        zk.create(ra.REASSIGN_PARTITIONS, ra.format_reassignment(moving).encode(), makepath=True)
+        zk.create(REASSIGN_PARTITIONS, zkadmin.encode_reassignment(moving), makepath=True)
     except NodeExistsError:
         raise CliError("There is an existing assignment running.") from None
     print("Successfully started reassignment of partitions.")

@@ -9,7 +9,6 @@ configs from DescribeConfigs.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,11 +28,11 @@ from headwater.protocol.apis import (
 )
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Api, Message
+from headwater.zk.topics import MAX_TOPIC_NAME_LENGTH, topic_name_error
 
 __all__ = ["Admin", "ConfigEntry", "LogDirInfo", "NewTopic", "ReplicaInfo", "TopicDescription", "validate_topic_name"]
 
-_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
-MAX_TOPIC_NAME = 249
+MAX_TOPIC_NAME = MAX_TOPIC_NAME_LENGTH
 
 #: DescribeConfigs config_source values (v1+).
 CONFIG_SOURCES = {
@@ -52,17 +51,10 @@ _RESOURCE_BROKER = 4
 
 def validate_topic_name(name: str) -> None:
     """Kafka's rule (``Topic.validate``); raises KafkaError(INVALID_TOPIC_EXCEPTION) with the reason."""
-    if not name:
-        reason = "the name is empty"
-    elif name in (".", ".."):
-        reason = "'.' and '..' are not allowed"
-    elif len(name) > MAX_TOPIC_NAME:
-        reason = f"the name is longer than {MAX_TOPIC_NAME} characters"
-    elif not _LEGAL.fullmatch(name):
-        reason = "legal characters are ASCII letters, digits, '.', '_' and '-'"
-    else:
+    reason = topic_name_error(name)
+    if reason is None:
         return
-    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"invalid topic name {name!r}: {reason}")
+    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, reason)
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,21 @@ count): the failed send may have reached the broker (its acknowledgement lost), 
 sees the same event twice and counts it once. Auditing is on by default; ``audit=False`` makes the wrapper a plain
 pass-through. Records already carrying ``origin.created`` keep their origin headers (a re-producer such
 as the mirror should pass ``audit=False``: it is not the producer tier).
+
+Signed events (``signing_key``, the audit service's ``audit.signing.key``; docs/audit.md): each event
+record carries the header ``audit.signature`` = ``hmac-sha256=`` + the hex HMAC-SHA256 of the
+record's value (the event's exact JSON bytes) under the key. The signature covers the guid, so a
+replayed event is one the audit already de-duplicates; the key is shared by every audited producer
+and the audit service (a holder can sign any event: keep it off other hosts). Without a key events
+go unsigned, as before, and an audit service that requires signatures refuses them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import json
 import logging
 import socket
@@ -46,15 +55,23 @@ __all__ = [
     "HEADER_CREATED",
     "HEADER_DC",
     "HEADER_HOST",
+    "HEADER_SIGNATURE",
     "AuditingProducer",
+    "SigningKeyError",
     "SyncAuditingProducer",
     "count_event",
+    "sign_event",
+    "signing_key",
+    "verify_event",
 ]
 
 AUDIT_TOPIC = "__audit"
 HEADER_HOST = "origin.host"
 HEADER_DC = "origin.dc"
 HEADER_CREATED = "origin.created"
+HEADER_SIGNATURE = "audit.signature"
+SIGNATURE_PREFIX = b"hmac-sha256="
+MIN_SIGNING_KEY_BYTES = 16  # HMAC-SHA256 takes any length; a short shared key is guessable offline
 DEFAULT_WINDOW_MS = 60_000
 
 WindowKey = tuple[str, int]  # (topic, window number)
@@ -91,6 +108,45 @@ def count_event(
     }
 
 
+class SigningKeyError(ValueError):
+    """An ``audit.signing.key`` we cannot use; names the property, never the key."""
+
+
+def signing_key(value: str | bytes | None, prop: str = "audit.signing.key") -> bytes | None:
+    """The key ``value`` stands for (``file:/path``, ``env:NAME`` or the key itself; bytes as they are),
+    at least 16 bytes; None for None."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        key = value
+    else:
+        from headwater.security import SecurityConfigError, resolve_secret
+
+        try:
+            key = (resolve_secret(value, prop) or "").encode()
+        except SecurityConfigError as e:
+            raise SigningKeyError(str(e)) from None
+    if len(key) < MIN_SIGNING_KEY_BYTES:
+        raise SigningKeyError(f"{prop}: shorter than {MIN_SIGNING_KEY_BYTES} bytes")
+    return key
+
+
+_resolve_key = signing_key  # AuditingProducer's argument has the function's name
+
+
+def sign_event(value: bytes, key: bytes) -> bytes:
+    """The ``audit.signature`` header value of an event record whose value is ``value``."""
+    return SIGNATURE_PREFIX + hmac.new(key, value, hashlib.sha256).hexdigest().encode()
+
+
+def verify_event(value: bytes | None, signature: bytes | None, keys: Sequence[bytes]) -> bool:
+    """Whether ``signature`` (an ``audit.signature`` header) signs ``value`` under one of ``keys``
+    (compared in constant time)."""
+    if value is None or signature is None:
+        return False
+    return any(hmac.compare_digest(bytes(signature), sign_event(bytes(value), k)) for k in keys)
+
+
 class AuditingProducer:
     """A :class:`Producer` that stamps origin headers and reports acknowledged counts per window.
 
@@ -110,6 +166,7 @@ class AuditingProducer:
         host: str | None = None,
         application: str = "",
         publish_interval_ms: int | None = None,
+        signing_key: str | bytes | None = None,
         **producer_kwargs: Any,
     ) -> None:
         if producer is None:
@@ -118,6 +175,7 @@ class AuditingProducer:
             producer = Producer(bootstrap, **producer_kwargs)
         if window_ms <= 0:
             raise ValueError("window_ms must be positive")
+        self._signing_key = _resolve_key(signing_key)  # SigningKeyError (a ValueError) before anything starts
         self.producer = producer
         self.enabled = audit
         self.audit_topic = audit_topic
@@ -359,7 +417,9 @@ class AuditingProducer:
             sends: list[tuple[WindowKey, dict[str, Any], RecordFuture | BaseException]] = []
             for k, event in events:
                 try:
-                    fut = await self.producer.send(self.audit_topic, json.dumps(event).encode(), key=k[0])
+                    value = json.dumps(event).encode()
+                    signed = ((HEADER_SIGNATURE, sign_event(value, self._signing_key)),) if self._signing_key else ()
+                    fut = await self.producer.send(self.audit_topic, value, k[0], signed)
                     sends.append((k, event, fut))
                 except Exception as e:
                     sends.append((k, event, e))

@@ -9,12 +9,14 @@ list every live broker) keep the client current, as with a plain bootstrap list.
 from __future__ import annotations
 
 import asyncio
-import json
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from headwater.zk import brokers
 from headwater.zk.client import kazoo_client
+from headwater.zk.json import ZnodeFormatError
+from headwater.zk.paths import BROKER_IDS, broker_path
 
 ZK_SCHEME = "zk://"
 
@@ -29,29 +31,19 @@ def registered_brokers(zk: KazooClient, protocol: str | None = None) -> dict[int
     registration's ``listener_security_protocol_map`` (the first endpoint when none has)."""
     out: dict[int, tuple[str, int]] = {}
     try:
-        ids = zk.get_children("/brokers/ids")
+        ids = zk.get_children(BROKER_IDS)
     except NoNodeError:
         return out
     for bid in ids:
-        try:
-            raw = zk.get(f"/brokers/ids/{bid}")[0]
-            data = json.loads(raw) if raw else {}
-        except (NoNodeError, ValueError):
+        if not bid.isdigit():
             continue
-        protocols = data.get("listener_security_protocol_map") or {}
-        endpoints = [str(u) for u in data.get("endpoints") or []]
-        if protocol is not None:
-            matching = [u for u in endpoints if protocols.get(u.partition("://")[0], u.partition("://")[0]) == protocol]
-            endpoints = matching + [u for u in endpoints if u not in matching]
-        for url in endpoints:
-            _, _, hostport = str(url).partition("://")
-            host, _, port = hostport.rpartition(":")
-            if host and port.isdigit() and bid.isdigit():
-                out[int(bid)] = (host.strip("[]"), int(port))
-                break
-        else:
-            if data.get("host") and bid.isdigit():
-                out[int(bid)] = (str(data["host"]), int(data.get("port", 9092)))
+        try:
+            registration = brokers.decode(int(bid), zk.get(broker_path(int(bid)))[0])
+        except (NoNodeError, ZnodeFormatError):
+            continue
+        endpoint = registration.endpoint_for_protocol(protocol)
+        if endpoint is not None:
+            out[int(bid)] = (endpoint.host, endpoint.port)
     return out
 
 

@@ -33,6 +33,16 @@ that ``headwater lab link cut|heal|status|set`` calls::
     POST /set?link=dc2&delay_ms=80&jitter_ms=5&bandwidth_mbit=50
 
 ``link=`` must name this link (a cut sent to the wrong DC's service is refused with 404).
+
+Browsers (review security-2026-11-26, L6): the endpoint listens on the operator's machine, and any
+web page the operator visits could otherwise cut the lab's links with a cross-site form or a no-cors
+``fetch`` (both "simple" requests a browser sends without asking). So the endpoint answers 403 to any
+request carrying ``Origin`` or ``Referer`` (browsers add them to cross-site requests and to every
+POST; :func:`control_request` never does), and to a POST without the ``X-Headwater-Lab`` header,
+which a form cannot set and a cross-origin ``fetch`` could only send after a CORS preflight
+(``OPTIONS``) that is refused too. A plain ``GET /status`` (the compose health check) stays open.
+This defends against browsers, not against local processes: anything that can open a socket to the
+port can still cut the link (the lab binds it to 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -49,11 +59,13 @@ from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, TypeVar
 
-__all__ = ["CUT_MODES", "Link", "LinkSettings", "LinkThread", "serve", "serve_control"]
+__all__ = ["CONTROL_HEADER", "CUT_MODES", "Link", "LinkSettings", "LinkThread", "serve", "serve_control"]
 
 log = logging.getLogger("headwater.lab.link")
 
 CUT_MODES = ("drop", "blackhole")
+#: the request header headwater's own client sends with every control request (see the module docstring)
+CONTROL_HEADER = "X-Headwater-Lab"
 _CHUNK = 64 * 1024
 _T = TypeVar("_T")
 
@@ -436,7 +448,26 @@ class LinkThread:
 # -- the control endpoint --------------------------------------------------------------------------
 
 
-def _control_answer(link: Link, method: str, target: str) -> tuple[int, dict[str, Any]]:
+def _browser_refusal(method: str, headers: dict[str, str]) -> str | None:
+    """Why a control request looks like it came from a web page (None: it does not)."""
+    for name in ("origin", "referer"):
+        if name in headers:
+            return (
+                f"refused: the request carries {name.title()}: {headers[name][:100]!r}, so a web page sent it; "
+                "use headwater lab link"
+            )
+    if method != "GET" and CONTROL_HEADER.lower() not in headers:
+        return f"refused: {method} without the {CONTROL_HEADER} header; use headwater lab link"
+    return None
+
+
+def _control_answer(
+    link: Link, method: str, target: str, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any]]:
+    refusal = _browser_refusal(method, headers or {})
+    if refusal is not None:
+        log.warning("link %s: control request %s %s %s", link.name, method, target[:100], refusal)
+        return 403, {"error": refusal}
     url = urllib.parse.urlsplit(target)
     q = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
     if url.path == "/status" and method == "GET":
@@ -471,12 +502,17 @@ async def serve_control(link: Link, host: str, port: int) -> asyncio.Server:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = (await asyncio.wait_for(reader.readline(), 10)).decode("latin-1").split()
-            while (await asyncio.wait_for(reader.readline(), 10)) not in (b"\r\n", b"\n", b""):
-                pass
+            headers: dict[str, str] = {}
+            for _ in range(100):  # header lines; more than 100 is not headwater's client
+                line = await asyncio.wait_for(reader.readline(), 10)
+                if line in (b"\r\n", b"\n", b""):
+                    break
+                name, _, value = line.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
             method, target = (request[0], request[1]) if len(request) >= 2 else ("GET", "/")
-            code, body = _control_answer(link, method, target)
+            code, body = _control_answer(link, method, target, headers)
             payload = json.dumps(body).encode()
-            reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}[code]
+            reason = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found"}[code]
             writer.write(
                 f"HTTP/1.0 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}"
                 f"\r\n\r\n".encode()
@@ -520,7 +556,7 @@ def control_request(address: str, method: str, path: str, timeout: float = 10.0)
     import urllib.error
     import urllib.request
 
-    req = urllib.request.Request(f"http://{address}{path}", method=method)
+    req = urllib.request.Request(f"http://{address}{path}", method=method, headers={CONTROL_HEADER: "link"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, json.loads(resp.read())

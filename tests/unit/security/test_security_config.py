@@ -100,8 +100,14 @@ def test_client_auth_needs_a_truststore(pki: tuple[TestCA, Path]) -> None:
         config_from_props(props(listeners="SSL://:9093", **{"ssl.keystore.location": str(keystore)}))
 
 
-def test_certificate_subject_as_kafka_prints_it() -> None:
+def test_certificate_subject_as_kafka_prints_it(pki: tuple[TestCA, Path]) -> None:
+    """Most specific part first; more cases in test_secrets_and_names.py (RFC 2253, as X500Principal)."""
+    from cryptography import x509
+
     from headwater.broker.network import certificate_principal
 
-    subject = ((("countryName", "US"),), (("organizationName", "Example"),), (("commonName", "client"),))
-    assert certificate_principal({"subject": subject}) == "CN=client,O=Example,C=US"
+    ca, _ = pki
+    cert = x509.load_pem_x509_certificate(ca.issue("client", organizational_unit="eng").certificate.read_bytes())
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    assert certificate_principal(cert.public_bytes(Encoding.DER)) == "CN=client,OU=eng"

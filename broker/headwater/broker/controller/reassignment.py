@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from headwater.broker import zk as zkpaths
 from headwater.broker.controller import requests as build
 from headwater.broker.controller.election import LeaderAndIsr
 from headwater.broker.zk import from_json, to_json
 from headwater.protocol.apis import STOP_REPLICA
+from headwater.zk import paths as zkpaths
 
 if TYPE_CHECKING:
     from headwater.broker.controller.controller import Controller

@@ -11,7 +11,10 @@
   (STATIC_BROKER_CONFIG, read-only unless dynamic) and every dynamic broker config with its
   effective value and source (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
   STATIC_BROKER_CONFIG, DEFAULT_CONFIG; dynamic_config.py); ``""`` the cluster-wide dynamic
-  defaults; another broker's id gets INVALID_REQUEST. Sensitive values (passwords) are null.
+  defaults; another broker's id gets INVALID_REQUEST. As Kafka 2.3's AdminManager, a config of
+  password type or of a type the broker does not know (JAAS configs, ``ssl.key.password``, secrets
+  under ``listener.name.*``, unknown names: config.is_sensitive) is ``is_sensitive`` with a null
+  value and null synonyms.
 - With an authorizer, as Kafka 2.3's KafkaApis: DescribeConfigs on the Topic (TOPIC) or on the
   Cluster (BROKER), else that resource alone gets TOPIC_AUTHORIZATION_FAILED /
   CLUSTER_AUTHORIZATION_FAILED with no configs (checked before the topic's existence, so a

@@ -22,14 +22,14 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
+from headwater.zk.paths import consumer_offset_path
 
 if TYPE_CHECKING:
     from headwater.broker.handlers import RequestContext
     from headwater.broker.services import HandlerServices
 
 
-def zk_offset_path(group: str, topic: str, partition: int) -> str:
-    return f"/consumers/{group}/offsets/{topic}/{partition}"
+zk_offset_path = consumer_offset_path  # the seeds' layout: /consumers/<g>/offsets/<t>/<p>
 
 
 async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:

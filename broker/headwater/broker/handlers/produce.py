@@ -93,7 +93,10 @@ def _append(
                 code.name,
                 why,
             )
-        broker.metrics.failed_produce.labels(topic).inc()
+        if code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and topic in broker.cache.topics:
+            # a series per existing topic only: names a client makes up make none (Kafka does not
+            # count UnknownTopicOrPartition as a failed produce either)
+            broker.metrics.failed_produce.labels(topic).inc()
         return {
             "partition_index": index,
             "error_code": code,
