@@ -16,8 +16,12 @@ offers the same services::
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Protocol
+
+# The hosts of the controller and the group coordinator live beside them (their consumers): named
+# here too, so the three interfaces can be found in one place.
+from headwater.broker.controller.controller import ControllerHost
+from headwater.broker.group.coordinator import GroupHost
 
 if TYPE_CHECKING:
     from headwater.broker.authorizer import Authorizer
@@ -62,26 +66,3 @@ class HandlerServices(Protocol):
 
     async def wait_for_metadata(self, timeout_s: float) -> None:
         """Until the next UpdateMetadata is applied (or the timeout)."""
-
-
-class ControllerHost(Protocol):
-    """What the controller reaches of the broker it runs in."""
-
-    broker_id: int
-    config: BrokerConfig
-    cache: MetadataCache
-    metrics: BrokerMetrics
-    zk: ZooKeeper
-    stopping: asyncio.Event
-
-
-class GroupHost(Protocol):
-    """What the group coordinator reaches: the config, the metadata cache (the offsets topic's
-    partitions and config), the replica manager (appends as leader), the purgatory (acks=all) and
-    the metrics."""
-
-    config: BrokerConfig
-    cache: MetadataCache
-    replicas: ReplicaManager
-    purgatory: Purgatory
-    metrics: BrokerMetrics
