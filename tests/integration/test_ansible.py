@@ -21,6 +21,7 @@ spreads a topic held by broker 1 alone over both of dc1's brokers, losing no rec
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import socket
@@ -70,6 +71,7 @@ SCRAM_USERS = {
     "audit": "audit-it-secret",
     "loader": "loader-it-secret",
 }
+AUDIT_HTTP_PASSWORD = "audit-http-it-secret"
 NOBODY = ("nobody", "nobody-it-secret")  # a SCRAM user the test makes in dc1, with no ACL
 
 
@@ -167,6 +169,7 @@ class Deployment:
                     "audit_topics": ["mirrored"],
                     "audit_window_ms": 10000,
                     "audit_grace_ms": 10000,
+                    "audit_http_password": AUDIT_HTTP_PASSWORD,  # the dashboard's basic auth (roles/audit)
                     "loader_topics": ["mirrored"],
                     "headwater_tls_enabled": True,
                     "headwater_tls_ca": self.tls["ca"],
@@ -389,7 +392,10 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
         assert resp.status == 200
 
     def audited() -> Any:
-        with urllib.request.urlopen(f"{base}/api/v1/completeness?topic=mirrored", timeout=10) as resp:
+        request = urllib.request.Request(f"{base}/api/v1/completeness?topic=mirrored")
+        login = base64.b64encode(f"headwater:{AUDIT_HTTP_PASSWORD}".encode()).decode()
+        request.add_header("Authorization", f"Basic {login}")  # the audit role's default: basic auth
+        with urllib.request.urlopen(request, timeout=10) as resp:
             rows = json.load(resp)["rows"]
         return {row["tier"] for row in rows} >= {"dc1", "agg"} and rows
 
