@@ -31,6 +31,7 @@ SCENARIOS = {
     "9": "Mirror across a WAN link (0, 20, 40, 80 ms one way; headwater lab link)",
     "10": "Audit counting (records/s counted by one audit process, per-batch path)",
     "11": "Security: TLS and SASL vs PLAINTEXT (throughput, connection set-up)",
+    "12": "Client quotas on vs off (broker CPU per request)",
     "scale": "Scale: 1,000 / 5,000 / 10,000 partitions on 3 brokers, RF 3 (failover, restart, idle cost, metadata)",
     "zk-outage": "ZooKeeper outage (7 min) under 3 brokers, a ZooKeeper consumer group and the mirror: time to heal",
     "preauth": "Clients that never log in: idle and 100 MiB-announcing connections vs a SCRAM client",
@@ -84,6 +85,7 @@ class Row:
     note: str = ""
     unavailable: str = ""  # why there are no figures
     extra: dict[str, Any] = field(default_factory=dict)
+    smoke: bool = False  # a --quick run: its counts are too small to judge a goal (issue 40)
 
     def figure(self, key: str, unit: str | None = None) -> Figure:
         """The figure named ``key`` (created empty, in ``unit``, default: the key itself)."""
@@ -118,6 +120,8 @@ class Row:
             return ""
         if self.unavailable:
             return f"{self.goal.text}: not measured"
+        if self.smoke:
+            return f"{self.goal.text}: not judged (smoke run)"
         value = self.ratio if self.goal.on == "ratio" else self.value
         if not math.isfinite(value):
             return f"{self.goal.text}: not measured"
@@ -280,6 +284,11 @@ class Report:
             f"{_loads(m.get('load_average_start'))}, at the end {_loads(m.get('load_average_end'))}: other work on "
             "the machine competes for the same cores.",
             "",
+            *(
+                ["**A smoke run** (`--quick`): its counts are too small to judge any goal, and it judges none.", ""]
+                if self.mode == "quick"
+                else []
+            ),
             "Figures are medians over the runs, [min-max]; MiB/s counts record values (as Kreps did).",
             "Ratios compare MiB/s with a baseline measured in the same run: W = loopback TCP appended to a",
             "file with one write per request of the same size, R = `sendfile` of a warm file to a loopback",

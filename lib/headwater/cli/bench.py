@@ -22,7 +22,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         metavar="N,N",
         help="scenarios to run (1 produce, 2 consume, 3 latency, 4 stored, 5 resources, 6 large records, 7 mirror, "
-        "8 Spark loader, 9 mirror across a WAN link, 10 audit counting, 11 TLS and SASL cost, scale thousands of partitions, zk-outage a ZooKeeper outage; default: all, all but 8, 9, 11, "
+        "8 Spark loader, 9 mirror across a WAN link, 10 audit counting, 11 TLS and SASL cost, 12 client quotas on vs off, "
+        "scale thousands of partitions, zk-outage a ZooKeeper outage; default: all, all but 8, 9, 11, 12, "
         "scale and zk-outage with --quick)",
     )
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for results.md/.json")
@@ -42,6 +43,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--profile", action="store_true", help="also profile the broker with py-spy")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument(
+        "--versus",
+        choices=["kafka"],
+        default=None,
+        help="run produce, consume, latency and resources on Apache Kafka (pinned jars, make java-deps) and on "
+        "Headwater alternately; writes versus.md/.json with Headwater / Kafka ratios",
+    )
+    p.add_argument("--records", type=int, default=None, help="--versus: records per produce row (default 1,500,000)")
     p.set_defaults(func=_run)
 
 
@@ -53,6 +62,8 @@ def _run(args: argparse.Namespace) -> int:
             f"headwater bench: the benchmark is not installed ({e}); pip install -e . from a checkout", file=sys.stderr
         )
         return 2
+    if args.versus:
+        return _versus(args)
     if args.only is None:
         only = QUICK if args.quick else ALL
     else:
@@ -84,6 +95,21 @@ def _run(args: argparse.Namespace) -> int:
     report, md, js = run(options)
     sys.stdout.write(report.markdown())
     print(f"\nwrote {md} and {js}", file=sys.stderr)
+    return 0
+
+
+def _versus(args: argparse.Namespace) -> int:
+    from headwater.bench import versus
+    from headwater.testing import java
+
+    reason = java.unavailable()
+    if reason is not None:
+        print(f"headwater bench --versus kafka: {reason}", file=sys.stderr)
+        return 2
+    plan = versus.Plan.make(args.quick, args.runs, args.records)
+    md = versus.run(plan, args.out, args.workdir, None if not args.quiet else (lambda m: None))
+    sys.stdout.write(md.read_text())
+    print(f"\nwrote {md}", file=sys.stderr)
     return 0
 
 
