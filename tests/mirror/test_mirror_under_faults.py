@@ -35,7 +35,13 @@ def _healthz(port: int, timeout: float = 3.0) -> int | None:
 
 
 class Writer(AckedWriter):
-    """librdkafka writing numbered records to both topics until stopped (acks=all)."""
+    """librdkafka writing numbered records to both topics until stopped (acks=all).
+
+    No retries and one request in flight per broker: each record lands in the source at most
+    once and in the order written, so a key's values in the source rise strictly and the target
+    is held to the same. (With retries, a produce the source leader held past librdkafka's
+    request timeout -- while a restarted follower catches up on a loaded machine -- is sent
+    again and lands twice: the source itself then holds a key's value twice.)"""
 
     flush_s = 180.0
 
@@ -44,6 +50,9 @@ class Writer(AckedWriter):
             bootstrap,
             **{
                 "enable.idempotence": False,
+                "retries": 0,
+                "max.in.flight.requests.per.connection": 1,
+                "batch.size": 4096,  # below kv's segment.bytes: a backlog sent as one batch is not refused
                 "message.timeout.ms": 120000,
                 "topic.metadata.refresh.interval.ms": 1000,
             },
@@ -66,6 +75,18 @@ def _by_partition(rows: list[tuple[int, int, bytes | None, bytes | None, object,
         assert v is not None
         out[p].append(v)
     return dict(out)
+
+
+def _differences(source: dict[int, list[bytes]], target: dict[int, list[bytes]]) -> str:
+    """Where each partition of the target departs from the source (for a failure's message)."""
+    out = []
+    for p in sorted(set(source) | set(target)):
+        s, t = source.get(p, []), target.get(p, [])
+        at = next((i for i, (a, b) in enumerate(zip(s, t, strict=False)) if a != b), min(len(s), len(t)))
+        out.append(
+            f"{EVENTS}-{p}: {len(s)} in the source, {len(t)} in the target; from index {at}: {s[at : at + 3]} / {t[at : at + 3]}"
+        )
+    return "\n".join(out)
 
 
 def test_leader_moves_and_a_suspended_mirror_lose_and_reorder_nothing(
@@ -164,12 +185,24 @@ def test_leader_moves_and_a_suspended_mirror_lose_and_reorder_nothing(
         writer.thread.join(240)
 
     try:
-        source_events = _by_partition(read_topic(src.bootstrap, EVENTS))
+        # The source is read afresh each time: a produce librdkafka gave up on (its request timed
+        # out while the source leader waited for a slow follower) is still appended, and becomes
+        # readable when the follower catches up -- after the writer's flush returned.
+        compared: list[tuple[dict[int, list[bytes]], dict[int, list[bytes]]]] = []
 
         def events_copied() -> bool:
-            return _by_partition(read_topic(agg.bootstrap, EVENTS)) == source_events
+            source, target = (
+                _by_partition(read_topic(src.bootstrap, EVENTS)),
+                _by_partition(read_topic(agg.bootstrap, EVENTS)),
+            )
+            compared[:] = [(source, target)]
+            return target == source
 
-        wait_for(events_copied, 180, f"every {EVENTS} record in the target, in source order", mirrors[0])
+        try:
+            wait_for(events_copied, 180, f"every {EVENTS} record in the target, in source order", mirrors[0])
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{_differences(*compared[-1]) if compared else ''}") from None
+        source_events = compared[-1][0]
         acked_events = {v for v in writer.acked if v.startswith(b"e")}
         assert acked_events <= {v for vs in source_events.values() for v in vs}
 
@@ -180,17 +213,21 @@ def test_leader_moves_and_a_suspended_mirror_lose_and_reorder_nothing(
                 out[k] = v
             return out
 
-        source_kv = latest(read_topic(src.bootstrap, KV))
+        source_kv: dict[bytes, bytes] = {}
+
+        def kv_copied() -> bool:  # the source read afresh too (see above)
+            source_kv.clear()
+            source_kv.update(latest(read_topic(src.bootstrap, KV)))
+            return latest(read_topic(agg.bootstrap, KV)) == source_kv
+
+        wait_for(kv_copied, 180, "every key's latest value", mirrors[1])
         assert len(source_kv) == KEYS
-        wait_for(
-            lambda: latest(read_topic(agg.bootstrap, KV)) == source_kv, 180, "every key's latest value", mirrors[1]
-        )
         per_key: dict[bytes, list[int]] = defaultdict(list)
         for _, _, k, v, _, _ in sorted(read_topic(agg.bootstrap, KV), key=lambda r: r[1]):
             assert k is not None and v is not None
             per_key[k].append(int(v))
         for k, values in per_key.items():
-            assert values == sorted(set(values)), f"{k!r}: values out of order or twice in the target"
+            assert values == sorted(set(values)), f"{k!r}: values out of order or twice in the target: {values}"
         report.append(
             f"{sum(map(len, source_events.values()))} {EVENTS} records identical in source and target, per partition "
             f"in order; {len(source_kv)} keys of {KV} at their latest value"
