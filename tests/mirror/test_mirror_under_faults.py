@@ -34,6 +34,13 @@ def _healthz(port: int, timeout: float = 3.0) -> int | None:
         return None
 
 
+def _copied(port: int) -> float:
+    """The records a mirror process has copied (its headwater_mirror_records_total, every topic)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("headwater_mirror_records_total{"))
+
+
 class Writer(AckedWriter):
     """librdkafka writing numbered records to both topics until stopped (acks=all).
 
@@ -167,11 +174,22 @@ def test_leader_moves_and_a_suspended_mirror_lose_and_reorder_nothing(
             watcher.start()
         finally:
             zombie.send_signal(signal.SIGCONT)
-        wait_for(
-            lambda: 503 in statuses and statuses[-1] == 200, 120, f"mirror {z} unhealthy, then healthy", mirrors[z]
-        )
+            resumed = time.monotonic()
+        wait_for(lambda: 503 in statuses, 120, f"mirror {z} unhealthy after SIGCONT", mirrors[z])
+
+        def restarted() -> bool:  # its session lost: every copier stopped, then a rebalance in the new session
+            log = mirrors[z].log()
+            lost = log.find("ZooKeeper session lost: stopping every copier")
+            return lost >= 0 and "rebalanced among" in log[lost:]
+
+        wait_for(restarted, 60, f"mirror {z} to stop its copiers and join again", mirrors[z])
+        copied = _copied(ports[z])  # what its new copiers add from here on
+        wait_for(lambda: statuses[-1] == 200, 120, f"mirror {z} healthy again", mirrors[z])
         watching.set()
         watcher.join(10)
+        # it owns the same partitions again (same member id, same rendezvous hash): it copies again itself
+        wait_for(lambda: _copied(ports[z]) > copied, 60, f"mirror {z} to copy again after SIGCONT", mirrors[z])
+        report.append(f"mirror {z} copying again {time.monotonic() - resumed:.1f} s after SIGCONT")
         grows(f"mirror {z} resumed")
         report.append(f"mirror {z} /healthz after SIGCONT: {statuses.count(503)} x 503, then 200")
     except BaseException:
