@@ -46,7 +46,7 @@ from headwater.broker.network import (
 )
 from headwater.broker.producer_ids import ProducerIdManager
 from headwater.broker.purgatory import Purgatory
-from headwater.broker.quotas import QUOTA_API_KEYS, ClientQuotas
+from headwater.broker.quotas import QUOTA_API_KEYS, ClientQuotas, OwnTime
 from headwater.broker.replica_manager import ReplicaManager
 from headwater.broker.replication_quota import ReplicationQuota
 from headwater.broker.request import RequestContext
@@ -118,6 +118,8 @@ class KafkaBroker:
         )
         #: SCRAM credentials (Kafka's CredentialCache), refreshed by /config/changes notifications
         self.credentials = CredentialCache(self.zk)
+        exempt, quota_clock = self.quotas.exempt, self.quotas.clock
+        self.metrics.exempt_request_time.set_function(lambda: exempt.measure(quota_clock()))
         # the one watch on /config/changes also tells the client quotas (users/..., clients/...)
         self.credentials.listeners.append(self.quotas.configs.on_change_notification)
         first_handlers: dict[str, RequestHandler] = {}
@@ -471,8 +473,10 @@ class KafkaBroker:
                 raise CloseConnection(f"{api.name}: {e}") from None
             if denied is not None:
                 return encode_response(header.correlation_id, api, header.api_version, denied)
+        # request quotas (KIP-124): this request's own time on the loop, from decoding to encoding
+        own = OwnTime(handler(self, ctx, body)) if self.quotas.request.active() else None
         try:
-            response = await handler(self, ctx, body)
+            response = await (handler(self, ctx, body) if own is None else own)
             if post is not None and response is not None:
                 response = post(response)
         except CloseConnection:
@@ -480,11 +484,15 @@ class KafkaBroker:
         except Exception as e:
             log.exception("error handling %s v%d from %s", api.name, header.api_version, conn.peer)
             raise CloseConnection(f"internal error in {api.name}: {e!r}") from None
+        handled = time.perf_counter()
         count, latency = self.metrics.request_children(api.name, header.api_version)
         count.inc()
-        latency.observe(time.perf_counter() - started)
+        latency.observe(handled - started)
         parts = None if response is None else encode_response(header.correlation_id, api, header.api_version, response)
-        if api.key in QUOTA_API_KEYS:  # client quotas: throttle_time_ms, and the connection mutes itself
+        own_s = None
+        if own is not None:  # before the handler, its own steps, the encoding: what waited is left out
+            own_s = (handled - started) - own.waited + (time.perf_counter() - handled)
+        if own_s is not None or api.key in QUOTA_API_KEYS:  # client quotas: throttle_time_ms, and a mute
             parts = self.quotas.after_request(
                 conn,
                 header.client_id,
@@ -494,6 +502,7 @@ class KafkaBroker:
                 len(frame),
                 parts,
                 lambda r: encode_response(header.correlation_id, api, header.api_version, r),
+                own_s,
             )
         return parts
 
