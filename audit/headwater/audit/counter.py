@@ -267,6 +267,9 @@ class TierCounter:
         # source datacenter -> (newest heartbeat before a silence longer than grace.ms, when they
         # resumed (ms)): the hop was cut and has just healed (see held_heartbeats)
         self.resumed: dict[str, tuple[int, int]] = {}
+        # source datacenter -> when (ms) this tier last counted records of it created before its
+        # heartbeats resumed: the mirror is still copying the cut's backlog (see held_heartbeats)
+        self.backlog_at: dict[str, int] = {}
         self.clock: Callable[[], float] = time.time
         self.records_counted = 0
         self.events_seen = 0
@@ -451,6 +454,11 @@ class TierCounter:
         self.stored.update(moved)
         self.offsets.update(moved)
         now = int(self.clock() * 1000)
+        w = self.config.window_ms
+        for _topic, start, dc, _tier in counts:
+            held = self.resumed.get(dc)
+            if held is not None and start + w <= held[1]:  # a window that ended before the heal
+                self.backlog_at[dc] = now
         for source, newest in (heartbeats or {}).items():
             before = self.heartbeats.get(source)
             if before is not None and newest - before > self.config.grace_ms:
@@ -464,14 +472,21 @@ class TierCounter:
         ``grace.ms`` (a cut link healed, a mirror restarted), when it is still the last one before the
         silence. The mirror copies the heartbeats partition independently of the data partitions: after
         a heal the first fresh heartbeat can reach this cluster before the backlog of the cut, and the
-        windows of the cut must stay ``late`` (not turn ``loss``) while the backlog arrives."""
+        windows of the cut must stay ``late`` (not turn ``loss``) while the backlog arrives.
+
+        The hold lasts while the mirror is behind on the flow: until ``grace.ms`` has passed both since
+        the heal and since this tier last counted a record of the datacenter from a window that ended
+        before the heal (``backlog_at``). A mirror held by its produce quota may take far longer than
+        ``grace.ms`` to copy a long cut's backlog: its windows stay ``late`` while the backlog keeps
+        arriving, and what is still missing once it stopped arriving for ``grace.ms`` is ``loss``."""
         now = int(self.clock() * 1000) if now_ms is None else now_ms
         out = dict(self.heartbeats)
         for source, (before, resumed_at) in list(self.resumed.items()):
-            if now < resumed_at + self.config.grace_ms:
+            if now < max(resumed_at, self.backlog_at.get(source, 0)) + self.config.grace_ms:
                 out[source] = before
             else:
                 del self.resumed[source]
+                self.backlog_at.pop(source, None)
         return out
 
     async def _round(self) -> None:
