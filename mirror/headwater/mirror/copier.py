@@ -485,7 +485,9 @@ class Copier:
         while batches:
             attempt += 1
             try:
-                base = await produce_raw(self.target, topic, partition, b"".join(batches), acks=-1)
+                base = await produce_raw(
+                    self.target, topic, partition, b"".join(batches), acks=-1, on_throttle=self._throttled
+                )
                 self.target_end = base + sum(batch_span(b) for b in batches)
                 self._last_append = (base, batches)
                 return
@@ -511,6 +513,10 @@ class Copier:
                         batches = batches[n:]
             except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
                 pass
+
+    def _throttled(self, ms: int) -> None:
+        """The target held this produce back by its quota (throttle_time_ms): reported, not an error."""
+        self.metrics.throttle_report.throttled(self.flow.flow.name, self.flow.flow.target, ms)
 
     def _produce_failed(self, topic: str, partition: int, e: Exception, backoff: float, attempt: int) -> None:
         """Count and log a failed produce; raise FatalError when retrying cannot help."""
@@ -567,7 +573,7 @@ class Copier:
         while True:
             attempt += 1
             try:
-                await produce_raw(self.target, topic, partition, payload, acks=-1)
+                await produce_raw(self.target, topic, partition, payload, acks=-1, on_throttle=self._throttled)
                 return
             except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
                 self._produce_failed(topic, partition, e, backoff, attempt)
