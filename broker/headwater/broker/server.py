@@ -471,8 +471,22 @@ class KafkaBroker:
                 denied, body, post = authorize(self.authorizer, api.key, ctx, body)
             except Refused as e:
                 raise CloseConnection(f"{api.name}: {e}") from None
-            if denied is not None:
-                return encode_response(header.correlation_id, api, header.api_version, denied)
+            if denied is not None:  # answered, and counted against the client's quotas as Kafka does
+                refusal = encode_response(header.correlation_id, api, header.api_version, denied)
+                measured = self.quotas.request.active()
+                if not measured and api.key not in QUOTA_API_KEYS:
+                    return refusal
+                return self.quotas.after_request(
+                    conn,
+                    header.client_id,
+                    api.key,
+                    body,
+                    denied,
+                    len(frame),
+                    refusal,
+                    lambda r: encode_response(header.correlation_id, api, header.api_version, r),
+                    time.perf_counter() - started if measured else None,
+                )
         # request quotas (KIP-124): this request's own time on the loop, from decoding to encoding
         own = OwnTime(handler(self, ctx, body)) if self.quotas.request.active() else None
         try:
