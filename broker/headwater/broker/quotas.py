@@ -510,38 +510,40 @@ class ClientQuotas:
 class OwnTime:
     """Awaits a handler coroutine and clocks the steps it runs itself (``elapsed``, seconds): the time
     between each resumption and the next suspension, not the time it waits on futures. On one event
-    loop that is the request's share of the handler's time (KIP-124's request-handler time)."""
+    loop that is the request's share of the handler's time (KIP-124's request-handler time).
+    ``first`` / ``last``: the clock at its first resumption and at the end of its last step, so the
+    caller adds what it did itself before and after (decoding, encoding). Two clock reads a step."""
 
-    __slots__ = ("_clock", "_coro", "elapsed", "waited")
+    __slots__ = ("_clock", "_coro", "elapsed", "first", "last")
 
     def __init__(self, handler: Awaitable[Any], clock: Callable[[], float] = time.perf_counter) -> None:
         self._coro = handler.__await__()
         self._clock = clock
-        self.elapsed = 0.0
-        #: time suspended (waiting on a future, or other tasks running): the await's span minus elapsed
-        self.waited = 0.0
+        self.elapsed = self.first = self.last = 0.0
 
     def __await__(self) -> Generator[Any, Any, Any]:
         coro, clock = self._coro, self._clock
+        send, throw = coro.send, coro.throw
+        elapsed = 0.0
         value: Any = None
         error: BaseException | None = None
-        while True:
-            t0 = clock()
-            try:
-                yielded = coro.throw(error) if error is not None else coro.send(value)
-            except StopIteration as done:
-                self.elapsed += clock() - t0
-                return done.value
-            except BaseException:
-                self.elapsed += clock() - t0
-                raise
-            t1 = clock()
-            self.elapsed += t1 - t0
-            try:
-                value, error = (yield yielded), None
-            except BaseException as e:  # cancellation and the like go into the handler
-                value, error = None, e
-            self.waited += clock() - t1
+        t0 = t1 = self.first = clock()
+        try:
+            while True:
+                try:
+                    yielded = send(value) if error is None else throw(error)
+                except StopIteration as done:
+                    return done.value
+                finally:
+                    t1 = clock()
+                    elapsed += t1 - t0
+                try:
+                    value, error = (yield yielded), None
+                except BaseException as e:  # cancellation and the like go into the handler
+                    value, error = None, e
+                t0 = clock()
+        finally:
+            self.elapsed, self.last = elapsed, t1
 
 
 @functools.lru_cache(maxsize=4096)

@@ -505,7 +505,7 @@ class KafkaBroker:
         parts = None if response is None else encode_response(header.correlation_id, api, header.api_version, response)
         own_s = None
         if own is not None:  # before the handler, its own steps, the encoding: what waited is left out
-            own_s = (handled - started) - own.waited + (time.perf_counter() - handled)
+            own_s = (own.first - started) + own.elapsed + (time.perf_counter() - own.last)
         if own_s is not None or api.key in QUOTA_API_KEYS:  # client quotas: throttle_time_ms, and a mute
             parts = self.quotas.after_request(
                 conn,
