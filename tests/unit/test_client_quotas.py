@@ -135,35 +135,37 @@ def _encode(r: dict[str, object]) -> list[object]:
     return [r]
 
 
-def test_own_time_counts_the_handlers_steps_not_its_waits() -> None:
+def test_loop_time_counts_a_connections_own_steps_not_its_waits() -> None:
+    """network.LoopTime drives a connection's task: a request's cost is now() at its end minus now()
+    at its start — its own steps, not the time it waited nor what other tasks ran meanwhile."""
     import asyncio
 
-    from headwater.broker.quotas import OwnTime
+    from headwater.broker.network import LoopTime
 
     clock = Clock()
+    lt = LoopTime(clock)
+    seen: list[float] = []
 
-    async def handler(fut: asyncio.Future[int]) -> int:
-        clock.now += 0.02  # its own work before the await
+    async def connection(fut: asyncio.Future[int]) -> int:
+        clock.now += 1.0  # reading the socket before the request: not the request's
+        start = lt.now()
+        clock.now += 0.02  # decoding, handling before its await
         got = await fut
-        clock.now += 0.03  # and after
+        clock.now += 0.03  # after it, encoding
+        seen.append(lt.now() - start)
         return got
 
-    async def main() -> tuple[int, OwnTime]:
+    async def main() -> int:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        own = OwnTime(handler(fut), clock)
-        task = asyncio.ensure_future(_run(own))
+        task = asyncio.ensure_future(lt.timed(connection(fut)))
         await asyncio.sleep(0)
-        clock.now += 5.0  # the loop runs others while the handler waits
+        clock.now += 5.0  # the loop runs other connections while this one waits
         fut.set_result(7)
-        return await task, own
+        return await task
 
-    async def _run(own: OwnTime) -> int:
-        return int(await own)
-
-    got, own = asyncio.run(main())
-    assert got == 7
-    assert own.elapsed == pytest.approx(0.05)
-    assert own.last - own.first == pytest.approx(5.05)  # its span: its own steps and its wait
+    assert asyncio.run(main()) == 7
+    assert seen == [pytest.approx(0.05)]
+    assert lt.busy == pytest.approx(1.05) and not lt.running
 
 
 def test_request_time_throttles_capped_at_one_window_and_exempts_as_kafka() -> None:

@@ -33,10 +33,10 @@ a request-quota throttle is at most one window (Kafka's ClientRequestQuotaManage
 
 Request time (``request_percentage``, KIP-124): the broker handles every request on one event loop,
 so "a request handler thread's time" is the time the loop spends in *this request's own steps*:
-decoding it, checking its ACLs, the handler's code between its awaits (:class:`OwnTime` drives the
-handler coroutine and clocks each step it runs; a long-polling Fetch or an acks=all Produce waiting
-for the ISR is not counted while it waits, as Kafka's purgatory is not) and encoding the response
-(what Kafka's network threads do for it, which Kafka 2.3 counts too). Recorded as percent of one
+decoding it, checking its ACLs, the handler's code between its awaits and encoding the response
+(what Kafka's network threads do for it, which Kafka 2.3 counts too): network.LoopTime clocks every
+step of the connection's task, so a long-polling Fetch or an acks=all Produce waiting for the ISR
+is not counted while it waits, as Kafka's purgatory is not. Recorded as percent of one
 second per second, against the entity's ``request_percentage``. Every API is measured and may be
 throttled (throttle_time_ms in its response where the version has one), except, as Kafka 2.3:
 follower fetches, the ClusterAction APIs (LeaderAndIsr, StopReplica, UpdateMetadata,
@@ -66,7 +66,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -505,45 +505,6 @@ class ClientQuotas:
             return parts
         response["throttle_time_ms"] = throttle_ms
         return encode(response)
-
-
-class OwnTime:
-    """Awaits a handler coroutine and clocks the steps it runs itself (``elapsed``, seconds): the time
-    between each resumption and the next suspension, not the time it waits on futures. On one event
-    loop that is the request's share of the handler's time (KIP-124's request-handler time).
-    ``first`` / ``last``: the clock at its first resumption and at the end of its last step, so the
-    caller adds what it did itself before and after (decoding, encoding). Two clock reads a step."""
-
-    __slots__ = ("_clock", "_coro", "elapsed", "first", "last")
-
-    def __init__(self, handler: Awaitable[Any], clock: Callable[[], float] = time.perf_counter) -> None:
-        self._coro = handler.__await__()
-        self._clock = clock
-        self.elapsed = self.first = self.last = 0.0
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro, clock = self._coro, self._clock
-        send, throw = coro.send, coro.throw
-        elapsed = 0.0
-        value: Any = None
-        error: BaseException | None = None
-        t0 = t1 = self.first = clock()
-        try:
-            while True:
-                try:
-                    yielded = send(value) if error is None else throw(error)
-                except StopIteration as done:
-                    return done.value
-                finally:
-                    t1 = clock()
-                    elapsed += t1 - t0
-                try:
-                    value, error = (yield yielded), None
-                except BaseException as e:  # cancellation and the like go into the handler
-                    value, error = None, e
-                t0 = clock()
-        finally:
-            self.elapsed, self.last = elapsed, t1
 
 
 @functools.lru_cache(maxsize=4096)

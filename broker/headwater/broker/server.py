@@ -46,7 +46,7 @@ from headwater.broker.network import (
 )
 from headwater.broker.producer_ids import ProducerIdManager
 from headwater.broker.purgatory import Purgatory
-from headwater.broker.quotas import QUOTA_API_KEYS, ClientQuotas, OwnTime
+from headwater.broker.quotas import QUOTA_API_KEYS, ClientQuotas
 from headwater.broker.replica_manager import ReplicaManager
 from headwater.broker.replication_quota import ReplicationQuota
 from headwater.broker.request import RequestContext
@@ -455,6 +455,10 @@ class KafkaBroker:
 
     async def handle_frame(self, conn: ClientConnection, frame: memoryview) -> Response:
         started = time.perf_counter()
+        # request quotas (KIP-124): what this request costs the loop, from decoding to encoding, its
+        # waits left out (network.LoopTime clocks the connection's task)
+        loop_time = conn.loop_time
+        busy_at = loop_time.now() if loop_time.running and self.quotas.request.active() else None
         try:
             header, api, body = decode_request(frame)
         except UnsupportedRequest as e:
@@ -473,8 +477,7 @@ class KafkaBroker:
                 raise CloseConnection(f"{api.name}: {e}") from None
             if denied is not None:  # answered, and counted against the client's quotas as Kafka does
                 refusal = encode_response(header.correlation_id, api, header.api_version, denied)
-                measured = self.quotas.request.active()
-                if not measured and api.key not in QUOTA_API_KEYS:
+                if busy_at is None and api.key not in QUOTA_API_KEYS:
                     return refusal
                 return self.quotas.after_request(
                     conn,
@@ -485,12 +488,10 @@ class KafkaBroker:
                     len(frame),
                     refusal,
                     lambda r: encode_response(header.correlation_id, api, header.api_version, r),
-                    time.perf_counter() - started if measured else None,
+                    None if busy_at is None else loop_time.now() - busy_at,
                 )
-        # request quotas (KIP-124): this request's own time on the loop, from decoding to encoding
-        own = OwnTime(handler(self, ctx, body)) if self.quotas.request.active() else None
         try:
-            response = await (handler(self, ctx, body) if own is None else own)
+            response = await handler(self, ctx, body)
             if post is not None and response is not None:
                 response = post(response)
         except CloseConnection:
@@ -503,9 +504,7 @@ class KafkaBroker:
         count.inc()
         latency.observe(handled - started)
         parts = None if response is None else encode_response(header.correlation_id, api, header.api_version, response)
-        own_s = None
-        if own is not None:  # before the handler, its own steps, the encoding: what waited is left out
-            own_s = (own.first - started) + own.elapsed + (time.perf_counter() - own.last)
+        own_s = None if busy_at is None else loop_time.now() - busy_at
         if own_s is not None or api.key in QUOTA_API_KEYS:  # client quotas: throttle_time_ms, and a mute
             parts = self.quotas.after_request(
                 conn,
