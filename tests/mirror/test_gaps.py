@@ -8,10 +8,11 @@ import json
 
 import pytest
 
+from headwater.audit.counter import parse_heartbeat
 from headwater.client.audit import AUDIT_TOPIC
 from headwater.mirror.config import MirrorConfigError, parse
 from headwater.mirror.gaps import DataLossError, Gap, GapReporter
-from headwater.mirror.heartbeats import Heartbeats, heartbeat_record
+from headwater.mirror.heartbeats import Heartbeat, Heartbeats, decode_heartbeat, heartbeat_record
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.service.supervisor import FatalError
 
@@ -115,12 +116,11 @@ def test_heartbeat_age_is_computed_when_scraped() -> None:
     assert metrics.registry.get_sample_value("headwater_mirror_heartbeat_age_seconds", {"flow": "dc2->agg"}) == 0.5
     now[0] = 1042.0  # a dead link: nothing acked, the age grows by itself
     assert metrics.registry.get_sample_value("headwater_mirror_heartbeat_age_seconds", {"flow": "dc2->agg"}) == 42.5
+    # MM2's Heartbeat: key = two protocol STRINGs, value = INT16 version 0 + INT64 timestamp
     key, value = heartbeat_record("dc2", "agg", 5)
-    assert key == b"dc2->agg" and json.loads(value) == {
-        "sourceClusterAlias": "dc2",
-        "targetClusterAlias": "agg",
-        "timestamp": 5,
-    }
+    assert key == b"\x00\x03dc2\x00\x03agg" and value == b"\x00\x00" + (5).to_bytes(8, "big")
+    assert decode_heartbeat(key, value) == Heartbeat("dc2", "agg", 5)
+    assert parse_heartbeat(value, key) == ("dc2", 5)  # the audit reads it
 
 
 def test_settings_for_loss_and_heartbeats() -> None:

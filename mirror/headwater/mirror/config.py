@@ -39,6 +39,9 @@ default twice ``fetch.max.bytes``, 0: no fetching ahead; all three: :mod:`headwa
 ``resume.scan.total.max.bytes`` (256 MiB: how much of the target a new owner's resume scan reads
 per partition and holds, summed, over all partitions; see :mod:`headwater.mirror.copies`),
 ``repartition`` (``auto``: decode only when partition counts differ; ``always``),
+``provenance.header.enabled`` (false; true: every record copied carries the ``headwater.provenance``
+header and one that was already in the target is not copied back -- active/active under
+IdentityReplicationPolicy, see :mod:`headwater.mirror.copier`),
 ``mirror.on.data.loss`` (``report``: a gap below the source's log start is reported, then the copier
 resumes there; ``stop``: reported, then that partition stops; see :mod:`headwater.mirror.gaps`),
 MM2's ``emit.heartbeats.enabled`` (true) and ``emit.heartbeats.interval.seconds`` (1; see
@@ -99,6 +102,7 @@ _GLOBAL_SETTINGS = {
     "resume.scan.max.bytes",
     "resume.scan.total.max.bytes",
     "repartition",
+    "provenance.header.enabled",
     "mirror.on.data.loss",
     "emit.heartbeats.enabled",
     "emit.heartbeats.interval.seconds",
@@ -308,6 +312,8 @@ class MirrorConfig:
     resume_scan_max_bytes: int = 64 * 1024 * 1024
     resume_scan_total_max_bytes: int = 256 * 1024 * 1024
     always_repartition: bool = False
+    #: stamp and check the provenance header (copier.py): active/active under IdentityReplicationPolicy
+    provenance_header: bool = False
     on_data_loss: str = "report"
     heartbeats_interval_s: float | None = 1.0  # None: no heartbeats
     #: MM2's offset syncs and checkpoints (headwater.mirror.checkpoints); None: not emitted
@@ -556,6 +562,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         resume_scan_max_bytes=_int(props, "resume.scan.max.bytes", 64 * 1024 * 1024, minimum=0) or 0,
         resume_scan_total_max_bytes=_int(props, "resume.scan.total.max.bytes", 256 * 1024 * 1024, minimum=0) or 0,
         always_repartition=repartition == "always",
+        provenance_header=_bool("provenance.header.enabled", props.get("provenance.header.enabled", "false")),
         on_data_loss=on_data_loss,
         heartbeats_interval_s=interval_s if heartbeats else None,
         offset_lag_max=offset_lag_max if syncs_enabled else None,

@@ -178,7 +178,17 @@ class Mirror:
                 self._start_checkpoint_tasks(state, stop)
                 self._start_acl_sync(state, stop)
                 if self.config.heartbeats_interval_s is not None:
-                    tasks.append(asyncio.ensure_future(self.heartbeats.emit(flow.source, flow.target, writer, stop)))
+                    # DefaultReplicationPolicy: MM2's heartbeat connector's record in the target's own
+                    # heartbeats too (IdentityReplicationPolicy mirrors the source's record there)
+                    into_target = None
+                    if self.config.policy == "default":
+                        into_target = self.writers.get("target") or SourceWriter(self.target, self.target_admin)
+                        self.writers["target"] = into_target
+                    tasks.append(
+                        asyncio.ensure_future(
+                            self.heartbeats.emit(flow.source, flow.target, writer, stop, target_writer=into_target)
+                        )
+                    )
             tasks.append(asyncio.ensure_future(self._commit_loop(stop)))
             if reload is not None:
                 tasks.append(asyncio.ensure_future(self._reload_loop(reload, stop)))
