@@ -482,12 +482,13 @@ class Copier:
         n = plan.target_partitions
         f = self.flow
         faults = self.tp[0] != HEARTBEATS_TOPIC  # the test faults hit data, not the mirror's own heartbeats
-        same_partition = plan.identity and self.filtered()
+        filtered = self.filtered()
+        same_partition = plan.identity and filtered
         for _, b in batches:
             header, records = decode_batch(b)
             out: dict[int, list[RecordInput]] = defaultdict(list)
             for r in records:
-                if same_partition and self._came_from_target(r):
+                if filtered and self._came_from_target(r):  # also when re-partitioned
                     self.metrics.looped.labels(f.flow.name).inc()
                     continue
                 f.records_seen += faults
