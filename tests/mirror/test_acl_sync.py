@@ -1,16 +1,20 @@
-"""Topic ACLs kept in step (MM2's ``sync.topic.acls.enabled``): ACLs created at dc1 with librdkafka's
-admin client appear on the target topic in agg as MM2 copies them (ALLOW WRITE skipped, ALLOW ALL
-downgraded to READ, LITERAL topics only), seen by librdkafka's DescribeAcls in agg; one added later
-follows within the interval. Both clusters run Kafka's SimpleAclAuthorizer; the mirror connects
-as User:ANONYMOUS, a super user (what a real principal needs: docs/security.md)."""
+"""Topic ACLs kept in step (MM2's ``sync.topic.acls.enabled``): ACLs at dc1 appear on the target
+topic in agg as MM2 copies them (ALLOW WRITE skipped, ALLOW ALL downgraded to READ, LITERAL topics
+only), seen by librdkafka's DescribeAcls in agg; one added later follows within the interval. Both
+clusters run Kafka's SimpleAclAuthorizer. The mirror connects as User:ANONYMOUS: in dc1 it first
+lacks Describe on the Cluster, and DescribeAcls is refused (CLUSTER_AUTHORIZATION_FAILED, the task
+retried) until it is granted, as docs/security.md says; in agg it is a super user (CreateAcls
+needs Alter on the Cluster)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka.admin import (
-    AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
@@ -23,21 +27,14 @@ from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
 from tests.mirror.util import MirrorProcess, wait_for, zk_connect
 
-SECURED = {
-    "authorizer_class_name": "kafka.security.auth.SimpleAclAuthorizer",
-    "super_users": "User:ANONYMOUS",
-}
-ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
-LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+AUTHORIZER = {"authorizer_class_name": "kafka.security.auth.SimpleAclAuthorizer"}
+_CLI = (sys.executable, "-m", "headwater.cli.main")
 
 
-def _binding(topic: str, principal: str, op: AclOperation, perm: AclPermissionType, pattern=LITERAL) -> AclBinding:  # type: ignore[no-untyped-def]
-    return AclBinding(ResourceType.TOPIC, topic, pattern, principal, "*", op, perm)
-
-
-def _create(admin: AdminClient, bindings: list[AclBinding]) -> None:
-    for f in admin.create_acls(bindings).values():
-        f.result(30)
+def _acls(zk: str, *args: str) -> None:
+    """``headwater acls --zookeeper`` (kafka-acls' way, straight into ZooKeeper)."""
+    r = subprocess.run([*_CLI, "acls", "--zookeeper", zk, "--add", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
 
 
 def _topic_acls(admin: AdminClient) -> set[tuple[str, str, str, str, str]]:
@@ -53,22 +50,48 @@ def _topic_acls(admin: AdminClient) -> set[tuple[str, str, str, str, str]]:
 def test_topic_acls_copied_to_the_target_as_mm2_copies_them(
     cluster_factory: Callable[..., Cluster], tmp_path: Path
 ) -> None:
-    src = cluster_factory(1, **SECURED)
-    dst = cluster_factory(1, **SECURED)
+    # dc1: ACLs only where there are some (the Cluster's are admin's: not the mirror's)
+    src = cluster_factory(1, **AUTHORIZER, allow_everyone_if_no_acl_found="true")
+    dst = cluster_factory(1, **AUTHORIZER, super_users="User:ANONYMOUS")
     create_topic(src, "orders", partitions=1, rf=1, min_isr=1)
-    dc1 = AdminClient({"bootstrap.servers": src.bootstrap})
     agg = AdminClient({"bootstrap.servers": dst.bootstrap})
-    _create(
-        dc1,
-        [
-            _binding("orders", "User:alice", AclOperation.ALL, ALLOW),  # -> READ
-            _binding("orders", "User:bob", AclOperation.WRITE, ALLOW),  # not copied
-            _binding("orders", "User:carol", AclOperation.READ, DENY),  # copied as it is
-            _binding("orders", "User:dave", AclOperation.DESCRIBE, ALLOW),
-            _binding("ord", "User:erin", AclOperation.READ, ALLOW, PREFIXED),  # LITERAL only, as MM2
-            _binding("payroll", "User:frank", AclOperation.READ, ALLOW),  # a topic the flow does not mirror
-        ],
-    )
+    zk = zk_connect(src)
+    initial = [
+        {"principal": "User:admin", "operations": ["All"], "resource_type": "Cluster", "name": "kafka-cluster"},
+        {"principal": "User:alice", "operations": ["All"], "resource_type": "Topic", "name": "orders"},  # -> Read
+        {"principal": "User:bob", "operations": ["Write"], "resource_type": "Topic", "name": "orders"},  # skipped
+        {"principal": "User:dave", "operations": ["Describe"], "resource_type": "Topic", "name": "orders"},
+        {
+            "principal": "User:ANONYMOUS",
+            "operations": ["Read"],
+            "resource_type": "Topic",
+            "name": "orders",
+        },  # the mirror
+        # copied as it is
+        {
+            "principal": "User:carol",
+            "operations": ["Read"],
+            "resource_type": "Topic",
+            "name": "orders",
+            "permission": "Deny",
+        },
+        # LITERAL only, as MM2
+        {
+            "principal": "User:erin",
+            "operations": ["Read"],
+            "resource_type": "Topic",
+            "name": "ord",
+            "pattern_type": "prefixed",
+        },
+        {
+            "principal": "User:frank",
+            "operations": ["Read"],
+            "resource_type": "Topic",
+            "name": "payroll",
+        },  # not mirrored
+    ]
+    (tmp_path / "acls.json").write_text(json.dumps(initial))
+    _acls(zk, "--from-file", str(tmp_path / "acls.json"))
     props = {
         "clusters": "dc1, agg",
         "dc1.zookeeper.connect": zk_connect(src),
@@ -86,12 +109,17 @@ def test_topic_acls_copied_to_the_target_as_mm2_copies_them(
         ("dc1.orders", "LITERAL", "User:alice", "READ", "ALLOW"),
         ("dc1.orders", "LITERAL", "User:carol", "READ", "DENY"),
         ("dc1.orders", "LITERAL", "User:dave", "DESCRIBE", "ALLOW"),
+        ("dc1.orders", "LITERAL", "User:ANONYMOUS", "READ", "ALLOW"),
     }
     m = MirrorProcess(tmp_path, "mirror", props).start()
     try:
-        wait_for(lambda: _topic_acls(agg) == expected, 60, "dc1's topic ACLs on dc1.orders in agg", m)
+        # without Describe on dc1's Cluster: DescribeAcls refused, the task retried, nothing copied
+        wait_for(lambda: "CLUSTER_AUTHORIZATION_FAILED" in m.log(), 60, "DescribeAcls refused in dc1", m)
+        assert _topic_acls(agg) == set()
+        _acls(zk, "--allow-principal", "User:ANONYMOUS", "--operation", "Describe", "--cluster")
+        wait_for(lambda: _topic_acls(agg) == expected, 90, "dc1's topic ACLs on dc1.orders in agg", m)
         # in step: an ACL added at the source later follows within the interval
-        _create(dc1, [_binding("orders", "User:gina", AclOperation.READ, ALLOW)])
+        _acls(zk, "--allow-principal", "User:gina", "--operation", "Read", "--topic", "orders")
         expected.add(("dc1.orders", "LITERAL", "User:gina", "READ", "ALLOW"))
         wait_for(lambda: _topic_acls(agg) == expected, 60, "the new ACL in agg", m)
     finally:
