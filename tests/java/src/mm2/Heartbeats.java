@@ -1,7 +1,7 @@
 /*
  * MirrorMaker 2's own view of a cluster's heartbeats, driven by pytest:
- * `java Heartbeats <bootstrap> <upstream alias> <topic>...` prints one JSON line:
- * {"hops": RemoteClusterUtils.replicationHops(<upstream alias>),
+ * `java Heartbeats <bootstrap> <upstream alias>[,<alias>...] <topic>...` prints one JSON line:
+ * {"hops": {"<alias>": RemoteClusterUtils.replicationHops(<alias>), ...},
  *  "topics": [RemoteClusterUtils.heartbeatTopics()...],
  *  "heartbeats": [["<topic>", "<sourceClusterAlias>", "<targetClusterAlias>", <timestamp>], ...]}
  * where every record of the named topics is decoded by MM2's Heartbeat.deserializeRecord.
@@ -25,9 +25,15 @@ public class Heartbeats {
     public static void main(String[] args) throws Exception {
         Map<String, Object> props = new HashMap<>();
         props.put("bootstrap.servers", args[0]);
-        int hops = RemoteClusterUtils.replicationHops(props, args[1]);
-        StringBuilder s = new StringBuilder("{\"hops\":").append(hops).append(",\"topics\":[");
+        StringBuilder s = new StringBuilder("{\"hops\":{");
         boolean first = true;
+        for (String alias : args[1].split(",")) {
+            if (!first) s.append(',');
+            first = false;
+            s.append('"').append(alias).append("\":").append(RemoteClusterUtils.replicationHops(props, alias));
+        }
+        s.append("},\"topics\":[");
+        first = true;
         for (String t : new TreeSet<>(RemoteClusterUtils.heartbeatTopics(props))) {
             if (!first) s.append(',');
             first = false;
