@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from headwater.audit.counter import parse_heartbeat
+from headwater.audit.counter import BadEvent, parse_heartbeat
 from headwater.client.audit import AUDIT_TOPIC
 from headwater.mirror.config import MirrorConfigError, parse
 from headwater.mirror.gaps import DataLossError, Gap, GapReporter
@@ -192,3 +192,21 @@ def test_stop_fails_only_that_partition_under_the_supervisor_and_report_goes_on(
 
     src, fetcher, state, why, health = asyncio.run(main("report"))
     assert state == "running" and len(src.published) == 1
+
+
+def test_the_audit_reads_mm2_heartbeats_and_the_json_of_earlier_mirrors() -> None:
+
+    key, value = heartbeat_record("dc1", "agg", 1_700_000_000_000)
+    assert parse_heartbeat(value, key) == ("dc1", 1_700_000_000_000)
+    old = json.dumps({"sourceClusterAlias": "dc2", "targetClusterAlias": "agg", "timestamp": 7}).encode()
+    assert parse_heartbeat(old, b"dc2->agg") == ("dc2", 7)
+    for bad_key, bad_value in (
+        (key[:-1], value),  # truncated key
+        (key + b"x", value),  # trailing bytes
+        (key, b"\xff\xff" + value[2:]),  # negative version
+        (key, b"\x00\x00" + (-5).to_bytes(8, "big", signed=True)),  # negative timestamp
+    ):
+        with pytest.raises(BadEvent):
+            parse_heartbeat(bad_value, bad_key)
+    with pytest.raises(ValueError):
+        decode_heartbeat(key[:-1], value)
