@@ -13,7 +13,9 @@ one transaction that checks the offsets it started from (compare-and-set, :meth:
 
 Heartbeats: an aggregate tier also reads its cluster's ``heartbeats`` topic (``heartbeats.topic``),
 where the mirror copies one record per flow every few seconds (mirror/headwater/mirror/heartbeats.py:
-value ``{"sourceClusterAlias": "dc2", "targetClusterAlias": "agg", "timestamp": ms}``). Per source
+MirrorMaker 2's binary ``Heartbeat``, key ``("dc2", "agg")``, value version + timestamp; the JSON
+value ``{"sourceClusterAlias": "dc2", "targetClusterAlias": "agg", "timestamp": ms}`` of mirrors
+before it is still read, for an upgrade). Per source
 datacenter it keeps the newest timestamp seen, stored in the same transaction as the offsets. A
 datacenter's windows close at this tier only once its heartbeats passed them too (reconcile.py): a
 tier caught up with its cluster has not seen the records of a datacenter whose link is cut. A
@@ -211,8 +213,30 @@ def parse_audit_record(raw: bytes | None, window_ms: int) -> tuple[str, Any]:
     return "count", e
 
 
-def parse_heartbeat(raw: bytes | None) -> tuple[str, int]:
-    """(source datacenter, timestamp ms) of a mirror heartbeat; raises :class:`BadEvent` otherwise."""
+def _mm2_string(data: bytes, at: int) -> tuple[str, int]:
+    n = int.from_bytes(data[at : at + 2], "big", signed=True)
+    if at + 2 > len(data) or n < 0 or at + 2 + n > len(data):
+        raise ValueError("truncated STRING")
+    return data[at + 2 : at + 2 + n].decode(), at + 2 + n
+
+
+def parse_heartbeat(raw: bytes | None, key: bytes | None = None) -> tuple[str, int]:
+    """(source datacenter, timestamp ms) of a mirror heartbeat -- MM2's binary record (key: source and
+    target alias as protocol STRINGs; value: INT16 version >= 0, INT64 timestamp), or the JSON value
+    of earlier mirrors; raises :class:`BadEvent` otherwise."""
+    if raw is not None and len(raw) == 10 and key is not None and not raw.startswith(b"{"):
+        try:
+            source, at = _mm2_string(bytes(key), 0)
+            _, at = _mm2_string(bytes(key), at)
+        except ValueError as ex:
+            raise BadEvent("unparsable heartbeat", str(ex)) from None
+        version = int.from_bytes(raw[:2], "big", signed=True)
+        ts = int.from_bytes(raw[2:], "big", signed=True)
+        if at != len(key) or version < 0 or not source:
+            raise BadEvent("unparsable heartbeat", "not an MM2 heartbeat")
+        if not 0 <= ts < MAX_TIMESTAMP:
+            raise BadEvent("timestamp out of range", f"heartbeat timestamp {ts}")
+        return source, ts
     try:
         e = json.loads(raw or b"")
     except (ValueError, RecursionError) as ex:
@@ -619,7 +643,9 @@ class TierCounter:
         self, tp: TopicPartition, r: Record, heartbeats: dict[str, int], rejected: list[Rejected]
     ) -> None:
         try:
-            source, ts = parse_heartbeat(r.value)
+            source, ts = parse_heartbeat(
+                None if r.value is None else bytes(r.value), None if r.key is None else bytes(r.key)
+            )
         except BadEvent as e:
             rejected.append(Rejected(tp[0], tp[1], r.offset, e.reason, None if r.value is None else bytes(r.value)))
             return

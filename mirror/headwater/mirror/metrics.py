@@ -46,6 +46,13 @@ class MirrorMetrics:
             ["flow"],
             registry=r,
         )
+        self.looped = Counter(
+            "headwater_mirror_records_not_mirrored_back",
+            "Records not copied because they were already in the target (the provenance header names it, or a "
+            "heartbeat written there): active/active under IdentityReplicationPolicy",
+            ["flow"],
+            registry=r,
+        )
         self.dropped = Counter(
             "headwater_mirror_test_dropped_records",
             "Records dropped by headwater.test.drop.every (tests only)",
