@@ -29,6 +29,7 @@ from headwater.broker.fetch_session import DEFAULT_SLOTS, CachedPartition, Fetch
 from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.broker.partition import Partition
 from headwater.broker.replica_fetcher import ReplicaFetcherManager
+from headwater.broker.txn.formats import TRANSACTION_STATE_TOPIC
 from headwater.broker.zk import to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
@@ -215,9 +216,13 @@ class ReplicaManager:
             )
             if topic == OFFSETS_TOPIC and not was_leader:
                 self.broker.groups.on_elected(index)
+            if topic == TRANSACTION_STATE_TOPIC and not was_leader:
+                self.broker.txns.on_elected(index, st["leader_epoch"])
         else:
             if topic == OFFSETS_TOPIC:
                 self.broker.groups.on_resigned(index)
+            if topic == TRANSACTION_STATE_TOPIC:
+                self.broker.txns.on_resigned(index)
             part.make_follower(
                 log_,
                 st["leader"],
@@ -252,6 +257,8 @@ class ReplicaManager:
                 part.make_offline()
             if tp[0] == OFFSETS_TOPIC:
                 self.broker.groups.on_resigned(tp[1])
+            if tp[0] == TRANSACTION_STATE_TOPIC:
+                self.broker.txns.on_resigned(tp[1])
             if delete and self.broker.log_manager is not None:
                 self.broker.log_manager.delete_log(*tp)
                 log.info("deleted log %s-%d", *tp)
@@ -265,6 +272,8 @@ class ReplicaManager:
             part.make_offline()
             if part.topic == OFFSETS_TOPIC:
                 self.broker.groups.on_resigned(part.index)
+            if part.topic == TRANSACTION_STATE_TOPIC:
+                self.broker.txns.on_resigned(part.index)
         self.fetchers.remove_all()
         self.broker.purgatory.notify_all()
         log.warning(

@@ -9,9 +9,11 @@ offers the same services::
     handlers   -> HandlerServices: broker_id, broker_epoch, cluster_id, config, cache (metadata),
                   replicas (partitions, leader_partition, ISR), purgatory, metrics, zk (topic admin),
                   controller (controlled shutdown), groups (the group coordinator),
-                  producer_ids (InitProducerId), wait_for_metadata / metadata_changed
+                  producer_ids (InitProducerId), txns (the transaction coordinator),
+                  wait_for_metadata / metadata_changed
     controller -> ControllerHost:  broker_id, config, cache, metrics, zk, stopping
     group coordinator -> GroupHost: config, cache, replicas, purgatory, metrics
+    transaction coordinator -> TxnHost: broker_id, config, cache, replicas, purgatory, metrics, producer_ids
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ if TYPE_CHECKING:
     from headwater.broker.purgatory import Purgatory
     from headwater.broker.replica_manager import ReplicaManager
     from headwater.broker.replication_quota import ReplicationQuota
+    from headwater.broker.txn.coordinator import TransactionCoordinator
     from headwater.broker.zk import ZooKeeper
 
-__all__ = ["ControllerHost", "GroupHost", "HandlerServices"]
+__all__ = ["ControllerHost", "GroupHost", "HandlerServices", "TxnHost"]
 
 
 class HandlerServices(Protocol):
@@ -53,6 +56,7 @@ class HandlerServices(Protocol):
     controller: Controller
     groups: GroupCoordinator
     producer_ids: ProducerIdManager
+    txns: TransactionCoordinator
     authorizer: Authorizer | None  # None: authorizer.class.name is not set
     dynamic_config: DynamicBrokerConfig  # /config/brokers/<id> and <default>, applied live
     leader_quota: ReplicationQuota  # leader.replication.throttled.rate (follower fetches)
@@ -85,3 +89,17 @@ class GroupHost(Protocol):
     replicas: ReplicaManager
     purgatory: Purgatory
     metrics: BrokerMetrics
+
+
+class TxnHost(Protocol):
+    """What the transaction coordinator reaches: this broker's id, the config, the metadata cache
+    (``__transaction_state``'s partitions, the leaders markers go to), the replica manager (appends
+    as leader), the purgatory (acks=all), the metrics and the producer id blocks."""
+
+    broker_id: int
+    config: BrokerConfig
+    cache: MetadataCache
+    replicas: ReplicaManager
+    purgatory: Purgatory
+    metrics: BrokerMetrics
+    producer_ids: ProducerIdManager

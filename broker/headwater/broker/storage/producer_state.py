@@ -314,10 +314,20 @@ class ProducerStateManager:
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of an open transaction, or of a completed one whose marker is at or
         above ``high_watermark``; None when there is none. Forgets the completed ones below it."""
-        self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
+        self.on_high_watermark(high_watermark)
         firsts = [e.txn_first_offset for e in self.producers.values() if e.txn_first_offset >= 0]
         firsts.extend(t.first_offset for t in self.unreplicated)
         return min(firsts) if firsts else None
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Forget the completed transactions whose marker is below ``high_watermark`` (they are
+        appended in marker order, so from the front)."""
+        u = self.unreplicated
+        n = 0
+        while n < len(u) and u[n].last_offset < high_watermark:
+            n += 1
+        if n:
+            del u[:n]
 
     def open_transactions(self) -> int:
         return sum(1 for e in self.producers.values() if e.txn_first_offset >= 0)
