@@ -25,7 +25,9 @@ def answer(topics: list[Message], codes: dict[tuple[str, int], ErrorCode]) -> Me
         "results": [
             {
                 "name": t["name"],
-                "results": [{"partition_index": p, "error_code": codes[(t["name"], p)]} for p in t["partitions"]],
+                "results_by_partition": [
+                    {"partition_index": p, "partition_error_code": codes[(t["name"], p)]} for p in t["partitions"]
+                ],
             }
             for t in topics
         ],

@@ -2,7 +2,8 @@
 it is about to write, before its first produce to each (sent to the transaction coordinator).
 
 Request:  transactional_id, producer_id, producer_epoch, topics[name, partitions[int32]].
-Response: throttle_time_ms, results[name, results[partition_index, error_code]].
+Response: throttle_time_ms, results[name, results_by_partition[partition_index, partition_error_code]]
+          (Kafka 2.3 calls the inner two ``results`` and ``error_code``; the names are the newer JSON's).
   v1    same as v0 (a throttled response is sent before throttling).
 """
 
@@ -26,7 +27,10 @@ ADD_PARTITIONS_TO_TXN = Api(
             Array(
                 Struct(
                     Field("name", STRING),
-                    Field("results", Array(Struct(Field("partition_index", INT32), Field("error_code", INT16)))),
+                    Field(
+                        "results_by_partition",
+                        Array(Struct(Field("partition_index", INT32), Field("partition_error_code", INT16))),
+                    ),
                 )
             ),
         ),
