@@ -1,0 +1,171 @@
+"""Stock clients' transactions (KIP-98) against a 3-broker cluster: confluent-kafka's transactional
+producer commits and aborts, and runs a consume-transform-produce loop with
+``send_offsets_to_transaction``; read_committed consumers must see every committed record exactly
+once and no aborted one (a read_uncommitted consumer checks that the aborted ones were written)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from headwater.testing.cluster import LocalCluster
+
+OVERRIDES = {
+    "transaction.state.log.num.partitions": 3,
+    "group.initial.rebalance.delay.ms": 0,
+    "replica.lag.time.max.ms": 5000,
+}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, zk_connect: str) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path, 3, zk_connect=zk_connect, overrides=OVERRIDES) as c:
+        yield c
+
+
+def create_topics(bootstrap: str, *names: str, partitions: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futs = admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=3) for n in names])
+    for f in futs.values():
+        f.result(60)
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[bytes]:
+    """Every value of the topic a consumer with ``isolation`` sees, reading each partition to its end."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"verify-{isolation}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+        }
+    )
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[bytes] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 90
+    try:
+        while len(at_end) < partitions and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == -191:  # _PARTITION_EOF
+                    at_end.add(msg.partition())
+                continue
+            at_end.discard(msg.partition())
+            out.append(msg.value())
+    finally:
+        c.close()
+    assert len(at_end) == partitions, "did not reach the end of every partition"
+    return out
+
+
+def test_confluent_commits_and_aborts_are_seen_exactly_as_decided(cluster: LocalCluster) -> None:
+    create_topics(cluster.bootstrap, "orders")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "orders-app", "linger.ms": 5})
+    p.init_transactions(60)
+    committed: list[bytes] = []
+    aborted: list[bytes] = []
+    for t in range(12):
+        p.begin_transaction()
+        values = [f"t{t}-r{i}".encode() for i in range(25)]
+        for i, v in enumerate(values):
+            p.produce("orders", value=v, partition=i % 2)
+        if t % 3 == 2:
+            p.flush(30)  # the aborted records reach the partitions before the abort
+            p.abort_transaction(60)
+            aborted += values
+        else:
+            p.commit_transaction(60)
+            committed += values
+    p.flush(30)
+    seen = read_all(cluster.bootstrap, "orders", 2, "read_committed")
+    assert sorted(seen) == sorted(committed), "every committed record exactly once, no aborted one"
+    everything = read_all(cluster.bootstrap, "orders", 2, "read_uncommitted")
+    assert set(aborted) <= set(everything), "the aborted records were written (read_uncommitted sees them)"
+
+
+def test_confluent_consume_transform_produce_with_send_offsets(cluster: LocalCluster) -> None:
+    create_topics(cluster.bootstrap, "in", "out")
+    n = 400
+    src = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+    for i in range(n):
+        src.produce("in", value=f"r{i}".encode(), partition=i % 2)
+    assert src.flush(30) == 0
+
+    def consumer() -> Consumer:
+        c = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "group.id": "transformer",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+            }
+        )
+        c.subscribe(["in"])
+        return c
+
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "transformer-1", "linger.ms": 5})
+    p.init_transactions(60)
+    c = consumer()
+    done = 0
+    rounds = 0
+    aborted_rounds = 0
+    deadline = time.monotonic() + 180
+    try:
+        while done < n and time.monotonic() < deadline:
+            msgs = [m for m in c.consume(50, 1.0) if not m.error()]
+            if not msgs:
+                continue
+            rounds += 1
+            p.begin_transaction()
+            for m in msgs:
+                p.produce("out", value=b"T:" + m.value(), partition=m.partition())
+            p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 60)
+            if rounds % 4 == 0:
+                # abort this round: its output is dropped, and its input is read again from the
+                # group's committed offsets by a new consumer
+                p.abort_transaction(60)
+                aborted_rounds += 1
+                c.close()
+                c = consumer()
+                continue
+            p.commit_transaction(60)
+            done += len(msgs)
+    finally:
+        c.close()
+    assert done == n, f"transformed {done} of {n} input records"
+    assert aborted_rounds > 0, "the test aborted no round"
+    out = read_all(cluster.bootstrap, "out", 2, "read_committed")
+    assert sorted(out) == sorted(f"T:r{i}".encode() for i in range(n)), "each input's output exactly once"
+    check = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "transformer"})
+    try:
+        offsets = check.committed([TopicPartition("in", 0), TopicPartition("in", 1)], timeout=30)
+    finally:
+        check.close()
+    assert [o.offset for o in offsets] == [n // 2, n // 2], "the committed transactions' offsets are the group's"
+
+
+def test_a_fenced_confluent_producer_cannot_commit(cluster: LocalCluster) -> None:
+    create_topics(cluster.bootstrap, "fence")
+    old = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "fence-app"})
+    old.init_transactions(60)
+    old.begin_transaction()
+    old.produce("fence", value=b"zombie", partition=0)
+    old.flush(30)
+    new = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "fence-app"})
+    new.init_transactions(60)  # aborts the zombie's open transaction and fences it
+    new.begin_transaction()
+    new.produce("fence", value=b"live", partition=0)
+    new.commit_transaction(60)
+    with pytest.raises(KafkaException):
+        old.commit_transaction(30)
+    assert read_all(cluster.bootstrap, "fence", 2, "read_committed") == [b"live"]
