@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from headwater.broker.txn.formats import TRANSACTION_STATE_TOPIC, partition_for
 from headwater.testing.cluster import LocalCluster
 
 OVERRIDES = {
@@ -169,3 +170,87 @@ def test_a_fenced_confluent_producer_cannot_commit(cluster: LocalCluster) -> Non
     with pytest.raises(KafkaException):
         old.commit_transaction(30)
     assert read_all(cluster.bootstrap, "fence", 2, "read_committed") == [b"live"]
+
+
+def _transaction_coordinator(bootstrap: str, txn_id: str) -> int:
+    """The broker id leading the transactional id's partition of __transaction_state."""
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30)
+    parts = meta.topics[TRANSACTION_STATE_TOPIC].partitions
+    leader: int = parts[partition_for(txn_id, len(parts))].leader
+    return leader
+
+
+def test_consume_transform_produce_through_kill9_of_the_transaction_coordinator(cluster: LocalCluster) -> None:
+    create_topics(cluster.bootstrap, "in", "out")
+    n = 600
+    src = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+    for i in range(n):
+        src.produce("in", value=f"r{i}".encode(), partition=i % 2)
+    assert src.flush(30) == 0
+    txn_id = "transformer-kill"
+
+    def consumer() -> Consumer:
+        c = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "group.id": "transformer-kill",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+            }
+        )
+        c.subscribe(["in"])
+        return c
+
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id, "linger.ms": 5})
+    p.init_transactions(60)
+    c = consumer()
+    done = 0
+    rounds = 0
+    killed: int | None = None
+    aborts = 0
+    deadline = time.monotonic() + 300
+    try:
+        while done < n and time.monotonic() < deadline:
+            msgs = [m for m in c.consume(40, 1.0) if not m.error()]
+            if not msgs:
+                continue
+            rounds += 1
+            try:
+                p.begin_transaction()
+                for m in msgs:
+                    p.produce("out", value=b"T:" + m.value(), partition=m.partition())
+                if rounds == 3 and killed is None:
+                    killed = _transaction_coordinator(cluster.bootstrap, txn_id)
+                    cluster.brokers[killed].kill9()
+                p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 120)
+                _commit(p)
+                done += len(msgs)
+            except KafkaException as e:
+                err = e.args[0]
+                assert not err.fatal(), f"a fatal error: {err}"
+                assert err.txn_requires_abort() or err.retriable(), f"neither abortable nor retriable: {err}"
+                p.abort_transaction(120)
+                aborts += 1
+                c.close()
+                c = consumer()  # read the round again from the group's committed offsets
+    finally:
+        c.close()
+    assert killed is not None, "the coordinator was not killed"
+    assert _transaction_coordinator(cluster.bootstrap, txn_id) != killed, "the coordinator moved"
+    assert done == n, f"transformed {done} of {n} input records ({aborts} aborted rounds)"
+    out = read_all(cluster.bootstrap, "out", 2, "read_committed")
+    assert sorted(out) == sorted(f"T:r{i}".encode() for i in range(n)), "each input's output exactly once"
+
+
+def _commit(p: Producer) -> None:
+    """commit_transaction, retried while librdkafka says the error is retriable."""
+    for _ in range(30):
+        try:
+            p.commit_transaction(120)
+            return
+        except KafkaException as e:
+            if not e.args[0].retriable():
+                raise
+            time.sleep(0.5)
+    raise AssertionError("commit_transaction kept failing with retriable errors")
