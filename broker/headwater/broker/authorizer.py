@@ -61,6 +61,7 @@ from headwater.acls import (
     decode_acls,
     encode_acls,
 )
+from headwater.broker.txn import authorization as txn_authorization
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
 
@@ -363,6 +364,8 @@ def _offset_fetch(az: Authorizer, ctx: RequestContext, body: Message) -> Result:
 
 
 def _find_coordinator(az: Authorizer, ctx: RequestContext, body: Message) -> Result:
+    if (txn := txn_authorization.find_coordinator(az, ctx, body)) is not None:
+        return txn
     if body.get("key_type", 0) != 0 or az.allowed(ctx, "Describe", "Group", body["key"]):
         return None, body, None
     message = "Group authorization failed."
@@ -462,4 +465,9 @@ _CHECKS: dict[int, Callable[[Authorizer, RequestContext, Message], Result]] = {
     22: _init_producer_id,
     23: _cluster_action,  # OffsetForLeaderEpoch (followers)
     42: _delete_groups,
+    24: txn_authorization.add_partitions_to_txn,
+    25: txn_authorization.add_offsets_to_txn,
+    26: txn_authorization.end_txn,
+    27: txn_authorization.write_txn_markers,
+    28: txn_authorization.txn_offset_commit,
 }
