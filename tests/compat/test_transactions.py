@@ -254,3 +254,89 @@ def _commit(p: Producer) -> None:
                 raise
             time.sleep(0.5)
     raise AssertionError("commit_transaction kept failing with retriable errors")
+
+
+def test_kafka_python_transactions_with_send_offsets(cluster: LocalCluster) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
+
+    create_topics(cluster.bootstrap, "kp-in", "kp-out")
+    n = 100
+    src = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+    for i in range(n):
+        src.produce("kp-in", value=f"r{i}".encode(), partition=i % 2)
+    assert src.flush(30) == 0
+    p = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id="kp-app")
+    c = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap,
+        group_id="kp-group",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+    )
+    try:
+        p.init_transactions()
+        tps = [KTP("kp-in", 0), KTP("kp-in", 1)]
+        c.assign(tps)
+        # an aborted transaction first: its output must never be visible
+        p.begin_transaction()
+        p.send("kp-out", value=b"aborted", partition=0)
+        p.flush()
+        p.abort_transaction()
+        done = 0
+        deadline = time.monotonic() + 120
+        while done < n and time.monotonic() < deadline:
+            polled = c.poll(timeout_ms=1000, max_records=30)
+            records = [r for rs in polled.values() for r in rs]
+            if not records:
+                continue
+            p.begin_transaction()
+            for r in records:
+                p.send("kp-out", value=b"T:" + r.value, partition=r.partition)
+            offsets = {tp: OffsetAndMetadata(c.position(tp), "", -1) for tp in tps}
+            p.send_offsets_to_transaction(offsets, "kp-group")
+            p.commit_transaction()
+            done += len(records)
+    finally:
+        c.close()
+        p.close()
+    assert done == n
+    out = read_all(cluster.bootstrap, "kp-out", 2, "read_committed")
+    assert sorted(out) == sorted(f"T:r{i}".encode() for i in range(n))
+    check = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "kp-group"})
+    try:
+        offsets = check.committed([TopicPartition("kp-in", 0), TopicPartition("kp-in", 1)], timeout=30)
+    finally:
+        check.close()
+    assert [o.offset for o in offsets] == [n // 2, n // 2]
+
+
+def test_aiokafka_transactions_commit_and_abort(cluster: LocalCluster) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    create_topics(cluster.bootstrap, "aio-out")
+
+    async def run() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id="aio-app")
+        await p.start()
+        try:
+            async with p.transaction():
+                for i in range(20):
+                    await p.send("aio-out", value=f"c{i}".encode(), partition=i % 2)
+            await p.begin_transaction()
+            for i in range(20):
+                await p.send("aio-out", value=f"a{i}".encode(), partition=i % 2)
+            await p.flush()
+            await p.abort_transaction()
+            async with p.transaction():
+                await p.send("aio-out", value=b"c20", partition=0)
+        finally:
+            await p.stop()
+
+    asyncio.run(run())
+    seen = read_all(cluster.bootstrap, "aio-out", 2, "read_committed")
+    assert sorted(seen) == sorted(f"c{i}".encode() for i in range(21))
+    assert len(read_all(cluster.bootstrap, "aio-out", 2, "read_uncommitted")) == 41
