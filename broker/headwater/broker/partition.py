@@ -226,7 +226,7 @@ class Partition:
         new_hw = min(offsets)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
-            self.log.producer_state.on_high_watermark(new_hw)  # completed transactions now stable
+            self.log.on_high_watermark(new_hw)  # completed transactions now stable
             return True
         return False
 
@@ -254,4 +254,4 @@ class Partition:
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         if self.log is not None:
             self.high_watermark = min(leader_high_watermark, self.log.log_end_offset)
-            self.log.producer_state.on_high_watermark(self.high_watermark)  # completed transactions now stable
+            self.log.on_high_watermark(self.high_watermark)  # completed transactions now stable

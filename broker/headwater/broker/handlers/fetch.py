@@ -104,7 +104,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
             if incremental:
                 entries = session.candidates()
         responses, total, errors, sent = _read(
-            broker, replica_id, request["max_bytes"], entries, session, incremental, request["isolation_level"] == 1
+            broker, replica_id, request["max_bytes"], entries, session, incremental, request.get("isolation_level", 0) == 1
         )
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errors or remaining <= 0:

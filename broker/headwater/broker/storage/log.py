@@ -650,6 +650,10 @@ class Log:
         unstable = self.producer_state.first_unstable_offset(high_watermark)
         return high_watermark if unstable is None else min(unstable, high_watermark)
 
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """The partition's high watermark moved: decided transactions below it are now stable."""
+        self.producer_state.on_high_watermark(high_watermark)
+
     def collect_aborted(self, fetch_offset: int, upper: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [fetch_offset, upper): marker at or above the fetch
         offset, first record below ``upper``."""
