@@ -108,7 +108,9 @@ def test_a_crash_at_any_step_of_publishing_loads_every_record_exactly_once(
 ) -> None:
     sent: list[list[dict[str, Any]]] = []
     monkeypatch.setattr(
-        job, "_send_audit_events", lambda bootstrap, events, timeout, security=None: sent.append(events)
+        job,
+        "_send_audit_events",
+        lambda bootstrap, events, timeout, security=None, signing_key=None: sent.append(events),
     )
 
     # A clean publish, to count its steps.
@@ -185,7 +187,9 @@ def test_an_audit_outage_delays_only_the_audit_events(
     # The audit cluster is back: the next start sends the events of every run still unaudited.
     sent: list[list[dict[str, Any]]] = []
     monkeypatch.setattr(
-        job, "_send_audit_events", lambda bootstrap, events, timeout, security=None: sent.append(events)
+        job,
+        "_send_audit_events",
+        lambda bootstrap, events, timeout, security=None, signing_key=None: sent.append(events),
     )
     job._recover(wh, config)
     assert wh.audited(1) and sent == [[{"topic": t, "count": 1} for t in RANGES]]

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from headwater.broker.config import _log_defaults, is_sensitive, redacted
-from headwater.broker.zk import ZooKeeper, from_json, to_json
+from headwater.broker.zk import ZooKeeper, from_json
 from headwater.protocol.errors import ErrorCode, KafkaError
-from headwater.scram import CHANGES_PATH, change_notification
+from headwater.zk import config as zkconfig
+from headwater.zk.paths import CONFIG_BROKERS, CONFIG_CHANGE_PREFIX, CONFIG_CHANGES, broker_config_path
 
 if TYPE_CHECKING:
     from headwater.broker.config import BrokerConfig
@@ -39,9 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CONFIG_BROKERS = "/config/brokers"
 DEFAULT_ENTITY = "<default>"
-CONFIG_CHANGE_PREFIX = f"{CHANGES_PATH}/config_change_"
 MAX_LONG = 2**63 - 1
 
 # DescribeConfigs config_source values
@@ -128,7 +127,7 @@ def entity_name(broker_id: int | None) -> str:
 
 
 def config_path(entity: str) -> str:
-    return f"{CONFIG_BROKERS}/{entity}"
+    return broker_config_path(entity)
 
 
 def validate(overrides: Mapping[str, str], static: Mapping[str, str]) -> str | None:
@@ -167,14 +166,14 @@ async def write_overrides(
     if problem:
         raise KafkaError(ErrorCode.INVALID_CONFIG, problem)
     await zk.call(zk.client.ensure_path, CONFIG_BROKERS)
-    await zk.call(zk.client.ensure_path, CHANGES_PATH)
-    data = to_json({"version": 1, "config": overrides})
+    await zk.call(zk.client.ensure_path, CONFIG_CHANGES)
+    data = zkconfig.encode_entity_config(overrides)
     tx = zk.client.transaction()
     if version is None:
         tx.create(config_path(entity), data)
     else:
         tx.set_data(config_path(entity), data, version=version)
-    tx.create(CONFIG_CHANGE_PREFIX, change_notification(f"brokers/{entity}"), sequence=True)
+    tx.create(CONFIG_CHANGE_PREFIX, zkconfig.encode_change("brokers", entity), sequence=True)
     results = await zk.call(tx.commit)
     failures = [r for r in results if isinstance(r, Exception)]
     if any(isinstance(r, BadVersionError | NoNodeError | NodeExistsError) for r in failures):

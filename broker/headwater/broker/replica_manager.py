@@ -56,6 +56,9 @@ class ReplicaManager:
         self.broker = broker
         self.broker_id = broker.broker_id
         self.partitions: dict[TP, Partition] = {}
+        #: partitions whose log is in a failed log dir (KIP-112): Kafka's OfflinePartition. Produce,
+        #: fetch and LeaderAndIsr for them answer KAFKA_STORAGE_ERROR until the broker restarts.
+        self.offline_partitions: set[TP] = set()
         self.controller_epoch = 0
         self.fetchers = ReplicaFetcherManager(broker, self)
         #: Fetch sessions (KIP-227) of the followers and consumers fetching from this broker
@@ -101,6 +104,8 @@ class ReplicaManager:
         Raises KafkaError: UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster does not have,
         NOT_LEADER_FOR_PARTITION for one led elsewhere, FENCED/UNKNOWN_LEADER_EPOCH (KIP-320).
         """
+        if (topic, index) in self.offline_partitions:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{index} is offline on broker {self.broker_id}")
         part = self.partitions.get((topic, index))
         if part is None or not part.is_leader:
             known = self.broker.cache.partition(topic, index) is not None
@@ -134,7 +139,10 @@ class ReplicaManager:
             topic, index = st["topic_name"], st["partition_index"]
             code = ErrorCode.NONE
             part = self.partitions.get((topic, index))
-            if part is not None and st["leader_epoch"] <= part.leader_epoch:
+            if (topic, index) in self.offline_partitions:
+                code = ErrorCode.KAFKA_STORAGE_ERROR  # the controller learns of the failed log dir from it
+                failed += 1
+            elif part is not None and st["leader_epoch"] <= part.leader_epoch:
                 stale += 1
                 log.debug(
                     "%s-%d: ignoring LeaderAndIsr at leader epoch %d (have %d)",
@@ -158,10 +166,25 @@ class ReplicaManager:
                     # config its log refuses) is an error for that partition alone: the others in
                     # the request are applied, and the controller gets an answer, not a closed
                     # connection it would retry forever (issue 9, defect 2).
-                    log.exception(
-                        "%s-%d: cannot apply LeaderAndIsr at leader epoch %d", topic, index, st["leader_epoch"]
+                    if isinstance(e, KafkaError):  # e.g. its log dir is offline: expected, no traceback
+                        log.error(
+                            "%s-%d: cannot apply LeaderAndIsr at leader epoch %d: %s",
+                            topic,
+                            index,
+                            st["leader_epoch"],
+                            e,
+                        )
+                    else:
+                        log.exception(
+                            "%s-%d: cannot apply LeaderAndIsr at leader epoch %d", topic, index, st["leader_epoch"]
+                        )
+                    code = (
+                        e.code
+                        if isinstance(e, KafkaError)
+                        else ErrorCode.KAFKA_STORAGE_ERROR
+                        if isinstance(e, OSError)
+                        else ErrorCode.UNKNOWN_SERVER_ERROR
                     )
-                    code = ErrorCode.KAFKA_STORAGE_ERROR if isinstance(e, OSError) else ErrorCode.UNKNOWN_SERVER_ERROR
                     if part is None:
                         self.partitions.pop((topic, index), None)
                     failed += 1
@@ -189,7 +212,9 @@ class ReplicaManager:
         assert self.broker.log_manager is not None
         topic, index = st["topic_name"], st["partition_index"]
         cfg = topic_log_config(self.broker.config.log_defaults, self.broker.cache.config_of(topic))
-        log_ = self.broker.log_manager.get_log(topic, index) or self.broker.log_manager.create_log(topic, index, cfg)
+        log_ = self.broker.log_manager.get_log(topic, index) or self.broker.log_manager.create_log(
+            topic, index, cfg, is_new=bool(st.get("is_new", False))
+        )
         # every move of its log end or log start offset wakes (and marks dirty for) the fetches
         # watching it: fetch sessions skip the partitions nothing notified (fetch_session.py)
         log_.on_offsets_moved = partial(self.broker.purgatory.notify, (topic, index))
@@ -259,13 +284,38 @@ class ReplicaManager:
                 self.broker.groups.on_resigned(tp[1])
             if tp[0] == TRANSACTION_STATE_TOPIC:
                 self.broker.txns.on_resigned(tp[1])
-            if delete and self.broker.log_manager is not None:
-                self.broker.log_manager.delete_log(*tp)
-                log.info("deleted log %s-%d", *tp)
+            code = ErrorCode.NONE
+            if delete and tp in self.offline_partitions:
+                code = ErrorCode.KAFKA_STORAGE_ERROR  # its log is in a failed dir: not deleted
+            elif delete and self.broker.log_manager is not None:
+                try:
+                    if self.broker.log_manager.delete_log(*tp):
+                        log.info("deleted log %s-%d", *tp)
+                except (OSError, KafkaError) as e:  # the controller retries it (topic deletion)
+                    log.error("cannot delete the log of %s-%d: %s", *tp, e)
+                    code = ErrorCode.KAFKA_STORAGE_ERROR
             self.broker.purgatory.notify(tp)
-            out.append({"topic_name": tp[0], "partition_index": tp[1], "error_code": ErrorCode.NONE})
+            out.append({"topic_name": tp[0], "partition_index": tp[1], "error_code": code})
         self.update_gauges()
         return out
+
+    def handle_log_dir_failure(self, log_dir: str, tps: list[TP]) -> None:
+        """The log dir holding ``tps`` failed (KIP-112): they go offline on this broker, as Kafka's
+        ReplicaManager.handleLogDirFailure (stop fetching, stop leading, answer KAFKA_STORAGE_ERROR);
+        the broker then notifies the controller, which elects other leaders."""
+        for tp in tps:
+            self.fetchers.remove_partition(tp)
+            part = self.partitions.pop(tp, None)
+            if part is not None:
+                part.make_offline()
+            if tp[0] == OFFSETS_TOPIC:
+                self.broker.groups.on_resigned(tp[1])
+            if tp[0] == TRANSACTION_STATE_TOPIC:
+                self.broker.txns.on_resigned(tp[1])
+            self.offline_partitions.add(tp)
+            self.broker.purgatory.notify(tp)
+        log.error("log dir %s failed: %d partition(s) offline on this broker", log_dir, len(tps))
+        self.update_gauges()
 
     def on_session_lost(self) -> None:
         for part in self.partitions.values():

@@ -55,6 +55,7 @@ from headwater.scram import ScramCredential, credential_from_user_config, user_c
 from headwater.zk import cluster as zkcluster
 from headwater.zk import paths as zkpaths
 from headwater.zk.json import ZnodeFormatError
+from headwater.zk.notifications import encode_log_dir_event
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,7 @@ class KafkaBroker:
         )
         self.log_manager.high_watermark_of = self.replicas.high_watermark_of  # retention stops at the HW
         self.log_manager.on_cleaned = self._count_cleaning
+        self.log_manager.on_dir_failure = self._on_log_dir_failure
         if self.authorizer is not None:
             await self.authorizer.start()
         await self.server.start()
@@ -292,6 +294,25 @@ class KafkaBroker:
         m.cleaner_bytes_written.inc(stats.bytes_written)
         m.cleaner_records_removed.inc(stats.records_removed)
         m.cleaner_last_clean_seconds.set(stats.seconds)
+
+    def _on_log_dir_failure(self, log_dir: str, tps: list[tuple[str, int]]) -> None:
+        """A log dir failed (KIP-112): its partitions go offline here, and the controller hears of it
+        through ``/log_dir_event_notification`` (it then asks this broker which replicas are offline)."""
+        self.replicas.handle_log_dir_failure(log_dir, tps)
+
+        async def notify() -> None:
+            value = encode_log_dir_event(self.broker_id)
+            for attempt in range(10):
+                (result,) = await self.zk.create_many(
+                    [(zkpaths.LOG_DIR_EVENT_PREFIX, value)], makepath=True, sequence=True
+                )
+                if not isinstance(result, Exception):
+                    log.info("log dir %s failed: notified the controller (%s)", log_dir, result)
+                    return
+                log.warning("cannot notify the controller of the failed log dir %s: %s", log_dir, result)
+                await asyncio.sleep(min(2**attempt * 0.1, 2.0))
+
+        self._spawn(notify())
 
     async def _log_cleaner(self) -> None:
         """Compaction: one compacted log every log.cleaner.backoff.ms (see storage/cleaner.py)."""

@@ -195,6 +195,9 @@ async def create_topic(
         raise KafkaError(ErrorCode.INVALID_CONFIG, problem)
     if validate_only:
         return assignment
+    if await zk.call(zk.client.exists, zkpaths.delete_topic_path(name)) is not None:
+        # its deletion waits for a replica that is down: the old logs must go first (Kafka 2.3's check)
+        raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' is marked for deletion.")
 
     tx = zk.client.transaction()
     tx.create(zkpaths.topic_config_path(name), to_json({"version": 1, "config": configs}))
@@ -230,7 +233,7 @@ async def add_partitions(
     got = await zk.get_json(zkpaths.topic_path(name))
     if got is None or not isinstance(got[0], dict) or not isinstance(got[0].get("partitions"), dict):
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
-    if await zk.call(zk.client.exists, f"{zkpaths.DELETE_TOPICS}/{name}") is not None:
+    if await zk.call(zk.client.exists, zkpaths.delete_topic_path(name)) is not None:
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"The topic '{name}' is queued for deletion.")
     value, stat = got
     existing = {int(p): [int(r) for r in rs] for p, rs in value["partitions"].items()}
@@ -324,6 +327,6 @@ async def delete_topic(zk: ZooKeeper, cache: MetadataCache, name: str, deletion_
     if not exists:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
     try:
-        await zk.call(zk.client.create, f"{zkpaths.DELETE_TOPICS}/{name}", b"", makepath=True)
+        await zk.call(zk.client.create, zkpaths.delete_topic_path(name), b"", makepath=True)
     except NodeExistsError:
         pass

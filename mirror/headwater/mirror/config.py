@@ -52,6 +52,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from headwater.client.audit import SigningKeyError, signing_key
 from headwater.client.security import SECURITY_PROPERTIES, ClientSecurity, SecurityConfigError, cluster_security
 from headwater.properties import parse_properties
 
@@ -69,6 +70,7 @@ _FLOW_KEY = re.compile(r"^([^.>\s]+)->([^.>\s]+)\.(.+)$")
 _FLOW_SETTINGS = {"enabled", "topics", "topics.exclude", "topics.blacklist"}
 _GLOBAL_SETTINGS = {
     "clusters",
+    "audit.signing.key",
     "topics",
     "topics.exclude",
     "topics.blacklist",
@@ -152,6 +154,8 @@ class MirrorConfig:
     heartbeats_interval_s: float | None = 1.0  # None: no heartbeats
     drop_every: int = 0
     duplicate_every: int = 0
+    #: signs the gap events the mirror publishes (the audit service's audit.signing.key)
+    audit_signing_key: bytes | None = field(default=None, repr=False)
     unknown: list[str] = field(default_factory=list)
 
     def target_topic(self, flow: Flow, topic: str) -> str:
@@ -292,7 +296,12 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         raise MirrorConfigError(f"emit.heartbeats.interval.seconds: {interval!r} is not a number") from None
     if not 0.1 <= interval_s <= 3600:
         raise MirrorConfigError(f"emit.heartbeats.interval.seconds: {interval_s:g} is not between 0.1 and 3600")
+    try:
+        audit_signing_key = signing_key(props.get("audit.signing.key") or None)
+    except SigningKeyError as e:
+        raise MirrorConfigError(str(e)) from None
     return MirrorConfig(
+        audit_signing_key=audit_signing_key,
         clusters=clusters,
         flows=flows,
         policy=policy,

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from headwater.client.audit import AUDIT_TOPIC
+from headwater.client.audit import AUDIT_TOPIC, HEADER_SIGNATURE, sign_event
 from headwater.client.cluster import Cluster
 from headwater.client.consumer import EARLIEST, LATEST, Consumer
 from headwater.mirror.metrics import MirrorMetrics
@@ -204,6 +204,7 @@ def reporter_for(
     *,
     on_data_loss: str,
     reset_to_latest: bool,
+    signing_key: bytes | None = None,
 ) -> GapReporter:
     """A flow's reporter wired to its source cluster (ListOffsets, ``__audit``) and the mirror's metrics."""
     flow = f"{source}->{target}"
@@ -215,7 +216,9 @@ def reporter_for(
         return start, end
 
     async def publish(topic: str, key: bytes, value: bytes) -> None:
-        await writer.send(topic, key, value)
+        # signed as audited producers sign their count events, when the audit service checks them
+        headers = ((HEADER_SIGNATURE, sign_event(value, signing_key)),) if signing_key else ()
+        await writer.send(topic, key, value, headers=headers)
 
     def lost(topic: str, records: int) -> None:
         metrics.records_lost.labels(flow, topic).inc(records)

@@ -168,6 +168,7 @@ class Mirror:
                     self.metrics,
                     on_data_loss=self.config.on_data_loss,
                     reset_to_latest=self.config.auto_offset_reset == "latest",
+                    signing_key=self.config.audit_signing_key,
                 )
                 state.heartbeats = self.heartbeats
                 if self.config.heartbeats_interval_s is not None:

@@ -43,11 +43,13 @@ class SourceWriter:
             await self.admin.wait_for_topic(topic, timeout=60)
         self._known.add(topic)
 
-    async def send(self, topic: str, key: bytes, value: bytes, *, partitions: int = 1) -> None:
+    async def send(
+        self, topic: str, key: bytes, value: bytes, *, partitions: int = 1, headers: tuple[tuple[str, bytes], ...] = ()
+    ) -> None:
         """Produce one record and wait for the acknowledgement (acks=all)."""
         await self.ensure_topic(topic, partitions)
         try:
-            await self.producer.send_and_wait(topic, value, key)
+            await self.producer.send_and_wait(topic, value, key, headers)
         except UnknownTopicError:
             self._known.discard(topic)  # deleted meanwhile: created again on the next call
             raise

@@ -92,6 +92,8 @@ class LoaderConfig:
     security: ClientSecurity = field(default_factory=ClientSecurity)
     security_properties: dict[str, str] = field(default_factory=dict, repr=False)
     audit_security: ClientSecurity = field(default_factory=ClientSecurity)  # audit.<name> over <name>
+    #: signs the warehouse tier's count and gap events (the audit service's audit.signing.key)
+    audit_signing_key: bytes | None = field(default=None, repr=False)
 
 
 def parse_config(props: dict[str, str]) -> LoaderConfig:
@@ -133,6 +135,12 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         audit_security = cluster_security(props, "audit.")
     except SecurityConfigError as e:
         raise LoaderConfigError(str(e)) from None
+    from headwater.client.audit import SigningKeyError, signing_key
+
+    try:
+        audit_signing_key = signing_key(props.get("audit.signing.key") or None)
+    except SigningKeyError as e:
+        raise LoaderConfigError(str(e)) from None
     window = integer("audit.window.ms", 60000)
     if window <= 0:
         raise LoaderConfigError(f"audit.window.ms: {window} must be positive")
@@ -157,6 +165,7 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         security=security,
         security_properties=cluster_properties(props),
         audit_security=audit_security,
+        audit_signing_key=audit_signing_key,
     )
 
 
@@ -476,7 +485,11 @@ def _publish_audit(wh: Warehouse, run: int, manifest: dict[str, Any], config: Lo
     if not manifest.get("audit_published"):  # manifests before the .audited marker kept a flag inside
         try:
             _send_audit_events(
-                config.audit_bootstrap, manifest["audit"], config.audit_timeout_ms / 1000.0, config.audit_security
+                config.audit_bootstrap,
+                manifest["audit"],
+                config.audit_timeout_ms / 1000.0,
+                config.audit_security,
+                config.audit_signing_key,
             )
         except Exception as e:
             log.error(
@@ -493,21 +506,31 @@ def _publish_audit(wh: Warehouse, run: int, manifest: dict[str, Any], config: Lo
 
 
 def _send_audit_events(
-    bootstrap: str, events: list[dict[str, Any]], timeout: float = 30.0, security: ClientSecurity | None = None
+    bootstrap: str,
+    events: list[dict[str, Any]],
+    timeout: float = 30.0,
+    security: ClientSecurity | None = None,
+    signing_key: bytes | None = None,
 ) -> None:
     """Every event to ``__audit``, acknowledged by all in-sync replicas within ``timeout`` seconds
-    (raises otherwise)."""
-    from headwater.client.audit import AUDIT_TOPIC
+    (raises otherwise); each signed with ``signing_key`` when one is set."""
+    from headwater.client.audit import AUDIT_TOPIC, HEADER_SIGNATURE, sign_event
     from headwater.client.sync import SyncProducer
+
+    def headers(value: bytes) -> tuple[tuple[str, bytes], ...]:
+        return ((HEADER_SIGNATURE, sign_event(value, signing_key)),) if signing_key else ()
 
     deadline = time.monotonic() + timeout
     with SyncProducer(bootstrap, acks="all", security=security) as producer:
         producer.start(timeout)
         futures = [
             producer.send(
-                AUDIT_TOPIC, json.dumps(e).encode(), key=(e["guid"] if e.get("type") == "gap" else e["topic"]).encode()
+                AUDIT_TOPIC,
+                value,
+                key=(e["guid"] if e.get("type") == "gap" else e["topic"]).encode(),
+                headers=headers(value),
             )
-            for e in events
+            for e, value in ((e, json.dumps(e).encode()) for e in events)
         ]
         for f in futures:
             f.result(max(deadline - time.monotonic(), 0.001))

@@ -16,7 +16,8 @@ ZooKeeper and reacts, one event at a time on one task, to:
   ISR = live replicas, leader epoch 0);
 - partitions added to a topic (CreatePartitions rewrites ``/brokers/topics/<t>``, watched per
   topic as Kafka's PartitionModifications handler does): the same for the new partitions;
-- deletions (``/admin/delete_topics``): StopReplica(delete) to the replicas, then remove znodes;
+- deletions (``/admin/delete_topics``): controller/deletion.py, completed only once every replica
+  deleted its log (a replica on a broker that is down deletes when it comes back);
 - ISR changes made by leaders (``/isr_change_notification``): UpdateMetadata;
 - preferred leader election (periodically when ``auto.leader.rebalance.enable``, on
   ``/admin/preferred_replica_election`` and on ElectLeaders);
@@ -40,11 +41,13 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from headwater.broker.controller import requests as build
 from headwater.broker.controller.channel import ControllerChannel
+from headwater.broker.controller.deletion import TopicDeletion
 from headwater.broker.controller.election import LeaderAndIsr, offline_leader, preferred_leader, shutdown_leader
+from headwater.broker.controller.log_dirs import LogDirFailures
 from headwater.broker.controller.reassignment import PartitionReassigner
 from headwater.broker.metadata_cache import BrokerInfo, parse_broker_registration
 from headwater.broker.zk import CheckVersionFailed, from_json, to_json
-from headwater.protocol.apis import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
+from headwater.protocol.apis import LEADER_AND_ISR, UPDATE_METADATA
 from headwater.protocol.errors import ErrorCode
 from headwater.zk import paths as zkpaths
 
@@ -66,10 +69,20 @@ class ControllerContext:
     states: dict[TP, LeaderAndIsr] = field(default_factory=dict)
     shutting_down: set[int] = field(default_factory=set)
     watched_topics: set[str] = field(default_factory=set)  # /brokers/topics/<t> data watches of this incarnation
+    #: broker -> its replicas on a failed log dir (KIP-112, controller/log_dirs.py), as its LeaderAndIsr
+    #: answers said; forgotten when the broker leaves or re-registers
+    offline_replicas: dict[int, set[TP]] = field(default_factory=dict)
 
     @property
     def live(self) -> set[int]:
         return set(self.brokers) - self.shutting_down
+
+    def live_for(self, tp: TP) -> set[int]:
+        """The live brokers whose replica of ``tp`` is online (not on a failed log dir)."""
+        live = self.live
+        if not self.offline_replicas:
+            return live
+        return {b for b in live if tp not in self.offline_replicas.get(b, ())}
 
     def replicas(self, tp: TP) -> list[int]:
         return self.assignments.get(tp[0], {}).get(tp[1], [])
@@ -96,6 +109,8 @@ class Controller:
         self._periodic: asyncio.Task[None] | None = None
         self._generation = 0  # bumps on every resignation; stale watch callbacks check it
         self.reassigner = PartitionReassigner(self)
+        self.deletion = TopicDeletion(self)
+        self.log_dirs = LogDirFailures(self)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -108,6 +123,11 @@ class Controller:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+    @property
+    def generation(self) -> int:
+        """Bumps on every election and resignation: a callback from an older incarnation is stale."""
+        return self._generation
 
     def enqueue(self, event: Callable[[], Awaitable[None]]) -> None:
         self._events.put_nowait(event)
@@ -203,6 +223,7 @@ class Controller:
             self._periodic.cancel()
             self._periodic = None
         self.reassigner.stop()
+        self.deletion.reset()
         if self.channel is not None:
             await self.channel.close()
             self.channel = None
@@ -243,7 +264,7 @@ class Controller:
     # -- becoming controller -------------------------------------------------------------------------
 
     async def _on_became_controller(self) -> None:
-        for path in (ISR_CHANGE, zkpaths.DELETE_TOPICS):
+        for path in (ISR_CHANGE, zkpaths.DELETE_TOPICS, zkpaths.LOG_DIR_EVENT_NOTIFICATION):
             await self.zk.call(self.zk.client.ensure_path, path)
         await self._load_brokers()
         for b in self.ctx.brokers.values():
@@ -252,6 +273,8 @@ class Controller:
         # a worker thread, and hundreds of them would compete with the elections for the GIL. A
         # partition added meanwhile is still seen: a new watch reports the assignment it finds.
         await self._load_topics(list(await self.zk.children(zkpaths.BROKER_TOPICS)), watch=False)
+        # topics marked for deletion leave the context before anything is elected or sent for them
+        await self.deletion.on_marks_changed()
         # partitions without a state (topics created while there was no controller)
         await self._create_missing_states(self.ctx.partitions())
         elected = await self._elect_offline_partitions()
@@ -273,6 +296,7 @@ class Controller:
         self._watch_children(zkpaths.BROKER_TOPICS, self._on_topic_change)
         self._watch_children(zkpaths.DELETE_TOPICS, self._on_delete_topics)
         self._watch_children(ISR_CHANGE, self._on_isr_change)
+        self._watch_children(zkpaths.LOG_DIR_EVENT_NOTIFICATION, self.log_dirs.on_notifications)
         self._watch_data(PREFERRED_ELECTION, self._on_preferred_node)
         self.reassigner.start()
         if self.broker.config.auto_leader_rebalance_enable:
@@ -476,13 +500,14 @@ class Controller:
         live = self.ctx.live
         changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]] = {}
         for tp, state in self.ctx.states.items():
-            if state.leader in live:
+            if state.leader in live and (not self.ctx.offline_replicas or state.leader in self.ctx.live_for(tp)):
                 continue
 
             def change(cur: LeaderAndIsr, tp: TP = tp) -> LeaderAndIsr | None:
-                if cur.leader in self.ctx.live:
+                online = self.ctx.live_for(tp)
+                if cur.leader in online:
                     return None
-                chosen = offline_leader(self.ctx.replicas(tp), cur, self.ctx.live, self._unclean_allowed(tp[0]))
+                chosen = offline_leader(self.ctx.replicas(tp), cur, online, self._unclean_allowed(tp[0]))
                 if chosen is None:
                     return None
                 if chosen[0] not in cur.isr:
@@ -493,7 +518,7 @@ class Controller:
         changed = await self._change_states(changes)
         elected = set(changed)
         for tp in changes:
-            if tp not in elected and self.ctx.states[tp].leader not in live:
+            if tp not in elected and self.ctx.states[tp].leader not in self.ctx.live_for(tp):
                 log.warning("partition %s-%d is offline: no live replica in ISR %s", *tp, list(self.ctx.states[tp].isr))
         return changed
 
@@ -520,6 +545,7 @@ class Controller:
         for b in dead | bounced:
             await self.channel.remove_broker(b)
             self.ctx.shutting_down.discard(b)
+            self.ctx.offline_replicas.pop(b, None)  # a re-registered broker answers for its log dirs again
         for b in new | bounced:
             self._connect(self.ctx.brokers[b])
         if dead or bounced:
@@ -531,6 +557,7 @@ class Controller:
         await self._on_brokers_started(new | bounced)
 
     async def _on_brokers_failed(self, dead: set[int]) -> None:
+        self.deletion.on_brokers_failed(dead)
         # new leaders first, then the ISR shrinks of the partitions that kept theirs (see _on_became_controller)
         self._send_new_states(await self._elect_offline_partitions(), self.ctx.live)
         shrunk = await self._remove_from_isrs(dead)
@@ -570,12 +597,13 @@ class Controller:
         changed = await self._elect_offline_partitions()
         self._send_leader_and_isr(changed, self.ctx.live)
         self._send_update_metadata(set(self.ctx.brokers), changed)
+        await self.deletion.resume()  # a returning replica deletes the logs of topics deleted meanwhile
 
     async def _on_topic_change(self) -> None:
         if not self.active:
             return
         children = set(await self.zk.children(zkpaths.BROKER_TOPICS))
-        new = sorted(children - set(self.ctx.assignments))
+        new = sorted(children - set(self.ctx.assignments) - set(self.deletion.topics))
         if not new:
             return
         await self._load_topics(new)
@@ -587,34 +615,8 @@ class Controller:
         self._send_update_metadata(set(self.ctx.brokers), ready)
 
     async def _on_delete_topics(self) -> None:
-        if not self.active:
-            return
-        for topic in await self.zk.children(zkpaths.DELETE_TOPICS):
-            partitions = [tp for tp in self.ctx.partitions() if tp[0] == topic]
-            by_broker: dict[int, list[TP]] = {}
-            for tp in partitions:
-                for r in self.ctx.replicas(tp):
-                    by_broker.setdefault(r, []).append(tp)
-            assert self.channel is not None
-            for b, tps in by_broker.items():
-                self.channel.send(b, STOP_REPLICA, build.stop_replica(self, tps, delete=True))
-            deleted_states = {tp: LeaderAndIsr(-2, 0, (), self.epoch, 0) for tp in partitions}
-            for path in (
-                zkpaths.topic_path(topic),
-                zkpaths.topic_config_path(topic),
-                f"{zkpaths.DELETE_TOPICS}/{topic}",
-            ):
-                try:
-                    await self.zk.call(self.zk.client.delete, path, recursive=True)
-                except NoNodeError:
-                    pass
-            replicas = {tp: self.ctx.replicas(tp) for tp in partitions}
-            self.ctx.assignments.pop(topic, None)
-            for tp in partitions:
-                self.ctx.states.pop(tp, None)
-            for b in self.ctx.brokers:
-                self.channel.send(b, UPDATE_METADATA, build.update_metadata(self, deleted_states, replicas))
-            log.info("[Controller id=%d] deleted topic %s", self.broker_id, topic)
+        if self.active:
+            await self.deletion.on_marks_changed()
 
     async def _on_isr_change(self) -> None:
         if not self.active:
@@ -679,7 +681,7 @@ class Controller:
         for tp in candidates:
 
             def change(cur: LeaderAndIsr, tp: TP = tp) -> LeaderAndIsr | None:
-                leader = preferred_leader(self.ctx.replicas(tp), cur, live)
+                leader = preferred_leader(self.ctx.replicas(tp), cur, self.ctx.live_for(tp))
                 return None if leader is None else cur.new_leader(leader, cur.isr, self.epoch)
 
             changes[tp] = change
@@ -801,7 +803,7 @@ class Controller:
             def change(cur: LeaderAndIsr, tp: TP = tp) -> LeaderAndIsr | None:
                 isr = tuple(r for r in cur.isr if r != broker_id)
                 if cur.leader == broker_id:
-                    leader = shutdown_leader(self.ctx.replicas(tp), cur, live, shutting)
+                    leader = shutdown_leader(self.ctx.replicas(tp), cur, self.ctx.live_for(tp), shutting)
                     return None if leader is None else cur.new_leader(leader, isr, self.epoch)
                 if broker_id in cur.isr and isr:
                     return cur.new_leader(cur.leader, isr, self.epoch)
@@ -842,7 +844,10 @@ class Controller:
                 if r in to and r in self.ctx.brokers:
                     by_broker.setdefault(r, []).append(tp)
         for b, tps in by_broker.items():
-            self.channel.send(b, LEADER_AND_ISR, build.leader_and_isr(self, b, tps, is_new))
+            # every answer is read for KAFKA_STORAGE_ERROR: replicas on a failed log dir (log_dirs.py)
+            self.channel.send(
+                b, LEADER_AND_ISR, build.leader_and_isr(self, b, tps, is_new), self.log_dirs.response_handler(b)
+            )
 
     def _send_update_metadata(self, to: set[int], partitions: list[TP]) -> None:
         if self.channel is None:

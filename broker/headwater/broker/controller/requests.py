@@ -69,9 +69,24 @@ def leader_and_isr(c: Controller, broker_id: int, tps: list[TP], is_new: bool) -
 
 
 def update_metadata(c: Controller, states: dict[TP, LeaderAndIsr], replicas: dict[TP, list[int]]) -> Message:
+    """UpdateMetadata of ``states``, each topic named whole: every partition of a topic the
+    controller knows goes with it, its current state from the controller's context (issue 38,
+    item 6). A broker's metadata cache holds what UpdateMetadata told it, partition by partition;
+    a request naming only the partitions that changed (the leaders a failover elected) reaching a
+    cache that does not hold the rest of the topic yet -- a broker that just started or
+    re-registered, before its full UpdateMetadata -- left a topic with some of its partitions
+    there, and Metadata answered that topic short: a client then maps keys to fewer partitions."""
+    states = dict(states)
+    replicas = dict(replicas)
+    for topic in {t for t, _ in states}:
+        for p in c.ctx.assignments.get(topic, {}):
+            tp = (topic, p)
+            if tp not in states and tp in c.ctx.states:
+                states[tp] = c.ctx.states[tp]
+                replicas[tp] = c.ctx.replicas(tp)
     live = c.ctx.live | c.ctx.shutting_down
     topic_states = []
-    grouped: dict[str, list[int]] = _group(list(states))
+    grouped: dict[str, list[int]] = _group(sorted(states))
     for topic, parts in grouped.items():
         ps = []
         for p in parts:
@@ -82,7 +97,9 @@ def update_metadata(c: Controller, states: dict[TP, LeaderAndIsr], replicas: dic
                     **_partition_state(topic, p, s),
                     "zk_version": s.zk_version,
                     "replicas": reps,
-                    "offline_replicas": [r for r in reps if r not in live],
+                    "offline_replicas": [
+                        r for r in reps if r not in live or (topic, p) in c.ctx.offline_replicas.get(r, ())
+                    ],
                 }
             )
         topic_states.append({"topic_name": topic, "partition_states": ps})

@@ -6,7 +6,9 @@
   -1 while this broker has no replica state for it), ``is_future_key`` always false (no
   AlterReplicaLogDirs: a replica never moves between log dirs).
 - ``topics`` null: every replica; else only the partitions named (unknown ones are left out).
-- A log dir holding a replica taken offline by an I/O error answers KAFKA_STORAGE_ERROR.
+- A failed log dir (KIP-112: an I/O error took it offline, see storage/log_manager.py) answers
+  KAFKA_STORAGE_ERROR and lists no replicas, as Kafka 2.3; so does a dir holding a log that an I/O
+  error took offline before the log manager has failed the whole dir (its next tick).
 - With an authorizer: Describe on Cluster, else an empty answer (no log dirs), as Kafka 2.3.
 """
 
@@ -33,7 +35,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
     if request["topics"] is not None:
         wanted = {(t["topic"], p) for t in request["topics"] for p in t["partitions"]}
     by_dir: dict[str, dict[str, list[Message]]] = {d: {} for d in manager.log_dirs}
-    offline: set[str] = set()
+    offline: set[str] = set(manager.offline_dirs)
     for (topic, partition), log_ in sorted(manager.all_logs()):
         if wanted is not None and (topic, partition) not in wanted:
             continue
@@ -51,7 +53,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
         {
             "error_code": ErrorCode.KAFKA_STORAGE_ERROR if d in offline else ErrorCode.NONE,
             "log_dir": d,
-            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+            "topics": [] if d in manager.offline_dirs else [{"name": t, "partitions": ps} for t, ps in topics.items()],
         }
         for d, topics in by_dir.items()
     ]

@@ -95,6 +95,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                 transient.upsert(t["topic"], p)
         entries = list(transient.partitions.values())
         incremental = False
+    read_committed = request.get("isolation_level", 0) == 1
     deadline = time.monotonic() + max(0, request["max_wait_ms"]) / 1000.0
     min_bytes = request["min_bytes"]
     keys = [e.key for e in entries]
@@ -104,7 +105,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
             if incremental:
                 entries = session.candidates()
         responses, total, errors, sent = _read(
-            broker, replica_id, request["max_bytes"], entries, session, incremental, request.get("isolation_level", 0) == 1
+            broker, replica_id, request["max_bytes"], entries, session, incremental, read_committed
         )
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errors or remaining <= 0:

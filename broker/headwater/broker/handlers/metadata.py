@@ -64,7 +64,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                     "leader_epoch": p.leader_epoch,
                     "replica_nodes": replicas,
                     "isr_nodes": p.isr,
-                    "offline_replicas": [r for r in replicas if r not in live],
+                    "offline_replicas": [r for r in replicas if r not in live or r in p.offline_replicas],
                 }
             )
         topics.append(

@@ -366,6 +366,9 @@ class Log:
         self.on_offsets_moved: Callable[[], None] | None = None
         #: called after each roll: the log manager fsyncs the segments rolled past on its next tick
         self.on_roll: Callable[[], None] | None = None
+        #: called (on whichever thread hit it) when an I/O error took this log offline: the log
+        #: manager takes the whole log dir offline (KIP-112), as Kafka's LogDirFailureChannel
+        self.on_io_error: Callable[[], None] | None = None
         self._ident = f"[Log partition={topic}-{partition}, dir={os.path.dirname(directory) or '.'}]"
         #: Where each leader epoch starts; :meth:`open` loads it (see leader_epoch.py).
         self.leader_epoch_cache = LeaderEpochCache(fs, directory, defer_sync=self._file_changed)
@@ -698,7 +701,7 @@ class Log:
         try:
             self._load_producer_state()
         except (OSError, KafkaError) as e:
-            self._offline = True
+            self._io_failed()
             raise _storage_error(f"{self._ident} cannot rebuild the producer state", e) from e
 
     # -- state ---------------------------------------------------------------------------------
@@ -740,6 +743,12 @@ class Log:
     @property
     def unflushed_messages(self) -> int:
         return self._unflushed_messages
+
+    def _io_failed(self) -> None:
+        """An I/O error left this log's files in doubt: refuse appends from now on, and say so."""
+        self._offline = True
+        if self.on_io_error is not None:
+            self.on_io_error()
 
     @property
     def is_offline(self) -> bool:
@@ -922,7 +931,7 @@ class Log:
             segment.append(data, entries, now_ms)
         except SegmentWriteError as e:
             if not e.rolled_back:
-                self._offline = True
+                self._io_failed()
             log.error("%s append of %d bytes at offset %d failed: %s", self._ident, len(data), first_offset, e)
             if assigned:
                 self._unassign_epochs_from(first_offset)
@@ -950,7 +959,7 @@ class Log:
         try:
             return self.leader_epoch_cache.assign_all(epochs, defer_write=defer_write)
         except OSError as e:
-            self._offline = True
+            self._io_failed()
             log.error("%s cannot write the leader epoch checkpoint: %s", self._ident, e)
             raise _storage_error(f"{self._ident} cannot write the leader epoch checkpoint", e) from e
 
@@ -959,14 +968,14 @@ class Log:
         try:
             self.leader_epoch_cache.truncate_from_end(offset)
         except OSError as e:
-            self._offline = True
+            self._io_failed()
             log.error("%s cannot write the leader epoch checkpoint: %s", self._ident, e)
 
     def _update_epochs(self, change: Callable[[LeaderEpochCache], bool]) -> None:
         try:
             change(self.leader_epoch_cache)
         except OSError as e:
-            self._offline = True
+            self._io_failed()
             log.error("%s cannot write the leader epoch checkpoint: %s", self._ident, e)
             raise _storage_error(f"{self._ident} cannot write the leader epoch checkpoint", e) from e
 
@@ -1033,6 +1042,9 @@ class Log:
                 self._fs, self._dir, self._next_offset, self._config.index_interval_bytes, self._clock.time_ms()
             )
         except OSError as e:
+            # the log itself stays consistent (nothing was added), but its dir gave an I/O error
+            if self.on_io_error is not None:
+                self.on_io_error()
             raise _storage_error(f"{self._ident} cannot roll a new segment", e) from e
         self._segments.append(new)
         self._base_offsets.append(new.base_offset)
@@ -1100,7 +1112,7 @@ class Log:
                 self._fs.fsync_dir(self._dir)
                 self._dir_unsynced = False
         except OSError as e:
-            self._offline = True  # after a failed fsync the kernel may have dropped the dirty pages
+            self._io_failed()  # after a failed fsync the kernel may have dropped the dirty pages
             log.error("%s flush failed: %s", self._ident, e)
             raise _storage_error(f"{self._ident} flush failed", e) from e
         self._recovery_point = max(self._recovery_point, min(offset, self._next_offset))
@@ -1336,7 +1348,7 @@ class Log:
                 seg.become_inactive()
                 new = [seg]
         except OSError as e:
-            self._offline = True  # the files are in doubt until the next open completes the swap
+            self._io_failed()  # the files are in doubt until the next open completes the swap
             raise _storage_error(f"{self._ident} swapping cleaned segments failed", e) from e
         self._segments[i : i + len(old)] = new
         self._base_offsets = [s.base_offset for s in self._segments]
@@ -1377,7 +1389,7 @@ class Log:
             active = self._segments[-1]
             self._size_bytes -= active.truncate_to(offset)
         except OSError as e:
-            self._offline = True
+            self._io_failed()
             raise _storage_error(f"{self._ident} truncation failed", e) from e
         log.info(
             "%s truncated to offset %d: log end offset %d (was %d)",
@@ -1409,7 +1421,7 @@ class Log:
                 delete_txn_index(self._fs, self._dir, seg.base_offset)
             new = Segment.create(self._fs, self._dir, offset, self._config.index_interval_bytes, self._clock.time_ms())
         except OSError as e:
-            self._offline = True
+            self._io_failed()
             raise _storage_error(f"{self._ident} truncation failed", e) from e
         log.info("%s truncated fully; the log starts again at offset %d", self._ident, offset)
         self._truncated(offset)

@@ -28,8 +28,20 @@ or the new file. The clean-shutdown marker is written last at shutdown and delet
 were loaded at start, so its absence at start means the broker did not stop cleanly: logs are then
 recovered from their checkpointed recovery points (from 0 without a checkpoint).
 
+Failed log dirs (KIP-112): an I/O error in a log dir -- a log that went offline (a write, fsync,
+roll or truncation failed), a checkpoint that cannot be written, a log that cannot be created, or a
+dir that cannot be locked or loaded at start -- takes that whole dir offline, as Kafka's
+LogDirFailureChannel does: its logs leave the manager (kept open until shutdown, never written
+again), nothing is checkpointed there any more, no new log is placed there, and
+``on_dir_failure(dir)`` tells the broker, which takes the partitions offline and notifies the
+controller. The other dirs keep serving. Only when every dir has failed does the manager give up
+(``all_dirs_failed``). A log that is not new (``create_log(is_new=False)``) is not created while
+any dir is offline: its data may be in the failed dir, and an empty log elsewhere would lose it.
+
 Concurrency: the constructor (loading) and :meth:`shutdown` may run in a worker thread while
-nothing else uses the manager; everything else is called from the broker's asyncio thread.
+nothing else uses the manager; everything else is called from the broker's asyncio thread, except
+a log's ``on_io_error``, which may fire on the cleaner's thread: it only records the log, and the
+next :meth:`tick` (or :meth:`check_failed_logs`) fails the dir on the asyncio thread.
 """
 
 from __future__ import annotations
@@ -162,6 +174,12 @@ class LogManager:
         self._rolled: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, str] = {}
         self._locks: dict[str, int] = {}
+        #: log dirs taken offline by an I/O error, with the error (KIP-112; module docstring)
+        self.offline_dirs: dict[str, str] = {}
+        #: called on the asyncio thread with a log dir that just failed and the partitions it held
+        self.on_dir_failure: Callable[[str, list[TopicPartition]], None] | None = None
+        self._failed_logs: list[Log] = []  # the logs of failed dirs: closed at shutdown, never written
+        self._io_errors: set[TopicPartition] = set()  # logs that reported an I/O error (any thread)
         self._stopped = False
         now = self.clock.monotonic_ms()
         self._last_flush_check = self._last_checkpoint = self._last_retention_check = now
@@ -170,12 +188,30 @@ class LogManager:
         self._last_producer_expiration = now
         try:
             for d in self.log_dirs:
-                self._lock_dir(d)
-            for d in self.log_dirs:
-                self._load_dir(d)
+                try:
+                    self._lock_dir(d)
+                    self._load_dir(d)
+                except OSError as e:  # this dir is unusable: the broker starts with the others
+                    self._fail_at_start(d, e)
+            if len(self.offline_dirs) == len(self.log_dirs):
+                raise RuntimeError(f"every log dir failed: {self.offline_dirs}")
         except BaseException:
             self.abort()
             raise
+
+    def _fail_at_start(self, d: str, e: OSError) -> None:
+        log.error("log dir %s is offline: it cannot be locked or loaded: %s", d, e)
+        self.offline_dirs[d] = f"{e}"
+        for tp in [tp for tp, dd in self._dir_of.items() if dd == d]:
+            self._failed_logs.append(self._logs.pop(tp))
+            del self._dir_of[tp]
+            self._rolled.pop(tp, None)
+        fd = self._locks.pop(d, None)
+        if fd is not None:
+            try:
+                self.fs.close(fd)
+            except OSError:
+                pass
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -268,20 +304,29 @@ class LogManager:
     def log_dir_of(self, topic: str, partition: int) -> str | None:
         return self._dir_of.get((topic, partition))
 
-    def create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
-        """The partition's log, created in the log dir holding the fewest partitions if needed."""
+    def create_log(self, topic: str, partition: int, config: LogConfig | None = None, is_new: bool = True) -> Log:
+        """The partition's log, created in the online log dir holding the fewest partitions if needed.
+
+        ``is_new`` False (a partition that existed before, LeaderAndIsr's ``is_new``): refused with
+        KAFKA_STORAGE_ERROR while a log dir is offline, since its log may be there (Kafka 2.3)."""
         tp = (topic, partition)
         existing = self._logs.get(tp)
         if existing is not None:
             return existing
         if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", "..") or partition < 0:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic or partition {topic!r}-{partition}")
+        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        if not online or (not is_new and self.offline_dirs):
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"cannot create the log of {topic}-{partition}: log dir(s) {sorted(self.offline_dirs)} are offline",
+            )
         if config is not None:
             self._topic_configs[topic] = config
-        counts = dict.fromkeys(self.log_dirs, 0)
+        counts = dict.fromkeys(online, 0)
         for d in self._dir_of.values():
             counts[d] += 1
-        d = min(self.log_dirs, key=lambda x: counts[x])  # ties: the first in log.dirs order
+        d = min(online, key=lambda x: counts[x])  # ties: the first in log.dirs order
         try:
             created = Log.open(
                 os.path.join(d, f"{topic}-{partition}"),
@@ -293,6 +338,7 @@ class LogManager:
                 needs_recovery=False,
             )
         except OSError as e:
+            self.fail_dir(d, f"cannot create the log of {topic}-{partition}: {e}")
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create the log of {topic}-{partition}: {e}") from e
         self._logs[tp] = created
         self._dir_of[tp] = d
@@ -304,7 +350,49 @@ class LogManager:
         """Have ``lg`` report its rolls (and look at it once on the next tick: a log just opened may
         hold segments below the active one that its recovery point does not cover)."""
         lg.on_roll = lambda: self._rolled.__setitem__(tp, lg)
+        lg.on_io_error = lambda: self._io_errors.add(tp)
         self._rolled[tp] = lg
+
+    # -- failed log dirs (KIP-112) --------------------------------------------------------------
+
+    def check_failed_logs(self) -> None:
+        """Fail the dirs of the logs that reported an I/O error since the last call."""
+        while self._io_errors:
+            tp = self._io_errors.pop()
+            d = self._dir_of.get(tp)
+            if d is not None:
+                self.fail_dir(d, f"an I/O error on the log of {tp[0]}-{tp[1]}")
+
+    def fail_dir(self, d: str, reason: str) -> None:
+        """Take log dir ``d`` offline (see the module docstring); asyncio thread only."""
+        if d in self.offline_dirs or d not in self.log_dirs:
+            return
+        self.offline_dirs[d] = reason
+        gone = sorted(tp for tp, dd in self._dir_of.items() if dd == d)
+        for tp in gone:
+            self._failed_logs.append(self._logs.pop(tp))
+            del self._dir_of[tp]
+            self._rolled.pop(tp, None)
+            self._high_watermarks.pop(tp, None)
+            self._first_dirty.pop(tp, None)
+        log.error(
+            "log dir %s is offline after an I/O error (%s): its %d partition(s) are offline on this broker",
+            d,
+            reason,
+            len(gone),
+        )
+        if self.all_dirs_failed:
+            log.critical("every log dir of this broker is offline: %s", sorted(self.offline_dirs))
+        if self.on_dir_failure is not None:
+            self.on_dir_failure(d, gone)
+
+    @property
+    def all_dirs_failed(self) -> bool:
+        return len(self.offline_dirs) == len(self.log_dirs)
+
+    @property
+    def online_dirs(self) -> list[str]:
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
 
     def update_topic_config(self, topic: str, config: LogConfig) -> None:
         self._topic_configs[topic] = config
@@ -328,6 +416,7 @@ class LogManager:
 
     def tick(self) -> None:
         """Run the periodic work that is due (see the class docstring). Errors are logged, per log."""
+        self.check_failed_logs()
         now = self.clock.monotonic_ms()
         if now - self._last_flush_check >= self.flush_scheduler_interval_ms:
             self._last_flush_check = now
@@ -491,14 +580,14 @@ class LogManager:
 
     def checkpoint_recovery_points(self) -> None:
         """Write every log dir's recovery-point-offset-checkpoint."""
-        for d in self.log_dirs:
+        for d in self.online_dirs:
             points = {tp: self._logs[tp].recovery_point for tp, dd in self._dir_of.items() if dd == d}
             try:
                 write_file_atomically(
                     self.fs, os.path.join(d, RECOVERY_POINT_CHECKPOINT_FILE), format_checkpoint(points)
                 )
             except OSError as e:
-                log.error("cannot write the recovery point checkpoint of %s: %s", d, e)
+                self._checkpoint_failed(d, "recovery point", e)
 
     def checkpoint_high_watermarks(self) -> None:
         """Write every log dir's replication-offset-checkpoint from ``high_watermark_of`` (a partition
@@ -509,7 +598,7 @@ class LogManager:
             hw = self.high_watermark_of(tp)
             if hw is not None:
                 self._high_watermarks[tp] = hw
-        for d in self.log_dirs:
+        for d in self.online_dirs:
             hws = {tp: hw for tp, hw in self._high_watermarks.items() if self._dir_of.get(tp) == d}
             if self._hw_written.get(d) == hws:
                 continue  # nothing moved: no write, no fsync
@@ -517,13 +606,13 @@ class LogManager:
                 write_file_atomically(self.fs, os.path.join(d, HIGH_WATERMARK_CHECKPOINT_FILE), format_checkpoint(hws))
                 self._hw_written[d] = hws
             except OSError as e:
-                log.error("cannot write the high watermark checkpoint of %s: %s", d, e)
+                self._checkpoint_failed(d, "high watermark", e)
 
     def checkpoint_log_start_offsets(self) -> None:
         """Write each log dir's log-start-offset-checkpoint: the logs whose log start offset is above
         their first segment's base offset (DeleteRecords). Called right after DeleteRecords moves one
         (before it is acknowledged), from the periodic high watermark checkpoint and at shutdown."""
-        for d in self.log_dirs:
+        for d in self.online_dirs:
             starts = {
                 tp: lg.log_start_offset
                 for tp, lg in self._logs.items()
@@ -537,7 +626,11 @@ class LogManager:
                 )
                 self._log_starts_written[d] = starts
             except OSError as e:
-                log.error("cannot write the log start offset checkpoint of %s: %s", d, e)
+                self._checkpoint_failed(d, "log start offset", e)
+
+    def _checkpoint_failed(self, d: str, what: str, e: OSError) -> None:
+        log.error("cannot write the %s checkpoint of %s: %s", what, d, e)
+        self.fail_dir(d, f"cannot write the {what} checkpoint: {e}")
 
     # -- stop ----------------------------------------------------------------------------------
 
@@ -546,6 +639,7 @@ class LogManager:
         if self._stopped:
             return
         log.info("shutting down the log manager (%d logs)", len(self._logs))
+        self.on_dir_failure = None  # a dir failing now fails no partition: they all stop anyway
         failed_dirs: set[str] = set()
 
         def close(tp: TopicPartition, lg: Log) -> None:
@@ -566,8 +660,10 @@ class LogManager:
         self.checkpoint_recovery_points()
         self.checkpoint_high_watermarks()
         self.checkpoint_log_start_offsets()
+        for lg in self._failed_logs:
+            lg.close()
         for d in self.log_dirs:
-            if d in failed_dirs:
+            if d in failed_dirs or d in self.offline_dirs:
                 continue
             try:
                 write_file_atomically(self.fs, os.path.join(d, CLEAN_SHUTDOWN_FILE), b"")
@@ -579,7 +675,7 @@ class LogManager:
 
     def abort(self) -> None:
         """Let go of every file and lock without flushing or writing anything (what a crash leaves)."""
-        for lg in self._logs.values():
+        for lg in [*self._logs.values(), *self._failed_logs]:
             lg.close()
         self._release_locks()
         self._stopped = True
