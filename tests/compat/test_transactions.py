@@ -180,7 +180,15 @@ def _transaction_coordinator(bootstrap: str, txn_id: str) -> int:
     return leader
 
 
-def test_consume_transform_produce_through_kill9_of_the_transaction_coordinator(cluster: LocalCluster) -> None:
+def _leader_of(bootstrap: str, topic: str, partition: int) -> int:
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30)
+    leader: int = meta.topics[topic].partitions[partition].leader
+    return leader
+
+
+@pytest.mark.parametrize("victim", ["transaction-coordinator", "output-leader"])
+def test_consume_transform_produce_through_kill9(cluster: LocalCluster, victim: str) -> None:
+    """kill -9 of the transaction coordinator, or of the leader of an output partition, mid-loop."""
     create_topics(cluster.bootstrap, "in", "out")
     n = 600
     src = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
@@ -221,7 +229,10 @@ def test_consume_transform_produce_through_kill9_of_the_transaction_coordinator(
                 for m in msgs:
                     p.produce("out", value=b"T:" + m.value(), partition=m.partition())
                 if rounds == 3 and killed is None:
-                    killed = _transaction_coordinator(cluster.bootstrap, txn_id)
+                    if victim == "transaction-coordinator":
+                        killed = _transaction_coordinator(cluster.bootstrap, txn_id)
+                    else:
+                        killed = _leader_of(cluster.bootstrap, "out", 0)
                     cluster.brokers[killed].kill9()
                 p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 120)
                 _commit(p)
@@ -237,7 +248,8 @@ def test_consume_transform_produce_through_kill9_of_the_transaction_coordinator(
     finally:
         c.close()
     assert killed is not None, "the coordinator was not killed"
-    assert _transaction_coordinator(cluster.bootstrap, txn_id) != killed, "the coordinator moved"
+    moved = _transaction_coordinator if victim == "transaction-coordinator" else lambda b, _: _leader_of(b, "out", 0)
+    assert moved(cluster.bootstrap, txn_id) != killed, "the killed broker's role moved"
     assert done == n, f"transformed {done} of {n} input records ({aborts} aborted rounds)"
     out = read_all(cluster.bootstrap, "out", 2, "read_committed")
     assert sorted(out) == sorted(f"T:r{i}".encode() for i in range(n)), "each input's output exactly once"
