@@ -2,11 +2,15 @@
 inter-broker connections: SaslHandshake v1, then the mechanism's tokens in SaslAuthenticate v1.
 
 ``roundtrip(api, version, body)`` sends one request on the caller's connection and returns the
-decoded response; this module does no I/O of its own.
+decoded response; this module does no I/O of its own. SCRAM's PBKDF2 runs on a worker thread
+(``asyncio.to_thread``), so a login never blocks the caller's event loop; the server's iteration
+count must be within [4096, 100000] (``headwater.scram.MIN_ITERATIONS``/``MAX_ITERATIONS``): a
+server asking for fewer (a downgrade) or more (a freeze) fails the login.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from headwater.protocol.apis import SASL_AUTHENTICATE, SASL_HANDSHAKE
@@ -47,6 +51,7 @@ async def authenticate(roundtrip: Roundtrip, mechanism: str, username: str, pass
     scram = ScramClient(mechanism, username, password)
     try:
         server_first = await token(scram.first())
-        scram.verify(await token(scram.final(server_first)))
+        client_final = await asyncio.to_thread(scram.final, server_first)  # PBKDF2: not on the event loop
+        scram.verify(await token(client_final))
     except ScramError as e:
         raise SaslAuthenticationError(str(e)) from None

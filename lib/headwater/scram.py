@@ -33,9 +33,16 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from headwater.zk.config import sanitize
+
 MECHANISMS: dict[str, str] = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
-#: Kafka refuses fewer (ScramMechanism.minIterations).
+#: Kafka refuses fewer (ScramMechanism.minIterations); so does our client, from a server (a
+#: rogue or man-in-the-middle server asking for 1 would make the proof cheap to brute-force).
 MIN_ITERATIONS = 4096
+#: The most our client derives for a server (Kafka has no maximum): 100,000 rounds of PBKDF2 are
+#: ~0.1-0.3 s of CPU; a server asking for 2**31 would freeze the client for tens of minutes.
+#: Credentials stored with more cannot be used by Headwater's clients.
+MAX_ITERATIONS = 100_000
 DEFAULT_ITERATIONS = 4096
 
 
@@ -108,6 +115,14 @@ def _attributes(message: str) -> dict[str, str]:
     return out
 
 
+def _parse_server_message(message: bytes) -> tuple[str, dict[str, str]]:
+    try:
+        text = message.decode()
+    except UnicodeDecodeError:
+        raise ScramError("SCRAM server message is not UTF-8") from None
+    return text, _attributes(text)
+
+
 def _saslname(name: str) -> str:
     """RFC 5802 escaping in user names: ``=2C`` is ``,`` and ``=3D`` is ``=``."""
     return name.replace("=2C", ",").replace("=3D", "=")
@@ -125,6 +140,7 @@ class ScramServer:
         self._gs2_header = ""
         self._server_first = ""
         self._nonce = ""
+        self._client_nonce = ""
         self._credential: ScramCredential | None = None
 
     def client_first(self, token: bytes) -> str:
@@ -145,6 +161,7 @@ class ScramServer:
         user = _saslname(attrs["n"])
         if authzid and _saslname(authzid.removeprefix("a=")) != user:
             raise ScramError("SCRAM authorization id differs from the user name")
+        self._client_nonce = attrs["r"]
         self._nonce = attrs["r"] + self._server_nonce
         return user
 
@@ -161,13 +178,17 @@ class ScramServer:
             raise ScramError("SCRAM client-final before server-first")
         text = token.decode(errors="replace")
         attrs = _attributes(text)
-        if attrs.get("r") != self._nonce:
+        # librdkafka before 2.6.1 (Debian's kcat: 2.0.2; confluentinc/librdkafka#4895) sends its client
+        # nonce twice: r = client nonce + (client nonce + server nonce). Kafka 2.3 did not check r at all;
+        # 3.8.1-3.9 accept this form too. It still carries the whole server nonce, and the proof signs
+        # the message with it, so the exchange stays bound to this session: accepted, as Kafka 3.9 does.
+        if attrs.get("r") not in (self._nonce, self._client_nonce + self._nonce):
             raise ScramError("SCRAM nonce mismatch")
         if attrs.get("c") != base64.b64encode(self._gs2_header.encode()).decode():
             raise ScramError("SCRAM channel binding mismatch")
-        if "p" not in attrs:
-            raise ScramError("SCRAM client-final message without a proof")
-        without_proof = text[: text.rindex(",p=")]
+        without_proof, sep, last = text.rpartition(",p=")
+        if not sep or "," in last or attrs.get("p") != last:
+            raise ScramError("SCRAM client-final message without a proof as its last attribute")
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
         try:
             proof = base64.b64decode(attrs["p"], validate=True)
@@ -201,13 +222,25 @@ class ScramClient:
         return f"n,,{self._client_first_bare}".encode()
 
     def final(self, server_first: bytes) -> bytes:
-        text = server_first.decode()
-        attrs = _attributes(text)
+        """The client-final message for the server's first; raises ScramError for anything but a
+        well-formed server-first extending our nonce, with a base64 salt and an iteration count
+        within [MIN_ITERATIONS, MAX_ITERATIONS]. Runs PBKDF2: call it off the event loop."""
+        text, attrs = _parse_server_message(server_first)
         nonce = attrs.get("r", "")
-        if not nonce.startswith(self._nonce) or "s" not in attrs or "i" not in attrs:
-            raise ScramError(f"unexpected SCRAM server-first message {text!r}")
-        iterations = int(attrs["i"])
-        self._salted = salted_password(self.mechanism, self.password, base64.b64decode(attrs["s"]), iterations)
+        if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce) or "s" not in attrs or "i" not in attrs:
+            raise ScramError(f"unexpected SCRAM server-first message {text[:200]!r}")
+        try:
+            iterations = int(attrs["i"], 10)
+            salt = base64.b64decode(attrs["s"], validate=True)
+        except ValueError:
+            raise ScramError(f"malformed SCRAM server-first message {text[:200]!r}") from None
+        if not salt:
+            raise ScramError("SCRAM server-first message with an empty salt")
+        if iterations < MIN_ITERATIONS:
+            raise ScramError(f"Requested iterations {iterations} is less than the minimum {MIN_ITERATIONS}")
+        if iterations > MAX_ITERATIONS:
+            raise ScramError(f"Requested iterations {iterations} is more than the maximum {MAX_ITERATIONS}")
+        self._salted = salted_password(self.mechanism, self.password, salt, iterations)
         without_proof = f"c=biws,r={nonce}"
         self._auth_message = f"{self._client_first_bare},{text},{without_proof}".encode()
         client_key = _hmac(self.algo, self._salted, b"Client Key")
@@ -217,12 +250,12 @@ class ScramClient:
         return f"{without_proof},p={proof}".encode()
 
     def verify(self, server_final: bytes) -> None:
-        attrs = _attributes(server_final.decode())
+        _, attrs = _parse_server_message(server_final)
         if "e" in attrs:
             raise ScramError(f"SCRAM authentication failed: {attrs['e']}")
         server_key = _hmac(self.algo, self._salted, b"Server Key")
         expected = base64.b64encode(_hmac(self.algo, server_key, self._auth_message)).decode()
-        if not hmac.compare_digest(attrs.get("v", ""), expected):
+        if not hmac.compare_digest(attrs.get("v", "").encode(), expected.encode()):
             raise ScramError("the broker's SCRAM signature does not verify")
 
 
@@ -233,7 +266,8 @@ CHANGES_PATH = "/config/changes"
 
 
 def user_config_path(user: str) -> str:
-    return f"{USERS_PATH}/{user}"
+    """``/config/users/<sanitized user>`` (``alice@X`` is ``/config/users/alice%40X``)."""
+    return f"{USERS_PATH}/{sanitize(user)}"
 
 
 def user_config_json(config: dict[str, str]) -> bytes:

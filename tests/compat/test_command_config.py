@@ -21,6 +21,7 @@ from headwater.cli.main import main as cli_main
 from headwater.testing.cluster import LocalBroker
 from headwater.testing.tls import TestCA
 from headwater.testing.zookeeper import ZooKeeperServer, free_port
+from tests.harness.scram import wait_until_brokers_know
 
 pytestmark = [pytest.mark.timeout(600)]
 
@@ -79,6 +80,8 @@ def secured(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
     try:
         add_user(zk, "admin", "admin-pw")
         add_user(zk, "alice", "alice-pw")
+        wait_until_brokers_know([broker], "admin")
+        wait_until_brokers_know([broker], "alice")
         yield SecuredBroker(broker, f"127.0.0.1:{port}", broker.bootstrap, ca.ca_file, tmp, zk)
     finally:
         broker.stop()

@@ -27,6 +27,7 @@ from headwater.testing.cluster import LocalBroker
 from headwater.testing.tls import TestCA
 from headwater.testing.zookeeper import ZooKeeperServer, free_port
 from tests.compat.test_security import add_scram_user
+from tests.harness.scram import wait_until_brokers_know
 
 RECORDS = 50
 SCRAM_USER, SCRAM_PW = "matrix-scram", "matrix-Scram-Secret"
@@ -34,10 +35,10 @@ PLAIN_USER, PLAIN_PW = "matrix-plain", "matrix-Plain-Secret"
 PROTOCOLS = ("SSL", "SASL_SSL", "SASL_PLAINTEXT")
 CLIENTS = ("confluent-kafka", "kcat", "kafka-python", "aiokafka")
 #: cells a client cannot do, and the broker's reason, asserted as such (the README says "no" there).
-#: Debian's kcat links librdkafka 2.0.2, which (before 2.6.1, confluentinc/librdkafka#4895) puts its
-#: client nonce twice into SCRAM's client-final ``r=``; Headwater checks that nonce as RFC 5802 says
-#: (Kafka 2.3 did not check it: CVE-2024-56128; Kafka 3.8.1-3.9 accept the doubled form; 4.x refuses it).
-REFUSED = {("kcat", "SASL_SSL"): "SCRAM nonce mismatch"}
+#: None today. Debian's kcat links librdkafka 2.0.2, which (before 2.6.1, confluentinc/librdkafka#4895)
+#: puts its client nonce twice into SCRAM's client-final ``r=``: Headwater accepts exactly that doubled
+#: form beside RFC 5802's, as Kafka 3.8.1-3.9 do (Kafka 2.3 did not check ``r`` at all, CVE-2024-56128).
+REFUSED: dict[tuple[str, str], str] = {}
 
 
 @dataclass
@@ -93,6 +94,7 @@ def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
         for b in brokers:
             b.wait_ready(timeout=120)
         add_scram_user(zk_connect, SCRAM_USER, SCRAM_PW, "SCRAM-SHA-512")
+        wait_until_brokers_know(brokers, SCRAM_USER)
         yield Cluster(brokers, ports, ca, ",".join(b.bootstrap for b in brokers))
     finally:
         for b in reversed(brokers):

@@ -30,6 +30,7 @@ from headwater.loader.source import HeadwaterReader
 from headwater.testing.cluster import LocalBroker
 from headwater.testing.tls import TestCA
 from headwater.testing.zookeeper import ZooKeeperServer, free_port
+from tests.harness.scram import wait_until_brokers_know
 from tests.mirror.util import MirrorProcess, wait_for
 
 TOPIC = "orders"
@@ -117,6 +118,8 @@ def _start(tmp: Path, alias: str, zookeeper: ZooKeeperServer, ca: TestCA) -> Sec
             "--add-config",
             f"SCRAM-SHA-512=[iterations=4096,password={password}]",
         )
+    for user in PASSWORDS:
+        wait_until_brokers_know([broker], user)
     return SecuredCluster(alias, broker, zk, sasl)
 
 

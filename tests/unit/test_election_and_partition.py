@@ -3,6 +3,7 @@ high watermark and ISR bookkeeping (partition.py), over a real log on disk."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,13 @@ def test_a_new_leader_bumps_the_epoch_and_keeps_the_zk_version_for_the_condition
         3,
         7,
     )
-    assert moved.to_znode() == {"controller_epoch": 3, "leader": 2, "version": 1, "leader_epoch": 5, "isr": [2, 3]}
+    assert json.loads(moved.to_znode()) == {
+        "controller_epoch": 3,
+        "leader": 2,
+        "version": 1,
+        "leader_epoch": 5,
+        "isr": [2, 3],
+    }
 
 
 # -- Partition -----------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ def _broker() -> Any:
         cluster_id="c",
         cache=MetadataCache(None),  # type: ignore[arg-type]  # ZooKeeper only for config watches
         config=config_from_props({"broker.id": "2", "zookeeper.connect": "127.0.0.1:2181"}),
-        replicas=SimpleNamespace(check_controller_epoch=lambda epoch: True),
+        replicas=SimpleNamespace(check_controller_epoch=lambda epoch: True, on_live_brokers_changed=lambda: None),
         metadata_changed=lambda: None,
     )
 

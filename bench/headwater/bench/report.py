@@ -32,6 +32,8 @@ SCENARIOS = {
     "10": "Audit counting (records/s counted by one audit process, per-batch path)",
     "11": "Security: TLS and SASL vs PLAINTEXT (throughput, connection set-up)",
     "scale": "Scale: 1,000 / 5,000 / 10,000 partitions on 3 brokers, RF 3 (failover, restart, idle cost, metadata)",
+    "zk-outage": "ZooKeeper outage (7 min) under 3 brokers, a ZooKeeper consumer group and the mirror: time to heal",
+    "preauth": "Clients that never log in: idle and 100 MiB-announcing connections vs a SCRAM client",
 }
 
 

@@ -26,12 +26,14 @@ from headwater.bench.scenarios import (
     latency,
     load,
     mirror,
+    preauth,
     produce,
     replicated,
     scale,
     security,
     stored,
     wan,
+    zk_outage,
 )
 from headwater.testing.cluster import LocalCluster
 
@@ -39,8 +41,10 @@ ALL = tuple(SCENARIOS)
 #: ``--quick`` without ``--only``: scenario 8 is left out (the Spark loader's JVM and session
 #: start-up alone take ~30 s, the scenario ~60 s on this machine; CI runs ``--quick``), and so is 9
 #: (two more clusters, a link process and one mirror per delay), 11 (a broker of its own with four
-#: listeners) and ``scale`` (thousands of partitions, minutes); tests/bench runs each on its own
-QUICK = tuple(s for s in ALL if s not in ("8", "9", "11", "scale"))
+#: listeners), ``preauth`` (a broker of its own per run, 1,100 attacking connections), ``scale``
+#: (thousands of partitions, minutes) and ``zk-outage`` (a 7-minute ZooKeeper outage); tests/bench
+#: runs each on its own
+QUICK = tuple(s for s in ALL if s not in ("8", "9", "11", "scale", "zk-outage", "preauth"))
 
 
 @dataclass
@@ -117,6 +121,10 @@ def run(options: Options) -> tuple[Report, Path, Path]:
                 security.run(bench)
             if "scale" in only:
                 scale.run(bench)
+            if "zk-outage" in only:
+                zk_outage.run(bench)
+            if "preauth" in only:
+                preauth.run(bench)
             if options.profile:
                 profile.run(bench)
     finally:

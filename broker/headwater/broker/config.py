@@ -148,6 +148,12 @@ class BrokerConfig:
     allow_everyone_if_no_acl_found: bool = False
     prometheus_port: int | None = None
     prometheus_host: str = "0.0.0.0"
+    # connection limits (Kafka 2.3's names and defaults; network.py, sasl.py)
+    connections_max_idle_ms: int = 600000
+    max_connections_per_ip: int = 2**31 - 1
+    max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
+    max_connections: int = 2**31 - 1
+    connections_max_reauth_ms: int = 0
     log_defaults: LogConfig = field(default_factory=LogConfig)
     #: listener name -> its security protocol, TLS and SASL settings (security.py)
     security: dict[str, ListenerSecurity] = field(default_factory=dict)
@@ -235,10 +241,30 @@ _BROKER_PROPS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "authorizer.class.name": ("authorizer_class_name", str),
     "super.users": ("super_users", lambda v: frozenset(u.strip() for u in v.split(";") if u.strip())),
     "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", _bool),
+    "connections.max.idle.ms": ("connections_max_idle_ms", _int),
+    "max.connections.per.ip": ("max_connections_per_ip", _int),
+    "max.connections.per.ip.overrides": ("max_connections_per_ip_overrides", lambda v: _per_ip_overrides(v)),
+    "max.connections": ("max_connections", _int),
+    "connections.max.reauth.ms": ("connections_max_reauth_ms", _int),
     # not a Kafka property: Kafka exposes metrics over JMX; we serve Prometheus directly
     "prometheus.port": ("prometheus_port", _int),
     "prometheus.host": ("prometheus_host", str),
 }
+
+
+def _per_ip_overrides(value: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count`` pairs (``hostName:100,127.0.0.1:200``)."""
+    out: dict[str, int] = {}
+    for item in filter(None, (x.strip() for x in value.split(","))):
+        host, sep, count = item.rpartition(":")
+        if not sep or not host.strip():
+            raise ValueError(f"{item!r} is not host:count")
+        n = int(count)
+        if n < 0:
+            raise ValueError(f"{item!r}: the count must be at least 0")
+        out[host.strip().strip("[]")] = n
+    return out
+
 
 _HANDLED_ELSEWHERE = {
     "listeners",
@@ -449,6 +475,12 @@ def config_from_props(props: dict[str, str]) -> BrokerConfig:
         raise ConfigError(
             f"authorizer.class.name={cfg.authorizer_class_name}: only Kafka's ACL authorizer is built "
             f"({' or '.join(AUTHORIZER_CLASSES)})"
+        )
+    if cfg.max_connections_per_ip < 0 or cfg.max_connections < 0 or cfg.connections_max_reauth_ms < 0:
+        raise ConfigError("max.connections.per.ip, max.connections and connections.max.reauth.ms must be at least 0")
+    if cfg.max_connections_per_ip == 0 and not cfg.max_connections_per_ip_overrides:
+        raise ConfigError(
+            "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides property is set."
         )
     if cfg.message_max_bytes > cfg.socket_request_max_bytes:
         raise ConfigError("message.max.bytes must not exceed socket.request.max.bytes")

@@ -19,8 +19,12 @@ from functools import partial
 
 from kazoo.protocol.states import ZnodeStat
 
-from headwater.broker.zk import ZooKeeper, from_json
+from headwater.broker.zk import ZooKeeper
+from headwater.zk import brokers as zkbrokers
+from headwater.zk import config as zkconfig
+from headwater.zk import controller as zkcontroller
 from headwater.zk import paths as zkpaths
+from headwater.zk.json import ZnodeFormatError
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +58,13 @@ class TopicInfo:
     config: dict[str, str] = field(default_factory=dict)
 
 
-def parse_broker_registration(broker_id: int, data: object) -> BrokerInfo | None:
-    if not isinstance(data, dict):
+def parse_broker_registration(broker_id: int, data: bytes | None) -> BrokerInfo | None:
+    """The broker's ``/brokers/ids/<id>`` registration (headwater.zk.brokers); None when unreadable."""
+    try:
+        reg = zkbrokers.decode(broker_id, data)
+    except ZnodeFormatError:
         return None
-    endpoints: dict[str, tuple[str, int]] = {}
-    for url in data.get("endpoints") or []:
-        name, _, rest = str(url).partition("://")
-        host, _, port = rest.rpartition(":")
-        if name and port.isdigit():
-            endpoints[name.upper()] = (host.strip("[]"), int(port))
-    if not endpoints and data.get("host"):
-        endpoints["PLAINTEXT"] = (str(data["host"]), int(data.get("port", 9092)))
-    rack = data.get("rack")
-    return BrokerInfo(broker_id, endpoints, rack if isinstance(rack, str) else None)
+    return BrokerInfo(broker_id, {e.listener: (e.host, e.port) for e in reg.endpoints}, reg.rack)
 
 
 class MetadataCache:
@@ -110,8 +108,10 @@ class MetadataCache:
     # -- from ZooKeeper --------------------------------------------------------------------------
 
     def _on_controller(self, data: bytes | None, stat: ZnodeStat | None) -> None:
-        value = from_json(data) if stat is not None else None
-        self.controller_id = int(value.get("brokerid", -1)) if isinstance(value, dict) else -1
+        try:
+            self.controller_id = zkcontroller.decode_controller(data) if stat is not None else -1
+        except ZnodeFormatError:
+            self.controller_id = -1
         self.on_controller_change(self.controller_id)
 
     def _on_config_topics(self, children: list[str]) -> None:
@@ -124,9 +124,10 @@ class MetadataCache:
             self._watched_configs.discard(topic)
             self.topic_configs.pop(topic, None)
             return
-        value = from_json(data)
-        cfg = value.get("config") if isinstance(value, dict) else None
-        config = {str(k): str(v) for k, v in cfg.items()} if isinstance(cfg, dict) else {}
+        try:
+            config = zkconfig.decode_entity_config(zkpaths.topic_config_path(topic), data)
+        except ZnodeFormatError:
+            config = {}
         self.topic_configs[topic] = config
         info = self.topics.get(topic)
         if info is not None:

@@ -14,6 +14,19 @@ segment file and written (no sendfile there). PLAINTEXT keeps the raw-socket pat
 SASL listeners start each connection with a gate as its handler (broker/sasl.py); once the client
 authenticated, the gate swaps in the broker's handler, so an authenticated connection does no
 per-request security work. ``principal`` is the connection's KafkaPrincipal (``User:alice``).
+
+Limits against clients that never log in (security review H3), with Kafka 2.3's names:
+
+- Before SASL authentication a frame may be at most :data:`SASL_MAX_RECEIVE_SIZE` (512 KiB, Kafka's
+  ``SaslServerAuthenticator.MAX_RECEIVE_SIZE``); a larger size prefix closes the connection.
+  Afterwards ``socket.request.max.bytes`` applies. Buffers grow as bytes arrive (frames.py), so a
+  size prefix alone costs nothing on any listener.
+- ``connections.max.idle.ms``: a connection with no request in progress that has read and written
+  nothing for that long is closed, authenticated or not (Kafka's default: 10 minutes).
+- ``max.connections.per.ip`` / ``max.connections.per.ip.overrides``: a connection beyond its
+  address's count is closed as soon as it is accepted (before a TLS handshake or any read).
+- ``max.connections``: the broker stops accepting while that many connections are open (they wait
+  in the listen backlog, as Kafka's acceptor blocks); the inter-broker listener is exempt.
 """
 
 from __future__ import annotations
@@ -25,7 +38,9 @@ import os
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from headwater.broker.config import Listener
@@ -42,6 +57,9 @@ RequestHandler = Callable[["ClientConnection", memoryview], Awaitable[Response]]
 
 ANONYMOUS = "User:ANONYMOUS"
 _SIZE = struct.Struct(">i")
+#: The largest frame read before SASL authentication (Kafka's SaslServerAuthenticator.MAX_RECEIVE_SIZE).
+SASL_MAX_RECEIVE_SIZE = 512 * 1024
+MAX_INT = 2**31 - 1
 
 
 class ClientConnection(Protocol):
@@ -58,6 +76,10 @@ class ClientConnection(Protocol):
     async def flush(self) -> None: ...
 
     def close(self) -> None: ...
+
+    def authenticated(self, principal: str, handler: RequestHandler) -> None:
+        """SASL succeeded: the principal and the handler from now on; frames up to
+        ``socket.request.max.bytes`` again."""
 
 
 class CloseConnection(Exception):
@@ -83,12 +105,22 @@ class Connection:
     """
 
     def __init__(
-        self, sock: socket.socket, listener: Listener, handler: RequestHandler, max_request_bytes: int
+        self,
+        sock: socket.socket,
+        listener: Listener,
+        handler: RequestHandler,
+        max_request_bytes: int,
+        pre_auth_max_bytes: int | None = None,
     ) -> None:
+        """``pre_auth_max_bytes``: the frame limit until :meth:`authenticated` (SASL listeners)."""
         self.sock = sock
         self.listener = listener
         self.handler = handler
-        self.decoder = FrameDecoder(max_request_bytes)
+        self.max_request_bytes = max_request_bytes
+        self.decoder = FrameDecoder(max_request_bytes if pre_auth_max_bytes is None else pre_auth_max_bytes)
+        self.last_active = time.monotonic()  # the last read or write (connections.max.idle.ms)
+        self.busy = False  # a request is being handled: never idle
+        self._task: asyncio.Task[None] | None = None
         try:
             self.peer = peer_address(sock.getpeername())
         except OSError:
@@ -99,8 +131,21 @@ class Connection:
         self._flush_scheduled = False
         self._drain: asyncio.Task[None] | None = None  # sends what the socket did not take at once
 
+    def authenticated(self, principal: str, handler: RequestHandler) -> None:
+        self.principal = principal
+        self.handler = handler
+        self.decoder.max_frame_bytes = self.max_request_bytes
+
+    def expire(self) -> None:
+        """Close from outside (idle): the reader task ends and cleans up."""
+        if self._task is not None:
+            self._task.cancel()
+        else:
+            self.close()
+
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
         sock = self.sock
         decoder = self.decoder
         try:
@@ -113,29 +158,29 @@ class Connection:
                 del room
                 if not n:
                     return
+                self.last_active = time.monotonic()
                 try:
                     frames = decoder.received(n)
                 except FrameTooLarge as e:
-                    log.warning(
-                        "closing connection from %s on %s: %s (socket.request.max.bytes)",
-                        self.peer,
-                        self.listener.name,
-                        e,
-                    )
+                    _log_too_large(self.peer, self.listener, e.size, e.limit, self.max_request_bytes)
                     return
                 except DecodeError as e:
                     log.warning("closing connection from %s: %s", self.peer, e)
                     return
                 for frame in frames:
+                    self.busy = True
                     try:
                         response = await self.handler(self, frame)
                     except CloseConnection as e:
                         if not e.logged:
                             log.warning("closing connection from %s: %s", self.peer, e)
                         return
+                    finally:
+                        self.busy = False
                     if response is not None:
                         await self.send(response)
                 self._flush()  # the answers to one read's requests leave together
+                self.last_active = time.monotonic()
         except (ConnectionError, OSError) as e:
             log.debug("connection from %s ended: %s", self.peer, e)
         except asyncio.CancelledError:
@@ -163,6 +208,7 @@ class Connection:
             return
         data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
         self._out.clear()
+        self.last_active = time.monotonic()
         try:
             sent = self.sock.send(data)
         except BlockingIOError:
@@ -243,12 +289,17 @@ class TlsConnection:
         listener: Listener,
         handler: RequestHandler,
         max_request_bytes: int,
+        pre_auth_max_bytes: int | None = None,
     ) -> None:
         self.reader = reader
         self.writer = writer
         self.listener = listener
         self.handler = handler
         self.max_request_bytes = max_request_bytes
+        self.max_frame_bytes = max_request_bytes if pre_auth_max_bytes is None else pre_auth_max_bytes
+        self.last_active = time.monotonic()
+        self.busy = False
+        self._task: asyncio.Task[None] | None = None
         peer = writer.get_extra_info("peername")
         self.peer = peer_address(peer) if peer else "?"
         self.principal = ANONYMOUS
@@ -257,32 +308,44 @@ class TlsConnection:
             self.principal = "User:" + certificate_principal(der)
         self.closed = False
 
+    def authenticated(self, principal: str, handler: RequestHandler) -> None:
+        self.principal = principal
+        self.handler = handler
+        self.max_frame_bytes = self.max_request_bytes
+
+    def expire(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        else:
+            self.close()
+
     async def run(self) -> None:
+        self._task = asyncio.current_task()
         try:
             while True:
                 try:
                     head = await self.reader.readexactly(4)
                 except asyncio.IncompleteReadError:
                     return
+                self.last_active = time.monotonic()
                 (size,) = _SIZE.unpack(head)
-                if size < 0 or size > self.max_request_bytes:
-                    log.warning(
-                        "closing connection from %s on %s: frame of %d bytes exceeds %d (socket.request.max.bytes)",
-                        self.peer,
-                        self.listener.name,
-                        size,
-                        self.max_request_bytes,
-                    )
+                if size < 0 or size > self.max_frame_bytes:
+                    _log_too_large(self.peer, self.listener, size, self.max_frame_bytes, self.max_request_bytes)
                     return
-                frame = await self.reader.readexactly(size)
+                frame = await self.reader.readexactly(size)  # the stream buffers what arrives, no more
+                self.last_active = time.monotonic()
+                self.busy = True
                 try:
                     response = await self.handler(self, memoryview(frame))
                 except CloseConnection as e:
                     if not e.logged:
                         log.warning("closing connection from %s: %s", self.peer, e)
                     return
+                finally:
+                    self.busy = False
                 if response is not None:
                     await self.send(response)
+                self.last_active = time.monotonic()
         except (ConnectionError, OSError, asyncio.IncompleteReadError) as e:
             log.debug("connection from %s ended: %s", self.peer, e)
         except asyncio.CancelledError:
@@ -319,6 +382,27 @@ class TlsConnection:
         if not self.closed:
             self.closed = True
             self.writer.close()
+
+
+def _log_too_large(peer: str, listener: Listener, size: int, limit: int, max_request_bytes: int) -> None:
+    if size < 0:
+        log.warning("closing connection from %s on %s: negative frame size %d", peer, listener.name, size)
+    elif limit < max_request_bytes:
+        log.warning(
+            "closing connection from %s on %s: a frame of %d bytes before SASL authentication (at most %d)",
+            peer,
+            listener.name,
+            size,
+            limit,
+        )
+    else:
+        log.warning(
+            "closing connection from %s on %s: frame of %d bytes exceeds %d (socket.request.max.bytes)",
+            peer,
+            listener.name,
+            size,
+            limit,
+        )
 
 
 def peer_address(sockaddr: tuple[object, ...]) -> str:
@@ -413,8 +497,90 @@ async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Non
         loop.remove_writer(fd)
 
 
+def quota_address(host: str) -> str:
+    """The address a connection is counted under: an IPv4 client on a dual-stack listener
+    (``::ffff:10.0.0.1``) counts as ``10.0.0.1``, as Java sees it."""
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """Kafka 2.3's connection limits (KafkaConfig): ``connections.max.idle.ms``,
+    ``max.connections.per.ip``, ``max.connections.per.ip.overrides`` (host or address -> count)
+    and ``max.connections``; the SASL listeners' pre-authentication frame limit."""
+
+    connections_max_idle_ms: int = 600000
+    max_connections_per_ip: int = MAX_INT
+    max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
+    max_connections: int = MAX_INT
+    inter_broker_listener: str = ""
+    sasl_max_receive_size: int = SASL_MAX_RECEIVE_SIZE
+
+
+class ConnectionQuotas:
+    """Open connections per client address and in total (Kafka's ConnectionQuotas). On the event
+    loop only."""
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = limits
+        self.overrides: dict[str, int] = {}
+        for host, count in limits.max_connections_per_ip_overrides.items():
+            self.overrides[_resolve(host)] = count
+        self.counts: dict[str, int] = {}
+        self.total = 0
+        self._slot_freed = asyncio.Event()
+
+    def limit_of(self, address: str) -> int:
+        return self.overrides.get(address, self.limits.max_connections_per_ip)
+
+    def acquire(self, address: str) -> bool:
+        """Count a new connection from ``address``; False (nothing counted) when it has its maximum."""
+        count = self.counts.get(address, 0)
+        if count >= self.limit_of(address):
+            return False
+        self.counts[address] = count + 1
+        self.total += 1
+        return True
+
+    def release(self, address: str) -> None:
+        count = self.counts.get(address, 0) - 1
+        if count > 0:
+            self.counts[address] = count
+        else:
+            self.counts.pop(address, None)
+        self.total -= 1
+        self._slot_freed.set()
+
+    async def wait_for_slot(self, listener: str) -> None:
+        """Until fewer than ``max.connections`` are open (the inter-broker listener never waits)."""
+        while self.total >= self.limits.max_connections and listener != self.limits.inter_broker_listener:
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
+
+
+def _resolve(host: str) -> str:
+    """An override's host as the address connections from it are counted under (Kafka resolves
+    the names in ``max.connections.per.ip.overrides`` once, at start-up)."""
+    try:
+        return quota_address(str(ipaddress.ip_address(host)))
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError as e:
+        log.warning("max.connections.per.ip.overrides: cannot resolve %s (%s); its override does not apply", host, e)
+        return host
+    return quota_address(str(infos[0][4][0]))
+
+
 class SocketServer:
-    """Accepts connections on every configured listener."""
+    """Accepts connections on every configured listener, within the connection limits."""
 
     def __init__(
         self,
@@ -423,6 +589,7 @@ class SocketServer:
         max_request_bytes: int,
         first_handlers: dict[str, RequestHandler] | None = None,
         ssl_contexts: dict[str, ssl.SSLContext] | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         """``first_handlers``: a listener's handler for new connections (the SASL gate) when not
         ``handler``; ``ssl_contexts``: the listeners served with TLS."""
@@ -431,8 +598,9 @@ class SocketServer:
         self.max_request_bytes = max_request_bytes
         self.first_handlers = first_handlers or {}
         self.ssl_contexts = ssl_contexts or {}
+        self.limits = limits or ConnectionLimits()
+        self.quotas = ConnectionQuotas(self.limits)
         self._servers: list[socket.socket] = []
-        self._tls_servers: list[asyncio.AbstractServer] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[Connection | TlsConnection] = set()
         self.bound_ports: dict[str, int] = {}
@@ -459,57 +627,100 @@ class SocketServer:
             srv.setblocking(False)
             self.bound_ports[lst.name] = srv.getsockname()[1]
             ctx = self.ssl_contexts.get(lst.name)
-            if ctx is not None:
-                self._tls_servers.append(await self._start_tls(srv, lst, ctx))
-            else:
-                self._servers.append(srv)
-                self._spawn(self._accept_loop(loop, srv, lst))
+            self._servers.append(srv)
+            self._spawn(self._accept_loop(loop, srv, lst, ctx))
             log.info("listening on %s (%s)%s", lst.url(), srv.getsockname()[:2], " with TLS" if ctx is not None else "")
-
-    async def _start_tls(self, srv: socket.socket, lst: Listener, ctx: ssl.SSLContext) -> asyncio.AbstractServer:
-        handler = self.first_handlers.get(lst.name, self.handler)
-
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            sock = writer.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = TlsConnection(reader, writer, lst, handler, self.max_request_bytes)
-            self._connections.add(conn)
-            try:
-                await conn.run()
-            finally:
-                self._connections.discard(conn)
-
-        # A failed TLS handshake (a plaintext client, an untrusted certificate) never reaches
-        # ``serve``: the transport closes it.
-        return await asyncio.start_server(serve, sock=srv, ssl=ctx, ssl_handshake_timeout=10.0)
+        if self.limits.connections_max_idle_ms >= 0:
+            self._spawn(self._close_idle())
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _accept_loop(self, loop: asyncio.AbstractEventLoop, srv: socket.socket, lst: Listener) -> None:
+    async def _accept_loop(
+        self, loop: asyncio.AbstractEventLoop, srv: socket.socket, lst: Listener, ctx: ssl.SSLContext | None
+    ) -> None:
         first_handler = self.first_handlers.get(lst.name, self.handler)
+        pre_auth = self.limits.sasl_max_receive_size if lst.name in self.first_handlers else None
+        quotas = self.quotas
         while True:
+            await quotas.wait_for_slot(lst.name)
             try:
-                sock, _ = await loop.sock_accept(srv)
+                sock, addr = await loop.sock_accept(srv)
             except OSError as e:
                 log.warning("accept on %s failed: %s", lst.name, e)
                 await asyncio.sleep(0.1)
                 continue
+            address = quota_address(str(addr[0]))
+            if not quotas.acquire(address):
+                log.info(
+                    "Rejected connection from %s on %s, address already has the configured maximum of %d connections "
+                    "(max.connections.per.ip)",
+                    address,
+                    lst.name,
+                    quotas.limit_of(address),
+                )
+                sock.close()
+                continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Connection(sock, lst, first_handler, self.max_request_bytes)
-            self._connections.add(conn)
+            if ctx is not None:
+                self._spawn(self._serve_tls(loop, sock, lst, ctx, first_handler, pre_auth, address))
+            else:
+                self._spawn(
+                    self._serve(Connection(sock, lst, first_handler, self.max_request_bytes, pre_auth), address)
+                )
 
-            async def serve(conn: Connection = conn) -> None:
-                try:
-                    await conn.run()
-                finally:
-                    self._connections.discard(conn)
+    async def _serve(self, conn: Connection | TlsConnection, address: str) -> None:
+        self._connections.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self._connections.discard(conn)
+            self.quotas.release(address)
 
-            self._spawn(serve())
+    async def _serve_tls(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        lst: Listener,
+        ctx: ssl.SSLContext,
+        handler: RequestHandler,
+        pre_auth: int | None,
+        address: str,
+    ) -> None:
+        """The TLS handshake (10 s at most), then the connection; a failed handshake (a plaintext
+        client, an untrusted certificate) closes the socket."""
+        try:
+            reader = asyncio.StreamReader()
+            protocol = asyncio.StreamReaderProtocol(reader)
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol, sock, ssl=ctx, ssl_handshake_timeout=10.0
+            )
+        except Exception as e:  # the handshake failed: nothing to serve
+            log.debug("TLS handshake with %s on %s failed: %s", address, lst.name, e)
+            sock.close()
+            self.quotas.release(address)
+            return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        await self._serve(TlsConnection(reader, writer, lst, handler, self.max_request_bytes, pre_auth), address)
+
+    async def _close_idle(self) -> None:
+        """Close connections idle for ``connections.max.idle.ms`` (Kafka's Selector does it on each
+        poll; here a check every tenth of the idle time, at most every 5 s)."""
+        idle_s = self.limits.connections_max_idle_ms / 1000.0
+        while True:
+            await asyncio.sleep(min(max(idle_s / 10, 0.01), 5.0))
+            cutoff = time.monotonic() - idle_s
+            for conn in list(self._connections):
+                if not conn.busy and conn.last_active < cutoff and not conn.closed:
+                    log.debug(
+                        "closing connection from %s on %s: idle (connections.max.idle.ms)",
+                        conn.peer,
+                        conn.listener.name,
+                    )
+                    conn.expire()
 
     async def stop(self) -> None:
         tasks = list(self._tasks)
@@ -518,7 +729,5 @@ class SocketServer:
         await asyncio.gather(*tasks, return_exceptions=True)
         for srv in self._servers:
             srv.close()
-        for tls in self._tls_servers:
-            tls.close()
         for conn in list(self._connections):
             conn.close()

@@ -43,8 +43,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
 from headwater.broker.partition import Partition
@@ -54,14 +55,26 @@ from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.header import LOG_OVERHEAD, peek_offset_and_length
 
 if TYPE_CHECKING:
-    from headwater.broker.replica_manager import ReplicaManager
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.config import BrokerConfig
+    from headwater.broker.purgatory import Purgatory
+    from headwater.broker.replication_quota import ReplicationQuota
+    from headwater.broker.storage.log_manager import LogManager
 
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 THROTTLED_BACKOFF_S = 0.1  # how often a fully throttled fetcher looks at the rate again
+
+
+class FetcherHost(Protocol):
+    """What the replica fetchers reach of the broker they run in."""
+
+    broker_id: int
+    config: BrokerConfig
+    purgatory: Purgatory  # a fetched partition's log moves: its fetch state is built again
+    follower_quota: ReplicationQuota  # follower.replication.throttled.rate (KIP-73)
+    log_manager: LogManager | None  # log start offsets checkpointed after following the leader's
 
 
 def complete_batches(records: bytes | memoryview) -> memoryview:
@@ -173,7 +186,7 @@ class _Changes:
 
 
 class ReplicaFetcher:
-    def __init__(self, broker: KafkaBroker, leader_id: int, endpoint: tuple[str, int]) -> None:
+    def __init__(self, broker: FetcherHost, leader_id: int, endpoint: tuple[str, int]) -> None:
         self.broker = broker
         self.leader_id = leader_id
         self.endpoint = endpoint
@@ -494,14 +507,32 @@ class ReplicaFetcher:
 
 
 class ReplicaFetcherManager:
-    def __init__(self, broker: KafkaBroker, replicas: ReplicaManager) -> None:
+    """One fetcher per leader broker, and the partitions waiting for their leader's endpoint.
+
+    A follower may learn of its leader before it knows where that leader listens: after a full
+    restart the controller can send LeaderAndIsr naming a leader that has not registered yet (so
+    it is not among the request's ``live_leaders``), and this broker's metadata cache may not list
+    it either. Such a partition waits here (``awaiting``) and starts fetching as soon as the
+    leader's endpoint becomes known (:meth:`on_endpoints_known`, called on every UpdateMetadata),
+    as Kafka's fetcher threads pick a leader up when it appears: it never stays out of its ISR
+    while its leader runs (issue 38).
+    """
+
+    def __init__(self, broker: FetcherHost) -> None:
         self.broker = broker
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.leader_of: dict[TP, int] = {}
+        #: partitions following a leader whose endpoint is not known yet: tp -> (partition, leader id)
+        self.awaiting: dict[TP, tuple[Partition, int]] = {}
         self._stopping: set[asyncio.Future[None]] = set()
 
-    def add_partition(self, part: Partition, leader_id: int, endpoint: tuple[str, int]) -> None:
+    def add_partition(self, part: Partition, leader_id: int, endpoint: tuple[str, int] | None) -> None:
+        """Fetch ``part`` from ``leader_id`` at ``endpoint``; None: once that endpoint is known."""
         self.remove_partition(part.key)
+        if endpoint is None:
+            self.awaiting[part.key] = (part, leader_id)
+            log.info("%s-%d: leader %d has no known endpoint yet; fetching once it is known", *part.key, leader_id)
+            return
         f = self.fetchers.get(leader_id)
         if f is None or f.endpoint != endpoint:
             if f is not None:
@@ -510,16 +541,35 @@ class ReplicaFetcherManager:
         f.add(part)
         self.leader_of[part.key] = leader_id
 
+    def on_endpoints_known(self, endpoint_of: Callable[[int], tuple[str, int] | None]) -> int:
+        """Start fetching the awaiting partitions whose leader ``endpoint_of`` now names (and that
+        still follow that leader); returns how many started."""
+        started = 0
+        for tp, (part, leader_id) in list(self.awaiting.items()):
+            if part.leader_id != leader_id or part.is_leader or part.log is None:
+                del self.awaiting[tp]  # its role changed since (a LeaderAndIsr or a session loss)
+                continue
+            endpoint = endpoint_of(leader_id)
+            if endpoint is not None:
+                self.add_partition(part, leader_id, endpoint)
+                started += 1
+        if started:
+            log.info("started fetching %d partition(s) whose leader's endpoint became known", started)
+        return started
+
     def remove_partition(self, tp: TP) -> None:
+        self.awaiting.pop(tp, None)
         leader = self.leader_of.pop(tp, None)
         if leader is not None and leader in self.fetchers:
             self.fetchers[leader].remove(tp)
 
     def remove_all(self) -> None:
+        self.awaiting.clear()
         for tp in list(self.leader_of):
             self.remove_partition(tp)
 
     async def stop(self) -> None:
+        self.awaiting.clear()
         await asyncio.gather(*self._stopping, return_exceptions=True)
         for f in list(self.fetchers.values()):
             await f.stop()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
@@ -28,18 +28,21 @@ from headwater.broker.config import topic_log_config
 from headwater.broker.fetch_session import DEFAULT_SLOTS, CachedPartition, FetchSessionCache
 from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.broker.partition import Partition
-from headwater.broker.replica_fetcher import ReplicaFetcherManager
+from headwater.broker.replica_fetcher import FetcherHost, ReplicaFetcherManager
 from headwater.broker.txn.formats import TRANSACTION_STATE_TOPIC
-from headwater.broker.zk import to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
 from headwater.zk import paths as zkpaths
 from headwater.zk.notifications import encode_isr_change
+from headwater.zk.topics import PartitionState
 
 if TYPE_CHECKING:
-    from headwater.broker.server import KafkaBroker
+    from headwater.broker.metadata_cache import MetadataCache
+    from headwater.broker.metrics import BrokerMetrics
+    from headwater.broker.storage.clock import Clock
     from headwater.broker.storage.log import Log
     from headwater.broker.storage.log_manager import LogManager
+    from headwater.broker.zk import ZooKeeper
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +54,42 @@ ISR_CHANGE_BATCH_S = 0.05
 GAUGES_DEBOUNCE_S = 0.2
 
 
+class LeadershipListener(Protocol):
+    """Told when this broker becomes or stops being leader of a partition of ``__consumer_offsets``
+    (the group coordinator: Kafka's onLeadershipChange callbacks)."""
+
+    def on_elected(self, partition: int) -> None: ...
+
+    def on_resigned(self, partition: int) -> None: ...
+
+
+class TxnLeadershipListener(Protocol):
+    """Told when this broker becomes (at which leader epoch: the coordinator epoch) or stops being
+    leader of a partition of ``__transaction_state`` (the transaction coordinator)."""
+
+    def on_elected(self, partition: int, leader_epoch: int) -> None: ...
+
+    def on_resigned(self, partition: int) -> None: ...
+
+
+class ReplicaHost(FetcherHost, Protocol):
+    """What the replica manager reaches of the broker it runs in (the fetchers' needs, and more)."""
+
+    cache: MetadataCache  # topic configs, live brokers' endpoints, which partitions exist
+    clock: Clock
+    stopping: asyncio.Event  # controlled shutdown under way: no new fetching
+    zk: ZooKeeper  # the leader's ISR writes and change notifications
+    metrics: BrokerMetrics
+
+    @property
+    def groups(self) -> LeadershipListener: ...
+
+    @property
+    def txns(self) -> TxnLeadershipListener: ...
+
+
 class ReplicaManager:
-    def __init__(self, broker: KafkaBroker) -> None:
+    def __init__(self, broker: ReplicaHost) -> None:
         self.broker = broker
         self.broker_id = broker.broker_id
         self.partitions: dict[TP, Partition] = {}
@@ -60,7 +97,7 @@ class ReplicaManager:
         #: fetch and LeaderAndIsr for them answer KAFKA_STORAGE_ERROR until the broker restarts.
         self.offline_partitions: set[TP] = set()
         self.controller_epoch = 0
-        self.fetchers = ReplicaFetcherManager(broker, self)
+        self.fetchers = ReplicaFetcherManager(broker)
         #: Fetch sessions (KIP-227) of the followers and consumers fetching from this broker
         self.fetch_sessions = FetchSessionCache(
             int(broker.config.raw.get("max.incremental.fetch.session.cache.slots", DEFAULT_SLOTS)), broker.purgatory
@@ -257,21 +294,30 @@ class ReplicaManager:
                 st["partition_epoch"],
                 st["controller_epoch"],
             )
-            endpoint = live_leaders.get(st["leader"])
-            if endpoint is None:
-                b = self.broker.cache.brokers.get(st["leader"])
-                endpoint = b.endpoints.get(self.broker.config.inter_broker_listener_name) if b else None
+            # Kafka's controller names the leaders' endpoints in the request (live_leaders); a leader
+            # it did not know alive yet is looked up in the metadata cache, and failing that this
+            # partition waits for the endpoint (ReplicaFetcherManager.on_endpoints_known).
+            endpoint = live_leaders.get(st["leader"]) or self.leader_endpoint(st["leader"])
             if self.broker.stopping.is_set():
                 # In controlled shutdown (where Kafka's controller sends this broker StopReplica):
                 # fetching now would bring it back into the ISR the controller just took it out
                 # of, and the leader would then count on a broker about to exit.
                 self.fetchers.remove_partition((topic, index))
                 log.debug("%s-%d: shutting down: not fetching from broker %d", topic, index, st["leader"])
-            elif endpoint is not None:
-                self.fetchers.add_partition(part, st["leader"], endpoint)
             else:
-                log.warning("%s-%d: leader %d has no known endpoint", topic, index, st["leader"])
+                self.fetchers.add_partition(part, st["leader"], endpoint)
         self.broker.purgatory.notify((topic, index))
+
+    def leader_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """Where ``broker_id`` listens for replication, as this broker's metadata cache knows."""
+        b = self.broker.cache.brokers.get(broker_id)
+        return b.endpoints.get(self.broker.config.inter_broker_listener_name) if b else None
+
+    def on_live_brokers_changed(self) -> None:
+        """UpdateMetadata brought a list of live brokers: followers waiting for their leader's
+        endpoint start fetching now that it may be known."""
+        if self.fetchers.awaiting and not self.broker.stopping.is_set():
+            self.fetchers.on_endpoints_known(self.leader_endpoint)
 
     def stop_replicas(self, tps: list[TP], delete: bool) -> list[Message]:
         out = []
@@ -415,16 +461,10 @@ class ReplicaManager:
         part.isr_update_in_flight = True
         zk = self.broker.zk
         epoch = part.leader_epoch
-        state = {
-            "controller_epoch": part.controller_epoch,
-            "leader": self.broker_id,
-            "version": 1,
-            "leader_epoch": epoch,
-            "isr": new_isr,
-        }
+        state = PartitionState(self.broker_id, epoch, tuple(new_isr), part.controller_epoch)
         try:
             (result,) = await zk.set_many(
-                [(zkpaths.partition_state_path(part.topic, part.index), to_json(state), part.zk_version)]
+                [(zkpaths.partition_state_path(part.topic, part.index), state.encode(), part.zk_version)]
             )
         finally:
             part.isr_update_in_flight = False

@@ -12,8 +12,17 @@ gets SASL_AUTHENTICATION_FAILED (v1) and the connection is closed after
 the broker does no key derivation for a guess (SCRAM's PBKDF2 runs on the client).
 
 Mechanisms: PLAIN (RFC 4616; users from the listener's JAAS config), SCRAM-SHA-256/512 (RFC
-5802/7677; credentials read from ZooKeeper at each authentication, so a changed or deleted user
-applies to the next connection without a restart).
+5802/7677; credentials from the broker's cache, credential_cache.py, refreshed by ZooKeeper change
+notifications: a login reads nothing from ZooKeeper).
+
+Until the login succeeds the connection reads frames of at most 512 KiB (network.py), and any
+error a client's token causes is a failed login (delay, metric, code 58), never an exception.
+Re-authentication (KIP-368, ``connections.max.reauth.ms``, Kafka 2.2 semantics): with a positive
+value a successful login's SaslAuthenticate answer carries ``session_lifetime_ms``; a request
+arriving after the session's end closes the connection, unless it is a SaslHandshake (v1, the same
+mechanism) starting a re-authentication, whose success (as the same principal) starts a new
+session. A changed password or a deleted user fails it and the connection is closed. With 0 (the
+default) sessions never end and the lifetime is 0.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import asyncio
 import hmac
 import logging
 import struct
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 
@@ -48,7 +58,7 @@ class AuthenticationFailed(Exception):
 class _Exchange:
     """One connection's progress through SASL."""
 
-    __slots__ = ("mechanism", "raw_tokens", "scram", "step", "user")
+    __slots__ = ("mechanism", "raw_tokens", "reauth", "scram", "step", "user")
 
     def __init__(self, mechanism: str, raw_tokens: bool) -> None:
         self.mechanism = mechanism
@@ -56,6 +66,18 @@ class _Exchange:
         self.scram: ScramServer | None = None
         self.step = 0
         self.user = ""
+        self.reauth: _Session | None = None  # the session a re-authentication (KIP-368) renews
+
+
+class _Session:
+    """A logged-in connection's session when ``connections.max.reauth.ms`` is set."""
+
+    __slots__ = ("expires_at", "mechanism", "principal")
+
+    def __init__(self, principal: str, mechanism: str, expires_at: float) -> None:
+        self.principal = principal
+        self.mechanism = mechanism
+        self.expires_at = expires_at
 
 
 class SaslGate:
@@ -68,8 +90,15 @@ class SaslGate:
         credentials: CredentialLookup,
         failed_delay_s: float,
         on_result: Callable[[str, bool], None] | None = None,
+        reauth_ms: int = 0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``reauth_ms``: ``connections.max.reauth.ms`` (0: sessions never expire and an
+        authenticated connection goes straight to ``authenticated_handler``)."""
         self.security = security
+        self.reauth_ms = reauth_ms
+        self.clock = clock
+        self._sessions: weakref.WeakKeyDictionary[ClientConnection, _Session] = weakref.WeakKeyDictionary()
         self.next = authenticated_handler
         self.credentials = credentials
         self.failed_delay_s = failed_delay_s
@@ -104,6 +133,58 @@ class SaslGate:
 
     def _forget(self, conn: ClientConnection) -> None:
         self._exchanges.pop(conn, None)
+
+    async def _after_login(self, conn: ClientConnection, frame: memoryview) -> Response:
+        """An authenticated connection's handler when sessions expire (KIP-368, Kafka 2.2): a
+        SaslHandshake starts a re-authentication; any other request after the session's lifetime
+        closes the connection, as Kafka's SocketServer does; the rest goes to the broker."""
+        session = self._sessions.get(conn)
+        key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
+        if session is not None and key == SASL_HANDSHAKE.key:
+            return await self._reauthenticate(conn, session, frame)
+        if session is not None and self.clock() > session.expires_at:
+            log.info(
+                "closing connection from %s on %s: the SASL session of %s expired (connections.max.reauth.ms=%d)",
+                conn.peer,
+                self.security.listener,
+                session.principal,
+                self.reauth_ms,
+            )
+            raise CloseConnection("SASL session expired", logged=True)
+        return await self.next(conn, frame)
+
+    async def _reauthenticate(self, conn: ClientConnection, session: _Session, frame: memoryview) -> Response:
+        """A SaslHandshake v1 on a logged-in connection: a re-authentication with the same mechanism;
+        its SaslAuthenticate tokens go through the gate again (``handle``)."""
+        try:
+            header, _, body = decode_request(frame)
+        except DecodeError as e:
+            raise CloseConnection(f"malformed SaslHandshake: {e}") from None
+        enabled = list(self.security.sasl_mechanisms)
+        if header.api_version < 1 or body["mechanism"] != session.mechanism:
+            await self._answer_and_close(
+                conn,
+                encode_response(
+                    header.correlation_id,
+                    SASL_HANDSHAKE,
+                    header.api_version,
+                    {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": enabled},
+                ),
+            )
+            raise CloseConnection(
+                f"re-authentication of {session.principal} needs SaslHandshake v1 with {session.mechanism}, "
+                f"got v{header.api_version} with {body['mechanism']}"
+            )
+        exchange = _Exchange(session.mechanism, raw_tokens=False)
+        exchange.reauth = session
+        self._exchanges[conn] = exchange
+        conn.handler = self.handle
+        return encode_response(
+            header.correlation_id,
+            SASL_HANDSHAKE,
+            header.api_version,
+            {"error_code": ErrorCode.NONE, "mechanisms": enabled},
+        )
 
     async def _handshake(self, conn: ClientConnection, header: RequestHeader, mechanism: str) -> Response:
         enabled = list(self.security.sasl_mechanisms)
@@ -142,6 +223,10 @@ class SaslGate:
     ) -> Response:
         try:
             reply, user = await self._step(exchange, token)
+            if user is not None and exchange.reauth is not None and f"User:{user}" != exchange.reauth.principal:
+                raise AuthenticationFailed(
+                    f"Cannot change principals during re-authentication from {exchange.reauth.principal}: User:{user}"
+                )
         except AuthenticationFailed as e:
             body = {
                 "error_code": ErrorCode.SASL_AUTHENTICATION_FAILED,
@@ -154,9 +239,16 @@ class SaslGate:
                 conn, encode_response(header.correlation_id, SASL_AUTHENTICATE, header.api_version, body)
             )
             raise CloseConnection(f"SASL {exchange.mechanism} authentication failed: {e}", logged=True) from None
+        lifetime = 0
         if user is not None:
             self._succeed(conn, exchange, user)
-        body = {"error_code": ErrorCode.NONE, "error_message": None, "auth_bytes": reply, "session_lifetime_ms": 0}
+            lifetime = self.reauth_ms
+        body = {
+            "error_code": ErrorCode.NONE,
+            "error_message": None,
+            "auth_bytes": reply,
+            "session_lifetime_ms": lifetime,
+        }
         return encode_response(header.correlation_id, SASL_AUTHENTICATE, header.api_version, body)
 
     async def _raw_token(self, conn: ClientConnection, exchange: _Exchange, token: bytes) -> Response:
@@ -171,7 +263,21 @@ class SaslGate:
         return [_SIZE.pack(len(reply)) + reply]
 
     async def _step(self, exchange: _Exchange, token: bytes) -> tuple[bytes, str | None]:
-        """One token in: the reply token, and the user once authenticated."""
+        """One token in: the reply token, and the user once authenticated. Anything a client's
+        token makes go wrong is a failed login (security review L1): never an exception that
+        escapes the connection, skips the delay or goes uncounted."""
+        try:
+            return await self._mechanism_step(exchange, token)
+        except (AuthenticationFailed, CloseConnection):
+            raise
+        except Exception as e:
+            log.debug("SASL %s token from a client raised %r", exchange.mechanism, e)
+            raise AuthenticationFailed(
+                f"Authentication failed during authentication due to invalid credentials with SASL mechanism "
+                f"{exchange.mechanism}: malformed message"
+            ) from None
+
+    async def _mechanism_step(self, exchange: _Exchange, token: bytes) -> tuple[bytes, str | None]:
         mech = exchange.mechanism
         invalid = f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mech}"
         if mech == "PLAIN":
@@ -212,8 +318,13 @@ class SaslGate:
 
     def _succeed(self, conn: ClientConnection, exchange: _Exchange, user: str) -> None:
         self._forget(conn)
-        conn.principal = f"User:{user}"
-        conn.handler = self.next
+        principal = f"User:{user}"
+        if self.reauth_ms > 0:
+            expires_at = self.clock() + self.reauth_ms / 1000.0
+            self._sessions[conn] = _Session(principal, exchange.mechanism, expires_at)
+            conn.authenticated(principal, self._after_login)
+        else:
+            conn.authenticated(principal, self.next)
         if self.on_result is not None:
             self.on_result(exchange.mechanism, True)
         log.debug("%s authenticated as User:%s with %s", conn.peer, user, exchange.mechanism)

@@ -30,16 +30,25 @@ from headwater.broker.authorizer import Authorizer, Refused, authorize
 from headwater.broker.broker_client import BrokerConnection, BrokerConnectionError
 from headwater.broker.config import BrokerConfig, Listener, topic_log_config
 from headwater.broker.controller.controller import Controller
+from headwater.broker.credential_cache import CredentialCache
 from headwater.broker.dynamic_config import FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE, DynamicBrokerConfig
 from headwater.broker.group.coordinator import GroupCoordinator
-from headwater.broker.handlers import HANDLERS, RequestContext, api_versions_fallback
+from headwater.broker.handlers import HANDLERS, api_versions_fallback
 from headwater.broker.metadata_cache import MetadataCache
 from headwater.broker.metrics import BrokerMetrics
-from headwater.broker.network import ClientConnection, CloseConnection, RequestHandler, Response, SocketServer
+from headwater.broker.network import (
+    ClientConnection,
+    CloseConnection,
+    ConnectionLimits,
+    RequestHandler,
+    Response,
+    SocketServer,
+)
 from headwater.broker.producer_ids import ProducerIdManager
 from headwater.broker.purgatory import Purgatory
 from headwater.broker.replica_manager import ReplicaManager
 from headwater.broker.replication_quota import ReplicationQuota
+from headwater.broker.request import RequestContext
 from headwater.broker.sasl import SaslGate
 from headwater.broker.storage.cleaner import CleanStats
 from headwater.broker.storage.clock import Clock, SystemClock
@@ -51,7 +60,7 @@ from headwater.broker.zk import ZooKeeper
 from headwater.protocol.apis import CONTROLLED_SHUTDOWN
 from headwater.protocol.errors import DecodeError, ErrorCode
 from headwater.protocol.frames import UnsupportedRequest, decode_request, encode_response
-from headwater.scram import ScramCredential, credential_from_user_config, user_config_path
+from headwater.scram import ScramCredential
 from headwater.zk import cluster as zkcluster
 from headwater.zk import paths as zkpaths
 from headwater.zk.json import ZnodeFormatError
@@ -96,6 +105,8 @@ class KafkaBroker:
             if config.authorizer_class_name
             else None
         )
+        #: SCRAM credentials (Kafka's CredentialCache), refreshed by /config/changes notifications
+        self.credentials = CredentialCache(self.zk)
         first_handlers: dict[str, RequestHandler] = {}
         ssl_contexts = {}
         for name, sec in config.security.items():
@@ -108,10 +119,18 @@ class KafkaBroker:
                     self._scram_credential,
                     config.connection_failed_authentication_delay_ms / 1000.0,
                     self.metrics.count_authentication,
+                    reauth_ms=config.connections_max_reauth_ms,
                 )
                 first_handlers[name] = gate.handle
+        limits = ConnectionLimits(
+            connections_max_idle_ms=config.connections_max_idle_ms,
+            max_connections_per_ip=config.max_connections_per_ip,
+            max_connections_per_ip_overrides=dict(config.max_connections_per_ip_overrides),
+            max_connections=config.max_connections,
+            inter_broker_listener=config.inter_broker_listener_name,
+        )
         self.server = SocketServer(
-            config.listeners, self.handle_frame, config.socket_request_max_bytes, first_handlers, ssl_contexts
+            config.listeners, self.handle_frame, config.socket_request_max_bytes, first_handlers, ssl_contexts, limits
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self.cluster_id = "headwater"
@@ -144,6 +163,8 @@ class KafkaBroker:
         self.log_manager.on_dir_failure = self._on_log_dir_failure
         if self.authorizer is not None:
             await self.authorizer.start()
+        if any(sec.uses_sasl for sec in cfg.security.values()):
+            await self.credentials.start()  # before the listeners: the first login finds its user
         await self.server.start()
         if cfg.prometheus_port is not None:
             port = self.metrics.serve(cfg.prometheus_port, cfg.prometheus_host)
@@ -169,6 +190,7 @@ class KafkaBroker:
         if self.config.controlled_shutdown_enable and self.broker_epoch >= 0:
             await self._controlled_shutdown()
         await self.server.stop()
+        await self.credentials.stop()
         await self.groups.stop()
         await self.txns.stop()
         await self.replicas.stop()
@@ -205,12 +227,9 @@ class KafkaBroker:
                 return new_id
 
     async def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
-        """Read at each authentication: a changed or deleted user applies to the next connection."""
-        try:
-            data, _ = await self.zk.call(self.zk.client.get, user_config_path(user))
-        except NoNodeError:
-            return None
-        return credential_from_user_config(data, mechanism)
+        """From this broker's cache (credential_cache.py): a login reads nothing from ZooKeeper; a
+        changed or deleted user applies to the next login once its change notification arrived."""
+        return self.credentials.get(user, mechanism)
 
     def advertised(self) -> list[Listener]:
         """Advertised listeners with port 0 replaced by the port actually bound."""

@@ -18,8 +18,13 @@ offers the same services::
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Protocol
+
+# The hosts of the controller and the coordinators live beside them (their consumers): named
+# here too, so the interfaces can be found in one place.
+from headwater.broker.controller.controller import ControllerHost
+from headwater.broker.group.coordinator import GroupHost
+from headwater.broker.txn.coordinator import TxnHost
 
 if TYPE_CHECKING:
     from headwater.broker.authorizer import Authorizer
@@ -66,40 +71,3 @@ class HandlerServices(Protocol):
 
     async def wait_for_metadata(self, timeout_s: float) -> None:
         """Until the next UpdateMetadata is applied (or the timeout)."""
-
-
-class ControllerHost(Protocol):
-    """What the controller reaches of the broker it runs in."""
-
-    broker_id: int
-    config: BrokerConfig
-    cache: MetadataCache
-    metrics: BrokerMetrics
-    zk: ZooKeeper
-    stopping: asyncio.Event
-
-
-class GroupHost(Protocol):
-    """What the group coordinator reaches: the config, the metadata cache (the offsets topic's
-    partitions and config), the replica manager (appends as leader), the purgatory (acks=all) and
-    the metrics."""
-
-    config: BrokerConfig
-    cache: MetadataCache
-    replicas: ReplicaManager
-    purgatory: Purgatory
-    metrics: BrokerMetrics
-
-
-class TxnHost(Protocol):
-    """What the transaction coordinator reaches: this broker's id, the config, the metadata cache
-    (``__transaction_state``'s partitions, the leaders markers go to), the replica manager (appends
-    as leader), the purgatory (acks=all), the metrics and the producer id blocks."""
-
-    broker_id: int
-    config: BrokerConfig
-    cache: MetadataCache
-    replicas: ReplicaManager
-    purgatory: Purgatory
-    metrics: BrokerMetrics
-    producer_ids: ProducerIdManager

@@ -302,7 +302,7 @@ async def registered_brokers(zk: ZooKeeper) -> dict[int, str | None]:
     for child in await zk.children(zkpaths.BROKER_IDS):
         if not child.isdigit():
             continue
-        got = await zk.get_json(zkpaths.broker_path(int(child)))
+        got = await zk.get_data(zkpaths.broker_path(int(child)))
         if got is not None:
             info = parse_broker_registration(int(child), got[0])
             if info is not None:

@@ -48,6 +48,7 @@ from kazoo.protocol.states import ZnodeStat
 
 from headwater.broker.zk_multi_read import MULTI_READ_SINCE, MultiRead, MultiReadDecodeError, server_version
 from headwater.zk.client import kazoo_client, split_chroot
+from headwater.zk.json import ZnodeFormatError
 from headwater.zk.json import to_json as to_json  # re-exported for the broker's writers
 from headwater.zk.paths import PERSISTENT_PATHS
 
@@ -260,8 +261,11 @@ class ZooKeeper:
             await waiter
         return results
 
-    async def get_many(self, paths: Sequence[str], small: bool = False) -> list[tuple[Any, ZnodeStat] | None]:
-        """Each znode's JSON value and stat (None where absent), read pipelined.
+    async def get_many(
+        self, paths: Sequence[str], small: bool = False, decode: Callable[[bytes | None], Any] | None = None
+    ) -> list[tuple[Any, ZnodeStat] | None]:
+        """Each znode's value and stat (None where absent), read pipelined. The value is its JSON, or
+        ``decode(data)`` (a headwater.zk decoder) when given; a ZnodeFormatError there reads as absent.
 
         ``small``: the znodes are small (partition states: well under a KiB each), so
         MULTI_READ_MAX_OPS of them fit one response far below ``jute.maxbuffer``; they are read
@@ -278,8 +282,14 @@ class ZooKeeper:
                 out.append(None)
             elif isinstance(r, BaseException):
                 raise r
-            else:
+            elif decode is None:
                 out.append((from_json(r[0]), r[1]))
+            else:
+                try:
+                    out.append((decode(r[0]), r[1]))
+                except ZnodeFormatError:
+                    log.warning("ignoring a malformed znode: %r", bytes(r[0] or b"")[:200])
+                    out.append(None)
         return out
 
     async def _multi_read_supported(self) -> bool:
@@ -460,6 +470,14 @@ class ZooKeeper:
         self.start_watch(self.client.DataWatch, path, on_change)
 
     # -- small typed helpers -------------------------------------------------------------
+
+    async def get_data(self, path: str) -> tuple[bytes, ZnodeStat] | None:
+        """The znode's bytes (for a headwater.zk decoder) and stat; None when absent."""
+        try:
+            data, stat = await self.call(self.client.get, path)
+        except NoNodeError:
+            return None
+        return bytes(data or b""), stat
 
     async def get_json(self, path: str) -> tuple[Any, ZnodeStat] | None:
         try:

@@ -18,9 +18,10 @@ Users' SCRAM credentials, through ZooKeeper (as ``kafka-configs --zookeeper`` do
     headwater configs --zookeeper ZK --describe --entity-type users [--entity-name alice]
 
 ``/config/users/<name>`` holds the salted credential (never the password) and a
-``/config/changes/config_change_<seq>`` notification announces it. Brokers read the credential at
-each authentication, so it applies to the next connection. ``--describe`` shows each mechanism's
-iteration count, never the keys.
+``/config/changes/config_change_<seq>`` notification announces it; the name is Sanitizer-encoded
+as Kafka stores it (``alice@X`` is ``/config/users/alice%40X``). Brokers cache credentials and
+reload a user when its notification arrives, so a change applies to the next login within moments.
+``--describe`` shows each mechanism's iteration count, never the keys.
 
 Dynamic broker configs, through the brokers (as ``kafka-configs --bootstrap-server`` in Kafka 2.3):
 
@@ -54,6 +55,7 @@ from headwater.scram import (
     user_config_json,
     user_config_path,
 )
+from headwater.zk.config import desanitize, sanitize
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -253,7 +255,7 @@ def _run_users(args: argparse.Namespace) -> int:
             names = (
                 [args.entity_name]
                 if args.entity_name
-                else sorted(zk.get_children(USERS_PATH) if zk.exists(USERS_PATH) else [])
+                else sorted(desanitize(n) for n in (zk.get_children(USERS_PATH) if zk.exists(USERS_PATH) else []))
             )
             for name in names:
                 try:
@@ -290,7 +292,7 @@ def _run_users(args: argparse.Namespace) -> int:
             zk.set(path, value, version=version)
         zk.create(
             f"{CHANGES_PATH}/config_change_",
-            change_notification(f"users/{args.entity_name}"),
+            change_notification(f"users/{sanitize(args.entity_name)}"),
             sequence=True,
             makepath=True,
         )

@@ -26,7 +26,6 @@ loop thread with one fetch task per owned partition (built on :class:`~headwater
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import socket
@@ -46,7 +45,29 @@ from headwater.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord
 from headwater.client.errors import KafkaTimeoutError, OffsetOutOfRangeError
 from headwater.client.rebalance import ConsumerThreadId, range_assign, thread_ids
 from headwater.client.sync import EventLoopThread
-from headwater.zk.client import kazoo_client
+from headwater.zk import brokers as zkbrokers
+from headwater.zk.client import kazoo_client, split_chroot
+from headwater.zk.consumers import (
+    ConsumerRegistration,
+    decode_offset,
+    decode_owner,
+    decode_registration,
+    encode_offset,
+    encode_owner,
+)
+from headwater.zk.json import ZnodeFormatError
+from headwater.zk.paths import (
+    BROKER_IDS,
+    BROKER_TOPICS,
+    broker_path,
+    consumer_ids_path,
+    consumer_offset_path,
+    consumer_offsets_path,
+    consumer_owner_path,
+    consumer_owners_path,
+    topic_path,
+)
+from headwater.zk.topics import decode_assignment
 
 log = logging.getLogger("headwater.client.zk_consumer")
 
@@ -62,8 +83,6 @@ __all__ = [
     "consume",
 ]
 
-BROKER_IDS = "/brokers/ids"
-BROKER_TOPICS = "/brokers/topics"
 #: Topics a filter never matches (Kafka excludes its internal offsets topic the same way).
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 
@@ -127,15 +146,6 @@ def _filter_for(pattern: str, regex: str) -> TopicFilter | None:
 # -- ZooKeeper helpers ---------------------------------------------------------------------------
 
 
-def _json(data: bytes | None) -> Any:
-    if not data:
-        return None
-    try:
-        return json.loads(data)
-    except ValueError:
-        return None
-
-
 def broker_addresses(zk: KazooClient) -> dict[int, str]:
     """``{broker id: "host:port"}`` from the registrations under ``/brokers/ids``."""
     out: dict[int, str] = {}
@@ -144,30 +154,22 @@ def broker_addresses(zk: KazooClient) -> dict[int, str]:
     except NoNodeError:
         return out
     for bid in ids:
-        try:
-            data = _json(zk.get(f"{BROKER_IDS}/{bid}")[0]) or {}
-        except NoNodeError:
+        if not bid.isdigit():
             continue
-        address = None
-        for url in data.get("endpoints") or []:
-            _, _, hostport = str(url).partition("://")
-            host, _, port = hostport.rpartition(":")
-            if host and port.isdigit():
-                address = f"{host.strip('[]')}:{port}"
-                break
-        if address is None and data.get("host"):
-            address = f"{data['host']}:{int(data.get('port', 9092))}"
-        if address is not None and bid.isdigit():
-            out[int(bid)] = address
+        try:
+            endpoint = zkbrokers.decode(int(bid), zk.get(broker_path(int(bid)))[0]).endpoint_for_protocol(None)
+        except (NoNodeError, ZnodeFormatError):
+            continue
+        if endpoint is not None:
+            out[int(bid)] = f"{endpoint.host}:{endpoint.port}"
     return out
 
 
 def _topic_partitions(zk: KazooClient, topic: str) -> list[int]:
     try:
-        data = _json(zk.get(f"{BROKER_TOPICS}/{topic}")[0]) or {}
-    except NoNodeError:
+        return sorted(decode_assignment(topic, zk.get(topic_path(topic))[0]).partitions)
+    except (NoNodeError, ZnodeFormatError):
         return []
-    return sorted(int(p) for p in (data.get("partitions") or {}))
 
 
 # -- partitions and streams ----------------------------------------------------------------------
@@ -319,16 +321,16 @@ class ZookeeperConsumerConnector:
         self.refresh_leader_backoff = refresh_leader_backoff_ms / 1000.0
         self.client_id = client_id or group_id
 
-        self.dir_ids = f"/consumers/{group_id}/ids"
-        self.dir_owners = f"/consumers/{group_id}/owners"
-        self.dir_offsets = f"/consumers/{group_id}/offsets"
+        self.dir_ids = consumer_ids_path(group_id)
+        self.dir_owners = consumer_owners_path(group_id)
+        self.dir_offsets = consumer_offsets_path(group_id)
 
-        hosts, slash, chroot = zookeeper_connect.partition("/")
+        hosts, chroot = split_chroot(zookeeper_connect)
         self._zk = kazoo_client(hosts, session_timeout_s=zookeeper_session_timeout_ms / 1000.0)
         self._zk.start(zookeeper_connection_timeout_ms / 1000.0)
-        if slash and chroot.strip("/"):
-            self._zk.ensure_path("/" + chroot.strip("/"))
-            self._zk.chroot = "/" + chroot.strip("/")
+        if chroot:
+            self._zk.ensure_path(chroot)
+            self._zk.chroot = chroot
         self._zk.add_listener(self._on_zk_state)
 
         self._lock = threading.RLock()  # the registry, the subscription, closing
@@ -451,12 +453,7 @@ class ZookeeperConsumerConnector:
 
     def _start(self, pattern: str, subscription: Mapping[str, int]) -> None:
         self._loop = EventLoopThread(name=f"headwater-zkconsumer-{self.consumer_id}")
-        self._registration = {
-            "version": 1,
-            "subscription": dict(subscription),
-            "pattern": pattern,
-            "timestamp": str(int(time.time() * 1000)),
-        }
+        self._registration = ConsumerRegistration(dict(subscription), pattern, int(time.time() * 1000))
         self._register()
         self._watch_children(self.dir_ids, "consumers")
         self._watch_children(BROKER_IDS, "brokers")
@@ -480,7 +477,7 @@ class ZookeeperConsumerConnector:
 
     def _register(self) -> None:
         path = f"{self.dir_ids}/{self.consumer_id}"
-        data = json.dumps(self._registration, separators=(",", ":")).encode()
+        data = self._registration.encode()
         try:
             self._zk.create(path, data, ephemeral=True, makepath=True)
         except NodeExistsError:
@@ -528,14 +525,17 @@ class ZookeeperConsumerConnector:
         def changed(data: bytes | None, _stat: Any, *_: Any) -> bool | None:
             if self._stopping.is_set():
                 return False
-            partitions = sorted((_json(data) or {}).get("partitions") or {})
+            try:
+                partitions = sorted(decode_assignment(topic, data).partitions)
+            except ZnodeFormatError:
+                partitions = []
             if seen[0] and partitions != seen[1]:
                 log.info("%s: partitions of %s changed, rebalancing", self.consumer_id, topic)
                 self._rebalance_needed.set()
             seen[0], seen[1] = True, partitions
             return None
 
-        self._watches.append(DataWatch(self._zk, f"{BROKER_TOPICS}/{topic}", changed))
+        self._watches.append(DataWatch(self._zk, topic_path(topic), changed))
 
     def _on_zk_state(self, state: str) -> None:  # kazoo's thread: no blocking calls here
         if state == KazooState.LOST:
@@ -576,7 +576,7 @@ class ZookeeperConsumerConnector:
     # -- offsets ----------------------------------------------------------------------------------
 
     def _offset_path(self, topic: str, partition: int) -> str:
-        return f"{self.dir_offsets}/{topic}/{partition}"
+        return consumer_offset_path(self.group_id, topic, partition)
 
     def _read_offset(self, topic: str, partition: int) -> int | None:
         try:
@@ -584,8 +584,8 @@ class ZookeeperConsumerConnector:
         except NoNodeError:
             return None
         try:
-            return int(data.decode().strip())
-        except ValueError:
+            return decode_offset(self._offset_path(topic, partition), data)
+        except ZnodeFormatError:
             return None
 
     def _commit(self, *, include_in_hand: bool) -> None:
@@ -603,7 +603,7 @@ class ZookeeperConsumerConnector:
             if offset < 0 or offset == info.committed:
                 continue
             path = self._offset_path(info.topic, info.partition)
-            data = str(offset).encode()
+            data = encode_offset(offset)
             try:
                 self._zk.set(path, data)
             except NoNodeError:
@@ -642,12 +642,14 @@ class ZookeeperConsumerConnector:
         log.error("%s", error)
         self._rebalance_needed.set()  # keep trying in the background, after a back-off
 
-    def _subscribed_threads(self, registration: Mapping[str, Any], consumer: str, topics: list[str]) -> dict[str, int]:
+    def _subscribed_threads(
+        self, registration: ConsumerRegistration, consumer: str, topics: list[str]
+    ) -> dict[str, int]:
         """``{topic: number of threads}`` of one member's registration, filters expanded."""
-        subscription = registration.get("subscription") or {}
-        pattern = registration.get("pattern", "static")
+        subscription = registration.subscription
+        pattern = registration.pattern
         if pattern == "static":
-            return {str(t): int(n) for t, n in subscription.items()}
+            return dict(subscription)
         out: dict[str, int] = {}
         for regex, n in subscription.items():
             topic_filter = _filter_for(pattern, str(regex))
@@ -669,9 +671,10 @@ class ZookeeperConsumerConnector:
         # every member's threads, per topic
         threads_per_topic: dict[str, list[str]] = {t: [] for t in mine}
         for member in zk.get_children(self.dir_ids):
+            path = f"{self.dir_ids}/{member}"
             try:
-                registration = _json(zk.get(f"{self.dir_ids}/{member}")[0]) or {}
-            except NoNodeError:
+                registration = decode_registration(path, zk.get(path)[0])
+            except (NoNodeError, ZnodeFormatError):
                 continue
             for topic, n in self._subscribed_threads(registration, member, topics).items():
                 if topic in threads_per_topic:
@@ -728,19 +731,19 @@ class ZookeeperConsumerConnector:
         return self._streams_by_topic[topic][n]
 
     def _claim(self, topic: str, partition: int, thread: str) -> bool:
-        path = f"{self.dir_owners}/{topic}/{partition}"
+        path = consumer_owner_path(self.group_id, topic, partition)
         try:
-            self._zk.create(path, thread.encode(), ephemeral=True, makepath=True)
+            self._zk.create(path, encode_owner(thread), ephemeral=True, makepath=True)
             return True
         except NodeExistsError:
             try:
                 data, stat = self._zk.get(path)
             except NoNodeError:
                 return False  # released just now: the retry will get it
-            return bool(data.decode() == thread and stat.ephemeralOwner == self._session_id())
+            return bool(decode_owner(data) == thread and stat.ephemeralOwner == self._session_id())
 
     def _delete_owner(self, topic: str, partition: int) -> None:
-        path = f"{self.dir_owners}/{topic}/{partition}"
+        path = consumer_owner_path(self.group_id, topic, partition)
         try:
             _, stat = self._zk.get(path)
             if stat.ephemeralOwner == self._session_id():
@@ -758,7 +761,7 @@ class ZookeeperConsumerConnector:
             topics = []
         for topic in topics:
             try:
-                for p in self._zk.get_children(f"{self.dir_owners}/{topic}"):
+                for p in self._zk.get_children(consumer_owners_path(self.group_id, topic)):
                     if p.isdigit():
                         owned.add((topic, int(p)))
             except NoNodeError:

@@ -11,7 +11,8 @@ Wire layout of every frame::
     body                  -- the API's request or response struct at api_version
 
 :class:`FrameDecoder` is fed bytes as they arrive and yields complete frames; a declared
-size above the limit is refused *before* any buffer of that size is allocated.
+size above the limit is refused before anything is buffered, and a size below it is never
+allocated up front: buffers grow as the frame's bytes arrive.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from headwater.protocol.primitives import FileRegion, Reader, Writer
 from headwater.protocol.schema import Api, Message
 
 _SIZE = struct.Struct(">i")
+#: A frame larger than the small-frame threshold starts with a buffer this large (or what arrived
+#: with its size), doubling as bytes arrive: an announced size is never allocated up front.
+LARGE_FRAME_FIRST_BYTES = 64 * 1024
 
 
 class FrameTooLarge(DecodeError):
@@ -39,42 +43,68 @@ class FrameDecoder:
     """Splits a byte stream into frames (without their 4-byte size prefix). No I/O.
 
     The caller receives straight into :meth:`buffer` (``sock.recv_into``) and reports the count
-    with :meth:`received`, which returns the frames completed. Small frames are assembled in one
-    reusable receive buffer and copied out once each (a frame outlives the buffer). A frame larger
-    than half the buffer gets a buffer of exactly its announced size — allocated only after the
-    size passed the limit — and :meth:`buffer` then points into that frame, so its bytes arrive
-    where they stay: no user-space copy beyond the few already received with its size prefix.
-    :meth:`feed` is the same for bytes already in hand.
+    with :meth:`received`, which returns the frames completed. :meth:`feed` is the same for bytes
+    already in hand.
+
+    Memory follows the bytes that arrived, never a size a peer announced (a 4-byte prefix saying
+    100 MiB must not cost 100 MiB: security review H3):
+
+    - Small frames (up to half of ``buffer_bytes``) are assembled in one reusable receive buffer
+      and copied out once each (a frame outlives the buffer). The buffer starts at
+      ``initial_buffer_bytes`` (an idle connection costs little) and doubles, up to
+      ``buffer_bytes``, when the unparsed bytes fill it or a read filled all the room offered
+      (a busy connection soon reads in large chunks).
+    - A larger frame -- its size checked against the limit first -- is received in place into a
+      buffer of its own that starts at :data:`LARGE_FRAME_FIRST_BYTES` (or what already arrived)
+      and doubles as it fills, capped at the announced size: at most twice what arrived is ever
+      allocated, and the frame handed out is that buffer (no copy at the end).
 
     Layout of the receive buffer: ``[consumed | unparsed: _start.._end | free]``; when the free
     tail runs out the unparsed bytes (less than one small frame) move to the front.
+
+    ``max_frame_bytes`` may be changed between calls (a SASL listener caps frames before
+    authentication); it applies to every size prefix parsed afterwards.
     """
 
-    def __init__(self, max_frame_bytes: int, buffer_bytes: int = 256 * 1024) -> None:
+    def __init__(self, max_frame_bytes: int, buffer_bytes: int = 256 * 1024, initial_buffer_bytes: int = 4096) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray(buffer_bytes)
+        self._max_buffer = buffer_bytes
+        self._small = buffer_bytes // 2  # frames up to this size are assembled in the receive buffer
+        self._buf = bytearray(max(1, min(initial_buffer_bytes, buffer_bytes)))
         self._view = memoryview(self._buf)
         self._start = 0
         self._end = 0
+        self._offered = 0  # room handed out by the last buffer() call
+        self._read_filled = False  # the last read filled all the room offered: grow before the next
         self._large: bytearray | None = None  # a large frame being received in place
+        self._large_size = 0  # its announced size
         self._filled = 0
 
     def buffer(self) -> memoryview:
         """Where the next received bytes go (never empty)."""
-        if self._large is not None:
-            return memoryview(self._large)[self._filled :]
+        large = self._large
+        if large is not None:
+            if self._filled == len(large):
+                large = self._grow_large(self._filled)
+            return memoryview(large)[self._filled :]
         if self._end == len(self._buf):
-            self._compact()
-        return self._view[self._end :]
+            if len(self._buf) < self._max_buffer and (self._start == 0 or self._read_filled):
+                self._resize(min(2 * len(self._buf), self._max_buffer))
+            else:
+                self._compact()
+        room = self._view[self._end :]
+        self._offered = len(room)
+        return room
 
     def received(self, n: int) -> list[memoryview]:
         """``n`` bytes were written at the start of :meth:`buffer`; the frames they complete."""
         if self._large is not None:
             self._filled += n
-            if self._filled < len(self._large):
+            if self._filled < self._large_size:
                 return []
-            frame, self._large = self._large, None
+            frame, self._large = self._large, None  # its length is the announced size
             return [memoryview(frame)]
+        self._read_filled = n >= self._offered
         self._end += n
         return self._parse()
 
@@ -86,6 +116,7 @@ class FrameDecoder:
             dst = self.buffer()
             k = min(len(dst), len(src))
             dst[:k] = src[:k]
+            del dst
             src = src[k:]
             frames.extend(self.received(k))
         return frames
@@ -94,10 +125,13 @@ class FrameDecoder:
         """Bytes of an incomplete frame held so far."""
         return self._filled if self._large is not None else self._end - self._start
 
+    def allocated(self) -> int:
+        """Bytes of buffer this decoder holds (the receive buffer and a large frame's)."""
+        return len(self._buf) + (len(self._large) if self._large is not None else 0)
+
     def _parse(self) -> list[memoryview]:
         frames: list[memoryview] = []
         view, pos, end = self._view, self._start, self._end
-        small = len(self._buf) // 2
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(view, pos)
             if size < 0 or size > self.max_frame_bytes:
@@ -110,10 +144,11 @@ class FrameDecoder:
             if end - pos - 4 >= size:
                 frames.append(memoryview(view[pos + 4 : pos + 4 + size].tobytes()))
                 pos += 4 + size
-            elif size > small:
+            elif size > self._small:
                 # Receive the rest of this frame in place; what came with its size moves once.
                 have = end - pos - 4
-                self._large = bytearray(size)
+                self._large_size = size
+                self._large = self._grow_large(0, max(have, 1))
                 self._large[:have] = view[pos + 4 : end]
                 self._filled = have
                 pos = end
@@ -124,6 +159,25 @@ class FrameDecoder:
             pos = end = 0
         self._start, self._end = pos, end
         return frames
+
+    def _grow_large(self, keep: int, at_least: int = 0) -> bytearray:
+        """A large frame's buffer, doubled (or LARGE_FRAME_FIRST_BYTES, or ``at_least``), never past
+        its announced size; the first ``keep`` bytes move along."""
+        old = self._large
+        capacity = min(self._large_size, max(2 * len(old) if old is not None else 0, LARGE_FRAME_FIRST_BYTES, at_least))
+        new = bytearray(capacity)
+        if old is not None and keep:
+            new[:keep] = old[:keep]
+        self._large = new
+        return new
+
+    def _resize(self, size: int) -> None:
+        n = self._end - self._start
+        buf = bytearray(size)
+        buf[:n] = self._view[self._start : self._end]
+        self._buf, self._view = buf, memoryview(buf)
+        self._start, self._end = 0, n
+        self._read_filled = False
 
     def _compact(self) -> None:
         n = self._end - self._start

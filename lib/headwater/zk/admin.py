@@ -28,14 +28,24 @@ def encode_reassignment(moves: dict[TopicPartition, list[int]]) -> bytes:
 
 
 def decode_reassignment(data: bytes | None) -> dict[TopicPartition, list[int]]:
+    moves, malformed = decode_reassignment_entries(data)
+    if malformed:
+        raise ZnodeFormatError(f"/admin/reassign_partitions: malformed entry {malformed[0]!r}")
+    return moves
+
+
+def decode_reassignment_entries(data: bytes | None) -> tuple[dict[TopicPartition, list[int]], list[object]]:
+    """The moves of every well-formed entry, and the malformed entries (the controller skips those)."""
     doc = json_object(data, "/admin/reassign_partitions")
     out: dict[TopicPartition, list[int]] = {}
-    for entry in doc.get("partitions") or []:
+    malformed: list[object] = []
+    entries = doc.get("partitions")
+    for entry in entries if isinstance(entries, list) else []:
         try:
             out[(str(entry["topic"]), int(entry["partition"]))] = [int(b) for b in entry["replicas"]]
         except (KeyError, TypeError, ValueError):
-            raise ZnodeFormatError(f"/admin/reassign_partitions: malformed entry {entry!r}") from None
-    return out
+            malformed.append(entry)
+    return out, malformed
 
 
 def encode_preferred_election(partitions: list[TopicPartition]) -> bytes:

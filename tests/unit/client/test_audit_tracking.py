@@ -108,7 +108,7 @@ def test_a_window_is_held_back_while_a_batch_opened_in_it_is_in_flight() -> None
         a = auditing()
         sent: list[bytes] = []
 
-        async def send(topic: str, value: bytes, key: Any = None) -> Any:
+        async def send(topic: str, value: bytes, key: Any = None, headers: Any = ()) -> Any:
             sent.append(value)
             fut = asyncio.get_running_loop().create_future()
             fut.set_result(None)

@@ -39,6 +39,10 @@ class FakeConnection:
     def close(self) -> None:
         self.closed = True
 
+    def authenticated(self, principal: str, handler: Any) -> None:
+        self.principal = principal
+        self.handler = handler
+
 
 async def authenticated(conn: Any, frame: memoryview) -> Response:
     return [b"authenticated handler"]

@@ -75,3 +75,41 @@ def test_malformed_messages_and_weak_iterations() -> None:
         make_credential("SCRAM-SHA-512", "pw", iterations=1000)
     with pytest.raises(ScramError):
         ScramCredential.from_kafka("salt=AAAA,iterations=x")
+
+
+def _client_final(user_first_bare: str, server_first: bytes, r: str, password: str) -> bytes:
+    """A SCRAM-SHA-512 client-final message with ``r`` as given, its proof computed over it (as
+    librdkafka computes it)."""
+    import hashlib
+    import hmac as _h
+
+    attrs = dict(part.split("=", 1) for part in server_first.decode().split(","))
+    salted = hashlib.pbkdf2_hmac("sha512", password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = _h.new(salted, b"Client Key", "sha512").digest()
+    stored_key = hashlib.sha512(client_key).digest()
+    without_proof = f"c=biws,r={r}"
+    auth = f"{user_first_bare},{server_first.decode()},{without_proof}".encode()
+    signature = _h.new(stored_key, auth, "sha512").digest()
+    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature, strict=True))).decode()
+    return f"{without_proof},p={proof}".encode()
+
+
+def test_librdkafkas_doubled_client_nonce_is_accepted_and_nothing_else() -> None:
+    """librdkafka < 2.6.1 (Debian's kcat) sends r = client nonce + (client nonce + server nonce) in its
+    client-final message; that form still carries the server's nonce and is signed by the proof."""
+    cred = make_credential("SCRAM-SHA-512", "alice-secret", 4096)
+    cnonce = "kcatclientnonce0123456789"
+
+    def exchange(r_of: str) -> bytes:
+        server = ScramServer("SCRAM-SHA-512")
+        assert server.client_first(f"n,,n=alice,r={cnonce}".encode()) == "alice"
+        server_first = server.server_first(cred)
+        full = server_first.decode().split(",")[0][2:]
+        r = {"rfc": full, "doubled": cnonce + full, "wrong": cnonce + "x" + full, "short": cnonce}[r_of]
+        return server.client_final(_client_final(f"n=alice,r={cnonce}", server_first, r, "alice-secret"))
+
+    assert exchange("rfc").startswith(b"v=")
+    assert exchange("doubled").startswith(b"v=")
+    for bad in ("wrong", "short"):
+        with pytest.raises(ScramError, match="nonce"):
+            exchange(bad)

@@ -35,7 +35,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -46,19 +47,38 @@ from headwater.broker.controller.election import LeaderAndIsr, offline_leader, p
 from headwater.broker.controller.log_dirs import LogDirFailures
 from headwater.broker.controller.reassignment import PartitionReassigner
 from headwater.broker.metadata_cache import BrokerInfo, parse_broker_registration
-from headwater.broker.zk import CheckVersionFailed, from_json, to_json
+from headwater.broker.zk import CheckVersionFailed
 from headwater.protocol.apis import LEADER_AND_ISR, UPDATE_METADATA
 from headwater.protocol.errors import ErrorCode
+from headwater.zk import controller as zkcontroller
 from headwater.zk import paths as zkpaths
+from headwater.zk import topics as zktopics
+from headwater.zk.admin import decode_partition_list
+from headwater.zk.json import ZnodeFormatError
+from headwater.zk.notifications import decode_isr_change
 
 if TYPE_CHECKING:
-    from headwater.broker.services import ControllerHost
+    from headwater.broker.config import BrokerConfig
+    from headwater.broker.metadata_cache import MetadataCache
+    from headwater.broker.metrics import BrokerMetrics
+    from headwater.broker.zk import ZooKeeper
 
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
-ISR_CHANGE = "/isr_change_notification"
-PREFERRED_ELECTION = "/admin/preferred_replica_election"
+ISR_CHANGE = zkpaths.ISR_CHANGE_NOTIFICATION
+PREFERRED_ELECTION = zkpaths.PREFERRED_REPLICA_ELECTION
+
+
+class ControllerHost(Protocol):
+    """What the controller reaches of the broker it runs in."""
+
+    broker_id: int
+    config: BrokerConfig
+    cache: MetadataCache
+    metrics: BrokerMetrics
+    zk: ZooKeeper
+    stopping: asyncio.Event
 
 
 @dataclass
@@ -69,6 +89,9 @@ class ControllerContext:
     states: dict[TP, LeaderAndIsr] = field(default_factory=dict)
     shutting_down: set[int] = field(default_factory=set)
     watched_topics: set[str] = field(default_factory=set)  # /brokers/topics/<t> data watches of this incarnation
+    #: partitions found without a live leader that no election could fix (Kafka's OfflinePartition):
+    #: the next election round elects them even if their recorded leader has come back meanwhile
+    offline: set[TP] = field(default_factory=set)
     #: broker -> its replicas on a failed log dir (KIP-112, controller/log_dirs.py), as its LeaderAndIsr
     #: answers said; forgotten when the broker leaves or re-registers
     offline_replicas: dict[int, set[TP]] = field(default_factory=dict)
@@ -168,14 +191,14 @@ class Controller:
     async def _elect(self) -> None:
         if self.active or self.broker.stopping.is_set():
             return
-        value = {"version": 1, "brokerid": self.broker_id, "timestamp": str(int(time.time() * 1000))}
+        value = zkcontroller.encode_controller(self.broker_id, int(time.time() * 1000))
         try:
             epoch, version = await self._read_epoch()
             # One transaction: the epoch moves up exactly when /controller is ours, so nobody ever
             # sees a new controller with the old epoch (as Kafka's registerControllerAndIncrementControllerEpoch).
             tx = self.zk.client.transaction()
-            tx.set_data(zkpaths.CONTROLLER_EPOCH, str(epoch + 1).encode(), version=version)
-            tx.create(zkpaths.CONTROLLER, to_json(value), ephemeral=True)
+            tx.set_data(zkpaths.CONTROLLER_EPOCH, zkcontroller.encode_epoch(epoch + 1), version=version)
+            tx.create(zkpaths.CONTROLLER, value, ephemeral=True)
             results = await self.zk.call(tx.commit)
         except Exception as e:
             log.warning("controller election failed: %s", e)
@@ -192,22 +215,20 @@ class Controller:
 
     async def _read_epoch(self) -> tuple[int, int]:
         """(controller epoch, its znode version); the znode is created at 0 the first time."""
-        got = await self.zk.get_json(zkpaths.CONTROLLER_EPOCH)
-        if got is None:
+        try:
+            data, stat = await self.zk.call(self.zk.client.get, zkpaths.CONTROLLER_EPOCH)
+        except NoNodeError:
             try:
-                await self.zk.call(self.zk.client.create, zkpaths.CONTROLLER_EPOCH, b"0")
+                await self.zk.call(self.zk.client.create, zkpaths.CONTROLLER_EPOCH, zkcontroller.encode_epoch(0))
             except NodeExistsError:
                 pass
-            got = await self.zk.get_json(zkpaths.CONTROLLER_EPOCH)
-            assert got is not None
-        value, stat = got
-        return int(value), stat.version
+            data, stat = await self.zk.call(self.zk.client.get, zkpaths.CONTROLLER_EPOCH)
+        return zkcontroller.decode_epoch(data), stat.version
 
     async def _delete_controller_znode(self) -> None:
         try:
             data, stat = await self.zk.call(self.zk.client.get, zkpaths.CONTROLLER)
-            v = from_json(data)
-            if isinstance(v, dict) and v.get("brokerid") == self.broker_id:
+            if zkcontroller.decode_controller(data) == self.broker_id:
                 await self.zk.call(self.zk.client.delete, zkpaths.CONTROLLER, version=stat.version)
         except Exception:
             pass
@@ -309,7 +330,7 @@ class Controller:
         for child in await self.zk.children(zkpaths.BROKER_IDS):
             if not child.isdigit():
                 continue
-            got = await self.zk.get_json(zkpaths.broker_path(int(child)))
+            got = await self.zk.get_data(zkpaths.broker_path(int(child)))
             if got is None:
                 continue
             info = parse_broker_registration(int(child), got[0])
@@ -323,10 +344,13 @@ class Controller:
     async def _load_topics(self, topics: list[str], watch: bool = True) -> None:
         """Read the topics' assignments, then every partition's state: each set pipelined (issue 26)."""
         loaded: list[str] = []
-        for t, got in zip(topics, await self.zk.get_many([zkpaths.topic_path(t) for t in topics]), strict=True):
-            if got is None or not isinstance(got[0], dict) or not isinstance(got[0].get("partitions"), dict):
+        paths = [zkpaths.topic_path(t) for t in topics]
+        for t, got in zip(
+            topics, await self.zk.get_many(paths, decode=partial(zktopics.decode_assignment, "")), strict=True
+        ):
+            if got is None:
                 continue
-            self.ctx.assignments[t] = {int(p): [int(r) for r in rs] for p, rs in got[0]["partitions"].items()}
+            self.ctx.assignments[t] = got[0].partitions
             loaded.append(t)
         tps = [(t, p) for t in loaded for p in self.ctx.assignments[t]]
         for tp, state in zip(tps, await self._read_states(tps), strict=True):
@@ -350,24 +374,26 @@ class Controller:
             if stat is None:  # the topic was deleted: a recreated one gets a new watch
                 loop.call_soon_threadsafe(self.ctx.watched_topics.discard, topic)
                 return False
-            value = from_json(data)
+            try:
+                value: zktopics.TopicAssignment | None = zktopics.decode_assignment(topic, data)
+            except ZnodeFormatError as e:
+                log.warning("[Controller id=%d] unreadable assignment of topic %s: %s", self.broker_id, topic, e)
+                value = None
 
             async def event() -> None:
-                await self._on_partitions_modified(topic, value)
+                if value is not None:
+                    await self._on_partitions_modified(topic, value)
 
             loop.call_soon_threadsafe(self.enqueue, event)
             return None
 
         self.zk.start_watch(self.zk.client.DataWatch, zkpaths.topic_path(topic), on_change)
 
-    async def _on_partitions_modified(self, topic: str, value: Any) -> None:
+    async def _on_partitions_modified(self, topic: str, value: zktopics.TopicAssignment) -> None:
         if not self.active or topic not in self.ctx.assignments:
             return
-        if not isinstance(value, dict) or not isinstance(value.get("partitions"), dict):
-            log.warning("[Controller id=%d] unreadable assignment of topic %s: %r", self.broker_id, topic, value)
-            return
         known = self.ctx.assignments[topic]
-        added = {int(p): [int(r) for r in rs] for p, rs in value["partitions"].items() if int(p) not in known}
+        added = {p: rs for p, rs in value.partitions.items() if p not in known}
         if not added:
             return  # Kafka 2.3 ignores changes to existing partitions here (that is reassignment's job)
         known.update(added)
@@ -385,20 +411,13 @@ class Controller:
         """The partitions' state znodes, read with multiRead (ZooKeeper 3.6+) or pipelined; None where
         absent or unreadable."""
         out: list[LeaderAndIsr | None] = []
-        for got in await self.zk.get_many([zkpaths.partition_state_path(*tp) for tp in tps], small=True):
-            if got is None or not isinstance(got[0], dict):
+        paths = [zkpaths.partition_state_path(*tp) for tp in tps]
+        for got in await self.zk.get_many(paths, small=True, decode=partial(zktopics.decode_partition_state, "", -1)):
+            if got is None:
                 out.append(None)
                 continue
-            v, stat = got
-            out.append(
-                LeaderAndIsr(
-                    int(v.get("leader", -1)),
-                    int(v.get("leader_epoch", 0)),
-                    tuple(int(r) for r in v.get("isr", [])),
-                    int(v.get("controller_epoch", 0)),
-                    stat.version,
-                )
-            )
+            s, stat = got
+            out.append(LeaderAndIsr(s.leader, s.leader_epoch, s.isr, s.controller_epoch, stat.version))
         return out
 
     def _connect(self, b: BrokerInfo) -> None:
@@ -423,7 +442,7 @@ class Controller:
             new[tp] = LeaderAndIsr(live[0], 0, tuple(live), self.epoch, 0)
         tps = list(new)
         results = await self.zk.create_many(
-            [(zkpaths.partition_state_path(*tp), to_json(new[tp].to_znode())) for tp in tps], makepath=True
+            [(zkpaths.partition_state_path(*tp), new[tp].to_znode()) for tp in tps], makepath=True
         )
         created: list[TP] = []
         existing: list[TP] = []
@@ -463,7 +482,7 @@ class Controller:
             if not writes:
                 break
             results = await self.zk.set_many_checked(
-                [(zkpaths.partition_state_path(*tp), to_json(new.to_znode()), version) for tp, new, version in writes],
+                [(zkpaths.partition_state_path(*tp), new.to_znode(), version) for tp, new, version in writes],
                 zkpaths.CONTROLLER_EPOCH,
                 self.epoch_zk_version,
             )
@@ -497,15 +516,25 @@ class Controller:
         return value.lower() == "true"
 
     async def _elect_offline_partitions(self) -> list[TP]:
+        """Elect a leader (a new leader epoch, LeaderAndIsr to every replica by the caller) for each
+        partition whose leader is not alive, and for each partition that was offline (Kafka's
+        OfflinePartition) even if its recorded leader has come back since: its live replicas may
+        have been told of that leader while it was away, without its endpoint, and a new leader
+        epoch tells them again, with it (as Kafka's triggerOnlinePartitionStateChange)."""
         live = self.ctx.live
+        offline = self.ctx.offline
         changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]] = {}
         for tp, state in self.ctx.states.items():
-            if state.leader in live and (not self.ctx.offline_replicas or state.leader in self.ctx.live_for(tp)):
+            if (
+                tp not in offline
+                and state.leader in live
+                and (not self.ctx.offline_replicas or state.leader in self.ctx.live_for(tp))
+            ):
                 continue
 
             def change(cur: LeaderAndIsr, tp: TP = tp) -> LeaderAndIsr | None:
                 online = self.ctx.live_for(tp)
-                if cur.leader in online:
+                if cur.leader in online and tp not in self.ctx.offline:
                     return None
                 chosen = offline_leader(self.ctx.replicas(tp), cur, online, self._unclean_allowed(tp[0]))
                 if chosen is None:
@@ -518,8 +547,12 @@ class Controller:
         changed = await self._change_states(changes)
         elected = set(changed)
         for tp in changes:
-            if tp not in elected and self.ctx.states[tp].leader not in self.ctx.live_for(tp):
-                log.warning("partition %s-%d is offline: no live replica in ISR %s", *tp, list(self.ctx.states[tp].isr))
+            now = self.ctx.states.get(tp)
+            if tp not in elected and now is not None and now.leader not in self.ctx.live_for(tp):
+                offline.add(tp)
+                log.warning("partition %s-%d is offline: no live replica in ISR %s", *tp, list(now.isr))
+            else:
+                offline.discard(tp)
         return changed
 
     # -- events -----------------------------------------------------------------------------------
@@ -623,10 +656,9 @@ class Controller:
             return
         paths = [f"{ISR_CHANGE}/{child}" for child in await self.zk.children(ISR_CHANGE)]
         changed: set[TP] = set()
-        for got in await self.zk.get_many(paths):
-            if got and isinstance(got[0], dict):
-                for p in got[0].get("partitions", []):
-                    changed.add((str(p["topic"]), int(p["partition"])))
+        for got in await self.zk.get_many(paths, decode=decode_isr_change):
+            if got is not None:
+                changed.update(got[0])
         await self.zk.delete_many(paths)
         tps = [tp for tp in changed if tp[0] in self.ctx.assignments]
         refreshed = []
@@ -640,10 +672,10 @@ class Controller:
     def _on_preferred_node(self, data: bytes | None, stat: Any) -> None:
         if stat is None or not self.active:
             return
-        value = from_json(data)
-        tps = None
-        if isinstance(value, dict) and isinstance(value.get("partitions"), list):
-            tps = [(str(p["topic"]), int(p["partition"])) for p in value["partitions"]]
+        try:
+            tps: list[TP] | None = decode_partition_list(PREFERRED_ELECTION, data)
+        except ZnodeFormatError:
+            tps = None  # as Kafka: an unreadable request elects every partition's preferred leader
 
         async def run() -> None:
             await self.elect_preferred(tps)

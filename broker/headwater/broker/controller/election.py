@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from headwater.zk.topics import PartitionState
+
 
 @dataclass(frozen=True)
 class LeaderAndIsr:
@@ -20,14 +22,9 @@ class LeaderAndIsr:
     controller_epoch: int
     zk_version: int
 
-    def to_znode(self) -> dict[str, object]:
-        return {
-            "controller_epoch": self.controller_epoch,
-            "leader": self.leader,
-            "version": 1,
-            "leader_epoch": self.leader_epoch,
-            "isr": list(self.isr),
-        }
+    def to_znode(self) -> bytes:
+        """The partition's state znode (headwater.zk.topics.PartitionState, Kafka's version 1)."""
+        return PartitionState(self.leader, self.leader_epoch, self.isr, self.controller_epoch).encode()
 
     def new_leader(self, leader: int, isr: tuple[int, ...], controller_epoch: int) -> LeaderAndIsr:
         return replace(

@@ -36,9 +36,11 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 
 from headwater.broker.controller import requests as build
 from headwater.broker.controller.election import LeaderAndIsr
-from headwater.broker.zk import from_json, to_json
 from headwater.protocol.apis import STOP_REPLICA
+from headwater.zk import admin as zkadmin
 from headwater.zk import paths as zkpaths
+from headwater.zk import topics as zktopics
+from headwater.zk.json import ZnodeFormatError
 
 if TYPE_CHECKING:
     from headwater.broker.controller.controller import Controller
@@ -46,22 +48,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
-REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+REASSIGN_PARTITIONS = zkpaths.REASSIGN_PARTITIONS
 CHECK_INTERVAL_S = 0.5
 
 
-def parse_reassignment(value: Any) -> dict[TP, list[int]]:
-    """The partitions of a ``/admin/reassign_partitions`` value (malformed entries are skipped)."""
-    out: dict[TP, list[int]] = {}
-    if not isinstance(value, dict) or not isinstance(value.get("partitions"), list):
-        return out
-    for entry in value["partitions"]:
-        try:
-            tp = (str(entry["topic"]), int(entry["partition"]))
-            out[tp] = [int(r) for r in entry["replicas"]]
-        except (KeyError, TypeError, ValueError):
-            log.warning("ignoring a malformed entry of %s: %r", REASSIGN_PARTITIONS, entry)
-    return out
+def parse_reassignment(data: bytes | None) -> dict[TP, list[int]]:
+    """The partitions of ``/admin/reassign_partitions`` (malformed entries are skipped and logged)."""
+    try:
+        moves, malformed = zkadmin.decode_reassignment_entries(data)
+    except ZnodeFormatError as e:
+        log.warning("ignoring %s: %s", REASSIGN_PARTITIONS, e)
+        return {}
+    for entry in malformed:
+        log.warning("ignoring a malformed entry of %s: %r", REASSIGN_PARTITIONS, entry)
+    return moves
 
 
 class PartitionReassigner:
@@ -85,7 +85,7 @@ class PartitionReassigner:
     def _on_node(self, data: bytes | None, stat: Any) -> None:
         if stat is None or not self.c.active:
             return
-        wanted = parse_reassignment(from_json(data))
+        wanted = parse_reassignment(data)
 
         async def run() -> None:
             await self._start(wanted)
@@ -211,14 +211,14 @@ class PartitionReassigner:
         zk = self.c.zk
         path = zkpaths.topic_path(tp[0])
         for _ in range(10):
-            got = await zk.get_json(path)
-            if got is None:
-                return
-            value, stat = got
-            parts = dict(value.get("partitions", {})) if isinstance(value, dict) else {}
-            parts[str(tp[1])] = replicas
             try:
-                await zk.call(zk.client.set, path, to_json({**value, "partitions": parts}), version=stat.version)
+                data, stat = await zk.call(zk.client.get, path)
+            except NoNodeError:
+                return
+            assignment = zktopics.decode_assignment(tp[0], data)
+            assignment.partitions[tp[1]] = replicas
+            try:
+                await zk.call(zk.client.set, path, assignment.encode(), version=stat.version)
                 return
             except BadVersionError:
                 continue
@@ -227,20 +227,15 @@ class PartitionReassigner:
     async def _remove_from_node(self, done: set[TP]) -> None:
         zk = self.c.zk
         for _ in range(10):
-            got = await zk.get_json(REASSIGN_PARTITIONS)
-            if got is None:
+            try:
+                data, stat = await zk.call(zk.client.get, REASSIGN_PARTITIONS)
+            except NoNodeError:
                 return
-            value, stat = got
-            remaining = {tp: rs for tp, rs in parse_reassignment(value).items() if tp not in done}
+            remaining = {tp: rs for tp, rs in parse_reassignment(data).items() if tp not in done}
             try:
                 if remaining:
-                    body = {
-                        "version": 1,
-                        "partitions": [
-                            {"topic": t, "partition": p, "replicas": rs} for (t, p), rs in remaining.items()
-                        ],
-                    }
-                    await zk.call(zk.client.set, REASSIGN_PARTITIONS, to_json(body), version=stat.version)
+                    body = zkadmin.encode_reassignment(remaining)
+                    await zk.call(zk.client.set, REASSIGN_PARTITIONS, body, version=stat.version)
                 else:
                     await zk.call(zk.client.delete, REASSIGN_PARTITIONS, version=stat.version)
                 return

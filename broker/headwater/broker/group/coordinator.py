@@ -39,7 +39,7 @@ import logging
 import os
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from headwater.broker.group import formats
 from headwater.broker.group.formats import OFFSETS_TOPIC, GroupKey, OffsetKey
@@ -51,9 +51,26 @@ from headwater.protocol.records.record import RecordInput, encode_batch, iter_ba
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
-    from headwater.broker.services import GroupHost
+    from headwater.broker.config import BrokerConfig
+    from headwater.broker.metadata_cache import MetadataCache
+    from headwater.broker.metrics import BrokerMetrics
+    from headwater.broker.purgatory import Purgatory
+    from headwater.broker.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+
+class GroupHost(Protocol):
+    """What the group coordinator reaches: the config, the metadata cache (the offsets topic's
+    partitions and config), the replica manager (appends as leader), the purgatory (acks=all) and
+    the metrics."""
+
+    config: BrokerConfig
+    cache: MetadataCache
+    replicas: ReplicaManager
+    purgatory: Purgatory
+    metrics: BrokerMetrics
+
 
 TICK_S = 0.1
 LOAD_READ_BYTES = 1 << 20

@@ -9,7 +9,6 @@ they never let an exception reach the wire.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from headwater.broker.handlers import (
@@ -55,6 +54,7 @@ from headwater.broker.handlers import (
     write_txn_markers,
 )
 from headwater.broker.handlers.api_versions import api_versions_fallback
+from headwater.broker.request import RequestContext
 from headwater.protocol.apis import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
@@ -97,27 +97,10 @@ from headwater.protocol.apis import (
     UPDATE_METADATA,
     WRITE_TXN_MARKERS,
 )
-from headwater.protocol.frames import RequestHeader
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
     from headwater.broker.services import HandlerServices
-
-
-@dataclass(frozen=True, slots=True)
-class RequestContext:
-    header: RequestHeader
-    listener_name: str
-    peer: str
-    principal: str = "User:ANONYMOUS"  # KafkaPrincipal of the connection (SASL user or TLS subject)
-
-    @property
-    def version(self) -> int:
-        return self.header.api_version
-
-    @property
-    def client_id(self) -> str | None:
-        return self.header.client_id
 
 
 Handler = Callable[["HandlerServices", RequestContext, Message], Awaitable[Any]]

@@ -47,8 +47,8 @@ from headwater.protocol.primitives import FileRegion
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
-    from headwater.broker.handlers import RequestContext
     from headwater.broker.partition import Partition
+    from headwater.broker.request import RequestContext
     from headwater.broker.services import HandlerServices
 
 log = logging.getLogger(__name__)

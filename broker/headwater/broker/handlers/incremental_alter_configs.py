@@ -18,7 +18,7 @@ from headwater.broker.handlers.alter_configs import alter
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
-    from headwater.broker.handlers import RequestContext
+    from headwater.broker.request import RequestContext
     from headwater.broker.services import HandlerServices
 
 

@@ -25,7 +25,7 @@ from headwater.protocol.schema import Message
 from headwater.zk.paths import consumer_offset_path
 
 if TYPE_CHECKING:
-    from headwater.broker.handlers import RequestContext
+    from headwater.broker.request import RequestContext
     from headwater.broker.services import HandlerServices
 
 

@@ -13,7 +13,7 @@ from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
-    from headwater.broker.handlers import RequestContext
+    from headwater.broker.request import RequestContext
     from headwater.broker.services import HandlerServices
 
 

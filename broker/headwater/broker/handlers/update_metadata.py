@@ -16,7 +16,7 @@ from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
-    from headwater.broker.handlers import RequestContext
+    from headwater.broker.request import RequestContext
     from headwater.broker.services import HandlerServices
 
 _PROTOCOL_NAMES = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
@@ -37,6 +37,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
             endpoints[name] = (e["host"], e["port"])
         brokers.append(BrokerInfo(b["id"], endpoints, b["rack"]))
     broker.cache.update_brokers(brokers)
+    broker.replicas.on_live_brokers_changed()  # followers waiting for a leader's endpoint
     for st in flat_partition_states(request):
         broker.cache.update_partition(
             PartitionInfo(

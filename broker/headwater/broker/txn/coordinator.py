@@ -46,7 +46,7 @@ import os
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.broker.group.formats import partition_for as group_partition_for
@@ -59,9 +59,29 @@ from headwater.protocol.errors import DecodeError, ErrorCode, KafkaError
 from headwater.protocol.records.record import RecordInput, encode_batch, iter_batches
 
 if TYPE_CHECKING:
-    from headwater.broker.services import TxnHost
+    from headwater.broker.config import BrokerConfig
+    from headwater.broker.metadata_cache import MetadataCache
+    from headwater.broker.metrics import BrokerMetrics
+    from headwater.broker.producer_ids import ProducerIdManager
+    from headwater.broker.purgatory import Purgatory
+    from headwater.broker.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+
+class TxnHost(Protocol):
+    """What the transaction coordinator reaches: this broker's id, the config, the metadata cache
+    (``__transaction_state``'s partitions, the leaders markers go to), the replica manager (appends
+    as leader), the purgatory (acks=all), the metrics and the producer id blocks."""
+
+    broker_id: int
+    config: BrokerConfig
+    cache: MetadataCache
+    replicas: ReplicaManager
+    purgatory: Purgatory
+    metrics: BrokerMetrics
+    producer_ids: ProducerIdManager
+
 
 LOAD_READ_BYTES = 1 << 20
 WRITE_TIMEOUT_MS = 5000

@@ -30,7 +30,7 @@ from headwater.protocol.apis import WRITE_TXN_MARKERS
 from headwater.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from headwater.broker.services import TxnHost
+    from headwater.broker.txn.coordinator import TxnHost
 
 log = logging.getLogger(__name__)
 
