@@ -164,3 +164,13 @@ def test_an_open_transaction_is_kept_in_the_snapshot() -> None:
     e = ProducerEntry(A, 2, txn_first_offset=17, coordinator_epoch=4)
     got = decode_snapshot(encode_snapshot([e]))[A]
     assert (got.epoch, got.txn_first_offset, got.coordinator_epoch, len(got.batches)) == (2, 17, 4, 0)
+
+
+def test_a_producer_with_an_open_transaction_is_neither_evicted_nor_expired(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append(txn_batch(A, 0), 0)
+    log.append(encode_batch([(None, b"idem", T0, ())], producer_id=B, producer_epoch=0, base_sequence=0), 0)
+    state = log.producer_state
+    assert state.remove_expired(T0 + 10**12, 1) == 1, "only the idle idempotent producer expires"
+    assert state.evict_below(10) == 0 and A in state.producers
+    assert log.last_stable_offset(log.log_end_offset) == 0, "the open transaction still holds the LSO"
