@@ -185,9 +185,10 @@ def test_commit_abort_lso_and_aborted_transactions(broker_factory: Callable[...,
     index = [f for f in os.listdir(broker.log_dir / "tx-0") if f.endswith(".txnindex")]
     assert len(index) == 1 and (broker.log_dir / "tx-0" / index[0]).stat().st_size == 34
 
-    # __transaction_state holds the id's last state in Kafka's format
+    # __transaction_state holds the id's last state in Kafka's format (CompleteAbort follows the markers)
+    wait_for(lambda: _stored_states(broker, "app")[-1].status == TxnState.COMPLETE_ABORT, "CompleteAbort stored")
     states = _stored_states(broker, "app")
-    assert states[-1].status == TxnState.COMPLETE_ABORT and states[-1].producer_id == pid
+    assert states[-1].producer_id == pid
     assert TxnState.PREPARE_COMMIT in [s.status for s in states]
 
 

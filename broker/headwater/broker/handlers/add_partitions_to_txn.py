@@ -11,27 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from headwater.broker.txn.authorization import add_partitions_answer as answer
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
     from headwater.broker.handlers import RequestContext
     from headwater.broker.services import HandlerServices
-
-
-def answer(topics: list[Message], codes: dict[tuple[str, int], ErrorCode]) -> Message:
-    return {
-        "throttle_time_ms": 0,
-        "results": [
-            {
-                "name": t["name"],
-                "results_by_partition": [
-                    {"partition_index": p, "partition_error_code": codes[(t["name"], p)]} for p in t["partitions"]
-                ],
-            }
-            for t in topics
-        ],
-    }
 
 
 async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:

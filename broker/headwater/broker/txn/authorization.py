@@ -25,15 +25,21 @@ Produce (Write on the request's TransactionalId for transactional batches) are t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from headwater.acls import CLUSTER_NAME
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
 
-if TYPE_CHECKING:
-    from headwater.broker.authorizer import Authorizer
-    from headwater.broker.handlers import RequestContext
+#: the request context the authorizer passes through (typed loosely: this module sits below the
+#: handlers and the authorizer, which import it)
+RequestContext = Any
+
+
+class Authorizer(Protocol):
+    """The one call these checks make of the broker's authorizer."""
+
+    def allowed(self, ctx: RequestContext, operation: str, resource_type: str, name: str) -> bool: ...
 
 
 TXN_DENIED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
@@ -57,6 +63,22 @@ def find_coordinator(az: Authorizer, ctx: RequestContext, body: Message) -> Resu
     return refused, body, None
 
 
+def add_partitions_answer(topics: list[Message], codes: dict[tuple[str, int], ErrorCode]) -> Message:
+    """An AddPartitionsToTxn response with ``codes`` per partition (the handler's too)."""
+    return {
+        "throttle_time_ms": 0,
+        "results": [
+            {
+                "name": t["name"],
+                "results_by_partition": [
+                    {"partition_index": p, "partition_error_code": codes[(t["name"], p)]} for p in t["partitions"]
+                ],
+            }
+            for t in topics
+        ],
+    }
+
+
 def add_partitions_to_txn(az: Authorizer, ctx: RequestContext, body: Message) -> Result:
     tps = [(t["name"], p) for t in body["topics"] for p in t["partitions"]]
     if not az.allowed(ctx, "Write", "TransactionalId", body["transactional_id"]):
@@ -69,9 +91,7 @@ def add_partitions_to_txn(az: Authorizer, ctx: RequestContext, body: Message) ->
             tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied else ErrorCode.OPERATION_NOT_ATTEMPTED
             for tp in tps
         }
-    from headwater.broker.handlers.add_partitions_to_txn import answer
-
-    return answer(body["topics"], codes), body, None
+    return add_partitions_answer(body["topics"], codes), body, None
 
 
 def add_offsets_to_txn(az: Authorizer, ctx: RequestContext, body: Message) -> Result:
