@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test deps system-deps lint typecheck unit compat dev clean wheel
+.PHONY: test deps system-deps lint typecheck unit compat dev clean wheel java-deps
 
-test: deps lint typecheck integration-deps
+test: deps lint typecheck integration-deps java-deps
 	$(BIN)/pytest -q -p no:cacheprovider
 
 deps: system-deps $(VENV)/.installed
@@ -31,6 +31,12 @@ unit: deps
 
 compat: deps
 	$(BIN)/pytest -q -m compat
+
+# The pinned Java side of Kafka (tests/java/pom.xml: clients 2.3.1 and 4.x, the 2.3.1 tools, Streams,
+# MM2, Spark's Kafka source) into build/java, once; later runs use the cache. Without Maven Central
+# it says so in one line and the Java tests skip.
+java-deps: $(VENV)/.installed
+	@$(BIN)/python -m headwater.testing.java fetch
 
 # Start a local ZooKeeper and one broker in the foreground; prints how to reach them.
 dev: deps

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # System packages the test suite needs: ZooKeeper (Debian's package, needs a JRE; Spark uses it too),
-# kcat, Chromium, and a C compiler with Python's headers for the compiled record codec (hatch_build.py).
+# a JDK and Maven (tests/java), kcat, Chromium, and a C compiler with Python's headers for the compiled record codec (hatch_build.py).
 # Installs only what is missing; needs root (or passwordless sudo) when something is missing.
 set -euo pipefail
 need=()
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
+# The Java side of Kafka (tests/java: Java clients, Kafka's own tools, Streams, MM2): a JDK and Maven.
+command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
 # Debian's Chromium drives the audit dashboard's browser test (Playwright; no browser download here).
 [ -x /usr/bin/chromium ] || need+=(chromium)
 # The record codec (Cython) is compiled at install: gcc, and the headers of the Python that makes the venv.

@@ -34,5 +34,5 @@ def test_bench_load_scenario_loads_every_record_and_reports_both_rates(tmp_path:
     # the load itself is part of the whole process, so it cannot be slower
     assert inner["figures"]["MiB/s"]["median"] >= whole["figures"]["MiB/s"]["median"]
     assert "warehouse verified with pyarrow" in inner["note"]
-    assert whole["goal_status"] and ("met" in whole["goal_status"] or "missed" in whole["goal_status"])
+    assert whole["goal_status"].endswith("not judged (smoke run)")  # --quick judges no goal (issue 40)
     assert not [r for r in report["rows"] if r["scenario"] != "8"]  # --only 8 ran nothing else

@@ -3,7 +3,7 @@ listeners (a real ZooKeeper, a throwaway CA, a SCRAM user in ZooKeeper), librdka
 consuming over each, and Headwater's client opening connections with each kind of login.
 
 Scenario 10 is left out of the ``--quick`` default, so this is what keeps it working. Asserted: every
-row has its numbers, the ratios to PLAINTEXT are there and the TLS rows say met or missed.
+row has its numbers, the ratios to PLAINTEXT are there and the TLS rows say they judge nothing (a --quick run is a smoke run).
 Timings are not test material on a shared machine; the figures are in docs/performance.md.
 """
 
@@ -43,7 +43,7 @@ def test_bench_security_scenario_measures_tls_sasl_and_connection_set_up(tmp_pat
         if "PLAINTEXT" in row["case"].split(";")[0]:
             assert row["ratio"] == 1.0 and row["goal"] is None, row
         else:
-            assert "met" in row["goal_status"] or "missed" in row["goal_status"], row
+            assert row["goal_status"].endswith("not judged (smoke run)"), row  # --quick judges no goal (issue 40)
     for row in handshakes:
         finite_positive(row, "ms/connection")
         finite_positive(row, "connections/s")

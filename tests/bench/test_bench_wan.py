@@ -2,7 +2,7 @@
 brokers, a ``headwater lab link serve`` process and a mirror per delay).
 
 Scenario 9 is left out of the ``--quick`` default, so this is what keeps it working. Asserted: it ran,
-every row has a number, the ratio to the 0 ms row is there and the goal row says met or missed.
+every row has a number, the ratio to the 0 ms row is there and the goal row says it judges nothing (a --quick run is a smoke run).
 Timings are not test material on a shared machine; the figures are in docs/performance.md.
 """
 
@@ -24,5 +24,5 @@ def test_bench_wan_scenario_mirrors_through_the_link_at_each_delay(tmp_path: Pat
         assert not row["unavailable"], row
         rate = row["figures"]["records/s"]["median"]
         assert isinstance(rate, int | float) and math.isfinite(rate) and rate > 0, row
-    assert rows[1]["ratio"] and ("met" in rows[1]["goal_status"] or "missed" in rows[1]["goal_status"]), rows[1]
+    assert rows[1]["ratio"] and rows[1]["goal_status"].endswith("not judged (smoke run)"), rows[1]  # --quick
     assert not [r for r in report["rows"] if r["scenario"] != "9"]  # --only 9 ran nothing else

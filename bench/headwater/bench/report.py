@@ -84,6 +84,7 @@ class Row:
     note: str = ""
     unavailable: str = ""  # why there are no figures
     extra: dict[str, Any] = field(default_factory=dict)
+    smoke: bool = False  # a --quick run: its counts are too small to judge a goal (issue 40)
 
     def figure(self, key: str, unit: str | None = None) -> Figure:
         """The figure named ``key`` (created empty, in ``unit``, default: the key itself)."""
@@ -118,6 +119,8 @@ class Row:
             return ""
         if self.unavailable:
             return f"{self.goal.text}: not measured"
+        if self.smoke:
+            return f"{self.goal.text}: not judged (smoke run)"
         value = self.ratio if self.goal.on == "ratio" else self.value
         if not math.isfinite(value):
             return f"{self.goal.text}: not measured"
@@ -280,6 +283,11 @@ class Report:
             f"{_loads(m.get('load_average_start'))}, at the end {_loads(m.get('load_average_end'))}: other work on "
             "the machine competes for the same cores.",
             "",
+            *(
+                ["**A smoke run** (`--quick`): its counts are too small to judge any goal, and it judges none.", ""]
+                if self.mode == "quick"
+                else []
+            ),
             "Figures are medians over the runs, [min-max]; MiB/s counts record values (as Kreps did).",
             "Ratios compare MiB/s with a baseline measured in the same run: W = loopback TCP appended to a",
             "file with one write per request of the same size, R = `sendfile` of a warm file to a loopback",

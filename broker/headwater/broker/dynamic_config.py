@@ -113,6 +113,9 @@ DYNAMIC_BROKER_CONFIGS: dict[str, DynamicConfig] = {
         DynamicConfig("log.cleaner.delete.retention.ms", _long(0), "86400000"),
         DynamicConfig("log.cleaner.min.compaction.lag.ms", _long(0), "0"),
         DynamicConfig("log.cleaner.backoff.ms", _long(0), "15000"),
+        # Kafka 2.3 updates it live with the other SASL listener configs (KIP-226); stored and
+        # described here, with no effect (Headwater has no Kerberos login to renew)
+        DynamicConfig("sasl.kerberos.min.time.before.relogin", _long(0), "60000"),
     )
 }
 

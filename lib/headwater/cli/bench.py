@@ -42,6 +42,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--profile", action="store_true", help="also profile the broker with py-spy")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument(
+        "--versus",
+        choices=["kafka"],
+        default=None,
+        help="run produce, consume, latency and resources on Apache Kafka (pinned jars, make java-deps) and on "
+        "Headwater alternately; writes versus.md/.json with Headwater / Kafka ratios",
+    )
+    p.add_argument("--records", type=int, default=None, help="--versus: records per produce row (default 1,500,000)")
     p.set_defaults(func=_run)
 
 
@@ -53,6 +61,8 @@ def _run(args: argparse.Namespace) -> int:
             f"headwater bench: the benchmark is not installed ({e}); pip install -e . from a checkout", file=sys.stderr
         )
         return 2
+    if args.versus:
+        return _versus(args)
     if args.only is None:
         only = QUICK if args.quick else ALL
     else:
@@ -84,6 +94,21 @@ def _run(args: argparse.Namespace) -> int:
     report, md, js = run(options)
     sys.stdout.write(report.markdown())
     print(f"\nwrote {md} and {js}", file=sys.stderr)
+    return 0
+
+
+def _versus(args: argparse.Namespace) -> int:
+    from headwater.bench import versus
+    from headwater.testing import java
+
+    reason = java.unavailable()
+    if reason is not None:
+        print(f"headwater bench --versus kafka: {reason}", file=sys.stderr)
+        return 2
+    plan = versus.Plan.make(args.quick, args.runs, args.records)
+    md = versus.run(plan, args.out, args.workdir, None if not args.quiet else (lambda m: None))
+    sys.stdout.write(md.read_text())
+    print(f"\nwrote {md}", file=sys.stderr)
     return 0
 
 

@@ -42,7 +42,6 @@ The methods here block (kazoo); the mirror calls them from a worker thread. Watc
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import socket
@@ -56,6 +55,20 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from headwater.zk.client import kazoo_client
+from headwater.zk.consumers import ConsumerRegistration, decode_offset, decode_owner, encode_offset, encode_owner
+from headwater.zk.json import ZnodeFormatError
+from headwater.zk.paths import (
+    BROKER_TOPICS,
+    DELETE_TOPICS,
+    consumer_ids_path,
+    consumer_offset_path,
+    consumer_offsets_path,
+    consumer_owner_path,
+    consumer_owners_path,
+    mirror_target_path,
+    topic_path,
+)
+from headwater.zk.topics import decode_assignment
 
 log = logging.getLogger("headwater.mirror.group")
 
@@ -112,6 +125,10 @@ class ZkGroup:
         self._lease_stop = threading.Event()
         self._lease_thread: threading.Thread | None = None
 
+    @property
+    def _member_path(self) -> str:
+        return f"{consumer_ids_path(self.group)}/{self.consumer_id}"
+
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self, on_change: Callable[[], None], timeout: float = 15.0) -> None:
@@ -119,9 +136,9 @@ class ZkGroup:
         self.zk.add_listener(self._state)
         self.zk.start(timeout=timeout)
         self.register()
-        ChildrenWatch(self.zk, f"/consumers/{self.group}/ids", self._children_changed)
-        self.zk.ensure_path("/brokers/topics")
-        ChildrenWatch(self.zk, "/brokers/topics", self._children_changed)
+        ChildrenWatch(self.zk, consumer_ids_path(self.group), self._children_changed)
+        self.zk.ensure_path(BROKER_TOPICS)
+        ChildrenWatch(self.zk, BROKER_TOPICS, self._children_changed)
         self._lease_thread = threading.Thread(target=self._renew_lease, name=f"lease-{self.group}", daemon=True)
         self._lease_thread.start()
 
@@ -133,24 +150,22 @@ class ZkGroup:
         while not self._lease_stop.is_set():
             sent = time.monotonic()
             try:
-                if self.zk.exists(f"/consumers/{self.group}/ids/{self.consumer_id}") is not None:
+                if self.zk.exists(self._member_path) is not None:
                     self.last_contact = sent
             except Exception:  # no contact: the lease runs out
                 pass
             self._lease_stop.wait(1.0)
 
     def register(self) -> None:
-        for sub in ("ids", "owners", "offsets"):
-            self.zk.ensure_path(f"/consumers/{self.group}/{sub}")
-        data = {
-            "version": 1,
-            "subscription": dict.fromkeys(self.subscription, 1),
-            "pattern": "white_list",
-            "timestamp": str(int(time.time() * 1000)),
-        }
-        path = f"/consumers/{self.group}/ids/{self.consumer_id}"
+        for path in (
+            consumer_ids_path(self.group),
+            consumer_owners_path(self.group),
+            consumer_offsets_path(self.group),
+        ):
+            self.zk.ensure_path(path)
+        registration = ConsumerRegistration(dict.fromkeys(self.subscription, 1), "white_list", int(time.time() * 1000))
         try:
-            self.zk.create(path, json.dumps(data).encode(), ephemeral=True)
+            self.zk.create(self._member_path, registration.encode(), ephemeral=True)
         except NodeExistsError:
             pass
         self.session_lost = False
@@ -162,7 +177,7 @@ class ZkGroup:
             self._lease_thread.join(15)
         if self.zk.connected:  # without a connection kazoo would wait for one
             try:
-                self.zk.delete(f"/consumers/{self.group}/ids/{self.consumer_id}")
+                self.zk.delete(self._member_path)
             except Exception:
                 pass
         try:
@@ -194,46 +209,45 @@ class ZkGroup:
 
     def members(self) -> list[str]:
         try:
-            return sorted(self.zk.get_children(f"/consumers/{self.group}/ids"))
+            return sorted(self.zk.get_children(consumer_ids_path(self.group)))
         except NoNodeError:
             return []
 
     def topics(self) -> list[str]:
         try:
-            return sorted(self.zk.get_children("/brokers/topics"))
+            return sorted(self.zk.get_children(BROKER_TOPICS))
         except NoNodeError:
             return []
 
     def partitions(self, topic: str) -> list[int]:
         try:
-            data = json.loads(self.zk.get(f"/brokers/topics/{topic}")[0] or b"{}")
-        except (NoNodeError, ValueError):
+            return sorted(decode_assignment(topic, self.zk.get(topic_path(topic))[0]).partitions)
+        except (NoNodeError, ZnodeFormatError):
             return []
-        return sorted(int(p) for p in (data.get("partitions") or {}))
 
     def deleting(self) -> set[str]:
         try:
-            return set(self.zk.get_children("/admin/delete_topics"))
+            return set(self.zk.get_children(DELETE_TOPICS))
         except NoNodeError:
             return set()
 
     # -- ownership and offsets -------------------------------------------------------------------
 
     def _owner_path(self, tp: TopicPartition) -> str:
-        return f"/consumers/{self.group}/owners/{tp[0]}/{tp[1]}"
+        return consumer_owner_path(self.group, *tp)
 
     def _offset_path(self, tp: TopicPartition) -> str:
-        return f"/consumers/{self.group}/offsets/{tp[0]}/{tp[1]}"
+        return consumer_offset_path(self.group, *tp)
 
     def claim(self, tp: TopicPartition) -> bool:
         """Take the owner node; False while another member still holds it."""
         path = self._owner_path(tp)
         try:
-            self.zk.create(path, self.consumer_id.encode(), ephemeral=True, makepath=True)
+            self.zk.create(path, encode_owner(self.consumer_id), ephemeral=True, makepath=True)
             return True
         except NodeExistsError:
             try:
-                return bool(self.zk.get(path)[0].decode() == self.consumer_id)
+                return bool(decode_owner(self.zk.get(path)[0]) == self.consumer_id)
             except NoNodeError:
                 return False
 
@@ -247,7 +261,7 @@ class ZkGroup:
                 raw, stat = self.zk.get(path)
             except NoNodeError:
                 try:
-                    self.zk.create(path, b"-1", makepath=True)
+                    self.zk.create(path, encode_offset(-1), makepath=True)
                 except NodeExistsError:
                     pass
                 continue
@@ -257,8 +271,8 @@ class ZkGroup:
                 continue  # the previous owner committed in between: read again
             self._versions[tp] = stat.version
             try:
-                value = int(raw.decode().strip())
-            except ValueError:
+                value = decode_offset(path, raw)
+            except ZnodeFormatError:
                 log.warning("ignoring unreadable committed offset %r of %s-%d", raw, *tp)
                 return None
             return value if value >= 0 else None
@@ -267,37 +281,39 @@ class ZkGroup:
         self._versions.pop(tp, None)
         path = self._owner_path(tp)
         try:
-            if self.zk.get(path)[0].decode() == self.consumer_id:
+            if decode_owner(self.zk.get(path)[0]) == self.consumer_id:
                 self.zk.delete(path)
         except NoNodeError:
             pass
 
     def read_offset(self, tp: TopicPartition) -> int | None:
+        path = self._offset_path(tp)
         try:
-            raw = self.zk.get(self._offset_path(tp))[0]
+            raw = self.zk.get(path)[0]
         except NoNodeError:
             return None
         try:
-            return int(raw.decode().strip())
-        except ValueError:
+            return decode_offset(path, raw)
+        except ZnodeFormatError:
             log.warning("ignoring unreadable committed offset %r of %s-%d", raw, *tp)
             return None
 
     def _target_path(self, tp: TopicPartition) -> str:
-        return f"/consumers/{self.group}/mirror-target/{tp[0]}/{tp[1]}"
+        return mirror_target_path(self.group, *tp)
 
     def has_target_offsets(self, topic: str) -> bool:
         """Whether the fast path (partition for partition) ever committed for this topic."""
         try:
-            return bool(self.zk.get_children(f"/consumers/{self.group}/mirror-target/{topic}"))
+            return bool(self.zk.get_children(mirror_target_path(self.group, topic)))
         except NoNodeError:
             return False
 
     def read_target_offset(self, tp: TopicPartition) -> int | None:
         """The target offset committed with the source offset (None: not known)."""
         try:
-            return int(self.zk.get(self._target_path(tp))[0].decode().strip())
-        except (NoNodeError, ValueError):
+            path = self._target_path(tp)
+            return decode_offset(path, self.zk.get(path)[0])
+        except (NoNodeError, ZnodeFormatError):
             return None
 
     def commit_offset(self, tp: TopicPartition, offset: int, target_offset: int | None = None) -> None:
@@ -310,13 +326,13 @@ class ZkGroup:
             raise FencedError(f"{tp[0]}-{tp[1]} is not claimed by this member")
         if target_offset is not None and self.zk.exists(self._target_path(tp)) is None:
             try:
-                self.zk.create(self._target_path(tp), b"-1", makepath=True)
+                self.zk.create(self._target_path(tp), encode_offset(-1), makepath=True)
             except NodeExistsError:
                 pass
         t = self.zk.transaction()
-        t.set_data(self._offset_path(tp), str(offset).encode(), version=version)
+        t.set_data(self._offset_path(tp), encode_offset(offset), version=version)
         if target_offset is not None:
-            t.set_data(self._target_path(tp), str(target_offset).encode())
+            t.set_data(self._target_path(tp), encode_offset(target_offset))
         results = t.commit()
         if any(isinstance(r, BadVersionError) for r in results):
             self._versions.pop(tp, None)

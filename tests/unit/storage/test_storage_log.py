@@ -245,7 +245,9 @@ def test_legacy_offsets_before(tmp_path: Path) -> None:
     assert log.legacy_offsets_before(last_mod[0] - 1, 10) == []
 
 
-def test_retention_by_time_never_deletes_the_active_segment(tmp_path: Path) -> None:
+def test_retention_by_time_rolls_and_deletes_the_active_segment_once_every_record_is_past(tmp_path: Path) -> None:
+    """As Kafka 2.3: when every segment, the active one included, is past retention.ms and below the
+    high watermark, the log rolls and the old active segment goes too (issue 40: how operators purge)."""
     clock = ManualClock()
     log = open_log(tmp_path, LogConfig(segment_bytes=1000, retention_ms=10_000), clock=clock)
     for i in range(10):
@@ -259,12 +261,19 @@ def test_retention_by_time_never_deletes_the_active_segment(tmp_path: Path) -> N
     assert log.delete_retention_segments() == 2
     assert log.log_start_offset == log.segments[0].base_offset > 0
     clock.advance(10**9)
-    assert log.delete_retention_segments() == n - 3
+    # the active segment holds records above the high watermark: it stays
+    assert log.delete_retention_segments(high_watermark=19) == n - 3
     assert len(log.segments) == 1 and log.active_segment.size > 0
     assert log.log_start_offset == log.active_segment.base_offset
-    assert segment_files(log.dir) == [f"{log.log_start_offset:020d}.log"]
-    assert segment_files(log.dir, ".index") == [f"{log.log_start_offset:020d}.index"]
     assert read_all(log)[-1].offset == 19
+    # every record committed: rolled, and the old active segment deleted
+    assert log.delete_retention_segments(high_watermark=20) == 1
+    assert len(log.segments) == 1 and log.active_segment.size == 0
+    assert log.log_start_offset == log.active_segment.base_offset == 20
+    assert segment_files(log.dir) == [f"{20:020d}.log"]
+    assert read_all(log) == []
+    log.append(batch(1, ts=clock.time_ms()), 0)  # the log goes on from 20
+    assert read_all(log)[-1].offset == 20
 
 
 def test_retention_by_size(tmp_path: Path) -> None:

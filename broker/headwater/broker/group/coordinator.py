@@ -46,6 +46,7 @@ from headwater.broker.group.formats import OFFSETS_TOPIC, GroupKey, OffsetKey
 from headwater.broker.group.group import CommittedOffset, Group, GroupState, Member
 from headwater.broker.replication_wait import ReplicationWait, wait_for_replication
 from headwater.protocol.errors import DecodeError, ErrorCode, KafkaError
+from headwater.protocol.primitives import Reader
 from headwater.protocol.records.control import decode_marker
 from headwater.protocol.records.record import RecordInput, encode_batch, iter_batches
 from headwater.protocol.schema import Message
@@ -380,12 +381,15 @@ class GroupCoordinator:
         the old id is fenced (FENCED_INSTANCE_ID) -- and, in a Stable group with unchanged
         subscription, gets its previous assignment back with no rebalance of the others (as Kafka
         2.3's coordinator does; the leader gets every member's metadata, and its SyncGroup in the
-        Stable group answers the stored assignment). Otherwise the group rebalances as for a join."""
+        Stable group answers the stored assignment). "Unchanged" for the consumer protocol means the
+        same protocols subscribed to the same topics: a restarted 2.4+ Java consumer's metadata also
+        carries its owned partitions and generation (KIP-429), which differ after any restart.
+        Otherwise the group rebalances as for a join."""
         old, m = g.replace_static(instance, joining.member_id)
         fenced = _error(ErrorCode.FENCED_INSTANCE_ID, old.member_id)
         old.answer_join(fenced)
         old.answer_sync({"error_code": ErrorCode.FENCED_INSTANCE_ID, "assignment": b""})
-        same = m.protocols == joining.protocols
+        same = _same_subscription(g.protocol_type, m.protocols, joining.protocols)
         m.protocols, m.client_id, m.client_host = joining.protocols, joining.client_id, joining.client_host
         m.session_timeout_ms, m.rebalance_timeout_ms = joining.session_timeout_ms, joining.rebalance_timeout_ms
         m.last_heartbeat = joining.last_heartbeat
@@ -777,3 +781,23 @@ class GroupCoordinator:
                 self._spawn_write(g.partition, records)
             expired_total += len(expired)
         return expired_total
+
+
+def _same_subscription(protocol_type: str | None, old: list[tuple[str, bytes]], new: list[tuple[str, bytes]]) -> bool:
+    """Do two members' protocols ask for the same thing? Byte-equal metadata; for the consumer
+    protocol (Subscription: version int16, topics [string], then user data and, from version 1,
+    owned partitions and generation) the same protocol names with the same topics."""
+    if old == new:
+        return True
+    if protocol_type != "consumer" or [n for n, _ in old] != [n for n, _ in new]:
+        return False
+    try:
+        return all(_subscribed_topics(a) == _subscribed_topics(b) for (_, a), (_, b) in zip(old, new, strict=True))
+    except DecodeError:
+        return False
+
+
+def _subscribed_topics(metadata: bytes) -> list[str]:
+    r = Reader(metadata)
+    r.int16()
+    return sorted(r.string() for _ in range(r.array_length()))

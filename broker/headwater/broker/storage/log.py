@@ -1215,8 +1215,9 @@ class Log:
 
         A segment goes when its largest record timestamp (its last-modified time without any) is
         older than retention.ms, or while the log stays at or above retention.bytes without it.
-        Oldest first, never the active segment, and (given ``high_watermark``) never one holding
-        offsets above it. The log start offset moves to the next segment's base offset, and the
+        Oldest first, and (given ``high_watermark``) never one holding offsets above it. The active
+        segment goes by retention.ms only when every record of the log is past it and below the high
+        watermark: the log rolls first, as Kafka 2.3 does (the way operators purge a topic). The log start offset moves to the next segment's base offset, and the
         leader epoch covering it now starts there (``truncate_from_start``).
         """
         if "delete" not in self._config.cleanup_policy:
@@ -1225,9 +1226,20 @@ class Log:
         deleted = 0
         if cfg.retention_ms >= 0:
             now = self._clock.time_ms()
-            deleted += self._delete_oldest(
-                lambda s: now - s.largest_timestamp > cfg.retention_ms, "retention.ms", high_watermark
-            )
+
+            def expired(s: Segment) -> bool:
+                return now - s.largest_timestamp > cfg.retention_ms
+
+            deleted += self._delete_oldest(expired, "retention.ms", high_watermark)
+            active = self._segments[-1]
+            if (
+                len(self._segments) == 1
+                and active.size
+                and expired(active)
+                and (high_watermark is None or high_watermark >= self._next_offset)
+            ):  # every record is past retention and committed: Kafka 2.3 rolls, then deletes the old one
+                self.roll("retention.ms")
+                deleted += self._delete_oldest(expired, "retention.ms", high_watermark)
         if cfg.retention_bytes >= 0:
             excess = self._size_bytes - cfg.retention_bytes
 

@@ -1,0 +1,165 @@
+"""The Java side of Kafka against Headwater: Java programs (``tests/java/src``) and Kafka's own tools,
+driven as processes whose stdout is the protocol (one JSON object per line for our programs).
+
+The pinned jars come from ``headwater.testing.java`` (``make java-deps``); without them (Maven Central
+unreachable) every test here skips with that one line as the reason. Each module shares one 3-broker
+cluster (``cluster``) to keep the run short.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import queue
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from headwater.testing import java
+from headwater.testing.zookeeper import ZooKeeperServer
+from tests.cluster.harness import Cluster
+
+SRC = Path(__file__).parent / "src"
+#: client version (as the tests name it) -> the classpath set of tests/java/pom.xml
+CLIENTS = {"2.3.1": "clients-legacy", "4.x": "clients-newest"}
+_chroots = itertools.count()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/java/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.java)
+
+
+@pytest.fixture(scope="session")
+def java_deps() -> None:
+    """The pinned jars, fetched now when `make java-deps` did not run; else the Java tests skip."""
+    if java.unavailable() is not None and not java.UNREACHABLE.exists():
+        java.fetch()
+    reason = java.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    request: pytest.FixtureRequest,
+    java_deps: None,
+    tmp_path_factory: pytest.TempPathFactory,
+    zookeeper: ZooKeeperServer,
+) -> Iterator[Cluster]:
+    """One 3-broker cluster per module; a module's ``CLUSTER_OVERRIDES`` (broker properties) apply."""
+    overrides = dict(getattr(request.module, "CLUSTER_OVERRIDES", {}))
+    chroot = f"/java{next(_chroots)}"
+    c = Cluster(tmp_path_factory.mktemp("java-cluster"), "127.0.0.1", zookeeper.port, chroot, 3, **overrides)
+    c.start()
+    yield c
+    c.close()
+
+
+class Driver:
+    """``tests/java/src/Driver.java`` compiled against one client version."""
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+        self.set = CLIENTS[version]
+        self.classes = java.compile_sources(sorted(SRC.glob("Driver.java")), self.set)
+
+    def command(self, *args: str) -> list[str]:
+        return java.java_command("Driver", list(args), self.set, extra=[self.classes])
+
+    def run(self, *args: str, timeout: float = 120) -> dict[str, Any]:
+        """Run one command; its last JSON line."""
+        proc = subprocess.run(self.command(*args), capture_output=True, text=True, timeout=timeout)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        assert proc.returncode == 0 and lines, f"Driver {args[:3]} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
+        return dict(json.loads(lines[-1]))
+
+    def admin(self, bootstrap: str, op: str, *args: str) -> dict[str, Any]:
+        return self.run("admin", bootstrap, op, *args)
+
+    def member(self, bootstrap: str, topic: str, group: str, *configs: str) -> Member:
+        return Member(self.command("member", bootstrap, topic, group, *configs))
+
+
+class Member:
+    """A long-running group member: its events (JSON lines) in a queue, commands on its stdin."""
+
+    def __init__(self, cmd: list[str]) -> None:
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+        )
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.history: list[dict[str, Any]] = []
+        self.stderr: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.put(json.loads(line))
+
+    def _read_err(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+
+    def wait(
+        self, pred: Callable[[dict[str, Any]], bool], timeout: float = 90, what: str = "an event"
+    ) -> dict[str, Any]:
+        """The first event from now on (or already queued) satisfying ``pred``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                event = self.events.get(timeout=0.2)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            self.history.append(event)
+            if pred(event):
+                return event
+        raise AssertionError(f"no {what} in {timeout}s (exit {self.proc.poll()}):\n{''.join(self.stderr)[-3000:]}")
+
+    def assignment(self, timeout: float = 90) -> list[int]:
+        return list(self.wait(lambda e: e["event"] == "assigned", timeout, "assignment")["partitions"])
+
+    def send(self, command: str, timeout: float = 60) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        word = command.split()[0]
+        if word == "position":
+            return self.wait(lambda e: e["event"] == "position", timeout, "position")
+        return self.wait(lambda e: e["event"] == "done" and e["command"] == word, timeout, f"ack of {command}")
+
+    def close(self) -> None:
+        """``exit`` on stdin and its end (a program that only waits for end of input exits too)."""
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write("exit\n")
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def kill9(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture(scope="session", params=sorted(CLIENTS))
+def driver(request: pytest.FixtureRequest, java_deps: None) -> Driver:
+    return Driver(request.param)
