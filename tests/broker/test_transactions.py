@@ -27,7 +27,6 @@ from tests.broker.test_idempotence import _produce
 from tests.broker.wire import Wire
 from tests.harness.broker import BrokerProcess
 
-T0 = 1_700_000_000_000
 FAST = {
     "transaction_state_log_num_partitions": 2,
     "transaction_abort_timed_out_transaction_cleanup_interval_ms": 200,
@@ -98,7 +97,7 @@ def end(w: Wire, txn_id: str, pid: int, epoch: int, commit: bool) -> int:
 
 def txn_batch(pid: int, epoch: int, seq: int, n: int, tag: str) -> bytes:
     return encode_batch(
-        [(None, f"{tag}{i}".encode(), T0, ()) for i in range(n)],
+        [(None, f"{tag}{i}".encode(), int(time.time() * 1000), ()) for i in range(n)],  # now: not retention's
         producer_id=pid,
         producer_epoch=epoch,
         base_sequence=seq,
