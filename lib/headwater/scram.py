@@ -27,13 +27,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import os
 import secrets
 from dataclasses import dataclass
-from typing import Any
 
+from headwater.zk import config as zkconfig
 from headwater.zk.config import sanitize
+from headwater.zk.json import ZnodeFormatError
+from headwater.zk.paths import CONFIG_CHANGES, CONFIG_USERS, config_entity_path
 
 MECHANISMS: dict[str, str] = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 #: Kafka refuses fewer (ScramMechanism.minIterations); so does our client, from a server (a
@@ -261,31 +262,29 @@ class ScramClient:
 
 # -- ZooKeeper: /config/users/<name> and the change notification ---------------------------------
 
-USERS_PATH = "/config/users"
-CHANGES_PATH = "/config/changes"
+USERS_PATH = CONFIG_USERS
+CHANGES_PATH = CONFIG_CHANGES
 
 
 def user_config_path(user: str) -> str:
     """``/config/users/<sanitized user>`` (``alice@X`` is ``/config/users/alice%40X``)."""
-    return f"{USERS_PATH}/{sanitize(user)}"
+    return config_entity_path("users", sanitize(user))
 
 
 def user_config_json(config: dict[str, str]) -> bytes:
-    return json.dumps({"version": 1, "config": config}).encode()
+    return zkconfig.encode_entity_config(config)
 
 
 def credential_from_user_config(data: bytes | None, mechanism: str) -> ScramCredential | None:
     """The credential for ``mechanism`` in a ``/config/users/<name>`` node, or None."""
-    if not data:
-        return None
     try:
-        doc: Any = json.loads(data)
-    except ValueError:
+        text = zkconfig.decode_entity_config(USERS_PATH, data).get(mechanism)
+    except ZnodeFormatError:
         return None
-    text = (doc.get("config") or {}).get(mechanism) if isinstance(doc, dict) else None
-    return ScramCredential.from_kafka(text) if isinstance(text, str) else None
+    return ScramCredential.from_kafka(text) if text is not None else None
 
 
 def change_notification(entity_path: str) -> bytes:
     """A ``/config/changes/config_change_<seq>`` value (Kafka 2.3's version 2 form)."""
-    return json.dumps({"version": 2, "entity_path": entity_path}).encode()
+    entity_type, _, name = entity_path.partition("/")
+    return zkconfig.encode_change(entity_type, name)

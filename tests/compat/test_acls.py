@@ -410,3 +410,42 @@ def test_acls_from_file_adds_only_what_is_missing(
         path.write_text(json.dumps([bad]))
         assert cli_main(["acls", "--zookeeper", zk, "--add", "--from-file", str(path)]) != 0
         assert said in capsys.readouterr().err, bad
+
+
+def test_authorizer_properties_is_kafka_acls_spelling_of_zookeeper(
+    zookeeper: ZooKeeperServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37 item 7: ``--authorizer-properties zookeeper.connect=HOST:PORT`` (kafka-acls' own
+    spelling in Kafka 2.3 operators' scripts, with or without ``--authorizer``) writes and lists
+    exactly what ``--zookeeper`` does; a malformed or incomplete one is refused with its reason."""
+    zk = f"{zookeeper.connect}/acls-props-{int(time.time() * 1000)}"
+    binding = ["--allow-principal", "User:alice", "--operation", "Read", "--topic", "orders"]
+    spelled = [
+        "--authorizer",
+        "kafka.security.auth.SimpleAclAuthorizer",
+        "--authorizer-properties",
+        f"zookeeper.connect={zk}",
+    ]
+    assert cli_main(["acls", *spelled, "--add", *binding]) == 0
+    added = capsys.readouterr().out
+    assert "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)" in added
+    acls(zk, "--list", "--topic", "orders")
+    via_zookeeper = capsys.readouterr().out
+    assert cli_main(["acls", "--authorizer-properties", f"zookeeper.connect={zk}", "--list", "--topic", "orders"]) == 0
+    assert capsys.readouterr().out == via_zookeeper != ""
+    # removed through the same spelling; --zookeeper sees it gone
+    assert cli_main(["acls", *spelled, "--remove", *binding]) == 0
+    capsys.readouterr()
+    acls(zk, "--list", "--topic", "orders")
+    assert "User:alice" not in capsys.readouterr().out
+    for bad, reason in (
+        (["--authorizer-properties", "zookeeper.connect"], "key=value"),
+        (["--authorizer-properties", "zookeeper.session.timeout.ms=6000"], "zookeeper.connect"),
+        (
+            ["--authorizer", "com.example.MyAuthorizer", "--authorizer-properties", f"zookeeper.connect={zk}"],
+            "authorizer",
+        ),
+        (["--zookeeper", zk, "--authorizer-properties", f"zookeeper.connect={zk}"], "not both"),
+    ):
+        assert cli_main(["acls", *bad, "--list"]) != 0, bad
+        assert reason in capsys.readouterr().err, bad

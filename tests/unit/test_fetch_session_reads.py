@@ -23,6 +23,8 @@ from headwater.protocol.primitives import FileRegion
 FOLLOWER = 1
 LAG_MS = 10_000
 
+CTX: Any = SimpleNamespace(principal="User:ANONYMOUS", peer="127.0.0.1:1")  # the request context fetch reads
+
 
 @dataclass
 class FakeLog:
@@ -101,7 +103,7 @@ def _broker(n: int) -> Any:
         dict.__setitem__(replicas.partitions, part.key, part)
     quota = SimpleNamespace(is_throttled=lambda tp: False, is_quota_exceeded=lambda: False)
     metrics = SimpleNamespace(topic_out_child=lambda t: SimpleNamespace(inc=lambda n: None))
-    return SimpleNamespace(replicas=replicas, purgatory=purgatory, leader_quota=quota, metrics=metrics)
+    return SimpleNamespace(replicas=replicas, purgatory=purgatory, leader_quota=quota, metrics=metrics, authorizer=None)
 
 
 def _request(
@@ -169,12 +171,12 @@ def test_idle_partitions_are_not_looked_at_and_every_event_brings_them_back() ->
 
         async def incremental(listed: dict[int, int] | None = None, wait_ms: int = 0, **kw: Any) -> dict[str, Any]:
             nonlocal epoch
-            resp = await fetch.handle(broker, None, _request(sid, epoch, listed or {}, wait_ms=wait_ms, **kw))
+            resp = await fetch.handle(broker, CTX, _request(sid, epoch, listed or {}, wait_ms=wait_ms, **kw))
             epoch += 1
             _assert_invariant(broker, session)
             return resp
 
-        resp = await fetch.handle(broker, None, _request(0, 0, dict.fromkeys(range(4), 10)))  # full: opens it
+        resp = await fetch.handle(broker, CTX, _request(0, 0, dict.fromkeys(range(4), 10)))  # full: opens it
         sid = resp["session_id"]
         session = replicas.fetch_sessions.sessions[sid]
         assert _answered(resp) == dict.fromkeys(range(4), (10, 0, 0))  # the follower's fetch moved the HWs
@@ -224,7 +226,7 @@ def test_idle_partitions_are_not_looked_at_and_every_event_brings_them_back() ->
 
         # another fetch of the same follower (sessionless) replaces the state the session relied on
         sessionless = _request(0, -1, {0: 10})
-        await fetch.handle(broker, None, sessionless)
+        await fetch.handle(broker, CTX, sessionless)
         assert ("t", 0) in session.dirty
         parts.looked.clear()
         assert _answered(await incremental()) == {}

@@ -31,6 +31,7 @@ SCENARIOS = {
     "9": "Mirror across a WAN link (0, 20, 40, 80 ms one way; headwater lab link)",
     "10": "Audit counting (records/s counted by one audit process, per-batch path)",
     "11": "Security: TLS and SASL vs PLAINTEXT (throughput, connection set-up)",
+    "12": "Client quotas on vs off (broker CPU per request)",
     "scale": "Scale: 1,000 / 5,000 / 10,000 partitions on 3 brokers, RF 3 (failover, restart, idle cost, metadata)",
     "zk-outage": "ZooKeeper outage (7 min) under 3 brokers, a ZooKeeper consumer group and the mirror: time to heal",
     "preauth": "Clients that never log in: idle and 100 MiB-announcing connections vs a SCRAM client",

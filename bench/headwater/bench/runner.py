@@ -28,6 +28,7 @@ from headwater.bench.scenarios import (
     mirror,
     preauth,
     produce,
+    quotas,
     replicated,
     scale,
     security,
@@ -41,10 +42,10 @@ ALL = tuple(SCENARIOS)
 #: ``--quick`` without ``--only``: scenario 8 is left out (the Spark loader's JVM and session
 #: start-up alone take ~30 s, the scenario ~60 s on this machine; CI runs ``--quick``), and so is 9
 #: (two more clusters, a link process and one mirror per delay), 11 (a broker of its own with four
-#: listeners), ``preauth`` (a broker of its own per run, 1,100 attacking connections), ``scale``
+#: listeners), 12 (quotas on vs off: a ratio of CPU figures wants full-size runs), ``preauth`` (a broker of its own per run, 1,100 attacking connections), ``scale``
 #: (thousands of partitions, minutes) and ``zk-outage`` (a 7-minute ZooKeeper outage); tests/bench
 #: runs each on its own
-QUICK = tuple(s for s in ALL if s not in ("8", "9", "11", "scale", "zk-outage", "preauth"))
+QUICK = tuple(s for s in ALL if s not in ("8", "9", "11", "12", "scale", "zk-outage", "preauth"))
 
 
 @dataclass
@@ -119,6 +120,8 @@ def run(options: Options) -> tuple[Report, Path, Path]:
                 audit.run(bench)
             if "11" in only:
                 security.run(bench)
+            if "12" in only:
+                quotas.run(bench)
             if "scale" in only:
                 scale.run(bench)
             if "zk-outage" in only:

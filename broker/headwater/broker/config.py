@@ -115,6 +115,8 @@ class BrokerConfig:
     replica_fetch_response_max_bytes: int = 10485760
     replication_quota_window_num: int = 11  # replication throttles' rate samples (KIP-73)
     replication_quota_window_size_seconds: int = 1
+    quota_window_num: int = 11  # client quotas' rate samples (KIP-13, broker/quotas.py)
+    quota_window_size_seconds: int = 1
     unclean_leader_election_enable: bool = False
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
@@ -205,6 +207,8 @@ _BROKER_PROPS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "replica.fetch.response.max.bytes": ("replica_fetch_response_max_bytes", _int),
     "replication.quota.window.num": ("replication_quota_window_num", _int),
     "replication.quota.window.size.seconds": ("replication_quota_window_size_seconds", _int),
+    "quota.window.num": ("quota_window_num", _int),
+    "quota.window.size.seconds": ("quota_window_size_seconds", _int),
     "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", _bool),
     "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds", _int),
     "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool),
@@ -304,6 +308,11 @@ _HANDLED_ELSEWHERE = {
 _SHOWN = frozenset(_BROKER_PROPS) | _HANDLED_ELSEWHERE | BROKER_DEFAULT_PROPERTIES
 
 
+#: security-prefixed names that are dynamic broker configs of a non-secret type (a LONG), shown as
+#: Kafka shows them although the broker does nothing with them (no GSSAPI login here)
+_SHOWN_SECURITY = frozenset({"sasl.kerberos.min.time.before.relogin"})
+
+
 def is_sensitive(name: str) -> bool:
     """Whether a broker config's value must never be shown (DescribeConfigs, logs), as Kafka 2.3's
     ``AdminManager.createBrokerConfigEntry``: password-type configs and any config whose type is
@@ -311,6 +320,8 @@ def is_sensitive(name: str) -> bool:
     lowered = name.lower()
     if any(word in lowered for word in ("password", "secret", "jaas")):
         return True
+    if name in _SHOWN_SECURITY:
+        return False
     if is_security_property(name):
         return is_secret_property(name)
     return name not in _SHOWN

@@ -12,7 +12,9 @@ User names are stored ``Sanitizer``-encoded (``alice@X`` is ``alice%40X``: headw
 At start the cache reads every ``/config/users/*`` node, then watches ``/config/changes``: each
 notification with a higher sequence number than the last one processed names an entity; for
 ``users/<name>`` the user's node is read again (absent: the user is gone). Notifications for other
-entity types (topics, brokers, clients, ``users/<name>/clients/<id>`` quotas) are skipped here.
+entity types (topics, brokers, clients, ``users/<name>/clients/<id>`` quotas) are skipped here;
+every notification is also handed to ``listeners`` (the client quotas, broker/quotas.py), so the
+broker has one watch on ``/config/changes``.
 As Kafka's ZkNodeChangeNotificationListener does, notifications older than 15 minutes are deleted
 (any broker may delete them; every broker has long processed them by then).
 
@@ -26,7 +28,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kazoo.exceptions import NoNodeError
@@ -97,6 +99,8 @@ class CredentialCache:
         self._created: dict[str, int] = {}  # notification -> its ctime (ms), until purged
         self._children: list[str] | None = None  # the latest children not yet processed
         self._worker: asyncio.Task[None] | None = None
+        #: called with every new notification's data, in order (client quotas re-read their entity)
+        self.listeners: list[Callable[[bytes | None], Awaitable[None]]] = []
 
     def get(self, user: str, mechanism: str) -> ScramCredential | None:
         return self._users.get(user, {}).get(mechanism)
@@ -140,6 +144,8 @@ class CredentialCache:
             user = changed_user(data)
             if user is not None:
                 await self._reload(user)
+            for listener in self.listeners:
+                await listener(data)
             self._last_change = seq
         await self._purge()
 

@@ -10,6 +10,10 @@ than the one last sent. Idle followers then cost one tiny request and response p
 
 - Unknown session id: FETCH_SESSION_ID_NOT_FOUND; wrong epoch: INVALID_FETCH_SESSION_EPOCH. The
   follower answers either with a full request (epoch 0), which replaces its old session.
+- A session belongs to the principal (and replica id) that opened it: another principal naming its
+  id gets FETCH_SESSION_ID_NOT_FOUND, and its epoch -1 / 0 closes nothing (Kafka 2.3 does not bind
+  sessions; its protection is the per-request Read check, which the fetch handler also makes). Ids
+  come from ``secrets`` (not a seeded generator), so they cannot be predicted from earlier ones.
 - Epoch -1 with a session id closes that session (the request is then sessionless); epoch 0 with a
   session id closes it and opens a new one.
 - At most ``max.incremental.fetch.session.cache.slots`` sessions (Kafka's default 1000, 0: none). When
@@ -48,7 +52,7 @@ than the one last sent. Idle followers then cost one tiny request and response p
 from __future__ import annotations
 
 import asyncio
-import random
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -94,6 +98,8 @@ def _settle(fut: asyncio.Future[bool], notified: bool) -> None:
 class FetchSession:
     id: int
     replica_id: int
+    #: the KafkaPrincipal that opened it: only it may use or close the session
+    principal: str = ""
     #: the epoch the next request must carry
     epoch: int = 1
     partitions: dict[TP, CachedPartition] = field(default_factory=dict)
@@ -108,6 +114,14 @@ class FetchSession:
     #: the partitions a read must look at (insertion order; see the module docstring)
     dirty: dict[TP, CachedPartition] = field(default_factory=dict)
     _waiters: set[asyncio.Future[bool]] = field(default_factory=set)
+    #: Read on each topic of the session as last decided, valid while ``readable_key`` (the
+    #: authorizer's ACL generation and the client's host) is unchanged: an incremental fetch then
+    #: re-checks every partition of the session at a dict lookup each, and a changed ACL (or host)
+    #: makes it ask the authorizer again
+    readable: dict[str, bool] = field(default_factory=dict)
+    #: how many of its partitions each topic has (what the per-request Read check walks)
+    topics: dict[str, int] = field(default_factory=dict)
+    readable_key: tuple[int, str] | None = None
 
     @property
     def privileged(self) -> bool:
@@ -125,6 +139,7 @@ class FetchSession:
                 p["partition_max_bytes"],
                 p["current_leader_epoch"],
             )
+            self.topics[topic] = self.topics.get(topic, 0) + 1
             if self.registry is not None and not self.closed:
                 self.registry.listen(key, e)
         else:
@@ -138,6 +153,11 @@ class FetchSession:
         for k in keys:
             e = self.partitions.pop(k, None)
             if e is not None:
+                left = self.topics[k[0]] - 1
+                if left:
+                    self.topics[k[0]] = left
+                else:
+                    del self.topics[k[0]]
                 self._drop(e)
 
     def _drop(self, e: CachedPartition) -> None:
@@ -226,12 +246,13 @@ class FetchSessionCache:
     def __len__(self) -> int:
         return len(self.sessions)
 
-    def get(self, session_id: int, epoch: int, replica_id: int) -> FetchSession:
+    def get(self, session_id: int, epoch: int, replica_id: int, principal: str = "") -> FetchSession:
         """The session for an incremental request; raises KafkaError FETCH_SESSION_ID_NOT_FOUND
-        (also for a session another replica id opened: its reads keep that follower in the ISR) or
-        INVALID_FETCH_SESSION_EPOCH. The caller bumps the epoch once the request is accepted."""
+        (also for a session another replica id opened: its reads keep that follower in the ISR; and
+        for one another principal opened) or INVALID_FETCH_SESSION_EPOCH (only to its owner). The
+        caller bumps the epoch once the request is accepted."""
         s = self.sessions.get(session_id)
-        if s is None or s.replica_id != replica_id:
+        if s is None or s.replica_id != replica_id or s.principal != principal:
             raise KafkaError(ErrorCode.FETCH_SESSION_ID_NOT_FOUND, f"fetch session {session_id} not found")
         if epoch != s.epoch:
             raise KafkaError(
@@ -240,23 +261,31 @@ class FetchSessionCache:
             )
         return s
 
-    def remove(self, session_id: int) -> None:
-        s = self.sessions.pop(session_id, None)
-        if s is not None:
+    def remove(self, session_id: int, principal: str | None = None) -> None:
+        """Close a session (eviction: any; a request's epoch -1 / 0: only its owner's)."""
+        s = self.sessions.get(session_id)
+        if s is not None and (principal is None or s.principal == principal):
+            del self.sessions[session_id]
             s.close()
 
-    def create(self, replica_id: int, size: int, now_ms: int) -> FetchSession | None:
+    def create(self, replica_id: int, size: int, now_ms: int, principal: str = "") -> FetchSession | None:
         """A new session for a full request of ``size`` partitions, or None when no slot is free
         and none may be taken (then the request is answered sessionless)."""
         if self.max_slots == 0:
             return None
         if len(self.sessions) >= self.max_slots and not self._evict_for(replica_id >= 0, size, now_ms):
             return None
-        sid = random.randint(1, INT32_MAX)
+        sid = secrets.randbelow(INT32_MAX) + 1
         while sid in self.sessions:
-            sid = random.randint(1, INT32_MAX)
+            sid = secrets.randbelow(INT32_MAX) + 1
         s = FetchSession(
-            sid, replica_id, last_used_ms=now_ms, fetch_ms=now_ms, prev_fetch_ms=now_ms, registry=self.registry
+            sid,
+            replica_id,
+            principal,
+            last_used_ms=now_ms,
+            fetch_ms=now_ms,
+            prev_fetch_ms=now_ms,
+            registry=self.registry,
         )
         self.sessions[sid] = s
         return s

@@ -6,9 +6,13 @@ endpoint starts when ``prometheus.port`` is set (0 = an ephemeral port, unset = 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+if TYPE_CHECKING:
+    from headwater.broker.quotas import Sensor
 
 
 class BrokerMetrics:
@@ -133,6 +137,29 @@ class BrokerMetrics:
             ["mechanism", "result"],
             registry=r,
         )
+        # Client quotas (broker/quotas.py), per quota entity as Kafka's kafka.server:type=Produce|Fetch|Request
+        # with tags user and client-id ("" at a level that does not name one): the measured rate (bytes/s;
+        # Request: percent of one thread) and the average throttle time (ms) over the quota window.
+        self.quota_rate: dict[str, Gauge] = {}
+        self.quota_throttle_time: dict[str, Gauge] = {}
+        for quota_type, rate_name, what in (
+            ("Produce", "byte_rate", "Bytes/s produced"),
+            ("Fetch", "byte_rate", "Bytes/s fetched by consumers"),
+            ("Request", "request_time", "Percent of a request thread's time used"),
+        ):
+            prefix = f"kafka_server_{quota_type.lower()}"
+            self.quota_rate[quota_type] = Gauge(
+                f"{prefix}_{rate_name}",
+                f"{what} by a quota entity, over quota.window.num x quota.window.size.seconds",
+                ["user", "client_id"],
+                registry=r,
+            )
+            self.quota_throttle_time[quota_type] = Gauge(
+                f"{prefix}_throttle_time",
+                f"Average {quota_type} throttle time (ms) of a quota entity's throttled responses, over the quota window",
+                ["user", "client_id"],
+                registry=r,
+            )
         #: the per-partition gauges' values as last set: only changes are written again
         self._partition_values: dict[tuple[str, int], tuple[int, bool]] = {}
         self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
@@ -154,6 +181,14 @@ class BrokerMetrics:
         if child is None:
             child = self._topic_out_children[topic] = self.bytes_out.labels(topic)
         return child
+
+    def quota_sensor(self, quota_type: str, sensor: Sensor, clock: Callable[[], float]) -> None:
+        """Export a new quota sensor (its values are read when scraped, nothing per request)."""
+        labels = (sensor.user, sensor.client_id)
+        rate, throttle = self.quota_rate[quota_type], self.quota_throttle_time[quota_type]
+        rate.labels(*labels).set_function(lambda: sensor.rate.measure(clock()))
+        throttle.labels(*labels).set_function(lambda: sensor.throttle.measure(clock()))
+        sensor.gauges += [lambda: rate.remove(*labels), lambda: throttle.remove(*labels)]
 
     def count_authentication(self, mechanism: str, succeeded: bool) -> None:
         self.authentications.labels(mechanism, "success" if succeeded else "failure").inc()

@@ -70,6 +70,8 @@ class ClientConnection(Protocol):
     principal: str
     handler: RequestHandler
     closed: bool
+    #: set by the request path when a client quota throttles this connection (broker/quotas.py)
+    throttle_ms: int
 
     async def send(self, parts: list[bytes | FileRegion]) -> None: ...
 
@@ -127,6 +129,7 @@ class Connection:
             self.peer = "?"
         self.principal = ANONYMOUS
         self.closed = False
+        self.throttle_ms = 0
         self._out: list[bytes] = []  # queued response bytes, in order
         self._flush_scheduled = False
         self._drain: asyncio.Task[None] | None = None  # sends what the socket did not take at once
@@ -179,6 +182,9 @@ class Connection:
                         self.busy = False
                     if response is not None:
                         await self.send(response)
+                    if self.throttle_ms:
+                        self._flush()
+                        await muted(self)
                 self._flush()  # the answers to one read's requests leave together
                 self.last_active = time.monotonic()
         except (ConnectionError, OSError) as e:
@@ -307,6 +313,7 @@ class TlsConnection:
             der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
             self.principal = "User:" + certificate_principal(der)
         self.closed = False
+        self.throttle_ms = 0
 
     def authenticated(self, principal: str, handler: RequestHandler) -> None:
         self.principal = principal
@@ -345,6 +352,8 @@ class TlsConnection:
                     self.busy = False
                 if response is not None:
                     await self.send(response)
+                if self.throttle_ms:
+                    await muted(self)
                 self.last_active = time.monotonic()
         except (ConnectionError, OSError, asyncio.IncompleteReadError) as e:
             log.debug("connection from %s ended: %s", self.peer, e)
@@ -382,6 +391,13 @@ class TlsConnection:
         if not self.closed:
             self.closed = True
             self.writer.close()
+
+
+async def muted(conn: Connection | TlsConnection) -> None:
+    """A client quota throttled the connection: its response has left; nothing more is read or
+    handled on it for ``throttle_ms`` (Kafka 2.3 mutes the channel, KIP-219)."""
+    delay, conn.throttle_ms = conn.throttle_ms, 0
+    await asyncio.sleep(delay / 1000.0)
 
 
 def _log_too_large(peer: str, listener: Listener, size: int, limit: int, max_request_bytes: int) -> None:

@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Kafka's internal topics (Topic.isInternal): their records are never deleted on request
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
 TP = tuple[str, int]
 ISR_CHANGE_PREFIX = zkpaths.ISR_CHANGE_PREFIX
 #: how long ISR changes are gathered into one /isr_change_notification znode
@@ -407,7 +410,10 @@ class ReplicaManager:
         watermark), checkpoint it before answering, and return the partition (its
         ``low_watermark()`` says when every in-sync follower followed). Raises KafkaError:
         NOT_LEADER_FOR_PARTITION / UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE above the high
-        watermark or below zero."""
+        watermark or below zero; INVALID_TOPIC_EXCEPTION for an internal topic (``__consumer_offsets``,
+        ``__transaction_state``), whoever asks, as Kafka 2.3's ReplicaManager."""
+        if topic in INTERNAL_TOPICS:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete records of internal topic {topic}")
         part, log_ = self.leader_partition(topic, partition, -1)
         target = part.high_watermark if offset == -1 else offset
         if target < 0 or target > part.high_watermark:

@@ -46,6 +46,7 @@ from headwater.broker.network import (
 )
 from headwater.broker.producer_ids import ProducerIdManager
 from headwater.broker.purgatory import Purgatory
+from headwater.broker.quotas import QUOTA_API_KEYS, ClientQuotas
 from headwater.broker.replica_manager import ReplicaManager
 from headwater.broker.replication_quota import ReplicationQuota
 from headwater.broker.request import RequestContext
@@ -99,6 +100,15 @@ class KafkaBroker:
         self.follower_quota = self._replication_quota("follower", FOLLOWER_THROTTLED_RATE)
         self.metrics.leader_replication_rate.set_function(self.leader_quota.rate)
         self.metrics.follower_replication_rate.set_function(self.follower_quota.rate)
+        #: client quotas (KIP-13/55/124): /config/users and /config/clients, applied live
+        self.quotas = ClientQuotas(
+            self.zk,
+            config.quota_window_num,
+            config.quota_window_size_seconds,
+            producer_default=_static_quota(config.raw.get("quota.producer.default")),
+            consumer_default=_static_quota(config.raw.get("quota.consumer.default")),
+            on_new_sensor=self.metrics.quota_sensor,
+        )
         #: ACLs (authorizer.class.name); None: every request is allowed and nothing is checked
         self.authorizer = (
             Authorizer(self.zk, config.super_users, config.allow_everyone_if_no_acl_found)
@@ -107,6 +117,8 @@ class KafkaBroker:
         )
         #: SCRAM credentials (Kafka's CredentialCache), refreshed by /config/changes notifications
         self.credentials = CredentialCache(self.zk)
+        # the one watch on /config/changes also tells the client quotas (users/..., clients/...)
+        self.credentials.listeners.append(self.quotas.configs.on_change_notification)
         first_handlers: dict[str, RequestHandler] = {}
         ssl_contexts = {}
         for name, sec in config.security.items():
@@ -163,8 +175,9 @@ class KafkaBroker:
         self.log_manager.on_dir_failure = self._on_log_dir_failure
         if self.authorizer is not None:
             await self.authorizer.start()
-        if any(sec.uses_sasl for sec in cfg.security.values()):
-            await self.credentials.start()  # before the listeners: the first login finds its user
+        # before the listeners: the first login finds its user; on every broker, as its watch on
+        # /config/changes also feeds the client quotas
+        await self.credentials.start()
         await self.server.start()
         if cfg.prometheus_port is not None:
             port = self.metrics.serve(cfg.prometheus_port, cfg.prometheus_host)
@@ -173,6 +186,7 @@ class KafkaBroker:
         self.cache.on_controller_change = self.controller.on_controller_change
         self.cache.start()
         self.dynamic_config.start()
+        await self.quotas.start()
         await self._register()
         self.zk.add_state_listener(self._on_zk_state)
         self.replicas.start()
@@ -470,6 +484,23 @@ class KafkaBroker:
         count, latency = self.metrics.request_children(api.name, header.api_version)
         count.inc()
         latency.observe(time.perf_counter() - started)
-        if response is None:
-            return None
-        return encode_response(header.correlation_id, api, header.api_version, response)
+        parts = None if response is None else encode_response(header.correlation_id, api, header.api_version, response)
+        if api.key in QUOTA_API_KEYS:  # client quotas: throttle_time_ms, and the connection mutes itself
+            parts = self.quotas.after_request(
+                conn,
+                header.client_id,
+                api.key,
+                body,
+                response,
+                len(frame),
+                parts,
+                lambda r: encode_response(header.correlation_id, api, header.api_version, r),
+            )
+        return parts
+
+
+def _static_quota(value: str | None) -> float | None:
+    """``quota.producer.default`` / ``quota.consumer.default`` (Kafka 2.3, deprecated): unset is unlimited."""
+    if value is None or int(value) >= 2**63 - 1:
+        return None
+    return float(value)

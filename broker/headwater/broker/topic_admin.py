@@ -26,6 +26,10 @@ from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.zk import paths as zkpaths
 
 MAX_NAME_LENGTH = 249
+#: CreatePartitions' and CreateTopics' bound on a topic's partition count (Headwater's; Kafka has none): assigning
+#: them runs on the event loop (~1.3 us a partition) and ``/brokers/topics/<t>`` must stay well
+#: under ZooKeeper's 1 MiB znode limit (10,000 partitions of 3 replicas are ~200 KB of JSON)
+MAX_PARTITIONS_PER_TOPIC = 10_000
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -149,8 +153,15 @@ async def create_topic(
 
     ``configs`` are checked over ``log_defaults`` (the broker's), so a topic whose overrides
     conflict with a broker default (min.compaction.lag.ms above log.cleaner.max.compaction.lag.ms)
-    is refused here rather than failing when its partitions are created."""
+    is refused here rather than failing when its partitions are created. More partitions than
+    :data:`MAX_PARTITIONS_PER_TOPIC` are INVALID_PARTITIONS before any work, as for add_partitions."""
     validate_topic_name(name)
+    if num_partitions > MAX_PARTITIONS_PER_TOPIC:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"Requested {num_partitions} partitions for topic '{name}': at most {MAX_PARTITIONS_PER_TOPIC} "
+            "partitions per topic are allowed.",
+        )
     if name in cache.topics:
         raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
     collision = _collides(name, cache)
@@ -229,7 +240,17 @@ async def add_partitions(
     ``assignment`` gives one broker list per new partition, and rewrites the znode with every
     partition, conditional on the version read. The controller's watch on that znode creates the
     new partitions' state and leaders. Returns the new partitions' assignment; raises KafkaError.
+
+    ``count`` above :data:`MAX_PARTITIONS_PER_TOPIC` is INVALID_PARTITIONS before anything is read
+    or assigned (validate_only too): Kafka has no bound, and a request for 2**31 - 1 partitions
+    would otherwise hold the event loop for most of an hour assigning them.
     """
+    if count > MAX_PARTITIONS_PER_TOPIC:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"Requested {count} partitions for topic '{name}': at most {MAX_PARTITIONS_PER_TOPIC} partitions "
+            "per topic are allowed.",
+        )
     got = await zk.get_json(zkpaths.topic_path(name))
     if got is None or not isinstance(got[0], dict) or not isinstance(got[0].get("partitions"), dict):
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")

@@ -1,5 +1,7 @@
 """``headwater acls``: add, remove and list ACLs as kafka-acls does with ``--authorizer-properties
 zookeeper.connect=...`` (writing ZooKeeper directly, in Kafka 2.3's layout: headwater/acls.py).
+``--zookeeper ZK`` and kafka-acls' own ``--authorizer-properties zookeeper.connect=ZK`` (with or
+without ``--authorizer kafka.security.auth.SimpleAclAuthorizer``) are the same.
 
     headwater acls --zookeeper ZK --add --allow-principal User:alice --operation Read --operation Describe \\
         --topic orders --group orders-app
@@ -58,6 +60,20 @@ from headwater.cli.zookeeper import zookeeper_session
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("acls", help="add, remove and list ACLs (kafka-acls)")
     p.add_argument("--zookeeper", metavar="HOST:PORT[/chroot]", help="write ZooKeeper directly")
+    p.add_argument(
+        "--authorizer-properties",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="kafka-acls' spelling of --zookeeper: zookeeper.connect=HOST:PORT[/chroot] (other keys are "
+        "the broker authorizer's and are not needed here)",
+    )
+    p.add_argument(
+        "--authorizer",
+        metavar="CLASS",
+        help=f"kafka-acls' authorizer class; only Kafka's ACL authorizer ({', '.join(AUTHORIZER_CLASSES)})",
+    )
     add_bootstrap_argument(p, suppress=False)  # or through the brokers: --bootstrap-server, --command-config
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--add", action="store_true")
@@ -201,14 +217,50 @@ def _acl_line(a: Acl) -> str:
     )
 
 
+#: the authorizers whose ACLs live in ZooKeeper in Kafka 2.3's layout (the broker's authorizer.class.name)
+AUTHORIZER_CLASSES = ("kafka.security.auth.SimpleAclAuthorizer", "kafka.security.authorizer.AclAuthorizer")
+
+
+def _zookeeper_from_authorizer_properties(args: argparse.Namespace) -> None:
+    """kafka-acls' ``--authorizer-properties zookeeper.connect=...`` (and ``--authorizer``) as
+    ``--zookeeper``: SimpleAclAuthorizer's ``authorizer.zookeeper.url`` wins over
+    ``zookeeper.connect``, as in Kafka; other keys (timeouts, super.users) are the broker's."""
+    if args.authorizer is not None and args.authorizer.strip() not in AUTHORIZER_CLASSES:
+        raise CliError(
+            f"--authorizer {args.authorizer}: only Kafka's ACL authorizer is supported ({', '.join(AUTHORIZER_CLASSES)})"
+        )
+    if not args.authorizer_properties:
+        if args.authorizer is not None:
+            raise CliError("--authorizer goes with --authorizer-properties zookeeper.connect=HOST:PORT")
+        return
+    props: dict[str, str] = {}
+    for item in args.authorizer_properties:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(
+                f"--authorizer-properties takes key=value pairs, e.g. zookeeper.connect=HOST:PORT; got {item!r}"
+            )
+        props[key.strip()] = value.strip()
+    connect = props.get("authorizer.zookeeper.url") or props.get("zookeeper.connect")
+    if not connect:
+        raise CliError("--authorizer-properties needs zookeeper.connect=HOST:PORT[/chroot]")
+    if args.zookeeper:
+        raise CliError("--zookeeper or --authorizer-properties zookeeper.connect=...: give one, not both")
+    args.zookeeper = connect
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.list and args.from_file is not None:
         raise CliError("--from-file goes with --add or --remove")
+    _zookeeper_from_authorizer_properties(args)
     if args.zookeeper and args.bootstrap_server:
         raise CliError("--zookeeper and --bootstrap-server: give one (ZooKeeper directly, or through the brokers)")
     if not args.zookeeper:
         if not (args.bootstrap_server or args.command_config or os.environ.get(BOOTSTRAP_ENV)):
-            raise CliError(f"--zookeeper or --bootstrap-server is required (or set ${BOOTSTRAP_ENV})")
+            raise CliError(
+                "--zookeeper (or --authorizer-properties zookeeper.connect=...) or --bootstrap-server is required "
+                f"(or set ${BOOTSTRAP_ENV})"
+            )
         return asyncio.run(_run_via_brokers(args))
     if args.command_config:
         raise CliError("--command-config goes with --bootstrap-server (--zookeeper writes ZooKeeper directly)")

@@ -23,6 +23,18 @@ as Kafka stores it (``alice@X`` is ``/config/users/alice%40X``). Brokers cache c
 reload a user when its notification arrives, so a change applies to the next login within moments.
 ``--describe`` shows each mechanism's iteration count, never the keys.
 
+Client quotas (KIP-13/55/124), through ZooKeeper as ``kafka-configs --zookeeper`` in Kafka 2.3 (users,
+clients, a user's clients, and ``--entity-default`` for any of them):
+
+    headwater configs --zookeeper ZK --alter --entity-type clients --entity-name app \
+        --add-config producer_byte_rate=1048576,consumer_byte_rate=2097152
+    headwater configs --zookeeper ZK --alter --entity-type users --entity-name alice \
+        --entity-type clients --entity-default --add-config request_percentage=50
+    headwater configs --zookeeper ZK --describe --entity-type users [--entity-name alice] [--entity-type clients]
+
+Stored in ``/config/users/<u>[/clients/<c>]`` or ``/config/clients/<c>`` (``<default>`` for a default)
+with a change notification; every broker applies it live (broker/quotas.py gives the precedence).
+
 Dynamic broker configs, through the brokers (as ``kafka-configs --bootstrap-server`` in Kafka 2.3):
 
     headwater configs --bootstrap-server H:P --alter --entity-type brokers --entity-name 1 \\
@@ -44,6 +56,8 @@ from typing import Any
 from headwater.cli.command_config import security_of
 from headwater.cli.topics import CliError, add_bootstrap_argument, bootstrap_of, run_command
 from headwater.cli.zookeeper import zookeeper_session
+from headwater.quotas import DEFAULT as DEFAULT_QUOTA_ENTITY
+from headwater.quotas import QUOTA_CONFIGS, entity_key, entity_znode, user_clients_znode, validate_quota_config
 from headwater.scram import (
     CHANGES_PATH,
     MECHANISMS,
@@ -67,9 +81,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="show the entity's config overrides")
     action.add_argument("--alter", action="store_true", help="add, change or delete config overrides")
-    p.add_argument("--entity-type", required=True, choices=["topics", "users", "brokers"])
-    p.add_argument("--entity-name")
-    p.add_argument("--entity-default", action="store_true", help="with --entity-type brokers: the cluster-wide default")
+    # repeatable for a user's clients (--entity-type users --entity-name u --entity-type clients ...);
+    # entity_type / entity_name / entity_default keep the first entity's
+    p.add_argument(
+        "--entity-type", required=True, choices=["topics", "users", "clients", "brokers"], action=_EntityArgument
+    )
+    p.add_argument("--entity-name", action=_EntityArgument)
+    p.add_argument(
+        "--entity-default",
+        nargs=0,
+        action=_EntityArgument,
+        default=False,
+        help="the default entity (brokers: cluster-wide; users / clients: the default quota)",
+    )
     p.add_argument(
         "--add-config",
         default="",
@@ -83,9 +107,48 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=lambda args: run_command("headwater configs", _run, args))
 
 
+class _EntityArgument(argparse.Action):
+    """``--entity-type`` / ``--entity-name`` / ``--entity-default``, in order, as ``args.entities``:
+    ``[[type, name or <default> or None], ...]``; the first entity's also as the plain attributes."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, ns: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        entities: list[list[str | None]] = list(getattr(ns, "entities", None) or [])
+        if self.dest == "entity_type":
+            entities.append([values, None])
+        else:
+            if not entities:
+                entities.append([None, None])
+            if entities[-1][1] is not None:
+                parser.error(f"{option}: the {entities[-1][0]} entity already has a name")
+            entities[-1][1] = values if self.dest == "entity_name" else DEFAULT_QUOTA_ENTITY
+        ns.entities = entities
+        if len(entities) == 1:
+            setattr(ns, self.dest, True if self.dest == "entity_default" else values)
+
+
+def _is_quota_command(args: argparse.Namespace) -> bool:
+    """users/clients quota entities (a user's SCRAM credentials stay with _run_users)."""
+    entities = getattr(args, "entities", [])
+    if args.entity_type == "clients" or len(entities) > 1 or args.entity_default:
+        return True
+    if args.entity_type != "users":
+        return False
+    if args.alter:
+        keys = set(parse_add_config(args.add_config)) if args.add_config else set()
+        keys |= {k.strip() for k in args.delete_config.split(",") if k.strip()}
+        return bool(keys) and keys <= set(QUOTA_CONFIGS)
+    return False
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.entity_type == "brokers":
         return _run_brokers(args)
+    if args.entity_type in ("users", "clients") and _is_quota_command(args):
+        if not args.zookeeper:
+            raise CliError(f"--entity-type {args.entity_type} needs --zookeeper (quotas are written to ZooKeeper)")
+        return _run_quotas(args)
     if args.entity_default:
         raise CliError("--entity-default goes with --entity-type brokers")
     if args.entity_type == "users":
@@ -297,6 +360,113 @@ def _run_users(args: argparse.Namespace) -> int:
             makepath=True,
         )
         print(f"Completed Updating config for entity: user-principal '{args.entity_name}'.")
+        return 0
+
+
+def _quota_entities(args: argparse.Namespace) -> list[tuple[str | None, str | None]]:
+    """(user, client) of the entity named: ``users [clients]`` or ``clients``; None for a name not given."""
+    entities = args.entities
+    types = [t for t, _ in entities]
+    if types not in (["users"], ["clients"], ["users", "clients"]):
+        raise CliError("quota entities are --entity-type users, clients, or users then clients")
+    user = entities[0][1] if types[0] == "users" else None
+    client = entities[-1][1] if types[-1] == "clients" else None
+    return [(user, client)]
+
+
+def _quota_description(user: str | None, client: str | None, types: list[str]) -> str:
+    """The entity as kafka-configs names it: ``user-principal 'alice', client-id 'app'``."""
+
+    def one(kind: str, name: str | None) -> str:
+        return f"default {kind}" if name == DEFAULT_QUOTA_ENTITY else f"{kind} '{name}'"
+
+    parts = []
+    if "users" in types:
+        parts.append(one("user-principal", user))
+    if "clients" in types:
+        parts.append(one("client-id", client))
+    return ", ".join(parts)
+
+
+def _run_quotas(args: argparse.Namespace) -> int:
+    from kazoo.exceptions import NoNodeError
+
+    from headwater.zk import config as zkconfig
+    from headwater.zk.paths import CONFIG_CHANGE_PREFIX, CONFIG_CHANGES, CONFIG_CLIENTS, CONFIG_USERS
+
+    types = [t for t, _ in args.entities if t is not None]
+    ((user, client),) = _quota_entities(args)
+    with zookeeper_session(args.zookeeper) as zk:
+
+        def children(path: str) -> list[str]:
+            try:
+                return sorted(zk.get_children(path))
+            except NoNodeError:
+                return []
+
+        if args.describe:
+            if args.add_config or args.delete_config:
+                raise CliError("--add-config and --delete-config go with --alter")
+            found: list[tuple[str | None, str | None]] = []
+            users = [user] if user is not None else [zkconfig.desanitize(u) for u in children(CONFIG_USERS)]
+            if types == ["clients"]:
+                names = [client] if client is not None else children(CONFIG_CLIENTS)
+                found = [(None, zkconfig.desanitize(c) if client is None else c) for c in names]
+            elif types == ["users"]:
+                found = [(u, None) for u in users]
+            else:
+                for u in users:
+                    names = [client] if client is not None else children(user_clients_znode(u))
+                    found += [(u, zkconfig.desanitize(c) if client is None else c) for c in names]
+            for fu, fc in found:
+                path = entity_znode(entity_key(fu, fc))
+                try:
+                    data, _ = zk.get(path)
+                except NoNodeError:
+                    data = b""
+                config = zkconfig.decode_entity_config(path, data)
+                shown = ",".join(f"{k}={v}" for k, v in sorted(config.items()) if k in QUOTA_CONFIGS)
+                print(f"Configs for {_quota_description(fu, fc, types)} are {shown}")
+            return 0
+        if ("users" in types and user is None) or ("clients" in types and client is None):
+            raise CliError("--alter needs --entity-name or --entity-default for each --entity-type")
+        to_set = parse_add_config(args.add_config) if args.add_config else {}
+        to_delete = [k.strip() for k in args.delete_config.split(",") if k.strip()]
+        if not to_set and not to_delete:
+            raise CliError("--alter needs --add-config and/or --delete-config")
+        for name, value in to_set.items():
+            problem = validate_quota_config(name, value)
+            if problem:
+                raise CliError(f"--add-config: {problem}")
+        unknown = sorted(set(to_delete) - set(QUOTA_CONFIGS))
+        if unknown:
+            raise CliError(f"--delete-config: not quota configs: {unknown} (one of {', '.join(QUOTA_CONFIGS)})")
+        key = entity_key(user, client)
+        path = entity_znode(key)
+        try:
+            data, stat = zk.get(path)
+            config, version = zkconfig.decode_entity_config(path, data), stat.version
+        except NoNodeError:
+            config, version = {}, None
+        for name in to_delete:
+            if name not in config:
+                raise CliError(f"--delete-config: {_quota_description(user, client, types)} has no {name}")
+            del config[name]
+        config.update(to_set)
+        entity_type, _, name = key.partition("/")
+        zk.ensure_path(CONFIG_CHANGES)
+        if version is None:
+            zk.ensure_path(path.rsplit("/", 1)[0])
+        tx = zk.transaction()
+        if version is None:
+            tx.create(path, zkconfig.encode_entity_config(config))
+        else:
+            tx.set_data(path, zkconfig.encode_entity_config(config), version=version)
+        tx.create(CONFIG_CHANGE_PREFIX, zkconfig.encode_change(entity_type, name), sequence=True)
+        failures = [r for r in tx.commit() if isinstance(r, Exception)]
+        if failures:
+            raise CliError(f"the config of {path} changed meanwhile ({failures[0]!r}); try again")
+        print(f"Completed Updating config for entity: {_quota_description(user, client, types)}.")
         return 0
 
 

@@ -23,7 +23,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from headwater.acls import CLUSTER_NAME
 from headwater.broker import config_admin, dynamic_config
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
@@ -76,10 +75,6 @@ async def _alter_one(
 ) -> None:
     rtype, rname = resource["resource_type"], resource["resource_name"]
     if rtype == BROKER:
-        if broker.authorizer is not None and not broker.authorizer.allowed(
-            ctx, "AlterConfigs", "Cluster", CLUSTER_NAME
-        ):
-            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "AlterConfigs on the Cluster is needed")
         await _alter_broker(broker, resource, new_overrides, validate_only)
         return
     if rtype != TOPIC:

@@ -6,7 +6,11 @@
   INVALID_REPLICA_ASSIGNMENT; a topic named twice INVALID_REQUEST.
 - New partitions are assigned as topic creation assigns them (rack-aware when every broker has a
   rack) and written to ``/brokers/topics/<t>``; the controller creates their state and leaders.
+- A count above ``topic_admin.MAX_PARTITIONS_PER_TOPIC`` (10,000; Kafka has no bound) is
+  INVALID_PARTITIONS with a message naming the limit, before anything is read or assigned.
 - validate_only checks everything and writes nothing.
+- With an authorizer (authorizer.TABLE, before this handler): Alter on each Topic, else
+  TOPIC_AUTHORIZATION_FAILED for that topic before its existence is looked at.
 - With timeout_ms > 0 the answer waits (up to timeout_ms) until every new partition has a leader
   in this broker's metadata; REQUEST_TIMED_OUT otherwise, as in Kafka.
 - Accepted by any broker (Kafka sends it to the controller; clients do, and any broker may write).

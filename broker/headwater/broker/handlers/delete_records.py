@@ -8,7 +8,11 @@
   replica has moved: ``low_watermark`` is the lowest log start offset among them; at the deadline
   the partition gets REQUEST_TIMED_OUT with the low watermark reached so far, as in Kafka.
 - Errors per partition: NOT_LEADER_FOR_PARTITION (led elsewhere), UNKNOWN_TOPIC_OR_PARTITION,
-  OFFSET_OUT_OF_RANGE (above the high watermark or negative other than -1); low_watermark -1.
+  OFFSET_OUT_OF_RANGE (above the high watermark or negative other than -1), INVALID_TOPIC_EXCEPTION
+  for an internal topic (``__consumer_offsets``, ``__transaction_state``: Kafka 2.3's
+  ReplicaManager refuses them whoever asks); low_watermark -1.
+- With an authorizer (authorizer.TABLE, before this handler): Delete on each Topic, else
+  TOPIC_AUTHORIZATION_FAILED for its partitions before their existence is looked at.
 """
 
 from __future__ import annotations

@@ -30,6 +30,12 @@
   its fetch offset tells the leader how far it has replicated, which moves the high
   watermark and the ISR (see the replica manager). Consumers (replica_id -1) never see past
   the high watermark.
+- With an authorizer, as Kafka 2.3's KafkaApis: a follower (replica_id >= 0) needs ClusterAction
+  on the Cluster, else every partition it names answers TOPIC_AUTHORIZATION_FAILED; a consumer
+  needs Read on each Topic, checked on every request for every partition of the fetch -- for an
+  incremental session every partition the session holds, listed or not -- so a revoked ACL stops
+  the next fetch; a refused partition answers TOPIC_AUTHORIZATION_FAILED (never read) and stays
+  in the session. A session answers only the principal that opened it (fetch_session.py).
 - Replication throttles (KIP-73, replication_quota.py): a follower not in the ISR gets no records
   for a partition its leader throttles while ``leader.replication.throttled.rate`` is exceeded.
 """
@@ -41,12 +47,14 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from headwater.broker.fetch_session import CachedPartition, FetchSession
+from headwater.acls import CLUSTER_NAME
+from headwater.broker.fetch_session import TP, CachedPartition, FetchSession
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.primitives import FileRegion
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
+    from headwater.broker.authorizer import Authorizer
     from headwater.broker.partition import Partition
     from headwater.broker.request import RequestContext
     from headwater.broker.services import HandlerServices
@@ -58,12 +66,18 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
     sessions = broker.replicas.fetch_sessions
     session_id, epoch = request["session_id"], request["session_epoch"]
     replica_id = request["replica_id"]
+    az = broker.authorizer
+    if az is not None and replica_id >= 0 and not az.allowed(ctx, "ClusterAction", "Cluster", CLUSTER_NAME):
+        log.warning("%s may not fetch as follower %d (ClusterAction on the Cluster)", ctx.principal, replica_id)
+        return _refused(request)
+    #: a consumer's Read on each topic, asked once per topic and request (None: nothing to check)
+    readable: dict[str, bool] | None = {} if az is not None and replica_id < 0 else None
     session: FetchSession | None = None
     if session_id != 0 and epoch <= 0:
-        sessions.remove(session_id)  # -1 closes it; 0 replaces it with a new one
+        sessions.remove(session_id, ctx.principal)  # -1 closes it; 0 replaces it with a new one
     if epoch > 0:
         try:
-            session = sessions.get(session_id, epoch, replica_id)
+            session = sessions.get(session_id, epoch, replica_id, ctx.principal)
         except KafkaError as err:
             return {"throttle_time_ms": 0, "error_code": err.code, "session_id": 0, "responses": []}
         session.next_epoch()
@@ -74,11 +88,19 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
         session.rounds += 1  # its reads start one further along each time, so no partition starves
         entries: list[CachedPartition] = []  # each read takes the session's dirty entries
         incremental = True
+        # every partition of the session, listed in this request or not, is authorized again
+        # (decisions kept by the session until the ACLs or the client's host change)
+        if az is not None and readable is not None:
+            key = (az.generation, az.host_of(ctx))
+            if session.readable_key != key:
+                session.readable, session.readable_key = {}, key
+            readable = session.readable
+        denied = _denied(az, ctx, readable, session)
     else:
         if epoch == 0:
             size = sum(len(t["partitions"]) for t in request["topics"])
             now_ms = broker.replicas.now_ms()
-            session = sessions.create(replica_id, size, now_ms)
+            session = sessions.create(replica_id, size, now_ms, ctx.principal)
             if session is not None and replica_id >= 0:
                 log.info("fetch session %d opened for follower %d (%d partitions)", session.id, replica_id, size)
             elif session is None and replica_id >= 0 and sessions.max_slots > 0 and sessions.warn_due(now_ms):
@@ -93,7 +115,8 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
         for t in request["topics"]:
             for p in t["partitions"]:
                 transient.upsert(t["topic"], p)
-        entries = list(transient.partitions.values())
+        denied = _denied(az, ctx, readable, transient)
+        entries = [e for e in transient.partitions.values() if e.key not in denied]
         incremental = False
     read_committed = request.get("isolation_level", 0) == 1
     deadline = time.monotonic() + max(0, request["max_wait_ms"]) / 1000.0
@@ -104,6 +127,8 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
             session.mark_read(broker.replicas.now_ms())
             if incremental:
                 entries = session.candidates()
+                if denied:
+                    entries = [e for e in entries if e.key not in denied]
         responses, total, errors, sent = _read(
             broker, replica_id, request["max_bytes"], entries, session, incremental, read_committed
         )
@@ -111,8 +136,8 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
         if total >= min_bytes or errors or remaining <= 0:
             break
         if session is not None:
-            if session.closed or not session.partitions:
-                break
+            if session.closed or len(session.partitions) <= len(denied):
+                break  # nothing it may read: answered now, as Kafka answers a fetch with nothing to read
             await session.wait(remaining)  # woken by a notification of any of its partitions
         else:
             if not keys:
@@ -124,8 +149,66 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
         entry.leader_log_start_offset = out["log_start_offset"]
     if replica_id >= 0:
         _record_throttled(broker, responses)
+    if denied:
+        _add_denied(responses, denied)
     sid = session.id if session is not None and not session.closed else 0
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": sid, "responses": responses}
+
+
+def _denied(
+    az: Authorizer | None,
+    ctx: RequestContext,
+    readable: dict[str, bool] | None,
+    session: FetchSession,
+) -> set[TP]:
+    """The partitions of ``session`` the consumer may not Read (Kafka 2.3's per-request check of
+    every partition of the fetch context): answered TOPIC_AUTHORIZATION_FAILED, never read. One
+    decision per topic, remembered in ``readable``; nothing is walked per partition unless a
+    topic is refused."""
+    if az is None or readable is None:
+        return set()
+    refused: set[str] = set()
+    for topic in session.topics:
+        ok = readable.get(topic)
+        if ok is None:
+            ok = readable[topic] = az.allowed(ctx, "Read", "Topic", topic)
+        if not ok:
+            refused.add(topic)
+    if not refused:
+        return set()
+    return {key for key in session.partitions if key[0] in refused}
+
+
+def _denied_partition(index: int) -> Message:
+    return {
+        "partition_index": index,
+        "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": None,
+    }
+
+
+def _add_denied(responses: list[Message], denied: set[TP]) -> None:
+    by_topic = {t["topic"]: t for t in responses}
+    for topic, index in sorted(denied):
+        t = by_topic.get(topic)
+        if t is None:
+            t = by_topic[topic] = {"topic": topic, "partitions": []}
+            responses.append(t)
+        t["partitions"].append(_denied_partition(index))
+
+
+def _refused(request: Message) -> Message:
+    """A follower fetch without ClusterAction: every partition TOPIC_AUTHORIZATION_FAILED, as Kafka 2.3."""
+    responses = [
+        {"topic": t["topic"], "partitions": [_denied_partition(p["partition"]) for p in t["partitions"]]}
+        for t in request["topics"]
+    ]
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
 
 
 def _leader_throttles(broker: HandlerServices, part: Partition, replica_id: int) -> bool:

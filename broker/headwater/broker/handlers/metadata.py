@@ -8,6 +8,9 @@
   leaders are known, as Kafka does; an illegal name then gets INVALID_TOPIC_EXCEPTION (the
   failed creation's error). Without auto-creation any unknown name, legal or not, gets
   UNKNOWN_TOPIC_OR_PARTITION, as in Kafka 2.3.
+- With an authorizer: Describe on each Topic is checked before this handler (authorizer.TABLE);
+  creating a topic that does not exist needs Create on the Cluster or on that Topic, decided per
+  topic here, else that topic alone gets TOPIC_AUTHORIZATION_FAILED and is not created.
 - controller_id: the active controller; until the controller exists, the lowest live broker id.
 - Authorized operations (v8) are not computed: we answer Kafka's "not requested" sentinel.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from headwater.acls import CLUSTER_NAME
 from headwater.broker import topic_admin
 from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.protocol.errors import ErrorCode, KafkaError
@@ -49,6 +53,9 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
         if info is None or not info.partitions:
             # __consumer_offsets is created by FindCoordinator with its own settings, never auto-created
             create = allow_auto and info is None and name != OFFSETS_TOPIC
+            if create and not _may_create(broker, ctx, name):
+                topics.append(_answer(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             topics.append(await _missing_topic(broker, name, create))
             continue
         partitions = []
@@ -96,15 +103,26 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
     }
 
 
+def _may_create(broker: HandlerServices, ctx: RequestContext, name: str) -> bool:
+    """Automatic creation with an authorizer: Create on the Cluster or on this Topic, decided per
+    topic (KafkaApis.handleTopicMetadataRequest); the others are TOPIC_AUTHORIZATION_FAILED."""
+    az = broker.authorizer
+    return az is None or az.allowed(ctx, "Create", "Cluster", CLUSTER_NAME) or az.allowed(ctx, "Create", "Topic", name)
+
+
+def _answer(name: str, code: ErrorCode) -> Message:
+    return {
+        "error_code": code,
+        "name": name,
+        "is_internal": False,
+        "partitions": [],
+        "topic_authorized_operations": NOT_REQUESTED,
+    }
+
+
 async def _missing_topic(broker: HandlerServices, name: str, create: bool) -> Message:
     def answer(code: ErrorCode) -> Message:
-        return {
-            "error_code": code,
-            "name": name,
-            "is_internal": False,
-            "partitions": [],
-            "topic_authorized_operations": NOT_REQUESTED,
-        }
+        return _answer(name, code)
 
     if not create:
         # Kafka 2.3 (KafkaApis.getTopicMetadata) checks the name only when it tries to create the

@@ -6,6 +6,10 @@
   error_code from v2 and on every partition before.
 - v0: the offsets in ZooKeeper (see OffsetCommit v0); a partition unknown to the metadata or
   without an offset there answers offset -1 and UNKNOWN_TOPIC_OR_PARTITION, as Kafka 2.3 does.
+- With an authorizer (authorizer.TABLE, before this handler): Describe on the Group, else
+  GROUP_AUTHORIZATION_FAILED; every partition of the group (topics null) lists only the topics the
+  principal may Describe; a listed partition of a topic it may not Describe answers
+  TOPIC_AUTHORIZATION_FAILED with offset -1 and no metadata (KafkaApis.handleOffsetFetchRequest).
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ epoch start (as Kafka does since KAFKA-7415); (-1, -1) when the leader has no ep
 before fetching (KIP-101, KIP-279). v1 adds leader_epoch to the answer, v2
 current_leader_epoch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), v3 replica_id.
 Errors: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_FOR_PARTITION.
+With an authorizer (authorizer.TABLE, before this handler), as Kafka 2.3: ClusterAction on the
+Cluster answers every partition (followers); otherwise Describe on each Topic (KIP-320 consumers
+checking for truncation), TOPIC_AUTHORIZATION_FAILED for the others; replica_id takes no part.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@
   instead, which is how Kafka tells an acks=0 producer something went wrong.
 - Per partition errors: INVALID_TOPIC_EXCEPTION (``__consumer_offsets``: only the group
   coordinator writes it), UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_FOR_PARTITION, CORRUPT_MESSAGE
-  (bad CRC/length/magic), MESSAGE_TOO_LARGE (a batch above max.message.bytes),
+  (bad CRC/length/magic; a control batch: clients may not write control records, as Kafka's
+  LogValidator), MESSAGE_TOO_LARGE (a batch above max.message.bytes),
   UNSUPPORTED_COMPRESSION_TYPE (zstd below v7), KAFKA_STORAGE_ERROR. Nothing is written for a
   partition whose records are refused; other partitions of the request are unaffected.
 - Idempotent producers (producer id >= 0, see storage/producer_state.py): INVALID_PRODUCER_EPOCH,
@@ -34,7 +35,13 @@ from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.broker.network import CloseConnection
 from headwater.broker.replication_wait import ReplicationWait, wait_for_replication
 from headwater.protocol.errors import ErrorCode, KafkaError
-from headwater.protocol.records.header import ATTRIBUTES_OFFSET, CODEC_MASK, HEADER_SIZE, MAGIC_OFFSET
+from headwater.protocol.records.header import (
+    ATTRIBUTES_OFFSET,
+    CODEC_MASK,
+    HEADER_SIZE,
+    MAGIC_OFFSET,
+    has_control_batch,
+)
 from headwater.protocol.records.legacy import upconvert
 from headwater.protocol.schema import Message
 
@@ -132,6 +139,8 @@ def _append(
             )
         elif ctx.version < 7 and len(records) >= HEADER_SIZE and records[ATTRIBUTES_OFFSET + 1] & CODEC_MASK == ZSTD:
             raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later")
+        elif has_control_batch(records):  # Kafka's LogValidator: InvalidRecordException, CORRUPT_MESSAGE
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "Clients are not allowed to write control records")
         min_isr = int(broker.cache.config_of(topic).get("min.insync.replicas", broker.config.min_insync_replicas))
         appended = part.append_as_leader(records, acks, min_isr)
     except KafkaError as e:

@@ -25,6 +25,7 @@ offsets without recomputing the CRC or touching (decompressing) the records.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -204,3 +205,31 @@ def validate_batches(
     if not out:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "empty record set")
     return out
+
+
+_PRODUCER_ID = struct.Struct(">q")
+_BATCH_LENGTH = struct.Struct(">i")
+PRODUCER_ID_OFFSET = 43
+
+
+def batch_flags(buf: bytes | bytearray | memoryview | None) -> Iterator[tuple[int, int]]:
+    """(attributes, producer_id) of each magic-2 batch header in ``buf``, without validating the
+    batches: what the broker looks at before it authorizes or appends a producer's record set (Kafka's
+    ProduceRequest flags and LogValidator's control-batch refusal). Total: stops at the first short,
+    non-magic-2 or non-positive-length batch (the append's validation refuses those)."""
+    if buf is None:
+        return
+    pos, n = 0, len(buf)
+    while n - pos >= HEADER_SIZE and buf[pos + MAGIC_OFFSET] == 2:
+        (attributes,) = _ATTRIBUTES.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+        (producer_id,) = _PRODUCER_ID.unpack_from(buf, pos + PRODUCER_ID_OFFSET)
+        yield int(attributes), int(producer_id)
+        (length,) = _BATCH_LENGTH.unpack_from(buf, pos + 8)
+        if length <= 0:
+            return
+        pos += LOG_OVERHEAD + length
+
+
+def has_control_batch(buf: bytes | bytearray | memoryview | None) -> bool:
+    """A control batch (transaction marker) in a producer's record set: clients may not write them."""
+    return any(attributes & CONTROL_BIT for attributes, _ in batch_flags(buf))

@@ -1,0 +1,476 @@
+"""Client quotas (KIP-13, KIP-55, KIP-124) as Kafka 2.3's ClientQuotaManager applies them.
+
+Configs: ``producer_byte_rate``, ``consumer_byte_rate`` (bytes/s) and ``request_percentage``
+(percent of one request-handling thread) on the quota entities of the config registry
+(:mod:`headwater.zk.config`, :func:`headwater.zk.paths.config_entity_path`)::
+
+    /config/users/<user>/clients/<client-id>    /config/users/<user>    /config/clients/<client-id>
+    /config/users/<user>/clients/<default>      /config/users/<default> /config/clients/<default>
+    /config/users/<default>/clients/<client-id>
+    /config/users/<default>/clients/<default>
+
+Which entity's quota binds a request is Kafka 2.3's DefaultQuotaCallback, per quota type (a type
+only sees the entities that set it), first match of the eight levels::
+
+    1 users/<user>/clients/<client-id>    5 users/<default>/clients/<default>
+    2 users/<user>/clients/<default>      6 users/<default>
+    3 users/<user>                        7 clients/<client-id>
+    4 users/<default>/clients/<client-id> 8 clients/<default>, then quota.producer.default /
+                                            quota.consumer.default (server.properties, deprecated)
+
+The level that matched names the *sensor* (Kafka's metric tags ``user`` and ``client-id``): at
+levels 1, 2, 4, 5 one per (user, client-id), at 3 and 6 one per user shared by all its clients, at
+7 and 8 one per client-id shared by all its users. ``<user>`` is the connection's principal name
+(``ANONYMOUS`` without authentication), sanitized as Kafka's Sanitizer.
+
+Measuring: each sensor is Kafka's ``Rate`` over ``quota.window.num`` (11) samples of
+``quota.window.size.seconds`` (1): the recorded total over the time the live samples cover, that
+time padded to at least ``num - 1`` windows (so a new client may burst about ten seconds' worth).
+Produce records the request's size, Fetch the response's size, request quotas the time the
+request was handled (as a percentage of one thread). A rate above the quota gives
+``throttle_time_ms = (rate - quota) / quota * window`` (Kafka's ClientQuotaManager.throttleTime).
+
+While no entity sets a quota type (and no static default), that type measures nothing: no cost per
+request and no per-entity series (Kafka measures every client; here the series appear with the first
+quota). ``request_percentage`` is stored, validated and shown but not enforced yet (the handlers'
+awaits would count as request time; a per-request CPU clock is needed).
+
+Throttling, as Kafka 2.3 (KIP-219): the response leaves at once with ``throttle_time_ms`` set,
+then the connection is *muted* for that time (network.py: nothing more is read or handled on it);
+nothing is ever dropped. A throttled consumer Fetch is answered empty (its bytes unrecorded), as
+Kafka's ``getThrottledResponse``; the consumer fetches the same offsets again. Exempt, as in Kafka:
+follower fetches (``replica_id >= 0``), and the broker's own work (replication, the group
+coordinator's appends) never passes through a client connection's quota. Request quotas exempt
+the inter-broker (ClusterAction) APIs.
+
+Changes: brokers read every user and client entity at start-up and re-read one entity when a
+``/config/changes`` notification names it (``users/...`` or ``clients/...``), without a restart;
+the notifications come from the broker's one watch on ``/config/changes`` (credential_cache.py).
+State lives on the event loop only; the clock is injected.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kazoo.exceptions import NoNodeError
+
+from headwater.quotas import (
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    QUOTA_CONFIGS,
+    REQUEST_PERCENTAGE,
+    entity_znode,
+    user_clients_znode,
+    validate_quota_config,
+)
+from headwater.zk import config as zkconfig
+from headwater.zk.json import ZnodeFormatError
+from headwater.zk.paths import CONFIG_CLIENTS, CONFIG_USERS
+
+if TYPE_CHECKING:
+    from headwater.broker.zk import ZooKeeper
+
+log = logging.getLogger(__name__)
+
+#: quota type -> the Kafka metric group its sensors are named after (kafka.server:type=...)
+PRODUCE, FETCH, REQUEST = "Produce", "Fetch", "Request"
+#: the API keys whose requests the byte-rate quotas measure
+PRODUCE_KEY, FETCH_KEY = 0, 1
+QUOTA_API_KEYS = frozenset((PRODUCE_KEY, FETCH_KEY))
+_CONFIG_OF_TYPE = {PRODUCE: PRODUCER_BYTE_RATE, FETCH: CONSUMER_BYTE_RATE, REQUEST: REQUEST_PERCENTAGE}
+#: sensors idle this long are dropped (Kafka's quota sensors expire after an hour)
+SENSOR_EXPIRY_S = 3600.0
+
+DEFAULT = zkconfig.DEFAULT_ENTITY
+
+
+class Rate:
+    """Kafka's ``Rate`` over a ``SampledStat``: ``samples`` windows of ``window_s`` seconds."""
+
+    __slots__ = ("_current", "_starts", "_values", "samples", "sum", "window_s")
+
+    def __init__(self, samples: int, window_s: float, now: float) -> None:
+        self.samples = max(samples, 2)
+        self.window_s = window_s
+        self._starts = [now] * self.samples
+        self._values = [0.0] * self.samples
+        self._current = 0
+        #: every sample's value, expired or not: an upper bound of the measured total, kept in O(1)
+        self.sum = 0.0
+
+    def record(self, value: float, now: float) -> None:
+        i = self._current
+        if now - self._starts[i] >= self.window_s:  # the current sample is complete: reuse the oldest
+            i = self._current = (i + 1) % self.samples
+            self._starts[i] = now
+            self.sum -= self._values[i]
+            self._values[i] = 0.0
+        self._values[i] += value
+        self.sum += value
+
+    def unrecord(self, value: float) -> None:
+        self._values[self._current] -= value
+        self.sum -= value
+
+    def surely_within(self, bound: float) -> bool:
+        """True when the rate cannot exceed ``bound`` (the window is at least ``samples - 1`` windows
+        long, and no live total exceeds ``sum``): the per-request check without measuring."""
+        return self.sum <= bound * (self.samples - 1) * self.window_s
+
+    def _live(self, now: float) -> tuple[float, float]:
+        """(total of the samples not yet expired, start of the oldest of them); pure, so the metrics
+        thread may call it too (Kafka purges expired samples; ignoring them is the same measure)."""
+        expire = self.samples * self.window_s
+        total, oldest = 0.0, now
+        for start, value in zip(self._starts, self._values, strict=True):
+            if now - start < expire:
+                total += value
+                oldest = min(oldest, start)
+        return total, oldest
+
+    def _size(self, now: float, oldest: float) -> float:
+        elapsed = now - oldest
+        full = int(elapsed / self.window_s)
+        if full < self.samples - 1:
+            elapsed += (self.samples - 1 - full) * self.window_s
+        return elapsed
+
+    def window_size(self, now: float) -> float:
+        """Seconds the rate is measured over (Kafka's Rate.windowSize)."""
+        return self._size(now, self._live(now)[1])
+
+    def measure(self, now: float) -> float:
+        """Units per second."""
+        total, oldest = self._live(now)
+        size = self._size(now, oldest)
+        return total / size if size > 0 else 0.0
+
+    def total(self, now: float) -> float:
+        return self._live(now)[0]
+
+
+class Avg:
+    """Kafka's ``Avg`` over the same samples (the ``throttle-time`` metric)."""
+
+    __slots__ = ("count", "rate")
+
+    def __init__(self, samples: int, window_s: float, now: float) -> None:
+        self.rate = Rate(samples, window_s, now)
+        self.count = Rate(samples, window_s, now)
+
+    def record(self, value: float, now: float) -> None:
+        self.rate.record(value, now)
+        self.count.record(1.0, now)
+
+    def measure(self, now: float) -> float:
+        n = self.count.total(now)
+        return self.rate.total(now) / n if n else 0.0
+
+
+@dataclass(slots=True)
+class Sensor:
+    """One quota entity's measurements for one quota type (Kafka's quota and throttle-time sensors)."""
+
+    user: str  # metric tag: sanitized user, or "" for a client-id level
+    client_id: str  # metric tag: client id, or "" for a user level
+    rate: Rate
+    throttle: Avg
+    last_used: float
+    gauges: list[Any] = field(default_factory=list)
+
+
+class QuotaManager:
+    """One quota type's sensors (Kafka's ClientQuotaManager for Produce, Fetch or Request)."""
+
+    def __init__(
+        self,
+        quota_type: str,
+        configs: QuotaConfigs,
+        samples: int,
+        window_s: float,
+        clock: Callable[[], float],
+        static_default: float | None = None,
+        on_new_sensor: Callable[[str, Sensor, Callable[[], float]], None] | None = None,
+    ) -> None:
+        """``on_new_sensor(quota type, sensor, clock)``: a sensor was created (metrics.py exports it)."""
+        self.quota_type = quota_type
+        self.config_name = _CONFIG_OF_TYPE[quota_type]
+        self.configs = configs
+        self.samples = samples
+        self.window_s = window_s
+        self.clock = clock
+        self.static_default = static_default
+        self.on_new_sensor = on_new_sensor
+        self.sensors: dict[tuple[str, str], Sensor] = {}
+        #: (sanitized user, client id) -> (sensor tags, quota bound or None); cleared on every change
+        self._resolved: dict[tuple[str, str], tuple[tuple[str, str], float | None]] = {}
+        self._last_expiry = clock()
+
+    def config_changed(self) -> None:
+        self._resolved.clear()
+
+    def active(self) -> bool:
+        """Any quota of this type anywhere: with none, nothing is measured (no cost, no series)."""
+        return self.static_default is not None or bool(self.configs.quotas.get(self.config_name))
+
+    def resolve(self, user: str, client_id: str) -> tuple[tuple[str, str], float | None]:
+        """(sensor tags, quota bound) for a request of ``user`` (sanitized) and ``client_id``."""
+        got = self._resolved.get((user, client_id))
+        if got is None:
+            tags = self._tags(user, client_id)
+            got = self._resolved[(user, client_id)] = (tags, self._limit(*tags))
+        return got
+
+    def _tags(self, user: str, client_id: str) -> tuple[str, str]:
+        """Kafka 2.3's DefaultQuotaCallback.quotaMetricTags: the eight levels, first match."""
+        q = self.configs.quotas.get(self.config_name, {})
+        if not q:
+            return "", client_id
+        u, c, d = f"users/{user}", zkconfig.sanitize(client_id), DEFAULT
+        for key, tags in (
+            (f"{u}/clients/{c}", (user, client_id)),
+            (f"{u}/clients/{d}", (user, client_id)),
+            (u, (user, "")),
+            (f"users/{d}/clients/{c}", (user, client_id)),
+            (f"users/{d}/clients/{d}", (user, client_id)),
+            (f"users/{d}", (user, "")),
+        ):
+            if key in q:
+                return tags
+        return "", client_id
+
+    def _limit(self, user: str, client_id: str) -> float | None:
+        """Kafka 2.3's DefaultQuotaCallback.quotaLimit for a sensor's tags (None: unlimited)."""
+        q = self.configs.quotas.get(self.config_name, {})
+        d = DEFAULT
+        if user and client_id:
+            u, c = f"users/{user}", zkconfig.sanitize(client_id)
+            keys: Iterable[str] = (
+                f"{u}/clients/{c}",
+                f"{u}/clients/{d}",
+                f"users/{d}/clients/{c}",
+                f"users/{d}/clients/{d}",
+            )
+        elif user:
+            keys = (f"users/{user}", f"users/{d}")
+        else:
+            keys = (f"clients/{zkconfig.sanitize(client_id)}", f"clients/{d}")
+        for key in keys:
+            if key in q:
+                return q[key]
+        return self.static_default if not user else None
+
+    def sensor(self, tags: tuple[str, str], now: float) -> Sensor:
+        s = self.sensors.get(tags)
+        if s is None:
+            s = self.sensors[tags] = Sensor(
+                tags[0],
+                tags[1],
+                Rate(self.samples, self.window_s, now),
+                Avg(self.samples, self.window_s, now),
+                now,
+            )
+            if self.on_new_sensor is not None:
+                self.on_new_sensor(self.quota_type, s, self.clock)
+            if now - self._last_expiry > 60.0:
+                self._expire(now)
+        s.last_used = now
+        return s
+
+    def _expire(self, now: float) -> None:
+        self._last_expiry = now
+        for tags, s in list(self.sensors.items()):
+            if now - s.last_used > SENSOR_EXPIRY_S:
+                del self.sensors[tags]
+                for gauge in s.gauges:
+                    try:
+                        gauge()
+                    except KeyError:
+                        pass
+
+    def record(self, user: str, client_id: str, value: float) -> tuple[Sensor, int]:
+        """Record ``value`` for the request's entity; (its sensor, throttle time in ms, 0 if within quota)."""
+        now = self.clock()
+        tags, bound = self.resolve(user, client_id)
+        s = self.sensor(tags, now)
+        s.rate.record(value, now)
+        if bound is None or s.rate.surely_within(bound):
+            return s, 0
+        rate = s.rate.measure(now)
+        if rate <= bound:
+            return s, 0
+        # Kafka's throttleTime: how long until the measured rate is back at the quota
+        return s, round((rate - bound) / bound * s.rate.window_size(now) * 1000.0)
+
+    def throttled(self, s: Sensor, throttle_ms: int) -> None:
+        s.throttle.record(throttle_ms, self.clock())
+
+
+class QuotaConfigs:
+    """The quota configs of every user and client entity, kept current from ZooKeeper.
+
+    ``quotas[config name][entity key]`` -> bound, entity keys as :func:`entity_key` (sanitized
+    names, ``<default>``). ``on_change`` is called on the event loop after any entity changed.
+    """
+
+    def __init__(self, zk: ZooKeeper | None, on_change: Callable[[], None] = lambda: None) -> None:
+        self.zk = zk
+        self.on_change = on_change
+        self.quotas: dict[str, dict[str, float]] = {}
+        self._entities: dict[str, dict[str, float]] = {}
+
+    def set_entity(self, key: str, config: dict[str, str]) -> None:
+        """Apply one entity's stored config (other configs, such as SCRAM credentials, are ignored)."""
+        bounds: dict[str, float] = {}
+        for name in QUOTA_CONFIGS:
+            value = config.get(name)
+            if value is None:
+                continue
+            problem = validate_quota_config(name, value)
+            if problem:
+                log.error("ignoring %s of %s: %s", name, entity_znode(key), problem)
+                continue
+            bounds[name] = float(value)
+        if bounds == self._entities.get(key, {}):
+            return
+        if bounds:
+            self._entities[key] = bounds
+        else:
+            self._entities.pop(key, None)
+        quotas: dict[str, dict[str, float]] = {}
+        for k, b in self._entities.items():
+            for name, bound in b.items():
+                quotas.setdefault(name, {})[k] = bound
+        self.quotas = quotas
+        log.info("quotas of %s now %s", entity_znode(key), bounds or "unset")
+        self.on_change()
+
+    # -- ZooKeeper ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Read every user and client entity. Changes then come through :meth:`on_change_notification`,
+        called for each ``/config/changes`` notification by the broker's one watch on it (the
+        credential cache's, broker/credential_cache.py)."""
+        assert self.zk is not None
+        zk = self.zk
+        keys = []
+        for user in await zk.children(CONFIG_USERS):
+            keys.append(f"users/{user}")
+            keys += [
+                f"users/{user}/clients/{c}" for c in await zk.children(user_clients_znode(zkconfig.desanitize(user)))
+            ]
+        keys += [f"clients/{c}" for c in await zk.children(CONFIG_CLIENTS)]
+        await self._read(keys)
+
+    async def _read(self, keys: list[str]) -> None:
+        assert self.zk is not None
+        for key in keys:
+            try:
+                data, _stat = await self.zk.call(self.zk.client.get, entity_znode(key))
+            except NoNodeError:  # deleted: no quota
+                data = None
+            try:
+                self.set_entity(key, zkconfig.decode_entity_config(entity_znode(key), data))
+            except ZnodeFormatError as e:
+                log.error("ignoring %s", e)
+
+    async def on_change_notification(self, data: bytes | None) -> None:
+        """A ``/config/changes`` notification (Kafka's ZkNodeChangeNotificationListener hands each
+        one over in order): a ``users/...`` or ``clients/...`` entity is read again."""
+        try:
+            entity_type, name = zkconfig.decode_change(data)
+        except ZnodeFormatError as e:
+            log.warning("ignoring a config change notification: %s", e)
+            return
+        if entity_type in ("users", "clients") and self.zk is not None:
+            await self._read([f"{entity_type}/{name}"])
+
+
+class ClientQuotas:
+    """The broker's three quota managers and the one hook the request path calls.
+
+    ``metrics``: called with (quota type, sensor, rate function) for each new sensor, so the
+    Prometheus series exist per entity (metrics.py)."""
+
+    def __init__(
+        self,
+        zk: ZooKeeper | None,
+        samples: int = 11,
+        window_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        producer_default: float | None = None,
+        consumer_default: float | None = None,
+        on_new_sensor: Callable[[str, Sensor, Callable[[], float]], None] | None = None,
+    ) -> None:
+        self.configs = QuotaConfigs(zk, self._config_changed)
+        self.produce = QuotaManager(PRODUCE, self.configs, samples, window_s, clock, producer_default, on_new_sensor)
+        self.fetch = QuotaManager(FETCH, self.configs, samples, window_s, clock, consumer_default, on_new_sensor)
+        self.request = QuotaManager(REQUEST, self.configs, samples, window_s, clock, None, on_new_sensor)
+
+    def _config_changed(self) -> None:
+        for m in (self.produce, self.fetch, self.request):
+            m.config_changed()
+
+    async def start(self) -> None:
+        await self.configs.start()
+
+    def after_request(
+        self,
+        conn: Any,
+        client_id: str | None,
+        api_key: int,
+        request: Any,
+        response: Any,
+        request_bytes: int,
+        parts: list[Any] | None,
+        encode: Callable[[Any], list[Any]],
+    ) -> list[Any] | None:
+        """The hook after a Produce or Fetch was handled (server.handle_frame): record, and when the
+        entity is over its quota put ``throttle_time_ms`` in the response (a consumer Fetch answered
+        empty instead) and set ``conn.throttle_ms`` so the connection mutes itself after sending it."""
+        if api_key == PRODUCE_KEY:
+            if not self.produce.active():
+                return parts
+            user, client = user_of(conn.principal), client_id or ""
+            sensor, throttle_ms = self.produce.record(user, client, request_bytes)
+            if throttle_ms <= 0:
+                return parts
+            self.produce.throttled(sensor, throttle_ms)
+            conn.throttle_ms = throttle_ms
+            if response is None:  # acks=0: no response, but the channel is muted all the same
+                return None
+            response["throttle_time_ms"] = throttle_ms
+            return encode(response)
+        if request["replica_id"] >= 0 or parts is None:  # a follower: replication is never throttled here
+            return parts
+        if not self.fetch.active():
+            return parts
+        user, client = user_of(conn.principal), client_id or ""
+        size = sum(len(p) if isinstance(p, bytes | bytearray | memoryview) else p.size for p in parts)
+        sensor, throttle_ms = self.fetch.record(user, client, size)
+        if throttle_ms <= 0:
+            return parts
+        sensor.rate.unrecord(size)  # nothing is sent (Kafka's unrecordQuotaSensor)
+        self.fetch.throttled(sensor, throttle_ms)
+        conn.throttle_ms = throttle_ms
+        return encode(
+            {
+                "throttle_time_ms": throttle_ms,
+                "error_code": response["error_code"],
+                "session_id": response["session_id"],
+                "responses": [],
+            }
+        )
+
+
+@functools.lru_cache(maxsize=4096)
+def user_of(principal: str) -> str:
+    """A KafkaPrincipal's name as quota entities name it (sanitized): ``User:alice`` -> ``alice``."""
+    _, _, name = principal.partition(":")
+    return zkconfig.sanitize(name or principal)
