@@ -30,7 +30,7 @@ def _init_producer_id(w: Wire, transactional_id: str | None = None, version: int
 
 def _pbatch(pid: int, seq: int, n: int = 1, epoch: int = 0) -> bytes:
     return encode_batch(
-        [(None, f"{pid}-{seq + i}".encode(), 1_700_000_000_000, ()) for i in range(n)],
+        [(None, f"{pid}-{seq + i}".encode(), int(time.time() * 1000), ()) for i in range(n)],  # now: not retention's
         producer_id=pid,
         producer_epoch=epoch,
         base_sequence=seq,
