@@ -3,8 +3,10 @@
 # (the lab-init service of docker-compose.yml). Idempotent: `headwater configs --alter` sets the
 # same users again, `headwater acls --add` adds only what is missing; every `up` runs it.
 #
-# Principals (passwords from LAB_<NAME>_PASSWORD; super users: broker, admin and the console's
-# ANONYMOUS, see KAFKA_SUPER_USERS) and the only ACLs each holds (docs/security.md):
+# ZooKeeper: it logs in as the brokers do (KAFKA_OPTS names zk-broker.jaas), so what it writes
+# carries Kafka's znode ACLs (only User broker changes them; the credentials only it reads).
+# Principals (passwords from LAB_<NAME>_PASSWORD; super users: broker and admin, see
+# KAFKA_SUPER_USERS) and the only ACLs each holds (docs/security.md):
 #   mirror    sources: Read, DescribeConfigs on every topic (topics = .* in mirror.properties;
 #                      DescribeConfigs: the copies are created with the source's configs);
 #                      Create, Write on heartbeats and __audit (its heartbeats and gap events)
@@ -28,9 +30,10 @@ for cluster in dc1 dc2 agg; do
   zk="$cluster-zookeeper:2181"
   for user in "${users[@]}"; do
     var="LAB_${user^^}_PASSWORD"
-    password="${!var:?$var is not set}"
+    : "${!var:?$var is not set}"
+    # password=env:NAME: the password stays off the command line (ps, /proc/*/cmdline)
     headwater configs --zookeeper "$zk" --alter --entity-type users --entity-name "$user" \
-      --add-config "SCRAM-SHA-512=[iterations=4096,password=$password]" >/dev/null
+      --add-config "SCRAM-SHA-512=[iterations=4096,password=env:$var]" >/dev/null
   done
   for topic in page-views clicks __audit heartbeats; do
     acl "$zk" audit --operation Read --topic "$topic"

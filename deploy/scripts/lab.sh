@@ -3,7 +3,8 @@
 #   lab.sh up         the lab's certificates (lab.sh certs), docker compose up -d --wait, then print the
 #                     bootstrap addresses
 #   lab.sh certs      make the lab CA and one certificate per broker in $LAB_TLS_DIR (default
-#                     deploy/compose/tls) with openssl, unless they are there already
+#                     deploy/compose/tls) with openssl, unless they are there already, and write the
+#                     lab's secret files there (ZooKeeper's JAAS files, the admin's password)
 #   lab.sh down       docker compose down (volumes are kept; `lab.sh down -v` drops them)
 #   lab.sh addresses  print the bootstrap addresses of the three clusters
 #   lab.sh load       run the nightly load now (in the loader container, on the lab's Spark master)
@@ -46,6 +47,30 @@ certs() {
   done
   chmod 0755 "$TLS_DIR"
   chmod 0644 "$TLS_DIR"/*.pem
+  secrets
+}
+
+# The lab's secrets as files beside the certificates (rewritten each time, from the LAB_*_PASSWORD
+# variables or the lab's fixed defaults, the same as docker-compose.yml's), so that no container
+# carries another principal's password in its environment:
+#   zk-server.jaas   ZooKeeper's SASL (DIGEST-MD5) users: broker (LAB_ZK_BROKER_PASSWORD) and mirror
+#                    (LAB_ZK_MIRROR_PASSWORD), the ZooKeeper containers' JAAS Server section
+#   zk-broker.jaas   the brokers' and lab-init's ZooKeeper login (KAFKA_OPTS, as Kafka's tools)
+#   zk-mirror.jaas   the mirror's login to each DC's ZooKeeper (through the links)
+#   admin.password   User:admin's SCRAM password, for `lab check` / `lab outage` (lab-admin.properties)
+# Lab-only: readable by the containers' users (0644), as the lab's keys are.
+secrets() {
+  local broker="${LAB_ZK_BROKER_PASSWORD:-zk-broker-lab-secret}" mirror="${LAB_ZK_MIRROR_PASSWORD:-zk-mirror-lab-secret}"
+  printf 'Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  user_broker="%s"\n  user_mirror="%s";\n};\n' \
+    "$broker" "$mirror" >"$TLS_DIR/zk-server.jaas"
+  for who in broker mirror; do
+    local password="$broker"
+    [ "$who" = mirror ] && password="$mirror"
+    printf 'Client {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  username="%s"\n  password="%s";\n};\n' \
+      "$who" "$password" >"$TLS_DIR/zk-$who.jaas"
+  done
+  printf '%s\n' "${LAB_ADMIN_PASSWORD:-admin-lab-secret}" >"$TLS_DIR/admin.password"
+  chmod 0644 "$TLS_DIR"/zk-*.jaas "$TLS_DIR/admin.password"
 }
 
 addresses() {
@@ -112,7 +137,8 @@ case "$cmd" in
     echo "dc2 (\$LAB_ACTIVITY_RATE=${LAB_ACTIVITY_RATE:-20} records/s each), the mirror, the audit service, Spark and Prometheus."
     addresses
     echo
-    echo "Try: kcat -b $(compose port dc1-broker1 9094) -L"
+    echo "Try: kcat -b $(compose port dc1-broker1 9094) -X security.protocol=SASL_PLAINTEXT \\"
+    echo "       -X sasl.mechanisms=SCRAM-SHA-512 -X sasl.username=admin -X sasl.password=\"\$(cat $TLS_DIR/admin.password)\" -L"
     echo "Check the pipeline: make lab-check    Load the warehouse now: make lab-load"
     echo "Stop: make lab-down (keeps the data volumes; remove them with: $0 down -v)"
     ;;

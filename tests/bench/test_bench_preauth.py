@@ -2,7 +2,7 @@
 100 MiB each against a broker of the scenario's own, and a SCRAM client's produce latency beside them.
 
 Asserted: both rows have their numbers, every attacking connection was still open when measured (the
-broker held them, it did not just drop them), and the memory goal is met -- today's code costs the
+broker held them, it did not just drop them), and the memory stays under the goal -- today's code costs the
 broker ~2 MiB here where the old decoder allocated each announced frame whole (+2 GiB). Latency
 ratios are not test material on a shared machine; the figures are in docs/performance.md.
 """
@@ -26,7 +26,7 @@ def test_bench_preauth_scenario_measures_memory_and_latency(tmp_path: Path) -> N
         assert not row["unavailable"], row
     assert rss["figures"]["attacking connections still open"]["median"] == 220
     assert rss["figures"]["MiB"]["median"] < 64, rss
-    assert "met" in rss["goal_status"], rss
+    assert "not judged" in rss["goal_status"], rss  # --quick is a smoke run: the figure above is the check
     for key in ("p99 ms with", "p99 ms without"):
         v = latency["figures"][key]["median"]
         assert isinstance(v, int | float) and math.isfinite(v) and v > 0, (key, latency)

@@ -14,6 +14,7 @@ from headwater.protocol.records.record import encode_batch
 from tests.broker.test_bad_input import _create, _latest
 from tests.broker.wire import Wire
 from tests.harness.broker import BrokerProcess
+from tests.harness.clock import RECENT_MS
 
 RETRIABLE = {
     ErrorCode.NOT_LEADER_FOR_PARTITION,
@@ -30,7 +31,7 @@ def _init_producer_id(w: Wire, transactional_id: str | None = None, version: int
 
 def _pbatch(pid: int, seq: int, n: int = 1, epoch: int = 0) -> bytes:
     return encode_batch(
-        [(None, f"{pid}-{seq + i}".encode(), int(time.time() * 1000), ()) for i in range(n)],  # now: not retention's
+        [(None, f"{pid}-{seq + i}".encode(), RECENT_MS, ()) for i in range(n)],
         producer_id=pid,
         producer_epoch=epoch,
         base_sequence=seq,

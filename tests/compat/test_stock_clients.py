@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.harness.broker import BrokerProcess
+from tests.harness.clock import RECENT_MS
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -114,7 +115,7 @@ def test_confluent_each_codec_roundtrip(broker: BrokerProcess, codec: str) -> No
             "key": f"key-{i}".encode() if i % 3 else None,
             "value": (f"value-{i}-" * (i % 7)).encode(),
             "headers": [("h", f"{i}".encode()), ("empty", b"")],
-            "timestamp": 1_700_000_000_000 + i,
+            "timestamp": RECENT_MS + i,
         }
         for i in range(500)
     ]
@@ -145,7 +146,7 @@ def test_kafka_python_produce_consume(broker: BrokerProcess) -> None:
             key=None if i % 2 else f"k{i}".encode(),
             value=f"v{i}".encode(),
             headers=[("n", str(i).encode())],
-            timestamp_ms=1_600_000_000_000 + i,
+            timestamp_ms=RECENT_MS - 600_000 + i,
         )
         for i in range(200)
     ]
@@ -165,7 +166,7 @@ def test_kafka_python_produce_consume(broker: BrokerProcess) -> None:
             break
     consumer.close()
     assert [(m.offset, m.key, m.value, m.timestamp, list(m.headers)) for m in got] == [
-        (i, None if i % 2 else f"k{i}".encode(), f"v{i}".encode(), 1_600_000_000_000 + i, [("n", str(i).encode())])
+        (i, None if i % 2 else f"k{i}".encode(), f"v{i}".encode(), RECENT_MS - 600_000 + i, [("n", str(i).encode())])
         for i in range(200)
     ]
 
@@ -186,7 +187,7 @@ def test_aiokafka_produce_consume(broker: BrokerProcess) -> None:
                     key=f"k{i}".encode(),
                     value=None if i == 7 else f"v{i}".encode(),
                     headers=[("i", str(i).encode())],
-                    timestamp_ms=1_650_000_000_000 + i,
+                    timestamp_ms=RECENT_MS - 1_200_000 + i,
                 )
         finally:
             await producer.stop()
@@ -207,6 +208,6 @@ def test_aiokafka_produce_consume(broker: BrokerProcess) -> None:
 
     got = asyncio.run(run())
     assert got == [
-        (i, f"k{i}".encode(), None if i == 7 else f"v{i}".encode(), 1_650_000_000_000 + i, [("i", str(i).encode())])
+        (i, f"k{i}".encode(), None if i == 7 else f"v{i}".encode(), RECENT_MS - 1_200_000 + i, [("i", str(i).encode())])
         for i in range(150)
     ]

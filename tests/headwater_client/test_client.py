@@ -28,6 +28,7 @@ from headwater.client.partitioner import murmur2, to_positive
 from headwater.protocol.apis import FETCH, METADATA, PRODUCE
 from headwater.protocol.errors import ErrorCode
 from tests.harness.broker import BrokerProcess
+from tests.harness.clock import RECENT_MS
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
 
@@ -146,7 +147,7 @@ def test_codec_roundtrip(broker: BrokerProcess) -> None:
                     v,
                     key=None if i % 4 == 0 else f"k{i}",
                     headers=[("n", str(i)), ("null", None)],
-                    timestamp_ms=1_700_000_000_000 + i,
+                    timestamp_ms=RECENT_MS + i,
                 )
                 for i, v in enumerate(values)
             ]
@@ -161,7 +162,7 @@ def test_codec_roundtrip(broker: BrokerProcess) -> None:
             assert r.value == values[i], codec
             assert r.key == (None if i % 4 == 0 else f"k{i}".encode()), codec
             assert r.headers == (("n", str(i).encode()), ("null", None)), codec
-            assert r.timestamp == 1_700_000_000_000 + i, codec
+            assert r.timestamp == RECENT_MS + i, codec
 
 
 def test_keyed_records_follow_murmur2(broker: BrokerProcess) -> None:

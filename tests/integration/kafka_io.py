@@ -9,6 +9,9 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
 QUIET = {"log_level": 3}  # librdkafka: errors only (brokers come and go in these tests)
+#: librdkafka settings every client here adds (a test module of a secured deployment sets its login,
+#: e.g. SASL_SSL as an admin principal, and clears it when done)
+CLIENT_CONF: dict[str, object] = {}
 
 
 @dataclass(frozen=True)
@@ -20,7 +23,7 @@ class Record:
 
 
 def metadata(bootstrap: str, topic: str | None = None, timeout: float = 10) -> ClusterMetadata:
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET, **CLIENT_CONF})
     return admin.list_topics(topic=topic, timeout=timeout)
 
 
@@ -48,7 +51,7 @@ def broker_ids(bootstrap: str) -> set[int]:
 def create_topic(
     bootstrap: str, name: str, partitions: int, replication_factor: int = 1, config: dict[str, str] | None = None
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET, **CLIENT_CONF})
     futures = admin.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=config or {})],
         operation_timeout=20,
@@ -85,7 +88,7 @@ def produce(
         else:
             delivered.append((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", **QUIET, **conf})
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", **QUIET, **CLIENT_CONF, **conf})
     for key, value in records:
         while True:
             try:
@@ -109,6 +112,7 @@ def consume(bootstrap: str, topic: str, partitions: list[int], count: int, timeo
             "enable.auto.commit": False,
             "enable.partition.eof": False,
             **QUIET,
+            **CLIENT_CONF,
         }
     )
     c.assign([TopicPartition(topic, p, 0) for p in partitions])

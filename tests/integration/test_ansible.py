@@ -9,17 +9,22 @@ producer with acks=all keeps writing and loses nothing; with it comes a new buil
 install label): each broker's new venv is installed in its own turn, its unit moves to it, and the
 old venv stays for rollback. The deployment has TLS and SCRAM on (a CA and per-broker keys from the
 inventory, users created in each datacenter's ZooKeeper): brokers talk to each other, and the mirror,
-the audit and the loader to them, on SASL_SSL with SCRAM-SHA-512; PLAINTEXT stays for the test's
-own clients. ACLs are on (allow.everyone.if.no.acl.found=false): each service holds only the
-inventory's least-privilege ACLs, which DescribeAcls shows, and a user without ACLs is refused;
-PLAINTEXT's ANONYMOUS is a super user. Last, rebalance.yml runs over SSH on dc1's first broker and
+the audit and the loader to them, on SASL_SSL with SCRAM-SHA-512. ACLs are on
+(allow.everyone.if.no.acl.found=false): each service holds only the inventory's least-privilege
+ACLs, which DescribeAcls shows, and a user without ACLs is refused. Secure by default (review H4,
+M6): the only super user is the brokers' own (the test's clients log in as it, on SECURE, as the
+playbooks' own checks do); PLAINTEXT binds loopback only; ZooKeeper takes SASL logins and the
+brokers create every znode with Kafka's ACLs, so a client that does not log in reads metadata but
+changes nothing and cannot read SCRAM credentials. Last, rebalance.yml runs over SSH on dc1's first broker and
 spreads a topic held by broker 1 alone over both of dc1's brokers, losing no record.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -47,6 +52,7 @@ from headwater.client.admin import NewTopic as HwNewTopic
 from headwater.client.sync import SyncAdmin
 from headwater.testing.tls import TestCA
 from tests.compat.test_acls import stock_produce_codes
+from tests.integration import kafka_io
 from tests.integration.ansible_hosts import ANSIBLE_DIR, Fleet, PlaybookRun, build_wheelhouse, host_image, run_playbook
 from tests.integration.kafka_io import QUIET, consume, create_topic, leaders, metadata, produce, wait_for
 
@@ -54,7 +60,8 @@ from tests.integration.kafka_io import QUIET, consume, create_topic, leaders, me
 # and runs site.yml the first time.
 pytestmark = pytest.mark.timeout(1800)
 
-BROKER_PORT = 9092
+BROKER_PORT = 9093  # SECURE: the test's own clients log in as the admin principal (PLAINTEXT is loopback only)
+PLAINTEXT_PORT = 9092
 ROLLING_TOPIC = "rolling"
 
 
@@ -64,6 +71,7 @@ SCRAM_USERS = {
     "audit": "audit-it-secret",
     "loader": "loader-it-secret",
 }
+AUDIT_HTTP_PASSWORD = "audit-http-it-secret"
 NOBODY = ("nobody", "nobody-it-secret")  # a SCRAM user the test makes in dc1, with no ACL
 
 
@@ -97,6 +105,26 @@ class Deployment:
             "sasl.password": password or SCRAM_USERS.get(user) or dict([NOBODY])[user],
             **QUIET,
         }
+
+    def admin_conf(self) -> dict[str, Any]:
+        """librdkafka's login as the admin principal (the brokers' user, the only super user) on SECURE."""
+        conf = self.secure("dc1-a", "broker")
+        del conf["bootstrap.servers"]
+        return conf
+
+    def admin_properties(self) -> Path:
+        """The same as a client.properties file (Kafka's names), as the roles write admin.properties."""
+        path = self.workdir / "admin.properties"
+        conf = self.admin_conf()
+        path.write_text("".join(f"{k}={conf[k]}\n" for k in ("security.protocol", "ssl.ca.location", "sasl.mechanism")))
+        with path.open("a") as f:
+            f.write(f"sasl.username=broker\nsasl.password={SCRAM_USERS['broker']}\n")
+        return path
+
+    def admin_security(self) -> dict[str, str]:
+        """Headwater's client (SyncAdmin) with the same login."""
+        conf = self.admin_conf()
+        return {k: str(v) for k, v in conf.items() if k != "log_level"}
 
     def bootstrap(self, *hosts: str) -> str:
         return ",".join(f"{self.fleet.hosts[h].address}:{BROKER_PORT}" for h in hosts)
@@ -141,6 +169,7 @@ class Deployment:
                     "audit_topics": ["mirrored"],
                     "audit_window_ms": 10000,
                     "audit_grace_ms": 10000,
+                    "audit_http_password": AUDIT_HTTP_PASSWORD,  # the dashboard's basic auth (roles/audit)
                     "loader_topics": ["mirrored"],
                     "headwater_tls_enabled": True,
                     "headwater_tls_ca": self.tls["ca"],
@@ -199,9 +228,11 @@ def deployment(
         fleet.start(["dc1-a", "dc1-b", "agg-a"])
         d = Deployment(fleet, workdir)
         d.make_tls()
+        kafka_io.CLIENT_CONF.update(d.admin_conf())
         d.apply(d.inventory())
         yield d
     finally:
+        kafka_io.CLIENT_CONF.clear()
         fleet.close_ssh()
         for host in list(fleet.hosts.values()):
             try:
@@ -268,8 +299,11 @@ def test_site_makes_a_cluster_per_datacenter(deployment: Deployment) -> None:
         f"zookeeper.connect={hosts['dc1-a'].address}:2181",
         "inter.broker.listener.name=SECURE",
         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL",
+        "listeners=PLAINTEXT://127.0.0.1:9092,SECURE://:9093",
+        "zookeeper.set.acl=true",
+        "java.security.auth.login.config=/etc/headwater/zookeeper-client.jaas",
         "authorizer.class.name=kafka.security.auth.SimpleAclAuthorizer",
-        "super.users=User:broker;User:ANONYMOUS",
+        "super.users=User:broker",
         "allow.everyone.if.no.acl.found=false",
     ):
         assert line in props.splitlines(), props
@@ -288,6 +322,44 @@ def test_site_makes_a_cluster_per_datacenter(deployment: Deployment) -> None:
     assert sorted(r.value or b"" for r in got) == sorted(v for _, v in records)
     md = metadata(deployment.dc1, ROLLING_TOPIC).topics[ROLLING_TOPIC]
     assert {p.id: sorted(p.replicas) for p in md.partitions.values()} == {0: [1, 2], 1: [1, 2]}
+
+
+def test_secure_by_default_plaintext_loopback_and_zookeeper_acls(deployment: Deployment) -> None:
+    """Review H4 and M6: PLAINTEXT answers on the host's loopback only; ZooKeeper's znodes carry
+    Kafka's ACLs, so a client that does not log in reads metadata but changes nothing, and cannot
+    read the SCRAM credentials; no password appears in the playbook's output."""
+    from kazoo.exceptions import NoAuthError
+
+    from headwater.zk.client import kazoo_client
+    from headwater.zk.security import ZkSecurity
+
+    hosts = deployment.fleet.hosts
+    for name in ("dc1-a", "dc1-b", "agg-a"):
+        with pytest.raises(OSError):  # refused: nothing listens on the host's address
+            socket.create_connection((hosts[name].address, PLAINTEXT_PORT), timeout=5).close()
+    # ... while tools on the broker's own host still reach it there
+    hosts["dc1-b"].run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {PLAINTEXT_PORT}), 5)")
+    anon = kazoo_client(f"{hosts['dc1-a'].address}:2181", security=ZkSecurity())
+    anon.start(timeout=30)
+    try:
+        assert set(anon.get_children("/brokers/ids")) == {"1", "2"}  # world read, as in Kafka
+        for write in (
+            lambda: anon.create("/brokers/ids/99", b"{}", ephemeral=True),
+            lambda: anon.set("/brokers/topics/" + ROLLING_TOPIC, b"{}"),
+            lambda: anon.create("/kafka-acl/Topic/evil", b"{}"),
+            lambda: anon.set("/config/users/mirror", b"{}"),
+            lambda: anon.create("/config/users/mallory", b"{}"),
+        ):
+            with pytest.raises(NoAuthError):
+                write()
+        with pytest.raises(NoAuthError):
+            anon.get("/config/users/mirror")
+    finally:
+        anon.stop()
+        anon.close()
+    for run in deployment.runs:
+        for password in SCRAM_USERS.values():
+            assert password not in run.output
 
 
 def test_second_run_changes_nothing(deployment: Deployment) -> None:
@@ -320,7 +392,10 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
         assert resp.status == 200
 
     def audited() -> Any:
-        with urllib.request.urlopen(f"{base}/api/v1/completeness?topic=mirrored", timeout=10) as resp:
+        request = urllib.request.Request(f"{base}/api/v1/completeness?topic=mirrored")
+        login = base64.b64encode(f"headwater:{AUDIT_HTTP_PASSWORD}".encode()).decode()
+        request.add_header("Authorization", f"Basic {login}")  # the audit role's default: basic auth
+        with urllib.request.urlopen(request, timeout=10) as resp:
             rows = json.load(resp)["rows"]
         return {row["tier"] for row in rows} >= {"dc1", "agg"} and rows
 
@@ -338,7 +413,7 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
     print(f"load: {time.monotonic() - started:.0f} s, {manifest['records']}")
     assert manifest["records"] == {"mirrored": 20}, manifest
     # ACLs: the mirror, the audit and the loader did all that with only the inventory's ACLs, which
-    # each cluster's brokers show (DescribeAcls; PLAINTEXT is ANONYMOUS, a super user) ...
+    # each cluster's brokers show (DescribeAcls, asked as the admin principal) ...
     assert acls_of(deployment.dc1) == {
         *(("User:mirror", t, op) for t in ("*", "heartbeats") for op in ("READ", "DESCRIBE_CONFIGS")),
         *(("User:mirror", t, op) for t in ("heartbeats", "__audit") for op in ("CREATE", "WRITE")),
@@ -355,6 +430,8 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
     # reads there), are refused writing to it; nothing is written.
     dc1_a = deployment.fleet.hosts["dc1-a"]
     dc1_a.run(
+        "env",
+        "KAFKA_OPTS=-Djava.security.auth.login.config=/etc/headwater/zookeeper-client.jaas",  # as the role's tasks
         f"{_unit_venv(dc1_a)}/bin/headwater",
         *("configs", "--zookeeper", "localhost:2181", "--alter", "--entity-type", "users", "--entity-name"),
         *(NOBODY[0], "--add-config", f"SCRAM-SHA-512=[iterations=4096,password={NOBODY[1]}]"),
@@ -365,7 +442,9 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
     for user in ("nobody", "mirror"):
         codes = stock_produce_codes(deployment.secure("dc1-a", user), "mirrored", 3)
         assert codes and all(c == KafkaError.TOPIC_AUTHORIZATION_FAILED for c in codes), (user, codes)
-    consumer = Consumer({"bootstrap.servers": deployment.dc1, "group.id": "ansible-test-acls", **QUIET})
+    consumer = Consumer(
+        {"bootstrap.servers": deployment.dc1, "group.id": "ansible-test-acls", **QUIET, **kafka_io.CLIENT_CONF}
+    )
     try:
         ends = [consumer.get_watermark_offsets(TopicPartition("mirrored", p), timeout=10)[1] for p in (0, 1)]
     finally:
@@ -375,7 +454,7 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
 
 def acls_of(bootstrap: str) -> set[tuple[str, str, str]]:
     """Every ACL of a cluster (DescribeAcls) as (principal, topic, operation); any other kind fails."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET, **kafka_io.CLIENT_CONF})
     everything = AclBindingFilter(
         ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
     )
@@ -408,7 +487,14 @@ class Writer(threading.Thread):
     def run(self) -> None:
         # retries are librdkafka's (until message.timeout.ms): a leader moving is not a failure.
         p = Producer(
-            {"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5, "message.timeout.ms": 300000, **QUIET}
+            {
+                "bootstrap.servers": self.bootstrap,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 300000,
+                **QUIET,
+                **kafka_io.CLIENT_CONF,
+            }
         )
         while not self.stop.is_set():
             for _ in range(50):
@@ -424,7 +510,7 @@ class IsrMonitor(threading.Thread):
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         super().__init__(daemon=True)
-        self.admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET, **kafka_io.CLIENT_CONF})
         self.topic = topic
         self.samples: list[tuple[float, frozenset[int] | None]] = []
         self.stop = threading.Event()
@@ -517,7 +603,9 @@ def test_rolling_restart_loses_nothing(deployment: Deployment) -> None:
     assert writer.unflushed == 0 and not writer.errors, (writer.unflushed, writer.errors[:5])
     during = [v for t, v in writer.acked if times[first][0] < t < times[second][1]]
     assert during, "no record was acknowledged while the brokers restarted"
-    consumer = Consumer({"bootstrap.servers": deployment.dc1, "group.id": "ansible-test-check", **QUIET})
+    consumer = Consumer(
+        {"bootstrap.servers": deployment.dc1, "group.id": "ansible-test-check", **QUIET, **kafka_io.CLIENT_CONF}
+    )
     try:
         ends = {p: consumer.get_watermark_offsets(TopicPartition(ROLLING_TOPIC, p), timeout=10)[1] for p in (0, 1)}
     finally:
@@ -548,11 +636,12 @@ def test_ready_gate_waits_for_a_missing_replica(deployment: Deployment) -> None:
     with broker 2 stopped, broker 1 is not ready (under-replicated partitions); started, it is."""
     gate = ANSIBLE_DIR / "roles" / "broker" / "files" / "broker_ready.py"
     a, b = deployment.bootstrap("dc1-a"), deployment.bootstrap("dc1-b")
+    login = ["--command-config", str(deployment.admin_properties())]  # SECURE, as the role runs it
     dc1_b = deployment.fleet.hosts["dc1-b"]
     dc1_b.run("systemctl", "stop", "headwater-broker.service")
     try:
         waited = subprocess.run(
-            [sys.executable, str(gate), "--broker-id", "1", "--self", a, "--bootstrap", b, "--timeout", "5"],
+            [sys.executable, str(gate), "--broker-id", "1", "--self", a, "--bootstrap", b, "--timeout", "5", *login],
             capture_output=True,
             text=True,
             timeout=120,
@@ -562,7 +651,7 @@ def test_ready_gate_waits_for_a_missing_replica(deployment: Deployment) -> None:
     finally:
         dc1_b.run("systemctl", "start", "headwater-broker.service")
     ready = subprocess.run(
-        [sys.executable, str(gate), "--broker-id", "2", "--self", b, "--bootstrap", a, "--timeout", "300"],
+        [sys.executable, str(gate), "--broker-id", "2", "--self", b, "--bootstrap", a, "--timeout", "300", *login],
         capture_output=True,
         text=True,
         timeout=330,
@@ -576,7 +665,7 @@ def test_rebalance_over_ssh_spreads_a_topic_over_dc1(deployment: Deployment) -> 
     over dc1's brokers 1 and 2 (--generate, --execute with a throttle, --verify until done), as
     the brokers then report it (Metadata, DescribeLogDirs), with every record still there."""
     topic = "rebalanced"
-    with SyncAdmin(deployment.dc1) as hw:
+    with SyncAdmin(deployment.dc1, security=deployment.admin_security()) as hw:
         assert hw.create_topics([HwNewTopic(topic, assignments={0: [1], 1: [1]})]) == {topic: None}
     wait_for(lambda: leaders(deployment.dc1, topic, 2) == {0: 1, 1: 1}, 60, f"{topic}'s leaders on broker 1")
     records = [(b"k%d" % i, b"r-%d" % i) for i in range(400)]
@@ -610,7 +699,7 @@ def test_rebalance_over_ssh_spreads_a_topic_over_dc1(deployment: Deployment) -> 
     placed = placement(deployment.dc1)
     moved = [p for p, (replicas, _) in placed.items() if replicas == [2]]
     # ... and broker 2's log dir holds the moved partition's data (DescribeLogDirs).
-    with SyncAdmin(deployment.dc1) as hw:
+    with SyncAdmin(deployment.dc1, security=deployment.admin_security()) as hw:
         dirs = hw.describe_log_dirs([2], [(topic, p) for p in moved])[2]
     assert not isinstance(dirs, Exception), dirs
     sizes = {key: info.size for d in dirs for key, info in d.replicas.items()}

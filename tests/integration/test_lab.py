@@ -17,6 +17,7 @@ from typing import Any
 import docker
 import pytest
 
+from tests.integration import kafka_io
 from tests.integration.containers import free_ports
 from tests.integration.kafka_io import consume, create_topic, metadata, produce, wait_for
 
@@ -86,6 +87,16 @@ def lab(
     env["HEADWATER_IMAGE"] = images["headwater"]
     env["HEADWATER_ZOOKEEPER_IMAGE"] = images["zookeeper"]
     lab = Lab(project, env)
+    # The host's clients log in on EXTERNAL as the lab's operator (User:admin; lab.sh certs wrote its password)
+    admin_password = (Path(env["LAB_TLS_DIR"]) / "admin.password").read_text().strip()
+    kafka_io.CLIENT_CONF.update(
+        {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "admin",
+            "sasl.password": admin_password,
+        }
+    )
     try:
         lab.compose("up", "-d", "--wait", "--wait-timeout", "300", timeout=360)
         yield lab
@@ -93,6 +104,7 @@ def lab(
         print(lab.compose("logs", "--tail", "40", check=False).stdout[-8000:])
         raise
     finally:
+        kafka_io.CLIENT_CONF.clear()
         lab.compose("down", "-v", "--remove-orphans", "--timeout", "5", check=False)
         flt = {"label": f"com.docker.compose.project={project}"}
         left = (
@@ -159,6 +171,26 @@ def test_compose_lab_serves_every_cluster_and_mirrors_the_dcs_into_the_aggregate
         check=False,
     )
     assert "TOPIC_AUTHORIZATION_FAILED" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+    # Review H4 (lab): the audit container carries no admin password in its environment, and no
+    # listener another container reaches serves a connection that did not log in (EXTERNAL's
+    # container port included: it is reachable from the DC network, not only through the host).
+    audit_env = lab.compose("exec", "-T", "audit", "printenv", check=False).stdout
+    assert "LAB_ADMIN_PASSWORD" not in audit_env and "admin-lab-secret" not in audit_env
+    for port in (9092, 9094):
+        probe = lab.compose("exec", "-T", "dc1-activity", "python3", "-c", _PLAINTEXT_METADATA % port, check=False)
+        assert probe.stdout.strip() == "closed", (port, probe.stdout, probe.stderr)
+    # Review M6 (lab): each ZooKeeper takes SASL logins; what the brokers wrote only they change, the
+    # SCRAM credentials only they read, and the mirror reached dc1's ZooKeeper over the link logged
+    # in (its group's znodes carry its SASL identity).
+    zk = lab.compose("exec", "-T", "audit", "python3", "-c", _ANONYMOUS_ZOOKEEPER, check=False)
+    assert zk.stdout.splitlines() == [
+        "brokers ['101', '102', '103']",
+        "register NoAuth",
+        "acl NoAuth",
+        "topic-config NoAuth",
+        "read-credentials NoAuth",
+        "mirror-group sasl:mirror",
+    ], zk.stdout + zk.stderr
 
     # The mirror's own view: it serves its metrics on the published port.
     port = lab.env["MIRROR_METRICS_PORT"]
@@ -210,6 +242,43 @@ try:
     print("written")
 except Exception as e:
     print(repr(e))
+"""
+
+
+# A Metadata v1 request without any login, from another container: "closed" when the broker refuses it.
+_PLAINTEXT_METADATA = """
+import socket, struct
+body = struct.pack(">hhih", 3, 1, 1, 5) + b"probe" + struct.pack(">i", 0)
+s = socket.create_connection(("dc1-broker1", %d), timeout=10)
+s.sendall(struct.pack(">i", len(body)) + body)
+try:
+    print("answered" if s.recv(4) else "closed")
+except OSError:
+    print("closed")
+"""
+
+# dc1's ZooKeeper as a client that does not log in (from the audit container, on every DC network).
+_ANONYMOUS_ZOOKEEPER = """
+from kazoo.exceptions import NoAuthError
+from headwater.zk.client import kazoo_client
+from headwater.zk.security import ZkSecurity
+zk = kazoo_client("dc1-zookeeper:2181", security=ZkSecurity())
+zk.start(timeout=30)
+print("brokers", sorted(zk.get_children("/brokers/ids")))
+for name, attempt in (
+    ("register", lambda: zk.create("/brokers/ids/999", b"{}", ephemeral=True)),
+    ("acl", lambda: zk.create("/kafka-acl/Topic/evil", b"{}")),
+    ("topic-config", lambda: zk.set("/config/topics/page-views", b"{}")),
+    ("read-credentials", lambda: zk.get("/config/users/admin")),
+):
+    try:
+        attempt()
+        print(name, "ALLOWED")
+    except NoAuthError:
+        print(name, "NoAuth")
+ids = zk.get_children("/consumers/headwater-mirror/ids")
+print("mirror-group", " ".join(sorted({f"{a.id.scheme}:{a.id.id}" for a in zk.get_acls("/consumers/headwater-mirror/ids/" + ids[0])[0] if a.perms == 31})))
+zk.stop()
 """
 
 

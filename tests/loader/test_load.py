@@ -18,9 +18,10 @@ from confluent_kafka import Producer
 from headwater.client.consumer import ConsumerRecord
 from headwater.client.sync import SyncConsumer
 from tests.harness.broker import BrokerProcess
+from tests.harness.clock import RECENT_MS
 
 WINDOW_MS = 60_000
-BASE_TS = 1_700_000_000_000
+BASE_TS = RECENT_MS
 
 
 def _produce(

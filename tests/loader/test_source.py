@@ -11,6 +11,7 @@ from confluent_kafka import Producer
 
 from headwater.loader.offsets import OffsetRange, split
 from tests.harness.broker import BrokerProcess
+from tests.harness.clock import RECENT_MS
 
 
 def produce(bootstrap: str, topic: str, n: int) -> list[tuple[int, bytes, bytes, list[tuple[str, bytes]], int]]:
@@ -21,7 +22,7 @@ def produce(bootstrap: str, topic: str, n: int) -> list[tuple[int, bytes, bytes,
     for i in range(n):
         key, value = f"member-{i % 13}".encode(), f"view-{i}".encode()
         headers = [("origin.dc", b"dc1"), ("i", str(i).encode())]
-        ts = 1_700_000_000_000 + i * 1000
+        ts = RECENT_MS + i * 1000
         p.produce(topic, key=key, value=value, headers=headers, timestamp=ts)
         sent.append((ts, key, value, headers, i))
     p.flush(60)

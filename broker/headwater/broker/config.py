@@ -39,6 +39,8 @@ from headwater.broker.topic_configs import (
     log_value,
 )
 from headwater.properties import parse_properties
+from headwater.zk.security import PROPERTIES as ZK_SECURITY_PROPERTIES
+from headwater.zk.security import ZkSecurity, ZkSecurityError, zk_security
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +166,8 @@ class BrokerConfig:
     #: every property as given (secrets included: never shown, see is_sensitive)
     raw: dict[str, str] = field(default_factory=dict, repr=False)
     unknown: list[str] = field(default_factory=list)
+    #: the ZooKeeper SASL login and zookeeper.set.acl (headwater.zk.security)
+    zookeeper_security: ZkSecurity = field(default_factory=ZkSecurity)
 
     def advertised_endpoints(self) -> list[Listener]:
         return self.advertised_listeners
@@ -412,6 +416,8 @@ def config_from_props(props: dict[str, str]) -> BrokerConfig:
                 values[attr] = parse(raw)
             except ValueError as e:
                 raise ConfigError(f"{key}={raw!r}: {e}") from None
+        elif key in ZK_SECURITY_PROPERTIES:
+            pass  # headwater.zk.security reads them below
         elif key not in _HANDLED_ELSEWHERE and key not in BROKER_DEFAULT_PROPERTIES and not is_security_property(key):
             unknown.append(key)
     if "zookeeper.connect" not in props:
@@ -469,7 +475,16 @@ def config_from_props(props: dict[str, str]) -> BrokerConfig:
         log_defaults = _log_defaults(props, values.get("message_max_bytes", 1000012))
     except ValueError as e:
         raise ConfigError(f"log settings: {e}") from None
+    try:  # zookeeper.set.acl (Kafka's default false) and the JAAS Client login
+        try:
+            set_acl = _bool(props.get("zookeeper.set.acl", "false"))
+        except ValueError as e:
+            raise ConfigError(f"zookeeper.set.acl: {e}") from None
+        zookeeper_security = zk_security(props, set_acl=set_acl)
+    except ZkSecurityError as e:
+        raise ConfigError(str(e)) from None
     cfg = BrokerConfig(
+        zookeeper_security=zookeeper_security,
         listeners=listeners,
         advertised_listeners=advertised,
         listener_security_protocol_map=proto_map,

@@ -82,7 +82,10 @@ class KafkaBroker:
         self.fs = fs or OsFileSystem()
         self.clock = clock or SystemClock()
         self.zk = ZooKeeper(
-            config.zookeeper_connect, config.zookeeper_session_timeout_ms, config.zookeeper_connection_timeout_ms
+            config.zookeeper_connect,
+            config.zookeeper_session_timeout_ms,
+            config.zookeeper_connection_timeout_ms,
+            security=config.zookeeper_security,
         )
         self.metrics = BrokerMetrics()
         self.cache = MetadataCache(self.zk)

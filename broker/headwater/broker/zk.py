@@ -51,6 +51,7 @@ from headwater.zk.client import kazoo_client, split_chroot
 from headwater.zk.json import ZnodeFormatError
 from headwater.zk.json import to_json as to_json  # re-exported for the broker's writers
 from headwater.zk.paths import PERSISTENT_PATHS
+from headwater.zk.security import ZkSecurity
 
 log = logging.getLogger(__name__)
 
@@ -117,13 +118,16 @@ def _multi_batches(writes: Sequence[tuple[str, bytes, int]]) -> list[list[int]]:
 class ZooKeeper:
     """A kazoo client bridged onto an asyncio loop."""
 
-    def __init__(self, connect: str, session_timeout_ms: int, connection_timeout_ms: int) -> None:
+    def __init__(
+        self, connect: str, session_timeout_ms: int, connection_timeout_ms: int, security: ZkSecurity | None = None
+    ) -> None:
         self.connect_string = connect
         self.connection_timeout_ms = connection_timeout_ms
         self.session_timeout_ms = session_timeout_ms
         hosts, self.chroot = split_chroot(connect)
         # Connect without the chroot, create it if missing (as Kafka does), then apply it.
-        self.client = kazoo_client(hosts, session_timeout_s=session_timeout_ms / 1000.0)
+        # security: SASL login and zookeeper.set.acl (None: as a tool, from KAFKA_OPTS)
+        self.client = kazoo_client(hosts, session_timeout_s=session_timeout_ms / 1000.0, security=security)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state_listeners: list[Callable[[str], None]] = []
         self._multi_read_ok: bool | None = None  # whether this connection's server has multiRead
@@ -139,11 +143,13 @@ class ZooKeeper:
         self.client.add_listener(self._on_state)
         try:
             await self.call(self.client.start, self.connection_timeout_ms / 1000.0)
+            # a refused SASL login (AuthFailedError) shows on the first request, not in start()
+            await self.call(self.client.exists, "/")
         except Exception as e:
             await self.call(self.client.close)
             raise ConnectionError(
                 f"could not connect to ZooKeeper at {self.connect_string} within "
-                f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): {e}"
+                f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): {type(e).__name__} {e}"
             ) from None
         if self.chroot:
             await self.call(self.client.ensure_path, self.chroot)

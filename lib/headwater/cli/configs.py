@@ -14,6 +14,10 @@ Users' SCRAM credentials, through ZooKeeper (as ``kafka-configs --zookeeper`` do
 
     headwater configs --zookeeper ZK[/chroot] --alter --entity-type users --entity-name alice \\
         --add-config 'SCRAM-SHA-512=[password=alice-secret],SCRAM-SHA-256=[iterations=8192,password=alice-secret]'
+
+A password may be given as ``password=file:/path`` (its first line; ``file:/dev/stdin`` reads it from
+standard input) or ``env:NAME``, so it is never on a command line::
+
     headwater configs --zookeeper ZK --alter --entity-type users --entity-name alice --delete-config SCRAM-SHA-256
     headwater configs --zookeeper ZK --describe --entity-type users [--entity-name alice]
 
@@ -69,6 +73,7 @@ from headwater.scram import (
     user_config_json,
     user_config_path,
 )
+from headwater.security import SecurityConfigError, resolve_secret
 from headwater.zk.config import desanitize, sanitize
 
 
@@ -206,8 +211,10 @@ def parse_scram_configs(text: str) -> dict[str, ScramCredential]:
             raise CliError(f"--add-config: {mech}: unknown option(s) {sorted(unknown)}")
         try:
             iterations = int(options.get("iterations") or 4096)
-            out[mech] = make_credential(mech, options["password"], iterations)
-        except (ValueError, ScramError) as e:
+            # password=file:/path (its first line; file:/dev/stdin too) or env:NAME: off the command line
+            password = resolve_secret(options["password"], f"--add-config {mech} password") or ""
+            out[mech] = make_credential(mech, password, iterations)
+        except (ValueError, ScramError, SecurityConfigError) as e:
             raise CliError(f"--add-config: {mech}: {e}") from None
     return out
 

@@ -2,6 +2,13 @@
 
 Like kazoo's own harness: one server per test session, each test gets its own chroot
 (``127.0.0.1:<port>/<chroot>``) so tests never see each other's znodes.
+
+``sasl_users={"broker": "secret"}`` makes it a SASL-enabled server as Kafka 2.3's documentation
+sets one up: ``authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider``,
+``requireClientAuthScheme=sasl`` and a JAAS ``Server`` section (``DigestLoginModule`` with
+``user_<name>="<password>"``) given through ``SERVER_JVMFLAGS``. Clients that do not log in still
+connect (ZooKeeper 3.x does not refuse them): what protects the znodes is their ACLs.
+:meth:`ZooKeeperServer.client_jaas` writes the matching client file (a ``Client`` section).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 ZK_SERVER = os.environ.get("ZOOKEEPER_SERVER_SH", "/usr/share/zookeeper/bin/zkServer.sh")
@@ -55,11 +63,33 @@ def _ruok(port: int) -> bool:
 
 
 class ZooKeeperServer:
-    def __init__(self, workdir: Path, port: int | None = None, tick_ms: int = 500) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        port: int | None = None,
+        tick_ms: int = 500,
+        sasl_users: Mapping[str, str] | None = None,
+    ) -> None:
         self.workdir = workdir
         self.port = port or free_port()
         self.tick_ms = tick_ms
+        self.sasl_users = dict(sasl_users or {})
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def client_jaas(self, username: str, password: str | None = None, *, name: str | None = None) -> Path:
+        """A JAAS file with a ``Client`` section logging in as ``username`` (its password on this
+        server unless given): what ``java.security.auth.login.config`` names."""
+        secret = self.sasl_users.get(username, "") if password is None else password
+        path = self.workdir / (name or f"client-{username}.jaas")
+        path.write_text(
+            "Client {\n"
+            "  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+            f'  username="{username}"\n'
+            f'  password="{secret}";\n'
+            "};\n"
+        )
+        path.chmod(0o600)
+        return path
 
     @property
     def connect(self) -> str:
@@ -82,6 +112,17 @@ class ZooKeeperServer:
             f"minSessionTimeout={2 * self.tick_ms}\n"
         )
         env = dict(os.environ, ZOOCFGDIR=str(self.workdir), ZOO_LOG_DIR=str(self.workdir), JVMFLAGS="-Xmx256m")
+        if self.sasl_users:
+            with open(cfg, "a") as f:
+                f.write(
+                    "authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n"
+                    "requireClientAuthScheme=sasl\n"
+                )
+            jaas = self.workdir / "server.jaas"
+            users = "".join(f'\n  user_{u}="{p}"' for u, p in self.sasl_users.items())
+            jaas.write_text(f"Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required{users};\n}};\n")
+            jaas.chmod(0o600)
+            env["SERVER_JVMFLAGS"] = f"-Djava.security.auth.login.config={jaas}"
         self.log_file = open(self.workdir / "zookeeper.out", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [ZK_SERVER, "start-foreground", str(cfg)],

@@ -10,14 +10,23 @@ caller registered or watched is the caller's to restore (each listens for ``Kazo
 
 A connect string is Kafka's ``host:port[,host:port...][/chroot]``; :func:`split_chroot` separates
 the chroot, which callers create (as Kafka does) before applying it.
+
+Security (:mod:`headwater.zk.security`): the same function logs in with SASL DIGEST-MD5 when the
+process has a JAAS ``Client`` section (Kafka's ``KAFKA_OPTS=-Djava.security.auth.login.config=...``,
+or the caller's properties), and with ACLs on every znode it creates carries Kafka 2.3's default
+ACLs for its path (creator-all plus world-read; creator only under the sensitive paths). kazoo
+re-runs the SASL exchange on every reconnection, before any queued request is sent.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL
+
+from headwater.zk.security import ZkSecurity, default_acls, zk_security
 
 #: the longest pause between two reconnect attempts (before jitter)
 RECONNECT_MAX_DELAY_S = 2.0
@@ -45,10 +54,53 @@ def split_chroot(connect: str) -> tuple[str, str]:
     return hosts, ("/" + chroot if slash and chroot else "")
 
 
-def kazoo_client(hosts: str, *, session_timeout_s: float = 10.0, **kwargs: Any) -> KazooClient:
+class _PathAcls(list[ACL]):
+    """The ACLs :func:`default_acls` chose for one path. kazoo hands a ``create(makepath=True)``'s
+    ACL down to the parents it creates; a parent must get its own path's ACLs instead (otherwise
+    ``/config`` made on the way to ``/config/users/alice`` would lose its world read)."""
+
+
+class _AclTransaction(TransactionRequest):  # type: ignore[misc]
+    def create(
+        self, path: str, value: bytes = b"", acl: Any = None, ephemeral: bool = False, sequence: bool = False
+    ) -> None:
+        if acl is None:
+            acl = _PathAcls(default_acls(path))
+        super().create(path, value, acl=acl, ephemeral=ephemeral, sequence=sequence)
+
+
+class SecureKazooClient(KazooClient):  # type: ignore[misc]
+    """A KazooClient whose creates carry Kafka 2.3's default ACLs for their path (an explicit
+    ``acl=`` still wins). Paths are the caller's, i.e. relative to the chroot, as Kafka's are."""
+
+    def create_async(self, path: str, value: bytes = b"", acl: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if acl is None:
+            acl = _PathAcls(default_acls(path))
+        return super().create_async(path, value, acl, *args, **kwargs)
+
+    def ensure_path_async(self, path: str, acl: Any = None) -> Any:
+        if isinstance(acl, _PathAcls):
+            acl = None  # each missing component gets its own path's ACLs (create_async above)
+        return super().ensure_path_async(path, acl)
+
+    def transaction(self) -> TransactionRequest:
+        return _AclTransaction(self)
+
+
+def kazoo_client(
+    hosts: str, *, session_timeout_s: float = 10.0, security: ZkSecurity | None = None, **kwargs: Any
+) -> KazooClient:
     """A (not yet started) KazooClient for ``hosts`` with Headwater's connection policy.
 
-    ``hosts`` may carry a chroot; kazoo then applies it to every path. Extra keyword arguments go to
+    ``hosts`` may carry a chroot; kazoo then applies it to every path. ``security``: the SASL login
+    and whether to set ACLs; None takes them from the environment as Kafka's tools do
+    (``KAFKA_OPTS``: a JAAS ``Client`` section means SASL and ACLs). Extra keyword arguments go to
     KazooClient unchanged.
     """
-    return KazooClient(hosts=hosts, timeout=session_timeout_s, connection_retry=connection_retry(), **kwargs)
+    if security is None:
+        security = zk_security()
+    cls = SecureKazooClient if security.set_acl else KazooClient
+    sasl = security.sasl_options()
+    if sasl is not None:
+        kwargs.setdefault("sasl_options", sasl)
+    return cls(hosts=hosts, timeout=session_timeout_s, connection_retry=connection_retry(), **kwargs)

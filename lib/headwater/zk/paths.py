@@ -70,6 +70,10 @@ PERSISTENT_PATHS = (
     DELETE_TOPICS,
     ISR_CHANGE_NOTIFICATION,
     LOG_DIR_EVENT_NOTIFICATION,
+    # as Kafka's ZkData.PersistentZkPaths: with zookeeper.set.acl, /consumers is made open (old
+    # consumers of any principal register under it), /config/users creator-only (SCRAM credentials)
+    CONSUMERS,
+    CONFIG_USERS,
 )
 
 #: Entity types under /config, as Kafka's ConfigType.

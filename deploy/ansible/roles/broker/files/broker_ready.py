@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Wait until a (re)started broker is back in its cluster, for the broker role (stdlib only).
+"""Wait until a (re)started broker is back in its cluster, for the broker role.
 
 The rolling restart's gate, as cp-ansible's wait for UnderReplicatedPartitions = 0: every broker
 of the cluster that answers a Metadata request (v1, all topics) must
@@ -13,6 +13,12 @@ Brokers not answering are left out (on a first deployment the later brokers do n
 A view that lags only makes the wait longer.
 
     broker_ready.py --broker-id 2 --self kafka2:9092 --bootstrap kafka1:9092 [--timeout 600]
+    broker_ready.py --broker-id 2 --self kafka2:9093 --bootstrap kafka1:9093 --command-config admin.properties
+
+Without ``--command-config`` it speaks PLAINTEXT with the standard library only. With it (a
+secured deployment: the role runs it with the build's venv python) each request goes through
+Headwater's client library, logged in as the file says (Kafka's client property names:
+SASL_SSL with SCRAM as the admin principal), on the SECURE listener.
 
 Exit 0 when ready, 1 (and what is missing) after the timeout.
 """
@@ -54,6 +60,40 @@ class Reader:
 
     def int32s(self) -> tuple[int, ...]:
         return tuple(self.take(">i") for _ in range(self.take(">i")))
+
+
+def secured_metadata(address: str, props: dict[str, str], timeout: float = 5.0) -> View:
+    """Metadata v1 for all topics from one broker, through Headwater's client (TLS, SASL)."""
+    import asyncio
+
+    from headwater.client.connection import BrokerConnection, parse_address
+    from headwater.client.security import ClientSecurity
+    from headwater.protocol.apis import METADATA
+
+    async def ask() -> dict:
+        host, port = parse_address(address)
+        conn = BrokerConnection(
+            host,
+            port,
+            client_id="broker-ready",
+            connect_timeout=timeout,
+            request_timeout=timeout,
+            security=ClientSecurity.from_properties(props),
+        )
+        await conn.connect()
+        try:
+            return dict(await conn.request(METADATA, {"topics": None}, version=1))
+        finally:
+            await conn.close()
+
+    body = asyncio.run(ask())
+    live = {int(b["node_id"]) for b in body["brokers"]}
+    partitions = {
+        (t["name"], int(p["partition_index"])): (tuple(p["replica_nodes"]), tuple(p["isr_nodes"]))
+        for t in body["topics"]
+        for p in t["partitions"]
+    }
+    return View(live, partitions)
 
 
 def metadata(address: str, timeout: float = 5.0) -> View:
@@ -127,7 +167,18 @@ def main() -> int:
     parser.add_argument("--self", dest="me", required=True, help="host:port of the broker waited for")
     parser.add_argument("--bootstrap", action="append", default=[], help="host:port of another broker of the cluster")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--command-config", help="client properties: log in as they say (SECURE listener)")
     args = parser.parse_args()
+    ask = metadata
+    if args.command_config:
+        from headwater.properties import parse_properties
+
+        with open(args.command_config, encoding="utf-8") as f:
+            props = parse_properties(f.read())
+
+        def ask(address: str, timeout: float = 5.0) -> View:
+            return secured_metadata(address, props, timeout)
+
     start = time.monotonic()
     said = ""
     while True:
@@ -135,9 +186,9 @@ def main() -> int:
         errors = []
         for address in dict.fromkeys([args.me, *args.bootstrap]):
             try:
-                views[address] = metadata(address)
-            except (OSError, struct.error, UnicodeDecodeError) as e:
-                errors.append(f"{address}: {e}")
+                views[address] = ask(address)
+            except Exception as e:  # not answering yet (refused, closed, login failed): retried
+                errors.append(f"{address}: {type(e).__name__} {e}")
         missing = problems(args.broker_id, args.me, views)
         if not missing:
             n = len(next(iter(views.values())).partitions)
