@@ -49,6 +49,10 @@ for cluster in dc1 dc2 agg; do
     for topic in heartbeats __audit; do
       acl "$zk" mirror --operation Create --operation Write --topic "$topic"
     done
+    # MM2's offset syncs: written, then read back for the checkpoints (docs/mirror.md)
+    acl "$zk" mirror --operation Create --operation Write --operation Read --topic mm2-offset-syncs.agg.internal
+    # the source's groups, listed and read for the checkpoints
+    acl "$zk" mirror --operation Describe --group '*'
     for topic in page-views clicks __audit; do
       acl "$zk" activity --operation Create --operation Write --topic "$topic"
     done

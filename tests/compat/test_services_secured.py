@@ -145,6 +145,19 @@ def secured(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
             _acl(dc1.zk_connect, "mirror", "--operation", "Read", "--operation", "DescribeConfigs", "--topic", topic)
         for topic in ("heartbeats", "__audit"):
             _acl(dc1.zk_connect, "mirror", "--operation", "Create", "--operation", "Write", "--topic", topic)
+        # MM2's offset syncs: written into the source, read back for the checkpoints (docs/mirror.md)
+        for op in ("Create", "Write", "Read"):
+            _acl(dc1.zk_connect, "mirror", "--operation", op, "--topic", "mm2-offset-syncs.agg.internal")
+        _acl(
+            agg.zk_connect,
+            "mirror",
+            "--operation",
+            "Create",
+            "--operation",
+            "Write",
+            "--topic",
+            "dc1.checkpoints.internal",
+        )
         for topic in (TOPIC, "heartbeats"):
             _acl(
                 agg.zk_connect,

@@ -417,6 +417,9 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
     assert acls_of(deployment.dc1) == {
         *(("User:mirror", t, op) for t in ("*", "heartbeats") for op in ("READ", "DESCRIBE_CONFIGS")),
         *(("User:mirror", t, op) for t in ("heartbeats", "__audit") for op in ("CREATE", "WRITE")),
+        # the checkpoint task: MM2's offset syncs in the source, and the source's groups listed and read
+        *(("User:mirror", "mm2-offset-syncs.agg.internal", op) for op in ("CREATE", "WRITE", "READ")),
+        ("User:mirror", "group:*", "DESCRIBE"),
         *(("User:audit", t, "READ") for t in ("mirrored", "__audit", "heartbeats")),
     }
     assert acls_of(deployment.agg) == {
@@ -453,16 +456,19 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
 
 
 def acls_of(bootstrap: str) -> set[tuple[str, str, str]]:
-    """Every ACL of a cluster (DescribeAcls) as (principal, topic, operation); any other kind fails."""
+    """Every ACL of a cluster (DescribeAcls) as (principal, resource, operation), a topic by its name and a
+    group as ``group:<name>``; any other kind (prefixed, deny, a host) fails."""
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET, **kafka_io.CLIENT_CONF})
     everything = AclBindingFilter(
         ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
     )
     out: set[tuple[str, str, str]] = set()
     for b in admin.describe_acls(everything).result(30):
-        kind = (b.restype, b.resource_pattern_type, b.permission_type, b.host)
-        assert kind == (ResourceType.TOPIC, ResourcePatternType.LITERAL, AclPermissionType.ALLOW, "*"), b
-        out.add((b.principal, b.name, b.operation.name))
+        kind = (b.resource_pattern_type, b.permission_type, b.host)
+        assert kind == (ResourcePatternType.LITERAL, AclPermissionType.ALLOW, "*"), b
+        assert b.restype in (ResourceType.TOPIC, ResourceType.GROUP), b
+        name = b.name if b.restype == ResourceType.TOPIC else f"group:{b.name}"
+        out.add((b.principal, name, b.operation.name))
     return out
 
 

@@ -54,7 +54,7 @@ def validate_topic_name(name: str) -> None:
     reason = topic_name_error(name)
     if reason is None:
         return
-    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, reason)
+    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"invalid topic name {name!r}: {reason}")
 
 
 @dataclass(frozen=True)

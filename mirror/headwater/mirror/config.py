@@ -42,7 +42,11 @@ per partition and holds, summed, over all partitions; see :mod:`headwater.mirror
 ``mirror.on.data.loss`` (``report``: a gap below the source's log start is reported, then the copier
 resumes there; ``stop``: reported, then that partition stops; see :mod:`headwater.mirror.gaps`),
 MM2's ``emit.heartbeats.enabled`` (true) and ``emit.heartbeats.interval.seconds`` (1; see
-:mod:`headwater.mirror.heartbeats`), and the
+:mod:`headwater.mirror.heartbeats`), MM2's ``emit.offset-syncs.enabled`` (true), ``offset.lag.max``
+(100), ``emit.checkpoints.enabled`` (true), ``emit.checkpoints.interval.seconds`` (60), ``groups``
+(``.*``), ``groups.exclude`` / ``groups.blacklist`` (``console-consumer-.*, connect-.*, __.*``) and
+``offset-syncs.topic.location`` (``source`` only), ``sync.group.offsets.enabled`` (false) and
+``sync.group.offsets.interval.seconds`` (60) (see :mod:`headwater.mirror.checkpoints`), and the
 test-only fault properties ``headwater.test.drop.every`` / ``headwater.test.duplicate.every``
 (drop / produce twice every N-th record; they force the decoding path).
 """
@@ -54,6 +58,7 @@ from dataclasses import dataclass, field
 
 from headwater.client.audit import SigningKeyError, signing_key
 from headwater.client.security import SECURITY_PROPERTIES, ClientSecurity, SecurityConfigError, cluster_security
+from headwater.mirror.checkpoints import checkpoints_topic, offset_syncs_topic
 from headwater.properties import parse_properties
 
 __all__ = ["HEARTBEATS_TOPIC", "Flow", "MirrorConfig", "MirrorConfigError", "SourceCluster", "load", "parse"]
@@ -65,6 +70,8 @@ _POLICIES = {
     "org.apache.kafka.connect.mirror.DefaultReplicationPolicy": "default",
 }
 HEARTBEATS_TOPIC = "heartbeats"
+#: MM2's offset-syncs and checkpoints topics with any replication.policy.separator
+_MM2_INTERNAL = re.compile(r"mm2-offset-syncs.+internal|.+.checkpoints.internal")
 _ALIAS = re.compile(r"[A-Za-z0-9_-]+")
 _FLOW_KEY = re.compile(r"^([^.>\s]+)->([^.>\s]+)\.(.+)$")
 _FLOW_SETTINGS = {"enabled", "topics", "topics.exclude", "topics.blacklist"}
@@ -92,10 +99,127 @@ _GLOBAL_SETTINGS = {
     "mirror.on.data.loss",
     "emit.heartbeats.enabled",
     "emit.heartbeats.interval.seconds",
+    "emit.checkpoints.enabled",
+    "emit.checkpoints.interval.seconds",
+    "emit.offset-syncs.enabled",
+    "offset.lag.max",
+    "offset-syncs.topic.location",
+    "groups",
+    "groups.exclude",
+    "groups.blacklist",
+    "sync.group.offsets.enabled",
+    "sync.group.offsets.interval.seconds",
+    "replication.policy.internal.topic.separator.enabled",
+    "checkpoints.topic.replication.factor",
+    "offset-syncs.topic.replication.factor",
     "headwater.test.drop.every",
     "headwater.test.duplicate.every",
 }
 _CLUSTER_SETTINGS = {"bootstrap.servers", "zookeeper.connect"}
+
+# Every MirrorMaker 2 key (3.9's MirrorMakerConfig, the three connectors' configs and the Connect
+# worker keys an MM2 file carries) is honoured (the sets above), taken differently (accepted; the
+# reason is logged at start and in docs/mirror.md) or refused at start unless its value is one the
+# mirror honours. Keys that are neither MM2's nor Headwater's are logged as unknown, as Kafka does.
+_DIFFERENTLY = {
+    "tasks.max": "every source partition has its own copier; run more mirror processes to spread them",
+    "refresh.topics.enabled": "new source topics are seen through ZooKeeper's watch within seconds, always",
+    "refresh.topics.interval.seconds": "new source topics are seen through ZooKeeper's watch within seconds",
+    "refresh.groups.enabled": "the source's groups are listed every emit.checkpoints.interval.seconds",
+    "refresh.groups.interval.seconds": "the source's groups are listed every emit.checkpoints.interval.seconds",
+    "sync.topic.configs.interval.seconds": "topic configs are copied once, at creation",
+    "sync.topic.acls.interval.seconds": "topic ACLs are not copied (sync.topic.acls.enabled = true is refused)",
+    "use.incremental.alter.configs": "topic configs are set by CreateTopics at creation, never altered",
+    "heartbeats.topic.replication.factor": "the heartbeats topic is created in the source with the smaller of 3 "
+    "and its live brokers",
+    "admin.timeout.ms": "the mirror's own timeouts and retries apply",
+    "consumer.poll.timeout.ms": "fetch.max.wait.ms bounds each fetch",
+    "offset.flush.interval.ms": "offset.commit.interval.ms is how often source offsets are committed",
+    "offset.flush.timeout.ms": "offsets are committed to the source's ZooKeeper, not a Connect topic",
+    "offset.storage.replication.factor": "no Kafka Connect internal topics: offsets live in the source's ZooKeeper",
+    "offset.storage.topic": "no Kafka Connect internal topics: offsets live in the source's ZooKeeper",
+    "status.storage.replication.factor": "no Kafka Connect internal topics: /healthz and the metrics give status",
+    "status.storage.topic": "no Kafka Connect internal topics: /healthz and the metrics give status",
+    "config.storage.replication.factor": "no Kafka Connect internal topics: the file is the configuration",
+    "config.storage.topic": "no Kafka Connect internal topics: the file is the configuration",
+    "task.shutdown.graceful.timeout.ms": "a stopping copier finishes its in-flight produce (up to 60 s)",
+    "dedicated.mode.enable.internal.rest": "no REST: processes coordinate through the source's ZooKeeper",
+}
+_DEFAULT_CLASSES = {
+    "topic.filter.class": ("DefaultTopicFilter", "use topics / topics.exclude"),
+    "group.filter.class": ("DefaultGroupFilter", "use groups / groups.exclude"),
+    "config.property.filter.class": ("DefaultConfigPropertyFilter", "configs are copied from an allow-list"),
+    "forwarding.admin.class": ("ForwardingAdmin", "the mirror's own admin client creates target topics"),
+    "key.converter": ("ByteArrayConverter", "records are copied as bytes"),
+    "value.converter": ("ByteArrayConverter", "records are copied as bytes"),
+    "header.converter": ("ByteArrayConverter", "records are copied as bytes"),
+}
+#: key -> (the values honoured, lowercase; why others are refused)
+_REFUSED_UNLESS: dict[str, tuple[frozenset[str], str]] = {
+    "sync.topic.acls.enabled": (frozenset({"false"}), "topic ACLs are not copied to the target yet"),
+    "sync.topic.configs.enabled": (
+        frozenset({"false"}),
+        "topic configs are copied once, at creation (an allow-list), not kept in step yet",
+    ),
+    "config.properties.exclude": (frozenset(), "topic configs are copied from an allow-list, not kept in step"),
+    "config.properties.blacklist": (frozenset(), "topic configs are copied from an allow-list, not kept in step"),
+    "exactly.once.source.support": (
+        frozenset({"disabled"}),
+        "the mirror is at-least-once, duplicates after a change of owner removed (docs/mirror.md, Delivery)",
+    ),
+    "config.providers": (frozenset(), "secrets: sasl.password = file:... or env:..."),
+    "name": (frozenset(), "a Kafka Connect connector setting: headwater mirror takes MM2's dedicated-mode file"),
+    "connector.class": (
+        frozenset(),
+        "a Kafka Connect connector setting: headwater mirror takes MM2's dedicated-mode file",
+    ),
+    "source.cluster.alias": (frozenset(), "a Kafka Connect connector setting: use clusters and <src>-><dst>.enabled"),
+    "target.cluster.alias": (frozenset(), "a Kafka Connect connector setting: use clusters and <src>-><dst>.enabled"),
+}
+_CLIENT_PREFIXES = ("consumer.", "producer.", "admin.")
+#: MM2's keys honoured globally only (MM2 also takes them per flow)
+_GLOBAL_ONLY = {
+    "emit.checkpoints.enabled",
+    "emit.checkpoints.interval.seconds",
+    "emit.offset-syncs.enabled",
+    "offset.lag.max",
+    "groups",
+    "groups.exclude",
+    "groups.blacklist",
+    "emit.heartbeats.enabled",
+    "emit.heartbeats.interval.seconds",
+    "replication.factor",
+    "replication.policy.class",
+    "replication.policy.separator",
+    "checkpoints.topic.replication.factor",
+    "offset-syncs.topic.replication.factor",
+    "offset-syncs.topic.location",
+    "sync.group.offsets.enabled",
+    "sync.group.offsets.interval.seconds",
+}
+
+
+def _mm2_key(key: str, setting: str, value: str, differently: list[str]) -> bool:
+    """Whether ``setting`` (of ``key``) is an MM2 key taken differently or refused; raises for a refusal."""
+    if setting in _DIFFERENTLY:
+        differently.append(f"{key}: taken differently: {_DIFFERENTLY[setting]}")
+        return True
+    if setting in _DEFAULT_CLASSES:
+        name, why = _DEFAULT_CLASSES[setting]
+        if value.rsplit(".", 1)[-1] != name:
+            raise MirrorConfigError(f"{key}: {value!r}: only {name} is supported ({why})")
+        return True
+    if setting in _REFUSED_UNLESS:
+        allowed, why = _REFUSED_UNLESS[setting]
+        if value.strip().lower() not in allowed:
+            only = f" (only {', '.join(sorted(allowed))})" if allowed else ""
+            raise MirrorConfigError(f"{key}: not supported{only}: {why}")
+        return True
+    if setting.startswith(_CLIENT_PREFIXES):
+        raise MirrorConfigError(
+            f"{key}: client overrides are not taken (only the security keys: docs/mirror.md, Secured clusters)"
+        )
+    return False
 
 
 class MirrorConfigError(ValueError):
@@ -128,6 +252,8 @@ class Flow:
     def matches(self, topic: str) -> bool:
         if self.heartbeats and topic == HEARTBEATS_TOPIC:
             return True
+        if topic.endswith((".internal", "-internal")) or _MM2_INTERNAL.fullmatch(topic):
+            return False  # MM2's internal topics (offset syncs, checkpoints) are never mirrored, as in MM2
         return any(p.fullmatch(topic) for p in self.topics) and not any(p.fullmatch(topic) for p in self.exclude)
 
 
@@ -152,14 +278,33 @@ class MirrorConfig:
     always_repartition: bool = False
     on_data_loss: str = "report"
     heartbeats_interval_s: float | None = 1.0  # None: no heartbeats
+    #: MM2's offset syncs and checkpoints (headwater.mirror.checkpoints); None: not emitted
+    offset_lag_max: int | None = 100
+    checkpoints_interval_s: float | None = 60.0
+    groups: tuple[re.Pattern[str], ...] = (re.compile(".*"),)
+    groups_exclude: tuple[re.Pattern[str], ...] = tuple(
+        re.compile(p) for p in ("console-consumer-.*", "connect-.*", "__.*")
+    )
+    internal_separator: str = "."  # the separator in MM2's internal topic names
+    checkpoints_replication_factor: int | None = None  # None: the smaller of 3 and the live brokers
+    sync_group_offsets_s: float | None = None  # KIP-545; None: off
+    offset_syncs_replication_factor: int | None = None
     drop_every: int = 0
     duplicate_every: int = 0
     #: signs the gap events the mirror publishes (the audit service's audit.signing.key)
     audit_signing_key: bytes | None = field(default=None, repr=False)
     unknown: list[str] = field(default_factory=list)
+    #: MM2 keys accepted but taken differently, with why (logged at start)
+    differently: list[str] = field(default_factory=list)
 
     def target_topic(self, flow: Flow, topic: str) -> str:
         return topic if self.policy == "identity" else f"{flow.source}{self.separator}{topic}"
+
+    def offset_syncs_topic(self, flow: Flow) -> str:
+        return offset_syncs_topic(flow.target, self.internal_separator)
+
+    def checkpoints_topic(self, source: str) -> str:
+        return checkpoints_topic(source, self.internal_separator)
 
     def group_for(self, flow: Flow) -> str:
         """The ZooKeeper consumer group of a flow in its source cluster: ``group.id``, suffixed with
@@ -217,6 +362,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         raise MirrorConfigError(f"clusters: an alias is listed twice in {props['clusters']!r}")
 
     unknown: list[str] = []
+    differently: list[str] = []
     flow_settings: dict[tuple[str, str], dict[str, str]] = {}
     for key, value in props.items():
         m = _FLOW_KEY.match(key)
@@ -227,14 +373,20 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
                     raise MirrorConfigError(f"{key}: cluster {alias!r} is not in clusters ({', '.join(aliases)})")
             if src == dst:
                 raise MirrorConfigError(f"{key}: a flow from {src} to itself")
-            if setting not in _FLOW_SETTINGS:
+            if setting in _GLOBAL_ONLY:
+                raise MirrorConfigError(f"{key}: not supported per flow: set {setting} for every flow (no prefix)")
+            if setting not in _FLOW_SETTINGS and not _mm2_key(key, setting, value, differently):
                 unknown.append(key)
             flow_settings.setdefault((src, dst), {})[setting] = value
             continue
         if key in _GLOBAL_SETTINGS or key in SECURITY_PROPERTIES:
             continue
+        if _mm2_key(key, key, value, differently):
+            continue
         alias, _, setting = key.partition(".")
         if setting in SECURITY_PROPERTIES and alias in aliases:
+            continue
+        if alias in aliases and _mm2_key(key, setting, value, differently):
             continue
         if setting in _CLUSTER_SETTINGS and alias not in aliases:
             raise MirrorConfigError(f"{key}: cluster {alias!r} is not in clusters ({', '.join(aliases)})")
@@ -296,6 +448,46 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         raise MirrorConfigError(f"emit.heartbeats.interval.seconds: {interval!r} is not a number") from None
     if not 0.1 <= interval_s <= 3600:
         raise MirrorConfigError(f"emit.heartbeats.interval.seconds: {interval_s:g} is not between 0.1 and 3600")
+    checkpoints_enabled = _bool("emit.checkpoints.enabled", props.get("emit.checkpoints.enabled", "true"))
+    syncs_enabled = _bool("emit.offset-syncs.enabled", props.get("emit.offset-syncs.enabled", "true"))
+    if checkpoints_enabled and not syncs_enabled:
+        raise MirrorConfigError(
+            "emit.offset-syncs.enabled: false, but emit.checkpoints.enabled is true (checkpoints are translated "
+            "with the offset syncs; set emit.checkpoints.enabled = false too)"
+        )
+    sync_groups = _bool("sync.group.offsets.enabled", props.get("sync.group.offsets.enabled", "false"))
+    if sync_groups and not checkpoints_enabled:
+        raise MirrorConfigError("sync.group.offsets.enabled: true needs emit.checkpoints.enabled = true (as in MM2)")
+    sync_s = props.get("sync.group.offsets.interval.seconds", "60")
+    try:
+        sync_interval_s = float(sync_s)
+    except ValueError:
+        raise MirrorConfigError(f"sync.group.offsets.interval.seconds: {sync_s!r} is not a number") from None
+    if not 0.1 <= sync_interval_s <= 86400:
+        raise MirrorConfigError(
+            f"sync.group.offsets.interval.seconds: {sync_interval_s:g} is not between 0.1 and 86400"
+        )
+    location = props.get("offset-syncs.topic.location", "source")
+    if location != "source":
+        raise MirrorConfigError(f"offset-syncs.topic.location: {location!r}: only source (MM2's default) is supported")
+    checkpoints_s = props.get("emit.checkpoints.interval.seconds", "60")
+    try:
+        checkpoints_interval_s = float(checkpoints_s)
+    except ValueError:
+        raise MirrorConfigError(f"emit.checkpoints.interval.seconds: {checkpoints_s!r} is not a number") from None
+    if not 0.1 <= checkpoints_interval_s <= 86400:
+        raise MirrorConfigError(
+            f"emit.checkpoints.interval.seconds: {checkpoints_interval_s:g} is not between 0.1 and 86400"
+        )
+    offset_lag_max = _int(props, "offset.lag.max", 100, minimum=1) or 100
+    groups = _regexes("groups", props.get("groups", ".*"))
+    ex_key = "groups.exclude" if "groups.exclude" in props else "groups.blacklist"
+    groups_exclude = _regexes(ex_key, props.get(ex_key, "console-consumer-.*, connect-.*, __.*"))
+    separator = props.get("replication.policy.separator", ".")
+    internal_separator_enabled = _bool(
+        "replication.policy.internal.topic.separator.enabled",
+        props.get("replication.policy.internal.topic.separator.enabled", "true"),
+    )
     try:
         audit_signing_key = signing_key(props.get("audit.signing.key") or None)
     except SigningKeyError as e:
@@ -305,7 +497,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         clusters=clusters,
         flows=flows,
         policy=policy,
-        separator=props.get("replication.policy.separator", "."),
+        separator=separator,
         group_id=props.get("group.id", "headwater-mirror") or "headwater-mirror",
         metrics_host=props.get("metrics.host", "0.0.0.0"),
         metrics_port=_int(props, "metrics.port", None),
@@ -321,9 +513,18 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         always_repartition=repartition == "always",
         on_data_loss=on_data_loss,
         heartbeats_interval_s=interval_s if heartbeats else None,
+        offset_lag_max=offset_lag_max if syncs_enabled else None,
+        checkpoints_interval_s=checkpoints_interval_s if checkpoints_enabled else None,
+        groups=groups,
+        groups_exclude=groups_exclude,
+        internal_separator=separator if internal_separator_enabled else ".",
+        sync_group_offsets_s=sync_interval_s if sync_groups else None,
+        checkpoints_replication_factor=_int(props, "checkpoints.topic.replication.factor", None, minimum=1),
+        offset_syncs_replication_factor=_int(props, "offset-syncs.topic.replication.factor", None, minimum=1),
         drop_every=_int(props, "headwater.test.drop.every", 0) or 0,
         duplicate_every=_int(props, "headwater.test.duplicate.every", 0) or 0,
         unknown=sorted(unknown),
+        differently=sorted(differently),
     )
 
 

@@ -191,6 +191,12 @@ class Copier:
         self.resume_scan = False  # scan the target from target_end before the first fetch
         self.scan_budget = scan_budget or ScanBudget(config.resume_scan_max_bytes, config.resume_scan_total_max_bytes)
         self._holds_scan_slot = False  # while ``copies`` is held
+        #: the fast path's last delivery: the source header of each produced batch, and the
+        #: last produce attempt's base offset and batches (the offset syncs come from them)
+        self._produced_from: list[BatchHeader] = []
+        self._last_append: tuple[int, list[bytes | memoryview]] | None = None
+        if flow.offset_syncs is not None:
+            flow.offset_syncs.restart(*tp)
         self._told_reencoded = False
 
     @property
@@ -371,6 +377,7 @@ class Copier:
             produced = self._as_produced(batches) if self.fast_path() else self._repartition(plan, batches)
         if isinstance(produced, list):
             await self._produce_same_partition(plan.target_topic, self.tp[1], produced)
+            self._offset_syncs(batches)
         else:
             for partition, payload in produced.items():
                 await self._produce(plan.target_topic, partition, payload)
@@ -383,14 +390,38 @@ class Copier:
             if topic == HEARTBEATS_TOPIC and self.flow.heartbeats is not None:
                 self.flow.heartbeats.acked(name, newest)
 
+    def _offset_syncs(self, batches: list[tuple[BatchHeader, memoryview]]) -> None:
+        """The offset syncs of what the target just acknowledged (MM2's rule: see
+        :mod:`headwater.mirror.checkpoints`): the batches of the last produce attempt, appended
+        contiguously from its base offset."""
+        syncs = self.flow.offset_syncs
+        appended, self._last_append = self._last_append, None
+        if syncs is None or appended is None or self.tp[0] == HEARTBEATS_TOPIC:
+            return
+        base, sent = appended
+        headers = self._produced_from[len(self._produced_from) - len(sent) :]
+        state = syncs.of(*self.tp)
+        pairs: list[tuple[int, int]] = []
+        down = base
+        for h, b in zip(headers, sent, strict=True):
+            n = batch_span(b)
+            if is_dense(h):
+                pairs.extend(state.dense_batch(h.base_offset, down, n))
+            else:
+                pairs.extend(state.sparse_batch(h.next_offset - 1, down + n - 1))
+            down += n
+        syncs.add(*self.tp, pairs)
+
     def _as_produced(self, batches: list[tuple[BatchHeader, memoryview]]) -> list[bytes | memoryview]:
         """The fast path's batches as the target accepts them (see :func:`as_target_batch`)."""
         out: list[bytes | memoryview] = []
+        self._produced_from = []
         reencoded = 0
         for h, b in batches:
             produced = as_target_batch(h, b)
             if produced is not None:
                 out.append(produced)
+                self._produced_from.append(h)
             if not is_dense(h):
                 reencoded += 1
         if reencoded:
@@ -456,6 +487,7 @@ class Copier:
             try:
                 base = await produce_raw(self.target, topic, partition, b"".join(batches), acks=-1)
                 self.target_end = base + sum(batch_span(b) for b in batches)
+                self._last_append = (base, batches)
                 return
             except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
                 error: Exception = e

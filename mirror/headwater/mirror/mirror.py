@@ -34,7 +34,8 @@ from typing import TypeVar
 
 from headwater.client.admin import Admin
 from headwater.client.cluster import Cluster
-from headwater.mirror.config import Flow, MirrorConfig
+from headwater.mirror.checkpoints import CheckpointEmitter, OffsetSyncs
+from headwater.mirror.config import HEARTBEATS_TOPIC, Flow, MirrorConfig
 from headwater.mirror.copier import BACKOFF_MAX, STUCK_AFTER_S, Copier, TopicPartition
 from headwater.mirror.copies import ScanBudget
 from headwater.mirror.fetcher import SourceFetcher
@@ -71,6 +72,8 @@ class FlowState:
     gaps: GapReporter | None = None
     heartbeats: Heartbeats | None = None
     joined: bool = False  # the group's ZooKeeper session is up (then its lease counts)
+    #: MM2's offset syncs of the fast-path copiers (checkpoints.py); None: emit.offset-syncs.enabled = false
+    offset_syncs: OffsetSyncs | None = None
 
 
 class Mirror:
@@ -171,6 +174,7 @@ class Mirror:
                     signing_key=self.config.audit_signing_key,
                 )
                 state.heartbeats = self.heartbeats
+                self._start_checkpoint_tasks(state, stop)
                 if self.config.heartbeats_interval_s is not None:
                     tasks.append(asyncio.ensure_future(self.heartbeats.emit(flow.source, flow.target, writer, stop)))
             tasks.append(asyncio.ensure_future(self._commit_loop(stop)))
@@ -183,6 +187,61 @@ class Mirror:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._shutdown()
+
+    def _start_checkpoint_tasks(self, f: FlowState, stop: asyncio.Event) -> None:
+        """MM2's offset syncs (written into the source as the copiers deliver) and checkpoints
+        (written into the target every emit.checkpoints.interval.seconds by one member of the
+        flow), supervised beside the copiers (see :mod:`headwater.mirror.checkpoints`)."""
+        flow, config = f.flow, self.config
+        if config.offset_lag_max is None:
+            return
+        syncs = f.offset_syncs = OffsetSyncs(config.offset_lag_max)
+        self.supervisor.start(
+            f"{flow.name} offset syncs",
+            lambda unit: syncs.write(
+                unit,
+                f.source,
+                f.source_admin,
+                config.offset_syncs_topic(flow),
+                stop,
+                config.offset_syncs_replication_factor,
+            ),
+            labels={"flow": flow.name},
+        )
+        if config.checkpoints_interval_s is None:
+            return
+
+        async def is_leader() -> bool:
+            if not f.joined:
+                return False
+            members = await asyncio.to_thread(f.group.members)
+            return bool(members) and min(members) == f.group.consumer_id
+
+        src = config.clusters[flow.source]
+        emitter = CheckpointEmitter(
+            source_alias=flow.source,
+            target_alias=flow.target,
+            source=f.source,
+            source_bootstrap=src.bootstrap,
+            source_security=src.security,
+            target=self.target,
+            target_admin=self.target_admin,
+            interval_s=config.checkpoints_interval_s,
+            groups=config.groups,
+            groups_exclude=config.groups_exclude,
+            target_topic=lambda topic: config.target_topic(f.flow, topic),
+            mirrors_topic=lambda topic: topic != HEARTBEATS_TOPIC and f.flow.matches(topic),
+            is_leader=is_leader,
+            syncs_topic=config.offset_syncs_topic(flow),
+            checkpoints_topic=config.checkpoints_topic(flow.source),
+            replication_factor=config.checkpoints_replication_factor,
+            sync_group_offsets_s=config.sync_group_offsets_s,
+            target_bootstrap=config.clusters[flow.target].bootstrap,
+            target_security=config.clusters[flow.target].security,
+        )
+        self.supervisor.start(
+            f"{flow.name} checkpoints", lambda unit: emitter.run(unit, stop), labels={"flow": flow.name}
+        )
 
     async def _reload_loop(self, reload: asyncio.Event, stop: asyncio.Event) -> None:
         while not stop.is_set():
