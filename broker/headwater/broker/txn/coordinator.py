@@ -137,6 +137,7 @@ class TransactionCoordinator:
         self.txns: dict[str, TxnMetadata] = {}
         self.owned: dict[int, int] = {}  # partition of __transaction_state -> coordinator epoch
         self.loading: dict[int, asyncio.Task[None]] = {}
+        self._loading_epoch: dict[int, int] = {}  # partition -> the epoch its load is for
         self.markers = MarkerSender(host)
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
@@ -168,14 +169,18 @@ class TransactionCoordinator:
         self.markers.close()
 
     def on_elected(self, partition: int, leader_epoch: int) -> None:
-        """This broker leads ``partition`` of __transaction_state at ``leader_epoch``: load it."""
-        if self.owned.get(partition) == leader_epoch or partition in self.loading:
+        """This broker leads ``partition`` of __transaction_state at ``leader_epoch``: load it.
+        A newer epoch while a load is under way starts the load again at that epoch (the markers
+        of what it completes carry the epoch it is loaded at)."""
+        if self.owned.get(partition) == leader_epoch or self._loading_epoch.get(partition) == leader_epoch:
             return
-        if partition in self.owned:
+        if partition in self.owned or partition in self.loading:
             self.on_resigned(partition)
+        self._loading_epoch[partition] = leader_epoch
         self.loading[partition] = asyncio.ensure_future(self._load(partition, leader_epoch))
 
     def on_resigned(self, partition: int) -> None:
+        self._loading_epoch.pop(partition, None)
         task = self.loading.pop(partition, None)
         if task is not None:
             task.cancel()
@@ -206,6 +211,7 @@ class TransactionCoordinator:
         except KafkaError as e:
             log.warning("cannot load %s-%d: %s", TRANSACTION_STATE_TOPIC, partition, e)
             self.loading.pop(partition, None)
+            self._loading_epoch.pop(partition, None)
             return
         values: dict[str, TxnValue | None] = {}
         pos, end = log_.log_start_offset, log_.log_end_offset
@@ -254,6 +260,7 @@ class TransactionCoordinator:
             )
             loaded += 1
         self.loading.pop(partition, None)
+        self._loading_epoch.pop(partition, None)
         self.owned[partition] = coordinator_epoch
         for m in list(self.txns.values()):
             if m.partition == partition and m.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
