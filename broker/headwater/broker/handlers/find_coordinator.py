@@ -38,9 +38,7 @@ def _error(code: ErrorCode, message: str | None = None) -> Message:
 
 
 async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
-    if request["key_type"] == 1:
-        if not request["key"]:
-            return _error(ErrorCode.INVALID_REQUEST, "the transactional id must not be empty")
+    if request["key_type"] == 1:  # the empty id too, as Kafka 2.3 (InitProducerId refuses it)
         topic = TRANSACTION_STATE_TOPIC
         info = broker.cache.topics.get(topic)
         if info is None or not info.partitions:

@@ -24,7 +24,8 @@ Requests (the state table is state.py):
   complete. INVALID_TRANSACTION_TIMEOUT for a timeout above ``transaction.max.timeout.ms``.
 * AddPartitionsToTxn / AddOffsetsToTxn: Empty/Complete* -> Ongoing (the transaction starts: its
   timer too), Ongoing -> Ongoing with more partitions (no write when nothing is new).
-* EndTxn(commit): Ongoing -> PrepareCommit/PrepareAbort, answered once written; then markers go
+* EndTxn(commit): Ongoing -> PrepareCommit/PrepareAbort, answered once written (only an older epoch is
+  INVALID_PRODUCER_EPOCH, as Kafka 2.3); then markers go
   to every partition (markers.py) and CompleteCommit/CompleteAbort is written. A retried EndTxn
   of a completed transaction is answered NONE; while its markers are being written,
   CONCURRENT_TRANSACTIONS; anything else INVALID_TXN_STATE.
@@ -475,8 +476,6 @@ class TransactionCoordinator:
     async def add_offsets(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
     ) -> ErrorCode:
-        if not group_id:
-            return ErrorCode.INVALID_GROUP_ID
         info = self.host.cache.topics.get(OFFSETS_TOPIC)
         count = (
             len(info.partitions) if info is not None and info.partitions else self.config.offsets_topic_num_partitions
@@ -491,7 +490,7 @@ class TransactionCoordinator:
         m = self.txns.get(transactional_id)
         if m is None or m.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        if producer_epoch != m.producer_epoch:
+        if producer_epoch < m.producer_epoch:  # only an older epoch is fenced here (Kafka 2.3's EndTxn)
             return ErrorCode.INVALID_PRODUCER_EPOCH
         if (m.state == TxnState.COMPLETE_COMMIT and commit) or (m.state == TxnState.COMPLETE_ABORT and not commit):
             return ErrorCode.NONE  # a retry of an EndTxn that completed
