@@ -883,6 +883,18 @@ for v in versions(ADD_PARTITIONS_TO_TXN):
         (ADD_PARTITIONS_TO_TXN, v, lambda ctx, t=tid: {**txn(t, topics=TX0)(ctx), "producer_id": pid(ctx) + 1000}),  # type: ignore[arg-type]
     )
 
+    # an internal topic is refused whoever asks (Kafka 2.3's KafkaApis), the others not attempted
+    tid = f"tx-internal{v}"
+    add(
+        f"txn/add_partitions_internal_topic/v{v}",
+        init_txn(tid),
+        (
+            ADD_PARTITIONS_TO_TXN,
+            v,
+            txn(tid, topics=[*TX0, {"name": "__consumer_offsets", "partitions": [0]}]),
+        ),  # type: ignore[arg-type]
+    )
+
 for v in versions(END_TXN):
     tid = f"tx-end{v}"
     add(
@@ -912,6 +924,24 @@ for v in versions(TXN_OFFSET_COMMIT, every=True):
         (OFFSET_FETCH, 5, {"group_id": group, "topics": [{"name": "t1", "partition_indexes": [0]}]}),
     )
     UNTIL[name] = lambda r: r["topics"][0]["partitions"][0]["committed_offset"] == 3
+add(
+    "txn/offset_commit_unknown_topic/v0",
+    init_txn("tx-otu"),
+    (ADD_OFFSETS_TO_TXN, 0, txn("tx-otu", group_id="g-otu")),  # type: ignore[arg-type]
+    (
+        TXN_OFFSET_COMMIT,
+        0,
+        txn(
+            "tx-otu",
+            group_id="g-otu",
+            topics=[
+                {"name": n, "partitions": [{"partition_index": 0, "committed_offset": 1, "committed_metadata": None}]}
+                for n in ("t1", "no-such-topic")
+            ],
+        ),
+    ),  # type: ignore[arg-type]
+    (END_TXN, 1, txn("tx-otu", committed=False)),  # type: ignore[arg-type]
+)
 add(
     "txn/add_offsets_errors/v0",
     init_txn("tx-aoe"),
