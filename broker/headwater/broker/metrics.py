@@ -160,6 +160,12 @@ class BrokerMetrics:
                 ["user", "client_id"],
                 registry=r,
             )
+        self.exempt_request_time = Gauge(
+            "kafka_server_request_exempt_request_time",
+            "Percent of a request thread's time used by requests exempt from request quotas "
+            "(follower fetches, ClusterAction APIs), while any request_percentage is set",
+            registry=r,
+        )
         #: the per-partition gauges' values as last set: only changes are written again
         self._partition_values: dict[tuple[str, int], tuple[int, bool]] = {}
         self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
