@@ -56,6 +56,7 @@ from headwater.broker.storage.clock import Clock, SystemClock
 from headwater.broker.storage.fs import FileSystem, OsFileSystem
 from headwater.broker.storage.log import LogConfig
 from headwater.broker.storage.log_manager import LogManager
+from headwater.broker.txn.coordinator import TransactionCoordinator
 from headwater.broker.zk import ZooKeeper
 from headwater.protocol.apis import CONTROLLED_SHUTDOWN
 from headwater.protocol.errors import DecodeError, ErrorCode
@@ -92,6 +93,7 @@ class KafkaBroker:
         self.replicas = ReplicaManager(self)
         self.controller = Controller(self)
         self.groups = GroupCoordinator(self)
+        self.txns = TransactionCoordinator(self)
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.log_manager: LogManager | None = None
         #: dynamic broker configs (/config/brokers/<id> and <default>), applied live
@@ -194,6 +196,7 @@ class KafkaBroker:
         self.zk.add_state_listener(self._on_zk_state)
         self.replicas.start()
         self.groups.start()
+        self.txns.start()
         self.controller.start()
         self._spawn(self._log_maintenance())
         if cfg.log_cleaner_enable:
@@ -208,6 +211,7 @@ class KafkaBroker:
         await self.server.stop()
         await self.credentials.stop()
         await self.groups.stop()
+        await self.txns.stop()
         await self.replicas.stop()
         await self.controller.resign_and_release()
         await self.controller.stop()
