@@ -51,7 +51,9 @@ MM2's ``emit.heartbeats.enabled`` (true) and ``emit.heartbeats.interval.seconds`
 ``offset-syncs.topic.location`` (``source`` only), ``sync.group.offsets.enabled`` (false) and
 ``sync.group.offsets.interval.seconds`` (60) (see :mod:`headwater.mirror.checkpoints`),
 ``sync.topic.acls.enabled`` (false: MM2's default is true, see :mod:`headwater.mirror.acl_sync`) and
-``sync.topic.acls.interval.seconds`` (600), and the
+``sync.topic.acls.interval.seconds`` (600), ``sync.topic.configs.enabled`` (true, as MM2),
+``sync.topic.configs.interval.seconds`` (600) and ``config.properties.exclude`` /
+``config.properties.blacklist`` (regexes; MM2's default list, see :mod:`headwater.mirror.config_sync`), and the
 test-only fault properties ``headwater.test.drop.every`` / ``headwater.test.duplicate.every``
 (drop / produce twice every N-th record; they force the decoding path).
 """
@@ -65,6 +67,7 @@ from dataclasses import dataclass, field
 from headwater.client.audit import SigningKeyError, signing_key
 from headwater.client.security import SECURITY_PROPERTIES, ClientSecurity, SecurityConfigError, cluster_security
 from headwater.mirror.checkpoints import checkpoints_topic, offset_syncs_topic
+from headwater.mirror.config_sync import DEFAULT_EXCLUDE
 from headwater.properties import parse_properties
 
 __all__ = ["HEARTBEATS_TOPIC", "Flow", "MirrorConfig", "MirrorConfigError", "SourceCluster", "load", "parse"]
@@ -118,6 +121,10 @@ _GLOBAL_SETTINGS = {
     "sync.group.offsets.interval.seconds",
     "sync.topic.acls.enabled",
     "sync.topic.acls.interval.seconds",
+    "sync.topic.configs.enabled",
+    "sync.topic.configs.interval.seconds",
+    "config.properties.exclude",
+    "config.properties.blacklist",
     "replication.policy.internal.topic.separator.enabled",
     "checkpoints.topic.replication.factor",
     "offset-syncs.topic.replication.factor",
@@ -136,8 +143,7 @@ _DIFFERENTLY = {
     "refresh.topics.interval.seconds": "new source topics are seen through ZooKeeper's watch within seconds",
     "refresh.groups.enabled": "the source's groups are listed every emit.checkpoints.interval.seconds",
     "refresh.groups.interval.seconds": "the source's groups are listed every emit.checkpoints.interval.seconds",
-    "sync.topic.configs.interval.seconds": "topic configs are copied once, at creation",
-    "use.incremental.alter.configs": "topic configs are set by CreateTopics at creation, never altered",
+    "use.incremental.alter.configs": "topic configs are kept in step with IncrementalAlterConfigs, always",
     "heartbeats.topic.replication.factor": "the heartbeats topic is created in the source with the smaller of 3 "
     "and its live brokers",
     "admin.timeout.ms": "the mirror's own timeouts and retries apply",
@@ -156,7 +162,7 @@ _DIFFERENTLY = {
 _DEFAULT_CLASSES = {
     "topic.filter.class": ("DefaultTopicFilter", "use topics / topics.exclude"),
     "group.filter.class": ("DefaultGroupFilter", "use groups / groups.exclude"),
-    "config.property.filter.class": ("DefaultConfigPropertyFilter", "configs are copied from an allow-list"),
+    "config.property.filter.class": ("DefaultConfigPropertyFilter", "use config.properties.exclude"),
     "forwarding.admin.class": ("ForwardingAdmin", "the mirror's own admin client creates target topics"),
     "key.converter": ("ByteArrayConverter", "records are copied as bytes"),
     "value.converter": ("ByteArrayConverter", "records are copied as bytes"),
@@ -164,12 +170,6 @@ _DEFAULT_CLASSES = {
 }
 #: key -> (the values honoured, lowercase; why others are refused)
 _REFUSED_UNLESS: dict[str, tuple[frozenset[str], str]] = {
-    "sync.topic.configs.enabled": (
-        frozenset({"false"}),
-        "topic configs are copied once, at creation (an allow-list), not kept in step yet",
-    ),
-    "config.properties.exclude": (frozenset(), "topic configs are copied from an allow-list, not kept in step"),
-    "config.properties.blacklist": (frozenset(), "topic configs are copied from an allow-list, not kept in step"),
     "exactly.once.source.support": (
         frozenset({"disabled"}),
         "the mirror is at-least-once, duplicates after a change of owner removed (docs/mirror.md, Delivery)",
@@ -205,6 +205,10 @@ _GLOBAL_ONLY = {
     "sync.group.offsets.interval.seconds",
     "sync.topic.acls.enabled",
     "sync.topic.acls.interval.seconds",
+    "sync.topic.configs.enabled",
+    "sync.topic.configs.interval.seconds",
+    "config.properties.exclude",
+    "config.properties.blacklist",
 }
 
 
@@ -328,6 +332,10 @@ class MirrorConfig:
     sync_group_offsets_s: float | None = None  # KIP-545; None: off
     #: sync.topic.acls (acl_sync.py): every this many seconds; None: off (Headwater's default; MM2's is on)
     acl_sync_interval_s: float | None = None
+    #: sync.topic.configs (config_sync.py): every this many seconds; None: off (configs copied at creation only)
+    config_sync_interval_s: float | None = 600.0
+    #: config.properties.exclude: never copied, never altered in the target (MM2's default list)
+    config_exclude: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in DEFAULT_EXCLUDE)
     offset_syncs_replication_factor: int | None = None
     drop_every: int = 0
     duplicate_every: int = 0
@@ -519,6 +527,20 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         raise MirrorConfigError(f"sync.topic.acls.interval.seconds: {acls_s!r} is not a number") from None
     if not 0.1 <= acls_interval_s <= 86400:
         raise MirrorConfigError(f"sync.topic.acls.interval.seconds: {acls_interval_s:g} is not between 0.1 and 86400")
+    configs_enabled = _bool("sync.topic.configs.enabled", props.get("sync.topic.configs.enabled", "true"))
+    configs_s = props.get("sync.topic.configs.interval.seconds", "600")
+    try:
+        configs_interval_s = float(configs_s)
+    except ValueError:
+        raise MirrorConfigError(f"sync.topic.configs.interval.seconds: {configs_s!r} is not a number") from None
+    if not 0.1 <= configs_interval_s <= 86400:
+        raise MirrorConfigError(
+            f"sync.topic.configs.interval.seconds: {configs_interval_s:g} is not between 0.1 and 86400"
+        )
+    cex_key = "config.properties.exclude" if "config.properties.exclude" in props else "config.properties.blacklist"
+    config_exclude = (
+        _regexes(cex_key, props[cex_key]) if cex_key in props else tuple(re.compile(p) for p in DEFAULT_EXCLUDE)
+    )
     location = props.get("offset-syncs.topic.location", "source")
     if location != "source":
         raise MirrorConfigError(f"offset-syncs.topic.location: {location!r}: only source (MM2's default) is supported")
@@ -572,6 +594,8 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         internal_separator=separator if internal_separator_enabled else ".",
         sync_group_offsets_s=sync_interval_s if sync_groups else None,
         acl_sync_interval_s=acls_interval_s if acls_enabled else None,
+        config_sync_interval_s=configs_interval_s if configs_enabled else None,
+        config_exclude=config_exclude,
         checkpoints_replication_factor=_int(props, "checkpoints.topic.replication.factor", None, minimum=1),
         offset_syncs_replication_factor=_int(props, "offset-syncs.topic.replication.factor", None, minimum=1),
         drop_every=_int(props, "headwater.test.drop.every", 0) or 0,

@@ -37,6 +37,7 @@ from headwater.client.cluster import Cluster
 from headwater.mirror.acl_sync import AclSync
 from headwater.mirror.checkpoints import CheckpointEmitter, OffsetSyncs
 from headwater.mirror.config import HEARTBEATS_TOPIC, Flow, MirrorConfig
+from headwater.mirror.config_sync import ConfigSync
 from headwater.mirror.copier import BACKOFF_MAX, STUCK_AFTER_S, Copier, TopicPartition
 from headwater.mirror.copies import ScanBudget
 from headwater.mirror.fetcher import SourceFetcher
@@ -177,6 +178,7 @@ class Mirror:
                 state.heartbeats = self.heartbeats
                 self._start_checkpoint_tasks(state, stop)
                 self._start_acl_sync(state, stop)
+                self._start_config_sync(state, stop)
                 if self.config.heartbeats_interval_s is not None:
                     # DefaultReplicationPolicy: MM2's heartbeat connector's record in the target's own
                     # heartbeats too (IdentityReplicationPolicy mirrors the source's record there)
@@ -253,7 +255,7 @@ class Mirror:
         )
 
     async def _is_leader(self, f: FlowState) -> bool:
-        """The flow's member with the smallest consumer id: it alone writes checkpoints and syncs ACLs."""
+        """The flow's member with the smallest consumer id: it alone writes checkpoints, syncs ACLs and configs."""
         if not f.joined:
             return False
         members = await asyncio.to_thread(f.group.members)
@@ -274,6 +276,26 @@ class Mirror:
         )
         self.supervisor.start(
             f"{f.flow.name} topic ACLs", lambda unit: sync.run(unit, stop), labels={"flow": f.flow.name}
+        )
+
+    def _start_config_sync(self, f: FlowState, stop: asyncio.Event) -> None:
+        """sync.topic.configs (see :mod:`headwater.mirror.config_sync`), supervised beside the copiers,
+        on the flow's leader, for the topics the flow has planned (its target topics exist)."""
+        if self.config.config_sync_interval_s is None:
+            return
+        sync = ConfigSync(
+            flow=f.flow.name,
+            source_admin=f.source_admin,
+            target_admin=self.target_admin,
+            interval_s=self.config.config_sync_interval_s,
+            exclude=self.config.config_exclude,
+            topics=lambda: {
+                t: plan.target_topic for t, plan in f.plans.items() if t != HEARTBEATS_TOPIC and f.flow.matches(t)
+            },
+            is_leader=lambda: self._is_leader(f),
+        )
+        self.supervisor.start(
+            f"{f.flow.name} topic configs", lambda unit: sync.run(unit, stop), labels={"flow": f.flow.name}
         )
 
     async def _reload_loop(self, reload: asyncio.Event, stop: asyncio.Event) -> None:

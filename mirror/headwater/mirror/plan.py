@@ -1,8 +1,9 @@
 """Where a source topic goes in the target: the destination topic, created when missing.
 
-A destination topic is created with the source's partition count and the source's non-default
-topic configs (:data:`COPIED_CONFIGS`). ``message.timestamp.type`` is not among them (as MM2's
-default config filter leaves it out): a source topic with LogAppendTime gets a CreateTime target, so
+A destination topic is created with the source's partition count and the configs set on the
+source topic, less ``config.properties.exclude`` (see :mod:`headwater.mirror.config_sync`, which
+also keeps them in step). ``message.timestamp.type`` is excluded by default (as by MM2's default
+config filter): a source topic with LogAppendTime gets a CreateTime target, so
 the target keeps the source leader's stamped batches (timestamp type and append times, byte for
 byte on the identity path) instead of stamping its own append time over the source's. A :class:`TopicPlan` says which path its partitions take:
 identity (same partition number, batches copied raw) when the counts are equal.
@@ -16,24 +17,12 @@ from dataclasses import dataclass
 from headwater.client.admin import Admin, NewTopic
 from headwater.client.cluster import Cluster
 from headwater.mirror.config import Flow, MirrorConfig
+from headwater.mirror.config_sync import copied_configs
 from headwater.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["COPIED_CONFIGS", "TopicPlan", "plan_topic"]
+__all__ = ["TopicPlan", "plan_topic"]
 
 log = logging.getLogger("headwater.mirror")
-
-#: topic configs a destination topic takes from its source when they are set there (not defaults)
-COPIED_CONFIGS = (
-    "cleanup.policy",
-    "retention.ms",
-    "retention.bytes",
-    "max.message.bytes",
-    "segment.bytes",
-    "segment.ms",
-    "min.compaction.lag.ms",
-    "delete.retention.ms",
-    "compression.type",
-)
 
 
 @dataclass
@@ -74,8 +63,7 @@ async def plan_topic(
     if tm is None or not tm.partitions:
         configs: dict[str, str] = {}
         try:
-            entries = await source_admin.describe_configs(topic, COPIED_CONFIGS)
-            configs = {k: e.value for k, e in entries.items() if e.value is not None and not e.is_default}
+            configs = copied_configs(await source_admin.describe_configs(topic), config.config_exclude)
         except KafkaError as e:
             log.warning(
                 "%s: could not read the configs of %s (%s); creating %s with defaults",

@@ -23,8 +23,10 @@ BASE = {
     ("key", "value", "says"),
     [
         ("sync.topic.acls.enabled", "yes", "not true or false"),
-        ("sync.topic.configs.enabled", "true", "not kept in step"),
-        ("config.properties.exclude", "retention.ms", "allow-list"),
+        ("sync.topic.configs.enabled", "yes", "not true or false"),
+        ("config.properties.exclude", "retention.ms, (", "not a valid regex"),
+        ("sync.topic.configs.interval.seconds", "0", "not between"),
+        ("dc1->agg.sync.topic.configs.enabled", "false", "not supported per flow"),
         ("topic.filter.class", "com.example.MyFilter", "only DefaultTopicFilter"),
         ("value.converter", "org.apache.kafka.connect.json.JsonConverter", "only ByteArrayConverter"),
         ("exactly.once.source.support", "enabled", "at-least-once"),
@@ -71,7 +73,7 @@ def test_sync_group_offsets_needs_checkpoints() -> None:
 
 def test_cli_exits_2_with_one_line(tmp_path: Path) -> None:
     path = tmp_path / "mm2.properties"
-    path.write_text("".join(f"{k} = {v}\n" for k, v in {**BASE, "sync.topic.configs.enabled": "true"}.items()))
+    path.write_text("".join(f"{k} = {v}\n" for k, v in {**BASE, "exactly.once.source.support": "enabled"}.items()))
     r = subprocess.run(
         [sys.executable, "-m", "headwater.cli.main", "mirror", "-c", str(path)],
         capture_output=True,
@@ -79,10 +81,36 @@ def test_cli_exits_2_with_one_line(tmp_path: Path) -> None:
         timeout=60,
     )
     assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0 and "sync.topic.configs.enabled" in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "exactly.once.source.support" in r.stderr
 
 
 def test_acl_sync_is_off_unless_asked() -> None:
     assert parse(BASE).acl_sync_interval_s is None  # MM2's default is true: docs/mirror.md says why not here
     config = parse({**BASE, "sync.topic.acls.enabled": "true", "sync.topic.acls.interval.seconds": "5"})
     assert config.acl_sync_interval_s == 5.0 and config.unknown == [] and config.differently == []
+
+
+def test_topic_config_sync_is_on_with_mm2s_default_exclude_list() -> None:
+    config = parse(BASE)
+    assert config.config_sync_interval_s == 600.0
+    assert [p.pattern for p in config.config_exclude] == [
+        r"follower\.replication\.throttled\.replicas",
+        r"leader\.replication\.throttled\.replicas",
+        r"message\.timestamp\.difference\.max\.ms",
+        r"message\.timestamp\.type",
+        r"unclean\.leader\.election\.enable",
+        r"min\.insync\.replicas",
+    ]
+    config = parse(
+        {
+            **BASE,
+            "sync.topic.configs.interval.seconds": "2",
+            "config.properties.exclude": r"retention\.ms, min\.insync\.replicas",
+            "use.incremental.alter.configs": "requested",
+        }
+    )
+    assert config.config_sync_interval_s == 2.0 and config.unknown == []
+    assert [p.pattern for p in config.config_exclude] == [r"retention\.ms", r"min\.insync\.replicas"]
+    assert parse({**BASE, "sync.topic.configs.enabled": "false"}).config_sync_interval_s is None
+    legacy = parse({**BASE, "config.properties.blacklist": "segment.*"})
+    assert [p.pattern for p in legacy.config_exclude] == ["segment.*"]
