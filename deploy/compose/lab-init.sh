@@ -10,7 +10,8 @@
 #   mirror    sources: Read, DescribeConfigs on every topic (topics = .* in mirror.properties;
 #                      DescribeConfigs: the copies are created with the source's configs);
 #                      Create, Write on heartbeats and __audit (its heartbeats and gap events)
-#             agg:     Create, Write, Read on every topic (the copies; resume scans, heartbeats)
+#             agg:     Create, Write, Read, AlterConfigs on every topic (the copies; resume scans,
+#                      heartbeats; AlterConfigs: their configs kept in step, sync.topic.configs)
 #   audit     every cluster: Read on page-views, clicks, __audit, heartbeats
 #   loader    agg: Read on page-views, clicks; Create, Write on __audit (warehouse-tier events)
 #   activity  dc1, dc2: Create, Write on page-views, clicks, __audit (the auditing producer)
@@ -39,7 +40,7 @@ for cluster in dc1 dc2 agg; do
     acl "$zk" audit --operation Read --topic "$topic"
   done
   if [ "$cluster" = agg ]; then
-    acl "$zk" mirror --operation Create --operation Write --operation Read --topic '*'
+    acl "$zk" mirror --operation Create --operation Write --operation Read --operation AlterConfigs --topic '*'
     for topic in page-views clicks; do
       acl "$zk" loader --operation Read --topic "$topic"
     done

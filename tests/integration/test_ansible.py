@@ -423,7 +423,7 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
         *(("User:audit", t, "READ") for t in ("mirrored", "__audit", "heartbeats")),
     }
     assert acls_of(deployment.agg) == {
-        *(("User:mirror", t, op) for t in ("*", "heartbeats") for op in ("CREATE", "WRITE", "READ")),
+        *(("User:mirror", t, op) for t in ("*", "heartbeats") for op in ("CREATE", "WRITE", "READ", "ALTER_CONFIGS")),
         *(("User:audit", t, "READ") for t in ("mirrored", "__audit", "heartbeats")),
         ("User:loader", "mirrored", "READ"),
         ("User:loader", "__audit", "CREATE"),

@@ -14,8 +14,8 @@ IncrementalAlterConfigs per topic that differs (MM2 3.x's ``use.incremental.alte
 
 - a key set at the source with another value in the target is SET;
 - a key set on the target topic but no longer at the source (the override was removed there) is
-  DELETEd, so the target topic falls back to the target's default -- MM2 resets it to the target's
-  default too (``use.defaults.from = target``);
+  DELETEd, so the target topic falls back to the target's default (Headwater's reading of "in
+  step"; not compared with MM2's own handling of this case);
 - an excluded key is never touched: an operator's override on the target (a longer ``retention.ms``
   in the aggregate cluster, with ``retention\\.ms`` added to ``config.properties.exclude``) stays.
 

@@ -18,8 +18,8 @@ that raises is logged at ERROR, counted and restarted; one that raises FatalErro
 cannot be planned, or the member has lost touch with its source ZooKeeper (see
 :mod:`headwater.mirror.group` for the lease and the commit fencing).
 
-Destination topics are created with the source's partition count and its non-default configs
-(retention, ``cleanup.policy``, ``max.message.bytes`` ...). New source topics matching a flow
+Destination topics are created with the source's partition count and the configs set on the
+source topic (less ``config.properties.exclude``), kept in step after (:mod:`headwater.mirror.config_sync`). New source topics matching a flow
 are picked up from ZooKeeper's ``/brokers/topics`` watch within seconds, without a restart;
 SIGHUP re-reads the topic lists (see :mod:`headwater.mirror.main`).
 """
