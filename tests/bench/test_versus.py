@@ -56,7 +56,7 @@ def _measured(rows: dict[str, versus.Row], *keys: str) -> None:
         assert len(got) == 1 and math.isfinite(got[0]) and got[0] > 0, (key, rows[key].values)
 
 
-def _rows() -> dict[str, versus.Row]:
+def _all_rows() -> dict[str, versus.Row]:
     return {
         r.key: versus.Row(r.key, r.label, r.unit, r.goal, r.higher_is_better, r.table, r.group) for r in versus.ROWS
     }
@@ -66,7 +66,7 @@ def test_versus_large_java_and_failover_quick_on_headwater(zookeeper: ZooKeeperS
     """Large records, Kafka 2.3.1's ProducerPerformance / ConsumerPerformance, and a controller's
     kill -9 at 40 partitions (RF 3), with --quick's counts or smaller."""
     _java_or_skip()
-    rows = _rows()
+    rows = _all_rows()
     with more.any_cluster("headwater", tmp_path, zookeeper, "versus-quick", 3) as c:
         more.large("headwater", c.bootstrap, 20, rows, print)
         more.java_perf("headwater", c.bootstrap, 2_000, rows, print)
@@ -75,11 +75,12 @@ def test_versus_large_java_and_failover_quick_on_headwater(zookeeper: ZooKeeperS
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_versus_mm2_and_spark_quick_on_headwater(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     """MirrorMaker 2 and ``headwater mirror`` copying dc1 -> agg; Spark's ``format("kafka")`` and the
     project's ``format("headwater")`` writing the same Parquet, every record (both check the count)."""
     _java_or_skip()
-    rows = _rows()
+    rows = _all_rows()
     more.mirrors("headwater", tmp_path, zookeeper, "versus-quick-mm2", 2_000, rows, print)
     with more.any_cluster("headwater", tmp_path, zookeeper, "versus-quick-spark", 1) as c:
         more.spark("headwater", c.bootstrap, tmp_path, 2_000, rows, print)

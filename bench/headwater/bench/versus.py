@@ -151,11 +151,11 @@ class Plan:
     latency_rate: int = 10_000
     quick: bool = False
     groups: tuple[str, ...] = GROUPS
-    large_count: int = 2_000  # 100 KiB records: ~200 MiB
+    large_count: int = 1_000  # 100 KiB records: ~100 MiB
     java_count: int = 1_500_000
     partitions: int = 2_000  # the failover row
-    mirror_count: int = 200_000
-    spark_count: int = 200_000  # 1 KiB records: ~200 MiB
+    mirror_count: int = 50_000
+    spark_count: int = 50_000  # 1 KiB records: ~50 MiB
 
     @staticmethod
     def make(
@@ -423,8 +423,15 @@ def run(plan: Plan, out: Path, workdir: Path | None = None, log: Callable[[str],
                 if "failover" in plan.groups:
                     name = f"versus-failover-{system}{next(n)}"
                     _tried(say, system, "failover", more.failover, system, wd, zk, name, plan.partitions, rows, say)
+                _write(out, rows, plan, started, load_start)
     finally:
         zk.stop()
+    md = _write(out, rows, plan, started, load_start)
+    return md
+
+
+def _write(out: Path, rows: dict[str, Row], plan: Plan, started: str, load_start: tuple[float, ...]) -> Path:
+    """versus.md and versus.json as they stand (after every run too: a long run interrupted keeps its figures)."""
     out.mkdir(parents=True, exist_ok=True)
     md = out / "versus.md"
     md.write_text(markdown(list(rows.values()), plan, started, load_start, os.getloadavg()))
