@@ -104,10 +104,6 @@ def _versus(args: argparse.Namespace) -> int:
     from headwater.bench import versus
     from headwater.testing import java
 
-    reason = java.unavailable()
-    if reason is not None:
-        print(f"headwater bench --versus kafka: {reason}", file=sys.stderr)
-        return 2
     groups = versus.GROUPS
     if args.only is not None:
         groups = tuple(s.strip() for s in args.only.split(",") if s.strip())
@@ -123,6 +119,10 @@ def _versus(args: argparse.Namespace) -> int:
         sizes = _sizes(args.scale_partitions)
     except ValueError as e:
         print(f"headwater bench: --scale-partitions {args.scale_partitions!r}: {e}", file=sys.stderr)
+        return 2
+    reason = java.unavailable()
+    if reason is not None:
+        print(f"headwater bench --versus kafka: {reason}", file=sys.stderr)
         return 2
     plan = versus.Plan.make(args.quick, args.runs, args.records, groups, sizes[0] if sizes else None)
     md = versus.run(plan, args.out, args.workdir, None if not args.quiet else (lambda m: None))
