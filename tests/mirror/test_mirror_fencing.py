@@ -11,7 +11,9 @@ import pytest
 from kazoo.client import KazooClient
 
 import headwater.mirror.copier as copier_module
+from headwater.client.errors import KafkaConnectionError
 from headwater.mirror.group import FencedError, ZkGroup
+from headwater.mirror.mirror import FlowState
 from tests.mirror.fakes import wait_until
 from tests.mirror.test_mirror_produce_errors import TP, _mirror
 
@@ -119,6 +121,42 @@ def test_a_suspended_member_does_not_produce(monkeypatch: pytest.MonkeyPatch) ->
         await wait_until(lambda: c.next_offset == 11, "the batch to be produced after the reconnect")
         assert len(sent) == 1
         assert m.health()[0]
+        await m._shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_retried_produce_waits_for_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    """test_mirror_under_faults' duplicate: a copier retrying a produce (the target leader down)
+    is paused past its session meanwhile; another member takes the partition over and copies
+    on. When the paused copier runs again, its retry must not go out before the lease is back
+    (it never is for a lost session: the copier is stopped) -- sent, the stale batch lands at
+    the target's end a second time, out of order."""
+    sent: list[bool] = []
+    state: dict[str, FlowState] = {}
+
+    async def produce_raw(*args: object, **kwargs: object) -> int:
+        group = state["flow"].group
+        sent.append(group.suspended)
+        if len(sent) == 1:
+            group.suspended = True  # paused while it backs off: the session may expire meanwhile
+            raise KafkaConnectionError("could not connect to the target leader")
+        return 0
+
+    monkeypatch.setattr(copier_module, "produce_raw", produce_raw)
+
+    async def main() -> None:
+        m, f = _mirror()
+        state["flow"] = f
+        await m._rebalance(f)
+        c = f.copiers[TP]
+        await wait_until(lambda: len(sent) == 1, "the first produce")
+        await asyncio.sleep(1.5)  # many times the first retry's backoff (0.1 s)
+        assert sent == [False], "a produce was retried without the lease"
+        assert c.next_offset == 10
+        f.group.suspended = False  # back within the session: the retry goes out
+        await wait_until(lambda: c.next_offset == 11, "the batch to be produced once the lease is back")
+        assert sent == [False, False]
         await m._shutdown()
 
     asyncio.run(main())

@@ -5,6 +5,7 @@ the suspended mirror's /healthz goes unhealthy and comes back (real clusters, re
 
 from __future__ import annotations
 
+import asyncio
 import re
 import signal
 import threading
@@ -15,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+from headwater.client.consumer import Consumer
 from headwater.testing.zookeeper import free_port
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
@@ -34,8 +36,31 @@ def _healthz(port: int, timeout: float = 3.0) -> int | None:
         return None
 
 
+def _ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's high watermark (cheap: no records read)."""
+
+    async def main() -> dict[int, int]:
+        async with Consumer(bootstrap) as c:
+            return {p: await c.latest_offset(topic, p) for p in await c.partitions_for(topic)}
+
+    return asyncio.run(main())
+
+
+def _copied(port: int) -> float:
+    """The records a mirror process has copied (its headwater_mirror_records_total, every topic)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("headwater_mirror_records_total{"))
+
+
 class Writer(AckedWriter):
-    """librdkafka writing numbered records to both topics until stopped (acks=all)."""
+    """librdkafka writing numbered records to both topics until stopped (acks=all).
+
+    No retries and one request in flight per broker: each record lands in the source at most
+    once and in the order written, so a key's values in the source rise strictly and the target
+    is held to the same. (With retries, a produce the source leader held past librdkafka's
+    request timeout -- while a restarted follower catches up on a loaded machine -- is sent
+    again and lands twice: the source itself then holds a key's value twice.)"""
 
     flush_s = 180.0
 
@@ -44,6 +69,9 @@ class Writer(AckedWriter):
             bootstrap,
             **{
                 "enable.idempotence": False,
+                "retries": 0,
+                "max.in.flight.requests.per.connection": 1,
+                "batch.size": 4096,  # below kv's segment.bytes: a backlog sent as one batch is not refused
                 "message.timeout.ms": 120000,
                 "topic.metadata.refresh.interval.ms": 1000,
             },
@@ -66,6 +94,18 @@ def _by_partition(rows: list[tuple[int, int, bytes | None, bytes | None, object,
         assert v is not None
         out[p].append(v)
     return dict(out)
+
+
+def _differences(source: dict[int, list[bytes]], target: dict[int, list[bytes]]) -> str:
+    """Where each partition of the target departs from the source (for a failure's message)."""
+    out = []
+    for p in sorted(set(source) | set(target)):
+        s, t = source.get(p, []), target.get(p, [])
+        at = next((i for i, (a, b) in enumerate(zip(s, t, strict=False)) if a != b), min(len(s), len(t)))
+        out.append(
+            f"{EVENTS}-{p}: {len(s)} in the source, {len(t)} in the target; from index {at}: {s[at : at + 3]} / {t[at : at + 3]}"
+        )
+    return "\n".join(out)
 
 
 def test_leader_moves_and_a_suspended_mirror_lose_and_reorder_nothing(
@@ -92,8 +132,8 @@ def test_leader_moves_and_a_suspended_mirror_lose_and_reorder_nothing(
     writer.thread.start()
     report: list[str] = []
 
-    def target_count() -> int:
-        return len(read_topic(agg.bootstrap, EVENTS))
+    def target_count() -> int:  # records of EVENTS in the target (not compacted: offsets are records)
+        return sum(_ends(agg.bootstrap, EVENTS).values())
 
     def grows(what: str) -> None:
         seen = target_count()
@@ -146,11 +186,22 @@ def test_leader_moves_and_a_suspended_mirror_lose_and_reorder_nothing(
             watcher.start()
         finally:
             zombie.send_signal(signal.SIGCONT)
-        wait_for(
-            lambda: 503 in statuses and statuses[-1] == 200, 120, f"mirror {z} unhealthy, then healthy", mirrors[z]
-        )
+            resumed = time.monotonic()
+        wait_for(lambda: 503 in statuses, 120, f"mirror {z} unhealthy after SIGCONT", mirrors[z])
+
+        def restarted() -> bool:  # its session lost: every copier stopped, then a rebalance in the new session
+            log = mirrors[z].log()
+            lost = log.find("ZooKeeper session lost: stopping every copier")
+            return lost >= 0 and "rebalanced among" in log[lost:]
+
+        wait_for(restarted, 60, f"mirror {z} to stop its copiers and join again", mirrors[z])
+        copied = _copied(ports[z])  # what its new copiers add from here on
+        wait_for(lambda: statuses[-1] == 200, 120, f"mirror {z} healthy again", mirrors[z])
         watching.set()
         watcher.join(10)
+        # it owns the same partitions again (same member id, same rendezvous hash): it copies again itself
+        wait_for(lambda: _copied(ports[z]) > copied, 60, f"mirror {z} to copy again after SIGCONT", mirrors[z])
+        report.append(f"mirror {z} copying again {time.monotonic() - resumed:.1f} s after SIGCONT")
         grows(f"mirror {z} resumed")
         report.append(f"mirror {z} /healthz after SIGCONT: {statuses.count(503)} x 503, then 200")
     except BaseException:
@@ -164,12 +215,27 @@ def test_leader_moves_and_a_suspended_mirror_lose_and_reorder_nothing(
         writer.thread.join(240)
 
     try:
-        source_events = _by_partition(read_topic(src.bootstrap, EVENTS))
+        # The source is read afresh each time: a produce librdkafka gave up on (its request timed
+        # out while the source leader waited for a slow follower) is still appended, and becomes
+        # readable when the follower catches up -- after the writer's flush returned.
+        compared: list[tuple[dict[int, list[bytes]], dict[int, list[bytes]]]] = []
 
         def events_copied() -> bool:
-            return _by_partition(read_topic(agg.bootstrap, EVENTS)) == source_events
+            if _ends(src.bootstrap, EVENTS) != _ends(agg.bootstrap, EVENTS):
+                return False  # not there yet: no need to read every record
+            source, target = (
+                _by_partition(read_topic(src.bootstrap, EVENTS)),
+                _by_partition(read_topic(agg.bootstrap, EVENTS)),
+            )
+            compared[:] = [(source, target)]
+            return target == source
 
-        wait_for(events_copied, 180, f"every {EVENTS} record in the target, in source order", mirrors[0])
+        try:
+            wait_for(events_copied, 180, f"every {EVENTS} record in the target, in source order", mirrors[0])
+        except AssertionError as e:
+            last = (_by_partition(read_topic(src.bootstrap, EVENTS)), _by_partition(read_topic(agg.bootstrap, EVENTS)))
+            raise AssertionError(f"{e}\n{_differences(*last)}") from None
+        source_events = compared[-1][0]
         acked_events = {v for v in writer.acked if v.startswith(b"e")}
         assert acked_events <= {v for vs in source_events.values() for v in vs}
 
@@ -180,17 +246,21 @@ def test_leader_moves_and_a_suspended_mirror_lose_and_reorder_nothing(
                 out[k] = v
             return out
 
-        source_kv = latest(read_topic(src.bootstrap, KV))
+        source_kv: dict[bytes, bytes] = {}
+
+        def kv_copied() -> bool:  # the source read afresh too (see above)
+            source_kv.clear()
+            source_kv.update(latest(read_topic(src.bootstrap, KV)))
+            return latest(read_topic(agg.bootstrap, KV)) == source_kv
+
+        wait_for(kv_copied, 180, "every key's latest value", mirrors[1])
         assert len(source_kv) == KEYS
-        wait_for(
-            lambda: latest(read_topic(agg.bootstrap, KV)) == source_kv, 180, "every key's latest value", mirrors[1]
-        )
         per_key: dict[bytes, list[int]] = defaultdict(list)
         for _, _, k, v, _, _ in sorted(read_topic(agg.bootstrap, KV), key=lambda r: r[1]):
             assert k is not None and v is not None
             per_key[k].append(int(v))
         for k, values in per_key.items():
-            assert values == sorted(set(values)), f"{k!r}: values out of order or twice in the target"
+            assert values == sorted(set(values)), f"{k!r}: values out of order or twice in the target: {values}"
         report.append(
             f"{sum(map(len, source_events.values()))} {EVENTS} records identical in source and target, per partition "
             f"in order; {len(source_kv)} keys of {KV} at their latest value"

@@ -531,6 +531,7 @@ class Copier:
         attempt = 0
         while batches:
             attempt += 1
+            await self._wait_for_lease()  # a retry too: the copier may have been paused while it backed off
             try:
                 base = await produce_raw(
                     self.target, topic, partition, b"".join(batches), acks=-1, on_throttle=self._throttled
@@ -619,6 +620,7 @@ class Copier:
         attempt = 0
         while True:
             attempt += 1
+            await self._wait_for_lease()  # as in _produce_same_partition
             try:
                 await produce_raw(self.target, topic, partition, payload, acks=-1, on_throttle=self._throttled)
                 return
@@ -633,7 +635,11 @@ class Copier:
 
     async def _wait_for_lease(self) -> None:
         """No produce while this member's ZooKeeper session may be expiring: another member may
-        own the partition by now (review finding 4). On LOST the mirror stops the copier."""
+        own the partition by now (review finding 4). On LOST the mirror stops the copier.
+        Checked before every produce attempt, retries included: a copier paused (GC, SIGSTOP)
+        while it backed off from a failed produce would otherwise send its stale batch the
+        moment it runs again -- after another member took the partition over and copied on, so
+        the batch landed twice in the target, out of order (seen in test_mirror_under_faults)."""
         group = self.flow.group
         if group.may_produce():
             return
