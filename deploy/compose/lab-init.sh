@@ -27,7 +27,7 @@ acl() { # acl <zookeeper> <user> <--operation X ...> --topic T
 }
 
 for cluster in dc1 dc2 agg; do
-  zk="$cluster-zookeeper:2181"
+  zk="$cluster-zookeeper1:2181,$cluster-zookeeper2:2181,$cluster-zookeeper3:2181"  # the ensemble
   for user in "${users[@]}"; do
     var="LAB_${user^^}_PASSWORD"
     : "${!var:?$var is not set}"
