@@ -119,6 +119,7 @@ def lab(
         yield lab
     except BaseException:
         print(lab.compose("logs", "--tail", "40", check=False).stdout[-8000:])
+        print(lab.compose("logs", "lab-init", check=False).stdout[-3000:])
         raise
     finally:
         kafka_io.CLIENT_CONF.clear()
