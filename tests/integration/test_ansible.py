@@ -59,8 +59,9 @@ from tests.integration.ansible_hosts import ANSIBLE_DIR, Fleet, PlaybookRun, bui
 from tests.integration.kafka_io import QUIET, consume, create_topic, leaders, metadata, produce, wait_for
 
 # The first test to use the deployment also builds the host image (a minute or two on a fresh machine)
-# and runs site.yml the first time.
-pytestmark = pytest.mark.timeout(1800)
+# and runs site.yml the first time (four hosts, ZooKeeper one server at a time: 15 min and more on a
+# machine at load 40).
+pytestmark = pytest.mark.timeout(3000)
 
 BROKER_PORT = 9093  # SECURE: the test's own clients log in as the admin principal (PLAINTEXT is loopback only)
 PLAINTEXT_PORT = 9092
