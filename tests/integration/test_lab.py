@@ -459,7 +459,7 @@ def test_pipeline_check_then_faults_lose_nothing_at_any_tier(lab: Lab) -> None:
 
 # ---- item 38.0 (the lab's half): a full restart keeping the volumes heals by itself ----------
 
-RESTART_TOPIC = "lab-restart"
+RESTART_TOPIC = "lab-restart-%s"  # per cluster: the mirror copies dc1's and dc2's into agg
 HEAL_S = 30.0  # the issue's bound on an idle machine
 
 
@@ -506,9 +506,9 @@ def test_full_restart_keeping_volumes_heals_every_isr(lab: Lab) -> None:
     to every partition of a topic succeeds in each cluster (min.insync.replicas=2, RF 3); each
     ZooKeeper ensemble has its leader and two followers again; nothing acknowledged before is lost."""
     for cluster in CLUSTERS:
-        create_topic(lab.bootstrap(cluster), RESTART_TOPIC, partitions=6, replication_factor=3)
+        create_topic(lab.bootstrap(cluster), RESTART_TOPIC % cluster, partitions=6, replication_factor=3)
         wait_for(lambda c=cluster: not _under_replicated(lab.bootstrap(c)), 120, f"{cluster}: every ISR full before")
-        produce(lab.bootstrap(cluster), RESTART_TOPIC, [(b"k%d" % i, b"before-%d" % i) for i in range(30)])
+        produce(lab.bootstrap(cluster), RESTART_TOPIC % cluster, [(b"k%d" % i, b"before-%d" % i) for i in range(30)])
     started = time.monotonic()
     lab.compose("down", timeout=300)  # as lab.sh down: containers and networks go, the volumes stay
     down_s = time.monotonic() - started
@@ -528,9 +528,9 @@ def test_full_restart_keeping_volumes_heals_every_isr(lab: Lab) -> None:
             f"{cluster}: every ISR full",
         )
         wait_for(
-            lambda b=bootstrap: _acks_all_to_every_partition(b, RESTART_TOPIC, 6),
+            lambda b=bootstrap, t=RESTART_TOPIC % cluster: _acks_all_to_every_partition(b, t, 6),
             max(1.0, deadline - (time.monotonic() - up)),
-            f"{cluster}: acks=all to every partition of {RESTART_TOPIC}",
+            f"{cluster}: acks=all to every partition of {RESTART_TOPIC % cluster}",
         )
         healed[cluster] = time.monotonic() - up
         assert _one_leader_two_followers(lab.ensemble(cluster)), (cluster, lab.ensemble(cluster))
@@ -540,5 +540,5 @@ def test_full_restart_keeping_volumes_heals_every_isr(lab: Lab) -> None:
     )
     # The data survived: what was acknowledged before the restart is all there.
     for cluster in CLUSTERS:
-        got = consume(lab.bootstrap(cluster), RESTART_TOPIC, list(range(6)), 36)
+        got = consume(lab.bootstrap(cluster), RESTART_TOPIC % cluster, list(range(6)), 36)
         assert {r.value for r in got} >= {b"before-%d" % i for i in range(30)}, cluster
