@@ -499,6 +499,7 @@ def _acks_all_to_every_partition(bootstrap: str, topic: str, partitions: int) ->
     return True
 
 
+@pytest.mark.slow  # ~3.5 min: the lab's down (~30 s) and up again (~2.5 min) dominate
 def test_full_restart_keeping_volumes_heals_every_isr(lab: Lab) -> None:
     """`make lab-down` (docker compose down, volumes kept) then `make lab`: within 30 s of the lab
     being up again (every service healthy; longer on a loaded machine: _heal_deadline) every
