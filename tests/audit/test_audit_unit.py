@@ -179,3 +179,24 @@ def test_the_lab_check_does_not_take_a_pending_late_window_as_closed() -> None:
 
     got = audit_status("http://audit", ["t"], windows=2, opener=opener)
     assert [(w["window_start"], w["status"]) for w in got] == [(0, "complete")]
+
+
+def test_a_tier_is_lost_only_where_the_tier_feeding_it_is_settled() -> None:
+    """dc1's own cluster is still open for window 0 (its counter lags): agg, short of records that
+    may still be on their way through it, is late, not loss; once dc1's tier has closed complete,
+    agg's shortfall is a loss. Config order does not matter (agg listed first)."""
+    W = 60_000
+    rows = [
+        CountRow("t", 0, "dc1", "producer", 10, 0, 0),
+        CountRow("t", 0, "dc1", "dc1", 10, 0, 0),
+        CountRow("t", 0, "dc1", "agg", 7, 0, 0),
+    ]
+
+    def agg(dc1_watermark: int) -> tuple[str, bool]:
+        marks = {"producer": 10 * W, "agg": 10 * W, "dc1": dc1_watermark}
+        got = reconcile(rows, ["agg", "dc1"], {"dc1"}, W, 1000, 10 * W, watermark=lambda tier, _t: marks[tier])
+        r = next(r for r in got if r.tier == "agg")
+        return r.status, r.pending
+
+    assert agg(W) == ("late", True)  # dc1's tier not past end + grace yet
+    assert agg(10 * W) == ("loss", False)

@@ -57,16 +57,13 @@ def _produce(w: Wire, topic: str, records: bytes, timeout: float = 30.0, acks: i
         time.sleep(0.05)
 
 
-def test_init_producer_id_gives_distinct_ids_and_refuses_transactions(broker: BrokerProcess) -> None:
+def test_init_producer_id_gives_distinct_ids(broker: BrokerProcess) -> None:
     w = Wire(broker.bootstrap)
     first, second = _init_producer_id(w, version=0), _init_producer_id(w)
     assert first["error_code"] == second["error_code"] == ErrorCode.NONE
     assert first["producer_id"] >= 0 and second["producer_id"] >= 0
     assert first["producer_id"] != second["producer_id"]
     assert first["producer_epoch"] == second["producer_epoch"] == 0
-    refused = _init_producer_id(w, "my-transactions")
-    assert refused["error_code"] == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert refused["producer_id"] == -1
 
 
 def test_a_duplicate_is_written_once_and_a_gap_refused(broker: BrokerProcess) -> None:

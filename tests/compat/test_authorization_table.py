@@ -100,6 +100,16 @@ def offset_commit_body(group: str, topic: str, offset: int) -> dict[str, Any]:
     }
 
 
+#: producer id and epoch of each transactional id the fixture initialised (InitProducerId as admin)
+PRODUCERS: dict[str, tuple[int, int]] = {}
+TXN_IDS = ("az-tx24", "az-tx25", "az-tx26", "az-tx28")
+
+
+def txn(tid: str) -> dict[str, Any]:
+    producer_id, epoch = PRODUCERS[tid]
+    return {"transactional_id": tid, "producer_id": producer_id, "producer_epoch": epoch}
+
+
 def config_resource(topic: str, value: str, incremental: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": "retention.ms", "value": value}
     if incremental:
@@ -156,10 +166,16 @@ class Case:
     expect: int = ErrorCode.NONE
     #: what the served request changed, seen from the broker's own state
     after: Callable[[Secured], bool] | None = None
+    #: tells a second case of one API key apart (its own allowed principal)
+    suffix: str = ""
 
     @property
     def user(self) -> str:
-        return f"ok{self.key}"
+        return f"ok{self.key}{self.suffix}"
+
+    @property
+    def id(self) -> str:
+        return f"{self.key}-{TABLE[self.key].api}{'-' + self.suffix if self.suffix else ''}"
 
     def grants(self) -> list[dict[str, Any]]:
         """Exactly what the table says this API needs, on this case's resources."""
@@ -340,6 +356,15 @@ CASES = [
     ),
     Case(22, 1, lambda: {"transactional_id": None, "transaction_timeout_ms": 60000}, top_code),
     Case(
+        22,
+        1,
+        lambda: {"transactional_id": "az-tx22", "transaction_timeout_ms": 60000},
+        top_code,
+        tid="az-tx22",
+        alternative=1,  # Write on the TransactionalId (a transactional producer)
+        suffix="txn",
+    ),
+    Case(
         23,
         2,
         lambda: {
@@ -351,6 +376,67 @@ CASES = [
         topic="az-epochs",
         alternative=1,  # Describe on the Topic: a KIP-320 consumer
         denied_user="nobody",
+    ),
+    Case(
+        24,
+        1,
+        lambda: {**txn("az-tx24"), "topics": [{"name": "az-txn-add", "partitions": [0]}]},
+        lambda r: int(r["results"][0]["results_by_partition"][0]["partition_error_code"]),
+        topic="az-txn-add",
+        tid="az-tx24",
+    ),
+    Case(
+        25,
+        1,
+        lambda: {**txn("az-tx25"), "group_id": "az-txn-group"},
+        top_code,
+        group="az-txn-group",
+        tid="az-tx25",
+        denied_user="reader",  # Read on the group is not enough
+    ),
+    Case(
+        26,
+        1,
+        lambda: {**txn("az-tx26"), "committed": False},  # the fixture opened its transaction
+        top_code,
+        tid="az-tx26",
+    ),
+    Case(
+        27,
+        0,
+        lambda: {
+            "markers": [
+                {
+                    "producer_id": 424242,
+                    "producer_epoch": 0,
+                    "transaction_result": False,
+                    "topics": [{"name": "az-markers", "partition_indexes": [0]}],
+                    "coordinator_epoch": 0,
+                }
+            ]
+        },
+        lambda r: int(r["markers"][0]["topics"][0]["partitions"][0]["error_code"]),
+        topic="az-markers",
+        after=lambda s: s.offsets("az-markers") == (0, 4),  # the three records and the ABORT marker
+    ),
+    Case(
+        28,
+        2,
+        lambda: {
+            **txn("az-tx28"),
+            "group_id": "az-txn-commit-group",
+            "topics": [
+                {
+                    "name": "az-txn-commit",
+                    "partitions": [{"partition_index": 0, "committed_offset": 2, "committed_metadata": ""}],
+                }
+            ],
+        },
+        first_partition_code("topics"),
+        topic="az-txn-commit",
+        group="az-txn-commit-group",
+        tid="az-tx28",
+        denied_user="reader",  # Read on the group and the topic is not enough
     ),
     Case(
         29,
@@ -456,7 +542,9 @@ CASES = [
         after=lambda s: s.znode("/config/topics/az-incremental")["config"] == {"retention.ms": "2000"},
     ),
 ]
-TOPICS = sorted({c.topic for c in CASES if c.topic and c.key not in (19, 3)} | {"az-metadata", "az-session"})
+TOPICS = sorted(
+    {c.topic for c in CASES if c.topic and c.key not in (19, 3)} | {"az-metadata", "az-session", "az-txn-end"}
+)
 USERS = ["admin", "nobody", "reader", "other", "producer", "idem", "txn", "lister", "creator"] + [c.user for c in CASES]
 JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -587,6 +675,7 @@ def secured(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
             "offsets.topic.replication.factor": 1,
             "offsets.topic.num.partitions": 1,
             "group.initial.rebalance.delay.ms": 0,
+            "transaction.state.log.num.partitions": 1,
         }
     )
     broker.start(timeout=90)
@@ -628,6 +717,7 @@ def secured(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
                 f"{group}'s commit",
             )  # type: ignore[misc]
         assert s.call("admin", 30, 1, {"creations": [acl_creation("az-acl-doomed")]})["results"][0]["error_code"] == 0
+        _init_transactional_ids(s)
         # reader: Read on every topic and group (implies Describe), nothing else
         bindings = [
             {"principal": "User:reader", "operations": ["Read"], "resource_type": "Topic", "name": "*"},
@@ -644,6 +734,25 @@ def secured(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
         broker.stop()
 
 
+def _init_transactional_ids(s: Secured) -> None:
+    """A producer id for each case's transactional id (the transaction coordinator's topic comes
+    first), and an open transaction for EndTxn's."""
+    wait_for(
+        lambda: s.call("admin", 10, 2, {"key": TXN_IDS[0], "key_type": 1})["error_code"] == 0,
+        "the transaction coordinator",
+    )
+    for tid in TXN_IDS:
+        body = {"transactional_id": tid, "transaction_timeout_ms": 600000}  # no timeout abort mid-module
+        deadline = time.monotonic() + 90
+        while (answer := s.call("admin", 22, 1, body))["error_code"] != 0:  # the coordinator loading
+            assert time.monotonic() < deadline, f"no producer id for {tid}: {answer}"
+            time.sleep(0.3)
+        PRODUCERS[tid] = (answer["producer_id"], answer["producer_epoch"])
+    add = {**txn("az-tx26"), "topics": [{"name": "az-txn-end", "partitions": [0]}]}
+    answer = s.call("admin", 24, 1, add)
+    assert answer["results"][0]["results_by_partition"][0]["partition_error_code"] == 0, answer
+
+
 def test_every_served_api_key_has_a_case() -> None:
     """Adding an API to the broker without a case here fails (the pre-login SASL APIs are exercised
     by every connection of this module: each logs in with SaslHandshake and SaslAuthenticate)."""
@@ -657,7 +766,7 @@ def _is_refused(case: Case, resp: dict[str, Any]) -> bool:
     return case.code(resp) in DENIALS
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c.key}-{TABLE[c.key].api}" for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_api_is_authorized_as_kafka(secured: Secured, case: Case) -> None:
     s = secured
     rule = TABLE[case.key]

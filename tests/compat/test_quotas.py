@@ -5,7 +5,10 @@ and stock clients (confluent-kafka/librdkafka, kafka-python).
   znode JSON and the change notification), shows them, refuses bad values;
 - a broker applies a quota written while it runs (the change notification), and a deleted one;
 - a producer and a consumer offered 5x their quota are held at it (from the clients' own counts),
-  and see ``throttle_time_ms`` (librdkafka's statistics, kafka-python's metrics).
+  and see ``throttle_time_ms`` (librdkafka's statistics, kafka-python's metrics);
+- a client sending many cheap requests at a tiny ``request_percentage`` is throttled (its request
+  rate drops, librdkafka sees throttle_time_ms) while an unthrottled one is not, and a raised
+  request quota applies live.
 """
 
 from __future__ import annotations
@@ -173,7 +176,7 @@ def _prefill(bootstrap: str, topic: str, n: int) -> None:
     assert p.flush(60) == 0
 
 
-def _set_quota(zk_connect: str, client_id: str, **quotas: int) -> None:
+def _set_quota(zk_connect: str, client_id: str, **quotas: float) -> None:
     add = ",".join(f"{k}={v}" for k, v in quotas.items())
     ok(
         "--zookeeper",
@@ -471,3 +474,94 @@ def test_follower_fetches_and_the_brokers_own_work_are_never_throttled(
     assert took < 10, f"2 MB acks=all took {took:.1f} s: replication was throttled by a client quota"
     isr = admin.list_topics("replicated", timeout=30).topics["replicated"].partitions[0].isrs
     assert sorted(isr) == [0, 1]
+
+
+# -- request_percentage (KIP-124) ------------------------------------------------------------------
+
+
+def _cheap_producer(bootstrap: str, client_id: str, seconds: float, out: dict[str, Any]) -> None:
+    """One tiny record per Produce request (linger.ms=0, one in flight): many cheap requests, as
+    fast as the broker answers. ``out["delivered"]``: delivery times since start."""
+    from confluent_kafka import Producer
+
+    throttle_max = [0]
+
+    def on_stats(text: str) -> None:
+        for b in json.loads(text)["brokers"].values():
+            throttle_max[0] = max(throttle_max[0], b["throttle"]["max"])
+
+    delivered: list[float] = []
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "acks": 1,
+            "linger.ms": 0,
+            "max.in.flight": 1,
+            "statistics.interval.ms": 500,
+            "stats_cb": on_stats,
+        }
+    )
+    t0 = time.monotonic()
+    out.update(t0=t0, delivered=delivered, producer=p, throttle_max=throttle_max)
+    while time.monotonic() - t0 < seconds:
+        if len(p) < 5:
+            p.produce("cheap", b"x", on_delivery=lambda err, _m: delivered.append(time.monotonic() - t0))
+        p.poll(0.001)
+
+
+def test_request_percentage_throttles_many_cheap_requests_live(
+    broker_factory: Callable[..., BrokerProcess], zk_connect: str
+) -> None:
+    """A producer of one-record requests at request_percentage=0.5 (5 ms of the broker's time a
+    second) is held far below an unthrottled twin on the same broker, librdkafka reports the
+    throttle, the broker's kafka.server:type=Request series show it, and raising the quota lets the
+    same running client go at once."""
+    broker = broker_factory(0, prometheus_port="auto")
+    _create_topic(broker.bootstrap, "cheap")
+    _set_quota(zk_connect, "busy", request_percentage=0.5)
+    busy: dict[str, Any] = {}
+    quiet: dict[str, Any] = {}
+    run_s = 9.0
+    threads = [
+        threading.Thread(target=_cheap_producer, args=(broker.bootstrap, "busy", run_s, busy)),
+        threading.Thread(target=_cheap_producer, args=(broker.bootstrap, "quiet", run_s, quiet)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    def per_s(times: list[float], start: float, end: float) -> float:
+        return sum(1 for t in times if start <= t < end) / (end - start)
+
+    # after the first burst (a new sensor's padded window), over the last 5 s
+    busy_rate, quiet_rate = per_s(busy["delivered"], 4, run_s), per_s(quiet["delivered"], 4, run_s)
+    print(f"requests/s: busy {busy_rate:.0f} (throttle max {busy['throttle_max'][0]} ms), quiet {quiet_rate:.0f}")
+    assert busy["throttle_max"][0] > 0, "librdkafka never saw throttle_time_ms"
+    assert quiet["throttle_max"][0] == 0, "the client without a quota was throttled"
+    assert quiet_rate > 50, f"the unthrottled client managed {quiet_rate:.0f} requests/s"
+    assert busy_rate * 4 < quiet_rate, f"busy {busy_rate:.0f}/s vs quiet {quiet_rate:.0f}/s: not held"
+    assert broker.metric("kafka_server_request_throttle_time") > 0
+    assert broker.metric("kafka_server_request_request_time") > 0
+    # raised live: the same producer, muted no more, sends as fast as the quiet one did
+    p, delivered = busy["producer"], busy["delivered"]
+    _set_quota(zk_connect, "busy", request_percentage=10_000)
+    t0 = busy["t0"]
+
+    def faster() -> bool:
+        if len(p) < 5:
+            p.produce("cheap", b"x", on_delivery=lambda err, _m: delivered.append(time.monotonic() - t0))
+        p.poll(0.001)
+        now = time.monotonic() - t0
+        return per_s(delivered, now - 1.0, now) > 4 * max(busy_rate, 1.0)
+
+    _wait_busy(faster, 20, "the raised request quota to apply to the running producer")
+    p.flush(10)
+    quiet["producer"].flush(10)
+
+
+def _wait_busy(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"

@@ -27,6 +27,10 @@ SETTINGS: dict[str, object] = {
     "offsets.topic.num.partitions": 1,
     "group.initial.rebalance.delay.ms": 0,
     "log.retention.check.interval.ms": 1000,  # the purge scenario waits for a retention check
+    # one broker: a __transaction_state it can hold (Kafka's default needs 3 replicas)
+    "transaction.state.log.replication.factor": 1,
+    "transaction.state.log.min.isr": 1,
+    "transaction.state.log.num.partitions": 1,
 }
 
 

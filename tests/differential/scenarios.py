@@ -16,6 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from headwater.protocol.apis import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
     ALTER_CONFIGS,
     API_VERSIONS,
     CONTROLLED_SHUTDOWN,
@@ -31,6 +33,7 @@ from headwater.protocol.apis import (
     DESCRIBE_GROUPS,
     DESCRIBE_LOG_DIRS,
     ELECT_LEADERS,
+    END_TXN,
     FETCH,
     FIND_COORDINATOR,
     HEARTBEAT,
@@ -50,7 +53,9 @@ from headwater.protocol.apis import (
     SASL_HANDSHAKE,
     STOP_REPLICA,
     SYNC_GROUP,
+    TXN_OFFSET_COMMIT,
     UPDATE_METADATA,
+    WRITE_TXN_MARKERS,
 )
 from headwater.protocol.records.record import encode_batch
 from headwater.protocol.schema import Api
@@ -64,7 +69,7 @@ UNTIL: dict[str, Callable[[dict[str, Any]], bool]] = {}
 TS = int(time.time()) * 1000
 
 #: Topics the module creates on both brokers before the scenarios: name -> partitions.
-TOPICS = {"t1": 1, "t3": 3, "dr": 1, "idem": 1, "cfg": 1, "m2": 1}
+TOPICS = {"t1": 1, "t3": 3, "dr": 1, "idem": 1, "cfg": 1, "m2": 1, "tx": 1, "txm": 1}
 #: Records produced into these before the scenarios.
 SEEDED = ("t1", "dr")
 
@@ -814,3 +819,156 @@ for v in versions(UPDATE_METADATA):
     )
 for v in versions(CONTROLLED_SHUTDOWN):
     add(f"controlled_shutdown/unknown_broker/v{v}", (CONTROLLED_SHUTDOWN, v, {"broker_id": 99, "broker_epoch": -1}))
+
+# --- Transactions (KIP-98): the coordinator, markers, the LSO, transactional offsets -------------
+# Both brokers run with a one-partition, one-replica __transaction_state (conftest.SETTINGS), which
+# the module's fixture has created (FindCoordinator key_type 1) and seen loaded; every scenario has
+# its own transactional id, so each starts at epoch 0.
+
+
+TX0 = [{"name": "tx", "partitions": [0]}]
+
+
+def txn(tid: str, **more: Any) -> Callable[[Ctx], dict[str, Any]]:
+    return lambda ctx: {"transactional_id": tid, "producer_id": pid(ctx), "producer_epoch": 0, **more}
+
+
+def init_txn(tid: str) -> Step:
+    return (INIT_PRODUCER_ID, 1, {"transactional_id": tid, "transaction_timeout_ms": 60000})
+
+
+def txn_produce(tid: str, seq: int, n: int = 2) -> Callable[[Ctx], dict[str, Any]]:
+    def make(ctx: Ctx) -> dict[str, Any]:
+        records = batch(n, producer_id=pid(ctx), producer_epoch=0, base_sequence=seq, transactional=True)
+        return {**produce("tx", 0, records, acks=-1), "transactional_id": tid}
+
+    return make
+
+
+def read_committed(topic: str) -> dict[str, Any]:
+    return {**fetch(topic, 0, 0), "isolation_level": 1}
+
+
+def _stable(r: dict[str, Any]) -> bool:
+    """The partition's LSO caught up with its high watermark: every marker is in."""
+    p = r["responses"][0]["partitions"][0]
+    return bool(p["last_stable_offset"] == p["high_watermark"])
+
+
+for v in versions(FIND_COORDINATOR):
+    if v >= 1:
+        add(f"find_coordinator/transaction/v{v}", (FIND_COORDINATOR, v, {"key": "txf", "key_type": 1}))
+        add(f"find_coordinator/transaction_empty_id/v{v}", (FIND_COORDINATOR, v, {"key": "", "key_type": 1}))
+
+for v in versions(ADD_PARTITIONS_TO_TXN):
+    e = min(v, END_TXN.max_version)
+    for decision, commit in (("commit", True), ("abort", False)):
+        tid = f"tx-{decision}{v}"
+        name = f"txn/{decision}/v{v}"
+        add(
+            name,
+            init_txn(tid),
+            (ADD_PARTITIONS_TO_TXN, v, txn(tid, topics=TX0)),  # type: ignore[arg-type]
+            (PRODUCE, 7, txn_produce(tid, 0)),  # type: ignore[arg-type]
+            (END_TXN, e, txn(tid, committed=commit)),  # type: ignore[arg-type]
+            (FETCH, 11, read_committed("tx")),
+        )
+        UNTIL[name] = _stable
+    tid = f"tx-err{v}"
+    add(
+        f"txn/add_partitions_errors/v{v}",
+        init_txn(tid),
+        (ADD_PARTITIONS_TO_TXN, v, txn(tid, topics=[{"name": "no-such-topic", "partitions": [0]}])),  # type: ignore[arg-type]
+        (ADD_PARTITIONS_TO_TXN, v, lambda ctx, t=tid: {**txn(t, topics=TX0)(ctx), "producer_epoch": 5}),  # type: ignore[arg-type]
+        (ADD_PARTITIONS_TO_TXN, v, lambda ctx, t=tid: {**txn(t, topics=TX0)(ctx), "producer_id": pid(ctx) + 1000}),  # type: ignore[arg-type]
+    )
+
+    # an internal topic is refused whoever asks (Kafka 2.3's KafkaApis), the others not attempted
+    tid = f"tx-internal{v}"
+    add(
+        f"txn/add_partitions_internal_topic/v{v}",
+        init_txn(tid),
+        (
+            ADD_PARTITIONS_TO_TXN,
+            v,
+            txn(tid, topics=[*TX0, {"name": "__consumer_offsets", "partitions": [0]}]),
+        ),  # type: ignore[arg-type]
+    )
+
+for v in versions(END_TXN):
+    tid = f"tx-end{v}"
+    add(
+        f"txn/end_errors/v{v}",
+        init_txn(tid),
+        (END_TXN, v, txn(tid, committed=True)),  # type: ignore[arg-type]  -- nothing open
+        (END_TXN, v, lambda ctx, t=tid: {**txn(t, committed=False)(ctx), "producer_epoch": 3}),  # type: ignore[arg-type]
+        (END_TXN, v, {"transactional_id": "tx-never", "producer_id": 1, "producer_epoch": 0, "committed": True}),
+    )
+
+for v in versions(TXN_OFFSET_COMMIT, every=True):
+    a = min(v, ADD_OFFSETS_TO_TXN.max_version)
+    tid, group = f"tx-offsets{v}", f"g-txo{v}"
+    name = f"txn/offsets/v{v}"
+    commit = {
+        "group_id": group,
+        "topics": [
+            {"name": "t1", "partitions": [{"partition_index": 0, "committed_offset": 3, "committed_metadata": "m"}]}
+        ],
+    }
+    add(
+        name,
+        init_txn(tid),
+        (ADD_OFFSETS_TO_TXN, a, txn(tid, group_id=group)),  # type: ignore[arg-type]
+        (TXN_OFFSET_COMMIT, v, txn(tid, **commit)),  # type: ignore[arg-type]
+        (END_TXN, 1, txn(tid, committed=True)),  # type: ignore[arg-type]
+        (OFFSET_FETCH, 5, {"group_id": group, "topics": [{"name": "t1", "partition_indexes": [0]}]}),
+    )
+    UNTIL[name] = lambda r: r["topics"][0]["partitions"][0]["committed_offset"] == 3
+add(
+    "txn/offset_commit_unknown_topic/v0",
+    init_txn("tx-otu"),
+    (ADD_OFFSETS_TO_TXN, 0, txn("tx-otu", group_id="g-otu")),  # type: ignore[arg-type]
+    (
+        TXN_OFFSET_COMMIT,
+        0,
+        txn(
+            "tx-otu",
+            group_id="g-otu",
+            topics=[
+                {"name": n, "partitions": [{"partition_index": 0, "committed_offset": 1, "committed_metadata": None}]}
+                for n in ("t1", "no-such-topic")
+            ],
+        ),
+    ),  # type: ignore[arg-type]
+    (END_TXN, 1, txn("tx-otu", committed=False)),  # type: ignore[arg-type]
+)
+add(
+    "txn/add_offsets_errors/v0",
+    init_txn("tx-aoe"),
+    (ADD_OFFSETS_TO_TXN, 0, txn("tx-aoe", group_id="")),  # type: ignore[arg-type]
+    (ADD_OFFSETS_TO_TXN, 0, lambda ctx: {**txn("tx-aoe", group_id="g")(ctx), "producer_epoch": 2}),  # type: ignore[arg-type]
+)
+
+for v in versions(WRITE_TXN_MARKERS):
+    marker = {
+        "producer_id": 4242,
+        "producer_epoch": 0,
+        "topics": [{"name": "txm", "partition_indexes": [0]}, {"name": "no-such-topic", "partition_indexes": [0]}],
+        "coordinator_epoch": 0,
+    }
+    add(
+        f"write_txn_markers/abort_and_commit/v{v}",
+        (WRITE_TXN_MARKERS, v, {"markers": [{**marker, "transaction_result": False}]}),
+        (WRITE_TXN_MARKERS, v, {"markers": [{**marker, "transaction_result": True}]}),
+        (
+            LIST_OFFSETS,
+            2,  # read_committed, before v4's leader_epoch (an intended difference of its own)
+            {
+                "replica_id": -1,
+                "isolation_level": 1,
+                "topics": [
+                    {"name": "txm", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}
+                ],
+            },
+        ),
+    )

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from headwater.protocol.apis import CREATE_TOPICS, FIND_COORDINATOR, METADATA, PRODUCE
+from headwater.protocol.apis import CREATE_TOPICS, FIND_COORDINATOR, INIT_PRODUCER_ID, METADATA, PRODUCE
 from headwater.protocol.records.record import iter_batches
 from tests.broker.wire import Wire
 from tests.differential import scenarios
@@ -179,6 +179,13 @@ def ready(pair: Pair) -> Pair:
         while w.request(FIND_COORDINATOR, 1, {"key": "g-ready", "key_type": 0})["error_code"] != 0:
             assert time.monotonic() < deadline, f"no group coordinator on {bootstrap}"
             time.sleep(0.1)  # the offsets topic is created by the first FindCoordinator
+        while w.request(FIND_COORDINATOR, 1, {"key": "tx-ready", "key_type": 1})["error_code"] != 0:
+            assert time.monotonic() < deadline, f"no transaction coordinator on {bootstrap}"
+            time.sleep(0.1)  # likewise __transaction_state
+        init = {"transactional_id": "tx-ready", "transaction_timeout_ms": 60000}
+        while w.request(INIT_PRODUCER_ID, 1, init)["error_code"] != 0:
+            assert time.monotonic() < deadline, f"the transaction coordinator never loaded on {bootstrap}"
+            time.sleep(0.1)
         for topic in scenarios.SEEDED:
             resp = w.request(PRODUCE, 7, scenarios.produce(topic, 0, scenarios.batch(5)))
             assert resp["responses"][0]["partitions"][0]["error_code"] == 0, resp

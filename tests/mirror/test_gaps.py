@@ -8,10 +8,11 @@ import json
 
 import pytest
 
+from headwater.audit.counter import BadEvent, parse_heartbeat
 from headwater.client.audit import AUDIT_TOPIC
 from headwater.mirror.config import MirrorConfigError, parse
 from headwater.mirror.gaps import DataLossError, Gap, GapReporter
-from headwater.mirror.heartbeats import Heartbeats, heartbeat_record
+from headwater.mirror.heartbeats import Heartbeat, Heartbeats, decode_heartbeat, heartbeat_record
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.service.supervisor import FatalError
 
@@ -115,12 +116,11 @@ def test_heartbeat_age_is_computed_when_scraped() -> None:
     assert metrics.registry.get_sample_value("headwater_mirror_heartbeat_age_seconds", {"flow": "dc2->agg"}) == 0.5
     now[0] = 1042.0  # a dead link: nothing acked, the age grows by itself
     assert metrics.registry.get_sample_value("headwater_mirror_heartbeat_age_seconds", {"flow": "dc2->agg"}) == 42.5
+    # MM2's Heartbeat: key = two protocol STRINGs, value = INT16 version 0 + INT64 timestamp
     key, value = heartbeat_record("dc2", "agg", 5)
-    assert key == b"dc2->agg" and json.loads(value) == {
-        "sourceClusterAlias": "dc2",
-        "targetClusterAlias": "agg",
-        "timestamp": 5,
-    }
+    assert key == b"\x00\x03dc2\x00\x03agg" and value == b"\x00\x00" + (5).to_bytes(8, "big")
+    assert decode_heartbeat(key, value) == Heartbeat("dc2", "agg", 5)
+    assert parse_heartbeat(value, key) == ("dc2", 5)  # the audit reads it
 
 
 def test_settings_for_loss_and_heartbeats() -> None:
@@ -192,3 +192,21 @@ def test_stop_fails_only_that_partition_under_the_supervisor_and_report_goes_on(
 
     src, fetcher, state, why, health = asyncio.run(main("report"))
     assert state == "running" and len(src.published) == 1
+
+
+def test_the_audit_reads_mm2_heartbeats_and_the_json_of_earlier_mirrors() -> None:
+
+    key, value = heartbeat_record("dc1", "agg", 1_700_000_000_000)
+    assert parse_heartbeat(value, key) == ("dc1", 1_700_000_000_000)
+    old = json.dumps({"sourceClusterAlias": "dc2", "targetClusterAlias": "agg", "timestamp": 7}).encode()
+    assert parse_heartbeat(old, b"dc2->agg") == ("dc2", 7)
+    for bad_key, bad_value in (
+        (key[:-1], value),  # truncated key
+        (key + b"x", value),  # trailing bytes
+        (key, b"\xff\xff" + value[2:]),  # negative version
+        (key, b"\x00\x00" + (-5).to_bytes(8, "big", signed=True)),  # negative timestamp
+    ):
+        with pytest.raises(BadEvent):
+            parse_heartbeat(bad_value, bad_key)
+    with pytest.raises(ValueError):
+        decode_heartbeat(key[:-1], value)

@@ -121,3 +121,84 @@ def test_the_fast_check_never_lets_a_rate_above_the_quota_through() -> None:
         bound = rng.choice([100.0, 500.0, 1000.0, 5000.0])
         if r.surely_within(bound):
             assert r.measure(clock.now) <= bound + 1e-9
+
+
+# -- request_percentage (KIP-124) ----------------------------------------------------------------
+
+
+class Conn:
+    principal = "User:alice"
+    throttle_ms = 0
+
+
+def _encode(r: dict[str, object]) -> list[object]:
+    return [r]
+
+
+def test_loop_time_counts_a_connections_own_steps_not_its_waits() -> None:
+    """network.LoopTime drives a connection's task: a request's cost is now() at its end minus now()
+    at its start — its own steps, not the time it waited nor what other tasks ran meanwhile."""
+    import asyncio
+
+    from headwater.broker.network import LoopTime
+
+    clock = Clock()
+    lt = LoopTime(clock)
+    seen: list[float] = []
+
+    async def connection(fut: asyncio.Future[int]) -> int:
+        clock.now += 1.0  # reading the socket before the request: not the request's
+        start = lt.now()
+        clock.now += 0.02  # decoding, handling before its await
+        got = await fut
+        clock.now += 0.03  # after it, encoding
+        seen.append(lt.now() - start)
+        return got
+
+    async def main() -> int:
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(lt.timed(connection(fut)))
+        await asyncio.sleep(0)
+        clock.now += 5.0  # the loop runs other connections while this one waits
+        fut.set_result(7)
+        return await task
+
+    assert asyncio.run(main()) == 7
+    assert seen == [pytest.approx(0.05)]
+    assert lt.busy == pytest.approx(1.05) and not lt.running
+
+
+def test_request_time_throttles_capped_at_one_window_and_exempts_as_kafka() -> None:
+    clock = Clock()
+    q = ClientQuotas(None, clock=clock)
+    q.configs.set_entity(entity_key("alice", None), {"request_percentage": "1"})  # 10 ms a second
+    conn = Conn()
+    # 50 ms of Metadata handling within 10 s x 1 %: allowed
+    assert q.after_request(conn, "app", 3, {}, {"throttle_time_ms": 0}, 10, ["m"], _encode, 0.05) == ["m"]
+    assert conn.throttle_ms == 0
+    # 2 s more: 205 % over 10 s, far above 1 %: throttled, at most one window (1000 ms)
+    out = q.after_request(conn, "app", 3, {}, {"throttle_time_ms": 0}, 10, ["m"], _encode, 2.0)
+    assert out == [{"throttle_time_ms": 1000}]
+    assert conn.throttle_ms == 1000
+    assert q.request.sensors[("alice", "")].throttle.measure(clock.now) == 1000
+    conn.throttle_ms = 0
+    # exempt: ClusterAction APIs and follower fetches, their time counted as exempt
+    assert q.after_request(conn, "app", 6, {}, {"error_code": 0}, 10, ["u"], _encode, 3.0) == ["u"]
+    fetch = {"replica_id": 2}
+    assert q.after_request(conn, "app", 1, fetch, {"error_code": 0}, 10, ["f"], _encode, 3.0) == ["f"]
+    assert conn.throttle_ms == 0
+    assert q.exempt.total(clock.now) == pytest.approx(600.0)
+    # acks=0 Produce: request time not recorded (no response)
+    before = q.request.sensors[("alice", "")].rate.total(clock.now)
+    assert q.after_request(conn, "app", 0, {}, None, 10, None, _encode, 5.0) is None
+    assert q.request.sensors[("alice", "")].rate.total(clock.now) == before
+    # a consumer Fetch over its request quota is answered empty with the throttle
+    consumer = {"replica_id": -1}
+    response = {"throttle_time_ms": 0, "error_code": 0, "session_id": 5, "responses": ["data"]}
+    out = q.after_request(conn, "app", 1, consumer, response, 10, [b"xx"], _encode, 1.0)
+    assert out == [{"throttle_time_ms": 1000, "error_code": 0, "session_id": 5, "responses": []}]
+    # another user has no quota: never throttled
+    conn2 = Conn()
+    conn2.principal = "User:bob"
+    assert q.after_request(conn2, "app", 3, {}, {"throttle_time_ms": 0}, 10, ["m"], _encode, 9.0) == ["m"]
+    assert conn2.throttle_ms == 0

@@ -122,6 +122,12 @@ class FakeLog:
     def maybe_assign_epoch_start_offset(self, epoch: int, offset: int) -> None:
         pass
 
+    def on_high_watermark(self, high_watermark: int) -> None:
+        pass  # no transactions here
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        return high_watermark
+
 
 def _leader(now_ms: int) -> Partition:
     part = Partition("t", 0, broker_id=0)

@@ -35,6 +35,12 @@ class FakeLog:
     def maybe_assign_epoch_start_offset(self, epoch: int, offset: int) -> None:
         pass
 
+    def on_high_watermark(self, high_watermark: int) -> None:
+        pass  # no transactions here
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        return high_watermark
+
     def append(self, n: int) -> None:
         self.log_end_offset += n
         assert self.on_offsets_moved is not None

@@ -30,6 +30,12 @@ class FakeLog:
         assert self.on_offsets_moved is not None
         self.on_offsets_moved()
 
+    def on_high_watermark(self, high_watermark: int) -> None:
+        pass  # no transactions here
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        return high_watermark
+
 
 def _from_scratch(f: ReplicaFetcher, over: bool) -> dict[tuple[str, int], tuple[int, int, int, int]]:
     """What the fetcher sent before it kept its state: every ready partition, built again."""

@@ -13,7 +13,9 @@ one transaction that checks the offsets it started from (compare-and-set, :meth:
 
 Heartbeats: an aggregate tier also reads its cluster's ``heartbeats`` topic (``heartbeats.topic``),
 where the mirror copies one record per flow every few seconds (mirror/headwater/mirror/heartbeats.py:
-value ``{"sourceClusterAlias": "dc2", "targetClusterAlias": "agg", "timestamp": ms}``). Per source
+MirrorMaker 2's binary ``Heartbeat``, key ``("dc2", "agg")``, value version + timestamp; the JSON
+value ``{"sourceClusterAlias": "dc2", "targetClusterAlias": "agg", "timestamp": ms}`` of mirrors
+before it is still read, for an upgrade). Per source
 datacenter it keeps the newest timestamp seen, stored in the same transaction as the offsets. A
 datacenter's windows close at this tier only once its heartbeats passed them too (reconcile.py): a
 tier caught up with its cluster has not seen the records of a datacenter whose link is cut. A
@@ -211,8 +213,30 @@ def parse_audit_record(raw: bytes | None, window_ms: int) -> tuple[str, Any]:
     return "count", e
 
 
-def parse_heartbeat(raw: bytes | None) -> tuple[str, int]:
-    """(source datacenter, timestamp ms) of a mirror heartbeat; raises :class:`BadEvent` otherwise."""
+def _mm2_string(data: bytes, at: int) -> tuple[str, int]:
+    n = int.from_bytes(data[at : at + 2], "big", signed=True)
+    if at + 2 > len(data) or n < 0 or at + 2 + n > len(data):
+        raise ValueError("truncated STRING")
+    return data[at + 2 : at + 2 + n].decode(), at + 2 + n
+
+
+def parse_heartbeat(raw: bytes | None, key: bytes | None = None) -> tuple[str, int]:
+    """(source datacenter, timestamp ms) of a mirror heartbeat -- MM2's binary record (key: source and
+    target alias as protocol STRINGs; value: INT16 version >= 0, INT64 timestamp), or the JSON value
+    of earlier mirrors; raises :class:`BadEvent` otherwise."""
+    if raw is not None and len(raw) == 10 and key is not None and not raw.startswith(b"{"):
+        try:
+            source, at = _mm2_string(bytes(key), 0)
+            _, at = _mm2_string(bytes(key), at)
+        except ValueError as ex:
+            raise BadEvent("unparsable heartbeat", str(ex)) from None
+        version = int.from_bytes(raw[:2], "big", signed=True)
+        ts = int.from_bytes(raw[2:], "big", signed=True)
+        if at != len(key) or version < 0 or not source:
+            raise BadEvent("unparsable heartbeat", "not an MM2 heartbeat")
+        if not 0 <= ts < MAX_TIMESTAMP:
+            raise BadEvent("timestamp out of range", f"heartbeat timestamp {ts}")
+        return source, ts
     try:
         e = json.loads(raw or b"")
     except (ValueError, RecursionError) as ex:
@@ -267,6 +291,9 @@ class TierCounter:
         # source datacenter -> (newest heartbeat before a silence longer than grace.ms, when they
         # resumed (ms)): the hop was cut and has just healed (see held_heartbeats)
         self.resumed: dict[str, tuple[int, int]] = {}
+        # source datacenter -> when (ms) this tier last counted records of it created before its
+        # heartbeats resumed: the mirror is still copying the cut's backlog (see held_heartbeats)
+        self.backlog_at: dict[str, int] = {}
         self.clock: Callable[[], float] = time.time
         self.records_counted = 0
         self.events_seen = 0
@@ -451,6 +478,11 @@ class TierCounter:
         self.stored.update(moved)
         self.offsets.update(moved)
         now = int(self.clock() * 1000)
+        w = self.config.window_ms
+        for _topic, start, dc, _tier in counts:
+            held = self.resumed.get(dc)
+            if held is not None and start + w <= held[1]:  # a window that ended before the heal
+                self.backlog_at[dc] = now
         for source, newest in (heartbeats or {}).items():
             before = self.heartbeats.get(source)
             if before is not None and newest - before > self.config.grace_ms:
@@ -464,14 +496,21 @@ class TierCounter:
         ``grace.ms`` (a cut link healed, a mirror restarted), when it is still the last one before the
         silence. The mirror copies the heartbeats partition independently of the data partitions: after
         a heal the first fresh heartbeat can reach this cluster before the backlog of the cut, and the
-        windows of the cut must stay ``late`` (not turn ``loss``) while the backlog arrives."""
+        windows of the cut must stay ``late`` (not turn ``loss``) while the backlog arrives.
+
+        The hold lasts while the mirror is behind on the flow: until ``grace.ms`` has passed both since
+        the heal and since this tier last counted a record of the datacenter from a window that ended
+        before the heal (``backlog_at``). A mirror held by its produce quota may take far longer than
+        ``grace.ms`` to copy a long cut's backlog: its windows stay ``late`` while the backlog keeps
+        arriving, and what is still missing once it stopped arriving for ``grace.ms`` is ``loss``."""
         now = int(self.clock() * 1000) if now_ms is None else now_ms
         out = dict(self.heartbeats)
         for source, (before, resumed_at) in list(self.resumed.items()):
-            if now < resumed_at + self.config.grace_ms:
+            if now < max(resumed_at, self.backlog_at.get(source, 0)) + self.config.grace_ms:
                 out[source] = before
             else:
                 del self.resumed[source]
+                self.backlog_at.pop(source, None)
         return out
 
     async def _round(self) -> None:
@@ -604,7 +643,9 @@ class TierCounter:
         self, tp: TopicPartition, r: Record, heartbeats: dict[str, int], rejected: list[Rejected]
     ) -> None:
         try:
-            source, ts = parse_heartbeat(r.value)
+            source, ts = parse_heartbeat(
+                None if r.value is None else bytes(r.value), None if r.key is None else bytes(r.key)
+            )
         except BadEvent as e:
             rejected.append(Rejected(tp[0], tp[1], r.offset, e.reason, None if r.value is None else bytes(r.value)))
             return

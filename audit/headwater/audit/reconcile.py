@@ -16,7 +16,11 @@ events), ``completeness`` = count / expected, and the status:
                   alert); once they arrive the window is ``complete``. Or (b) closed and balanced, but
                   some counts arrived after the tier had closed it (``late`` counts them; never at the
                   warehouse tier: a nightly load counts windows long closed by design)
-- ``loss``        closed, fewer records than the producers sent (``missing`` says how many)
+- ``loss``        closed, fewer records than the producers sent (``missing`` says how many), and
+                  the tier it is fed from is settled. A tier can only be lost where its upstream
+                  tier is complete: while the datacenter's own cluster is open or late for the
+                  window, an aggregate tier short of records is ``late`` (``lagging``), and so is
+                  the warehouse while an aggregate tier is
 - ``duplicates``  closed, more records than the producers sent
 - ``complete``    closed and balanced (also while the hop lags: every record is there)
 - ``unaudited``   records without origin headers (datacenter ``-``): nothing to compare with
@@ -123,6 +127,11 @@ def reconcile(
                 return "lagging"  # the link from dc may be cut: its records may not have arrived yet
         return "closed"
 
+    def counted(tier: str, topic: str) -> bool:
+        """Whether ``tier`` counts ``topic`` at all (a cluster tier without it, or not watched by this
+        service, has no say on the tiers below it)."""
+        return watermark is None or tier == WAREHOUSE or watermark(tier, topic) is not None
+
     out: list[Completeness] = []
     for (topic, start, dc), tiers in sorted(by_window.items()):
         end = start + window_ms
@@ -134,9 +143,11 @@ def reconcile(
             continue
         producer = tiers.get(PRODUCER)
         expected = producer.count if producer is not None else 0
-        names = [PRODUCER, *tiers_for(dc, clusters, datacenters, aggregates)]
+        # in the order records flow: producer, the datacenter's own cluster, aggregates, warehouse
+        names = [PRODUCER, *sorted(tiers_for(dc, clusters, datacenters, aggregates), key=lambda t: t != dc)]
         if topic in reach and reach[topic] > start:
             names.append(WAREHOUSE)
+        judged_here: dict[str, Completeness] = {}
         for tier in names:
             row = tiers.get(tier)
             count = row.count if row is not None else 0
@@ -153,10 +164,34 @@ def reconcile(
                 status = "late"
             else:
                 status = "complete"
+            lagging = state == "lagging"
+            if status == "loss" and any(
+                not _settled(judged_here.get(u)) and counted(u, topic) for u in _upstream(tier, dc, names)
+            ):
+                # the tier it is fed from is itself still open or late: what is missing here may be on
+                # its way through that tier; a tier can only be lost where its upstream is complete
+                status, lagging = "late", True
             ratio = count / expected if expected else (1.0 if count == 0 else None)
-            out.append(
-                Completeness(
-                    topic, start, end, dc, tier, count, expected, ratio, status, late, updated, state == "lagging"
-                )
+            judged_here[tier] = c = Completeness(
+                topic, start, end, dc, tier, count, expected, ratio, status, late, updated, lagging
             )
+            out.append(c)
     return out
+
+
+def _upstream(tier: str, dc: str, names: list[str]) -> list[str]:
+    """The tiers ``tier`` is fed from, for datacenter ``dc``'s records: an aggregate cluster from the
+    datacenter's own cluster (through the mirror), the warehouse from the aggregate clusters (the
+    loader reads them; from the datacenter's own cluster when there is no aggregate)."""
+    if tier in (PRODUCER, dc):
+        return []
+    if tier == WAREHOUSE:
+        aggregates = [t for t in names if t not in (PRODUCER, WAREHOUSE, dc)]
+        return aggregates or [t for t in names if t == dc]
+    return [dc] if dc in names else []
+
+
+def _settled(c: Completeness | None) -> bool:
+    """Whether an upstream tier's window is final: not open and not late with records on their way.
+    (A loss upstream is settled: the records missing there are missing downstream too.)"""
+    return c is not None and c.status != "open" and not c.pending

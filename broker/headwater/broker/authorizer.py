@@ -46,6 +46,7 @@ from headwater.acls import (
     decode_acls,
     encode_acls,
 )
+from headwater.broker.txn import authorization as txn_authorization
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.records.header import TRANSACTIONAL_BIT, batch_flags
 from headwater.protocol.schema import Message
@@ -529,6 +530,8 @@ def _offset_fetch(az: Authorizer, ctx: RequestContext, body: Message) -> Result:
 
 
 def _find_coordinator(az: Authorizer, ctx: RequestContext, body: Message) -> Result:
+    if (txn := txn_authorization.find_coordinator(az, ctx, body)) is not None:
+        return txn
     if body.get("key_type", 0) != 0 or az.allowed(ctx, "Describe", "Group", body["key"]):
         return None, body, None
     return (
@@ -690,7 +693,8 @@ TABLE: dict[int, Rule] = {
         ((("Describe", "Group"),),),
         "GROUP_AUTHORIZATION_FAILED",
         BEFORE,
-        "group coordinators (key_type 0); other key types are INVALID_REQUEST",
+        "group coordinators (key_type 0); transaction coordinators (key_type 1): Describe on the "
+        "TransactionalId, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED (txn/authorization.py)",
         _find_coordinator,
     ),
     11: Rule("JoinGroup", ((("Read", "Group"),),), "GROUP_AUTHORIZATION_FAILED", BEFORE, "", _join_group),
@@ -740,6 +744,46 @@ TABLE: dict[int, Rule] = {
         BEFORE,
         "IdempotentWrite on the Cluster without a transactional id, Write on the TransactionalId with one",
         _init_producer_id,
+    ),
+    24: Rule(
+        "AddPartitionsToTxn",
+        ((("Write", "TransactionalId"), ("Write", "Topic")),),
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED / TOPIC_AUTHORIZATION_FAILED per partition",
+        BEFORE,
+        "a refused topic makes the other partitions OPERATION_NOT_ATTEMPTED (txn/authorization.py)",
+        txn_authorization.add_partitions_to_txn,
+    ),
+    25: Rule(
+        "AddOffsetsToTxn",
+        ((("Write", "TransactionalId"), ("Read", "Group")),),
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED / GROUP_AUTHORIZATION_FAILED",
+        BEFORE,
+        "",
+        txn_authorization.add_offsets_to_txn,
+    ),
+    26: Rule(
+        "EndTxn",
+        ((("Write", "TransactionalId"),),),
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+        BEFORE,
+        "",
+        txn_authorization.end_txn,
+    ),
+    27: Rule(
+        "WriteTxnMarkers",
+        CLUSTER_ACTION,
+        "CLUSTER_AUTHORIZATION_FAILED on every partition",
+        BEFORE,
+        "inter-broker: from transaction coordinators",
+        txn_authorization.write_txn_markers,
+    ),
+    28: Rule(
+        "TxnOffsetCommit",
+        ((("Write", "TransactionalId"), ("Read", "Group"), ("Read", "Topic")),),
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED / GROUP_AUTHORIZATION_FAILED / TOPIC_AUTHORIZATION_FAILED per partition",
+        BEFORE,
+        "Read on each Topic: the refused ones are answered TOPIC_AUTHORIZATION_FAILED, the others committed",
+        txn_authorization.txn_offset_commit,
     ),
     23: Rule(
         "OffsetForLeaderEpoch",

@@ -134,6 +134,13 @@ class BrokerConfig:
     offsets_retention_minutes: int = 10080
     offsets_retention_check_interval_ms: int = 600000
     offsets_commit_timeout_ms: int = 5000
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3  # capped by the live brokers when the topic is created
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 104857600
+    transaction_max_timeout_ms: int = 900000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 60000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
     offset_metadata_max_bytes: int = 4096
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
@@ -220,6 +227,19 @@ _BROKER_PROPS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "offsets.retention.minutes": ("offsets_retention_minutes", _int),
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int),
     "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int),
+    "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", _int),
+    "transaction.state.log.replication.factor": ("transaction_state_log_replication_factor", _int),
+    "transaction.state.log.min.isr": ("transaction_state_log_min_isr", _int),
+    "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes", _int),
+    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", _int),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms",
+        _int,
+    ),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        "transaction_remove_expired_transaction_cleanup_interval_ms",
+        _int,
+    ),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int),
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int),

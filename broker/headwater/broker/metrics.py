@@ -108,6 +108,17 @@ class BrokerMetrics:
         self.rebalances = Counter(
             "kafka_coordinator_group_groupcoordinator_rebalances", "Join phases completed (new generations)", registry=r
         )
+        # The transaction coordinator (txn/coordinator.py)
+        self.open_transactions = Gauge(
+            "headwater_transaction_coordinator_open_transactions",
+            "Transactions not complete (Ongoing or being decided) of the ids this broker coordinates",
+            registry=r,
+        )
+        self.txn_aborted_by_coordinator = Counter(
+            "headwater_transaction_coordinator_aborted_by_coordinator",
+            "Transactions the coordinator aborted itself (timeout, or a new producer fencing the old one)",
+            registry=r,
+        )
         self.cleanings = Counter("kafka_log_logcleaner_cleanings", "Compacted logs cleaned", registry=r)
         self.cleaner_bytes_read = Counter("kafka_log_logcleaner_bytesread", "Bytes the log cleaner read", registry=r)
         self.cleaner_bytes_written = Counter(
@@ -149,6 +160,12 @@ class BrokerMetrics:
                 ["user", "client_id"],
                 registry=r,
             )
+        self.exempt_request_time = Gauge(
+            "kafka_server_request_exempt_request_time",
+            "Percent of a request thread's time used by requests exempt from request quotas "
+            "(follower fetches, ClusterAction APIs), while any request_percentage is set",
+            registry=r,
+        )
         #: the per-partition gauges' values as last set: only changes are written again
         self._partition_values: dict[tuple[str, int], tuple[int, bool]] = {}
         self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}

@@ -39,9 +39,10 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import Awaitable, Callable
+import types
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from headwater.broker.config import Listener
 from headwater.protocol.errors import DecodeError
@@ -62,6 +63,53 @@ SASL_MAX_RECEIVE_SIZE = 512 * 1024
 MAX_INT = 2**31 - 1
 
 
+class LoopTime:
+    """The time one connection's task runs on the event loop: its own steps, not its waits.
+
+    Each connection is served by one task, which reads, decodes, handles (awaiting what it must) and
+    sends its requests one at a time; :meth:`timed` drives that task's coroutine and clocks every
+    step it runs (two clock reads a step). ``now()``, read inside a step, is the task's total so far,
+    so ``now()`` at a request's end minus ``now()`` at its start is what the request itself cost the
+    broker — decoding, handling and encoding it, not the time it waited (a long-polling Fetch, an
+    acks=all Produce waiting for its ISR) nor other connections' work: KIP-124's request-handler
+    plus network-thread time, on one loop (broker/quotas.py, ``request_percentage``). Event loop only.
+    """
+
+    __slots__ = ("busy", "clock", "running", "step_start")
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.busy = 0.0  # the steps finished so far
+        self.step_start = 0.0  # when the current step began
+        self.clock = clock
+        self.running = False  # inside timed(): now() is meaningful
+
+    def now(self) -> float:
+        return self.busy + (self.clock() - self.step_start)
+
+    @types.coroutine
+    def timed(self, coro: Awaitable[Any]) -> Generator[Any, Any, Any]:
+        it = coro.__await__()
+        send, throw, clock = it.send, it.throw, self.clock
+        value: Any = None
+        error: BaseException | None = None
+        self.running = True
+        try:
+            while True:
+                t0 = self.step_start = clock()
+                try:
+                    yielded = send(value) if error is None else throw(error)
+                except StopIteration as done:
+                    return done.value
+                finally:
+                    self.busy += clock() - t0
+                try:
+                    value, error = (yield yielded), None
+                except BaseException as e:  # cancellation and the like go into the coroutine
+                    value, error = None, e
+        finally:
+            self.running = False
+
+
 class ClientConnection(Protocol):
     """What a request handler may use of a connection, plain or TLS."""
 
@@ -72,6 +120,8 @@ class ClientConnection(Protocol):
     closed: bool
     #: set by the request path when a client quota throttles this connection (broker/quotas.py)
     throttle_ms: int
+    #: the time its task ran on the loop (request quotas)
+    loop_time: LoopTime
 
     async def send(self, parts: list[bytes | FileRegion]) -> None: ...
 
@@ -130,6 +180,7 @@ class Connection:
         self.principal = ANONYMOUS
         self.closed = False
         self.throttle_ms = 0
+        self.loop_time = LoopTime()
         self._out: list[bytes] = []  # queued response bytes, in order
         self._flush_scheduled = False
         self._drain: asyncio.Task[None] | None = None  # sends what the socket did not take at once
@@ -314,6 +365,7 @@ class TlsConnection:
             self.principal = "User:" + certificate_principal(der)
         self.closed = False
         self.throttle_ms = 0
+        self.loop_time = LoopTime()
 
     def authenticated(self, principal: str, handler: RequestHandler) -> None:
         self.principal = principal
@@ -691,7 +743,7 @@ class SocketServer:
     async def _serve(self, conn: Connection | TlsConnection, address: str) -> None:
         self._connections.add(conn)
         try:
-            await conn.run()
+            await conn.loop_time.timed(conn.run())
         finally:
             self._connections.discard(conn)
             self.quotas.release(address)

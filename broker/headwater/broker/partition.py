@@ -156,7 +156,9 @@ class Partition:
             code = ErrorCode.FENCED_LEADER_EPOCH if epoch < self.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
             raise KafkaError(code, f"leader epoch {epoch} vs {self.leader_epoch} for {self.topic}-{self.index}")
 
-    def append_as_leader(self, records: memoryview, acks: int, min_insync_replicas: int) -> AppendInfo:
+    def append_as_leader(
+        self, records: memoryview, acks: int, min_insync_replicas: int, *, coordinator: bool = False
+    ) -> AppendInfo:
         log_ = self.require_leader()
         if acks == -1 and len(self.isr) < min_insync_replicas:
             raise KafkaError(
@@ -164,7 +166,7 @@ class Partition:
                 f"The size of the current ISR {self.isr} is insufficient to satisfy the min.isr requirement of "
                 f"{min_insync_replicas} for partition {self.topic}-{self.index}",
             )
-        info = log_.append(records, self.leader_epoch)
+        info = log_.append(records, self.leader_epoch, coordinator=coordinator)
         self.maybe_increment_high_watermark()
         return info
 
@@ -224,6 +226,7 @@ class Partition:
         new_hw = min(offsets)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
+            self.log.on_high_watermark(new_hw)  # completed transactions now stable
             return True
         return False
 
@@ -251,3 +254,4 @@ class Partition:
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         if self.log is not None:
             self.high_watermark = min(leader_high_watermark, self.log.log_end_offset)
+            self.log.on_high_watermark(self.high_watermark)  # completed transactions now stable

@@ -28,20 +28,32 @@ Measuring: each sensor is Kafka's ``Rate`` over ``quota.window.num`` (11) sample
 time padded to at least ``num - 1`` windows (so a new client may burst about ten seconds' worth).
 Produce records the request's size, Fetch the response's size, request quotas the time the
 request was handled (as a percentage of one thread). A rate above the quota gives
-``throttle_time_ms = (rate - quota) / quota * window`` (Kafka's ClientQuotaManager.throttleTime).
+``throttle_time_ms = (rate - quota) / quota * window`` (Kafka's ClientQuotaManager.throttleTime);
+a request-quota throttle is at most one window (Kafka's ClientRequestQuotaManager.maxThrottleTimeMs).
+
+Request time (``request_percentage``, KIP-124): the broker handles every request on one event loop,
+so "a request handler thread's time" is the time the loop spends in *this request's own steps*:
+decoding it, checking its ACLs, the handler's code between its awaits and encoding the response
+(what Kafka's network threads do for it, which Kafka 2.3 counts too): network.LoopTime clocks every
+step of the connection's task, so a long-polling Fetch or an acks=all Produce waiting for the ISR
+is not counted while it waits, as Kafka's purgatory is not. Recorded as percent of one
+second per second, against the entity's ``request_percentage``. Every API is measured and may be
+throttled (throttle_time_ms in its response where the version has one), except, as Kafka 2.3:
+follower fetches, the ClusterAction APIs (LeaderAndIsr, StopReplica, UpdateMetadata,
+ControlledShutdown, WriteTxnMarkers), whose time goes to the unlabelled ``exempt-request-time``
+sensor, and acks=0 Produce (not recorded). Produce and Fetch take the larger of their byte-rate and
+request throttle; a Fetch throttled for either is answered empty and its bytes unrecorded.
 
 While no entity sets a quota type (and no static default), that type measures nothing: no cost per
 request and no per-entity series (Kafka measures every client; here the series appear with the first
-quota). ``request_percentage`` is stored, validated and shown but not enforced yet (the handlers'
-awaits would count as request time; a per-request CPU clock is needed).
+quota).
 
 Throttling, as Kafka 2.3 (KIP-219): the response leaves at once with ``throttle_time_ms`` set,
 then the connection is *muted* for that time (network.py: nothing more is read or handled on it);
 nothing is ever dropped. A throttled consumer Fetch is answered empty (its bytes unrecorded), as
 Kafka's ``getThrottledResponse``; the consumer fetches the same offsets again. Exempt, as in Kafka:
 follower fetches (``replica_id >= 0``), and the broker's own work (replication, the group
-coordinator's appends) never passes through a client connection's quota. Request quotas exempt
-the inter-broker (ClusterAction) APIs.
+coordinator's appends) never passes through a client connection's quota.
 
 Changes: brokers read every user and client entity at start-up and re-read one entity when a
 ``/config/changes`` notification names it (``users/...`` or ``clients/...``), without a restart;
@@ -83,6 +95,9 @@ PRODUCE, FETCH, REQUEST = "Produce", "Fetch", "Request"
 #: the API keys whose requests the byte-rate quotas measure
 PRODUCE_KEY, FETCH_KEY = 0, 1
 QUOTA_API_KEYS = frozenset((PRODUCE_KEY, FETCH_KEY))
+#: Kafka 2.3's ClusterAction APIs (LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown,
+#: WriteTxnMarkers): never throttled by a request quota, their time recorded as exempt
+EXEMPT_API_KEYS = frozenset((4, 5, 6, 7, 27))
 _CONFIG_OF_TYPE = {PRODUCE: PRODUCER_BYTE_RATE, FETCH: CONSUMER_BYTE_RATE, REQUEST: REQUEST_PERCENTAGE}
 #: sensors idle this long are dropped (Kafka's quota sensors expire after an hour)
 SENSOR_EXPIRY_S = 3600.0
@@ -197,8 +212,11 @@ class QuotaManager:
         clock: Callable[[], float],
         static_default: float | None = None,
         on_new_sensor: Callable[[str, Sensor, Callable[[], float]], None] | None = None,
+        max_throttle_ms: int | None = None,
     ) -> None:
-        """``on_new_sensor(quota type, sensor, clock)``: a sensor was created (metrics.py exports it)."""
+        """``on_new_sensor(quota type, sensor, clock)``: a sensor was created (metrics.py exports it);
+        ``max_throttle_ms``: the longest throttle (the request quota's: one window)."""
+        self.max_throttle_ms = max_throttle_ms
         self.quota_type = quota_type
         self.config_name = _CONFIG_OF_TYPE[quota_type]
         self.configs = configs
@@ -306,7 +324,10 @@ class QuotaManager:
         if rate <= bound:
             return s, 0
         # Kafka's throttleTime: how long until the measured rate is back at the quota
-        return s, round((rate - bound) / bound * s.rate.window_size(now) * 1000.0)
+        ms = round((rate - bound) / bound * s.rate.window_size(now) * 1000.0)
+        if self.max_throttle_ms is not None:
+            ms = min(ms, self.max_throttle_ms)
+        return s, ms
 
     def throttled(self, s: Sensor, throttle_ms: int) -> None:
         s.throttle.record(throttle_ms, self.clock())
@@ -411,7 +432,12 @@ class ClientQuotas:
         self.configs = QuotaConfigs(zk, self._config_changed)
         self.produce = QuotaManager(PRODUCE, self.configs, samples, window_s, clock, producer_default, on_new_sensor)
         self.fetch = QuotaManager(FETCH, self.configs, samples, window_s, clock, consumer_default, on_new_sensor)
-        self.request = QuotaManager(REQUEST, self.configs, samples, window_s, clock, None, on_new_sensor)
+        self.request = QuotaManager(
+            REQUEST, self.configs, samples, window_s, clock, None, on_new_sensor, round(window_s * 1000)
+        )
+        self.clock = clock
+        #: Kafka's exempt-request-time: percent of a thread used by exempt requests (while request quotas are on)
+        self.exempt = Rate(samples, window_s, clock())
 
     def _config_changed(self) -> None:
         for m in (self.produce, self.fetch, self.request):
@@ -430,43 +456,55 @@ class ClientQuotas:
         request_bytes: int,
         parts: list[Any] | None,
         encode: Callable[[Any], list[Any]],
+        own_s: float | None = None,
     ) -> list[Any] | None:
-        """The hook after a Produce or Fetch was handled (server.handle_frame): record, and when the
-        entity is over its quota put ``throttle_time_ms`` in the response (a consumer Fetch answered
-        empty instead) and set ``conn.throttle_ms`` so the connection mutes itself after sending it."""
-        if api_key == PRODUCE_KEY:
-            if not self.produce.active():
-                return parts
-            user, client = user_of(conn.principal), client_id or ""
-            sensor, throttle_ms = self.produce.record(user, client, request_bytes)
-            if throttle_ms <= 0:
-                return parts
-            self.produce.throttled(sensor, throttle_ms)
-            conn.throttle_ms = throttle_ms
-            if response is None:  # acks=0: no response, but the channel is muted all the same
-                return None
-            response["throttle_time_ms"] = throttle_ms
-            return encode(response)
-        if request["replica_id"] >= 0 or parts is None:  # a follower: replication is never throttled here
-            return parts
-        if not self.fetch.active():
+        """The hook after any request was handled (server.handle_frame): record its bytes (Produce,
+        Fetch) and its own time ``own_s`` (seconds, None when not clocked), and when the entity is over
+        a quota put ``throttle_time_ms`` in the response (a consumer Fetch answered empty instead) and
+        set ``conn.throttle_ms`` so the connection mutes itself after sending it. Kafka 2.3's
+        KafkaApis: the larger of the byte-rate and the request throttle applies."""
+        if api_key in EXEMPT_API_KEYS or (api_key == FETCH_KEY and request["replica_id"] >= 0):
+            # followers and inter-broker requests: never throttled here (replication, the controller)
+            if own_s is not None:
+                self.exempt.record(own_s * 100.0, self.clock())
             return parts
         user, client = user_of(conn.principal), client_id or ""
-        size = sum(len(p) if isinstance(p, bytes | bytearray | memoryview) else p.size for p in parts)
-        sensor, throttle_ms = self.fetch.record(user, client, size)
+        bytes_ms, bytes_manager, bytes_sensor, fetch_size = 0, self.produce, None, 0
+        if api_key == PRODUCE_KEY:
+            if self.produce.active():
+                bytes_sensor, bytes_ms = self.produce.record(user, client, request_bytes)
+        elif api_key == FETCH_KEY and parts is not None and self.fetch.active():
+            bytes_manager = self.fetch
+            fetch_size = sum(len(p) if isinstance(p, bytes | bytearray | memoryview) else p.size for p in parts)
+            bytes_sensor, bytes_ms = self.fetch.record(user, client, fetch_size)
+        request_ms, request_sensor = 0, None
+        if own_s is not None and response is not None:  # acks=0 Produce: request time not recorded
+            request_sensor, request_ms = self.request.record(user, client, own_s * 100.0)
+        throttle_ms = max(bytes_ms, request_ms)
         if throttle_ms <= 0:
             return parts
-        sensor.rate.unrecord(size)  # nothing is sent (Kafka's unrecordQuotaSensor)
-        self.fetch.throttled(sensor, throttle_ms)
+        if bytes_ms > request_ms and bytes_sensor is not None:
+            bytes_manager.throttled(bytes_sensor, bytes_ms)
+        elif request_sensor is not None:
+            self.request.throttled(request_sensor, request_ms)
         conn.throttle_ms = throttle_ms
-        return encode(
-            {
-                "throttle_time_ms": throttle_ms,
-                "error_code": response["error_code"],
-                "session_id": response["session_id"],
-                "responses": [],
-            }
-        )
+        if response is None:  # acks=0: no response, but the channel is muted all the same
+            return None
+        if api_key == FETCH_KEY:
+            if bytes_sensor is not None:
+                bytes_sensor.rate.unrecord(fetch_size)  # nothing is sent (Kafka's unrecordQuotaSensor)
+            return encode(
+                {
+                    "throttle_time_ms": throttle_ms,
+                    "error_code": response["error_code"],
+                    "session_id": response["session_id"],
+                    "responses": [],
+                }
+            )
+        if "throttle_time_ms" not in response:  # a version without it: the mute alone tells the client
+            return parts
+        response["throttle_time_ms"] = throttle_ms
+        return encode(response)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -29,6 +29,7 @@ from headwater.broker.fetch_session import DEFAULT_SLOTS, CachedPartition, Fetch
 from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.broker.partition import Partition
 from headwater.broker.replica_fetcher import FetcherHost, ReplicaFetcherManager
+from headwater.broker.txn.formats import TRANSACTION_STATE_TOPIC
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
 from headwater.zk import paths as zkpaths
@@ -65,6 +66,15 @@ class LeadershipListener(Protocol):
     def on_resigned(self, partition: int) -> None: ...
 
 
+class TxnLeadershipListener(Protocol):
+    """Told when this broker becomes (at which leader epoch: the coordinator epoch) or stops being
+    leader of a partition of ``__transaction_state`` (the transaction coordinator)."""
+
+    def on_elected(self, partition: int, leader_epoch: int) -> None: ...
+
+    def on_resigned(self, partition: int) -> None: ...
+
+
 class ReplicaHost(FetcherHost, Protocol):
     """What the replica manager reaches of the broker it runs in (the fetchers' needs, and more)."""
 
@@ -76,6 +86,9 @@ class ReplicaHost(FetcherHost, Protocol):
 
     @property
     def groups(self) -> LeadershipListener: ...
+
+    @property
+    def txns(self) -> TxnLeadershipListener: ...
 
 
 class ReplicaManager:
@@ -268,9 +281,13 @@ class ReplicaManager:
             )
             if topic == OFFSETS_TOPIC and not was_leader:
                 self.broker.groups.on_elected(index)
+            if topic == TRANSACTION_STATE_TOPIC and not was_leader:
+                self.broker.txns.on_elected(index, st["leader_epoch"])
         else:
             if topic == OFFSETS_TOPIC:
                 self.broker.groups.on_resigned(index)
+            if topic == TRANSACTION_STATE_TOPIC:
+                self.broker.txns.on_resigned(index)
             part.make_follower(
                 log_,
                 st["leader"],
@@ -314,6 +331,8 @@ class ReplicaManager:
                 part.make_offline()
             if tp[0] == OFFSETS_TOPIC:
                 self.broker.groups.on_resigned(tp[1])
+            if tp[0] == TRANSACTION_STATE_TOPIC:
+                self.broker.txns.on_resigned(tp[1])
             code = ErrorCode.NONE
             if delete and tp in self.offline_partitions:
                 code = ErrorCode.KAFKA_STORAGE_ERROR  # its log is in a failed dir: not deleted
@@ -340,6 +359,8 @@ class ReplicaManager:
                 part.make_offline()
             if tp[0] == OFFSETS_TOPIC:
                 self.broker.groups.on_resigned(tp[1])
+            if tp[0] == TRANSACTION_STATE_TOPIC:
+                self.broker.txns.on_resigned(tp[1])
             self.offline_partitions.add(tp)
             self.broker.purgatory.notify(tp)
         log.error("log dir %s failed: %d partition(s) offline on this broker", log_dir, len(tps))
@@ -350,6 +371,8 @@ class ReplicaManager:
             part.make_offline()
             if part.topic == OFFSETS_TOPIC:
                 self.broker.groups.on_resigned(part.index)
+            if part.topic == TRANSACTION_STATE_TOPIC:
+                self.broker.txns.on_resigned(part.index)
         self.fetchers.remove_all()
         self.broker.purgatory.notify_all()
         log.warning(

@@ -56,6 +56,7 @@ from headwater.broker.storage.clock import Clock, SystemClock
 from headwater.broker.storage.fs import FileSystem, OsFileSystem
 from headwater.broker.storage.log import LogConfig
 from headwater.broker.storage.log_manager import LogManager
+from headwater.broker.txn.coordinator import TransactionCoordinator
 from headwater.broker.zk import ZooKeeper
 from headwater.protocol.apis import CONTROLLED_SHUTDOWN
 from headwater.protocol.errors import DecodeError, ErrorCode
@@ -92,6 +93,7 @@ class KafkaBroker:
         self.replicas = ReplicaManager(self)
         self.controller = Controller(self)
         self.groups = GroupCoordinator(self)
+        self.txns = TransactionCoordinator(self)
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.log_manager: LogManager | None = None
         #: dynamic broker configs (/config/brokers/<id> and <default>), applied live
@@ -118,6 +120,8 @@ class KafkaBroker:
         )
         #: SCRAM credentials (Kafka's CredentialCache), refreshed by /config/changes notifications
         self.credentials = CredentialCache(self.zk)
+        exempt, quota_clock = self.quotas.exempt, self.quotas.clock
+        self.metrics.exempt_request_time.set_function(lambda: exempt.measure(quota_clock()))
         # the one watch on /config/changes also tells the client quotas (users/..., clients/...)
         self.credentials.listeners.append(self.quotas.configs.on_change_notification)
         first_handlers: dict[str, RequestHandler] = {}
@@ -192,6 +196,7 @@ class KafkaBroker:
         self.zk.add_state_listener(self._on_zk_state)
         self.replicas.start()
         self.groups.start()
+        self.txns.start()
         self.controller.start()
         self._spawn(self._log_maintenance())
         if cfg.log_cleaner_enable:
@@ -206,6 +211,7 @@ class KafkaBroker:
         await self.server.stop()
         await self.credentials.stop()
         await self.groups.stop()
+        await self.txns.stop()
         await self.replicas.stop()
         await self.controller.resign_and_release()
         await self.controller.stop()
@@ -453,6 +459,10 @@ class KafkaBroker:
 
     async def handle_frame(self, conn: ClientConnection, frame: memoryview) -> Response:
         started = time.perf_counter()
+        # request quotas (KIP-124): what this request costs the loop, from decoding to encoding, its
+        # waits left out (network.LoopTime clocks the connection's task)
+        loop_time = conn.loop_time
+        busy_at = loop_time.now() if loop_time.running and self.quotas.request.active() else None
         try:
             header, api, body = decode_request(frame)
         except UnsupportedRequest as e:
@@ -469,8 +479,21 @@ class KafkaBroker:
                 denied, body, post = authorize(self.authorizer, api.key, ctx, body)
             except Refused as e:
                 raise CloseConnection(f"{api.name}: {e}") from None
-            if denied is not None:
-                return encode_response(header.correlation_id, api, header.api_version, denied)
+            if denied is not None:  # answered, and counted against the client's quotas as Kafka does
+                refusal = encode_response(header.correlation_id, api, header.api_version, denied)
+                if busy_at is None and api.key not in QUOTA_API_KEYS:
+                    return refusal
+                return self.quotas.after_request(
+                    conn,
+                    header.client_id,
+                    api.key,
+                    body,
+                    denied,
+                    len(frame),
+                    refusal,
+                    lambda r: encode_response(header.correlation_id, api, header.api_version, r),
+                    None if busy_at is None else loop_time.now() - busy_at,
+                )
         try:
             response = await handler(self, ctx, body)
             if post is not None and response is not None:
@@ -480,11 +503,13 @@ class KafkaBroker:
         except Exception as e:
             log.exception("error handling %s v%d from %s", api.name, header.api_version, conn.peer)
             raise CloseConnection(f"internal error in {api.name}: {e!r}") from None
+        handled = time.perf_counter()
         count, latency = self.metrics.request_children(api.name, header.api_version)
         count.inc()
-        latency.observe(time.perf_counter() - started)
+        latency.observe(handled - started)
         parts = None if response is None else encode_response(header.correlation_id, api, header.api_version, response)
-        if api.key in QUOTA_API_KEYS:  # client quotas: throttle_time_ms, and the connection mutes itself
+        own_s = None if busy_at is None else loop_time.now() - busy_at
+        if own_s is not None or api.key in QUOTA_API_KEYS:  # client quotas: throttle_time_ms, and a mute
             parts = self.quotas.after_request(
                 conn,
                 header.client_id,
@@ -494,6 +519,7 @@ class KafkaBroker:
                 len(frame),
                 parts,
                 lambda r: encode_response(header.correlation_id, api, header.api_version, r),
+                own_s,
             )
         return parts
 

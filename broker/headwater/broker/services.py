@@ -9,19 +9,22 @@ offers the same services::
     handlers   -> HandlerServices: broker_id, broker_epoch, cluster_id, config, cache (metadata),
                   replicas (partitions, leader_partition, ISR), purgatory, metrics, zk (topic admin),
                   controller (controlled shutdown), groups (the group coordinator),
-                  producer_ids (InitProducerId), wait_for_metadata / metadata_changed
+                  producer_ids (InitProducerId), txns (the transaction coordinator),
+                  wait_for_metadata / metadata_changed
     controller -> ControllerHost:  broker_id, config, cache, metrics, zk, stopping
     group coordinator -> GroupHost: config, cache, replicas, purgatory, metrics
+    transaction coordinator -> TxnHost: broker_id, config, cache, replicas, purgatory, metrics, producer_ids
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-# The hosts of the controller and the group coordinator live beside them (their consumers): named
-# here too, so the three interfaces can be found in one place.
+# The hosts of the controller and the coordinators live beside them (their consumers): named
+# here too, so the interfaces can be found in one place.
 from headwater.broker.controller.controller import ControllerHost
 from headwater.broker.group.coordinator import GroupHost
+from headwater.broker.txn.coordinator import TxnHost
 
 if TYPE_CHECKING:
     from headwater.broker.authorizer import Authorizer
@@ -35,9 +38,10 @@ if TYPE_CHECKING:
     from headwater.broker.purgatory import Purgatory
     from headwater.broker.replica_manager import ReplicaManager
     from headwater.broker.replication_quota import ReplicationQuota
+    from headwater.broker.txn.coordinator import TransactionCoordinator
     from headwater.broker.zk import ZooKeeper
 
-__all__ = ["ControllerHost", "GroupHost", "HandlerServices"]
+__all__ = ["ControllerHost", "GroupHost", "HandlerServices", "TxnHost"]
 
 
 class HandlerServices(Protocol):
@@ -57,6 +61,7 @@ class HandlerServices(Protocol):
     controller: Controller
     groups: GroupCoordinator
     producer_ids: ProducerIdManager
+    txns: TransactionCoordinator
     authorizer: Authorizer | None  # None: authorizer.class.name is not set
     dynamic_config: DynamicBrokerConfig  # /config/brokers/<id> and <default>, applied live
     leader_quota: ReplicationQuota  # leader.replication.throttled.rate (follower fetches)

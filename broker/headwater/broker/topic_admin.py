@@ -14,7 +14,6 @@ partition land on as many racks as possible.
 from __future__ import annotations
 
 import random
-import re
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -24,30 +23,19 @@ from headwater.broker.storage.log import LogConfig
 from headwater.broker.zk import ZooKeeper, to_json
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.zk import paths as zkpaths
+from headwater.zk.topics import topic_name_error
 
-MAX_NAME_LENGTH = 249
 #: CreatePartitions' and CreateTopics' bound on a topic's partition count (Headwater's; Kafka has none): assigning
 #: them runs on the event loop (~1.3 us a partition) and ``/brokers/topics/<t>`` must stay well
 #: under ZooKeeper's 1 MiB znode limit (10,000 partitions of 3 replicas are ~200 KB of JSON)
 MAX_PARTITIONS_PER_TOPIC = 10_000
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
 def validate_topic_name(name: str) -> None:
-    if not name:
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, 'Topic name cannot be "." or ".."')
-    if len(name) > MAX_NAME_LENGTH:
-        raise KafkaError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, topic name: {name}",
-        )
-    if not _LEGAL.match(name):
-        raise KafkaError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"Topic name {name!r} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
-        )
+    """Kafka's topic-name rule (one copy, in headwater.zk.topics) as INVALID_TOPIC_EXCEPTION."""
+    reason = topic_name_error(name)
+    if reason is not None:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, reason)
 
 
 def _replica_index(first: int, second_shift: int, index: int, n: int) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from headwater.client.cluster import STALE_METADATA_ERRORS, Cluster
@@ -265,10 +265,13 @@ async def produce_raw(
     *,
     acks: int = -1,
     timeout_ms: int = 30000,
+    on_throttle: Callable[[int], None] | None = None,
 ) -> int:
     """Produce a record set (complete magic-2 batches) to one partition; returns the base offset
     the leader assigned. Raises KafkaError (retriable ones included: the caller decides whether to
-    retry, knowing a retry after a lost answer can duplicate) or a connection/timeout error."""
+    retry, knowing a retry after a lost answer can duplicate) or a connection/timeout error.
+    ``on_throttle(ms)``: called when the answer carries ``throttle_time_ms`` > 0 (a client quota of
+    the target held this producer back; the broker mutes the connection for that time)."""
     leader = await cluster.leader_for(topic, partition)
     conn = await cluster.connection(leader)
     version = conn.version_for(PRODUCE, min_version=3)
@@ -279,6 +282,9 @@ async def produce_raw(
         "topics": [{"name": topic, "partitions": [{"partition_index": partition, "records": records}]}],
     }
     response = await conn.request(PRODUCE, body, version, timeout=timeout_ms / 1000.0 + 5.0)
+    throttle_ms = response.get("throttle_time_ms") or 0
+    if throttle_ms > 0 and on_throttle is not None:
+        on_throttle(int(throttle_ms))
     for t in response["responses"]:
         for p in t["partitions"]:
             if p["partition_index"] != partition:

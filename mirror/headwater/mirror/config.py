@@ -39,6 +39,9 @@ default twice ``fetch.max.bytes``, 0: no fetching ahead; all three: :mod:`headwa
 ``resume.scan.total.max.bytes`` (256 MiB: how much of the target a new owner's resume scan reads
 per partition and holds, summed, over all partitions; see :mod:`headwater.mirror.copies`),
 ``repartition`` (``auto``: decode only when partition counts differ; ``always``),
+``provenance.header.enabled`` (false; true: every record copied carries the ``headwater.provenance``
+header and one that was already in the target is not copied back -- active/active under
+IdentityReplicationPolicy, see :mod:`headwater.mirror.copier`),
 ``mirror.on.data.loss`` (``report``: a gap below the source's log start is reported, then the copier
 resumes there; ``stop``: reported, then that partition stops; see :mod:`headwater.mirror.gaps`),
 MM2's ``emit.heartbeats.enabled`` (true) and ``emit.heartbeats.interval.seconds`` (1; see
@@ -46,13 +49,16 @@ MM2's ``emit.heartbeats.enabled`` (true) and ``emit.heartbeats.interval.seconds`
 (100), ``emit.checkpoints.enabled`` (true), ``emit.checkpoints.interval.seconds`` (60), ``groups``
 (``.*``), ``groups.exclude`` / ``groups.blacklist`` (``console-consumer-.*, connect-.*, __.*``) and
 ``offset-syncs.topic.location`` (``source`` only), ``sync.group.offsets.enabled`` (false) and
-``sync.group.offsets.interval.seconds`` (60) (see :mod:`headwater.mirror.checkpoints`), and the
+``sync.group.offsets.interval.seconds`` (60) (see :mod:`headwater.mirror.checkpoints`),
+``sync.topic.acls.enabled`` (false: MM2's default is true, see :mod:`headwater.mirror.acl_sync`) and
+``sync.topic.acls.interval.seconds`` (600), and the
 test-only fault properties ``headwater.test.drop.every`` / ``headwater.test.duplicate.every``
 (drop / produce twice every N-th record; they force the decoding path).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -96,6 +102,7 @@ _GLOBAL_SETTINGS = {
     "resume.scan.max.bytes",
     "resume.scan.total.max.bytes",
     "repartition",
+    "provenance.header.enabled",
     "mirror.on.data.loss",
     "emit.heartbeats.enabled",
     "emit.heartbeats.interval.seconds",
@@ -109,6 +116,8 @@ _GLOBAL_SETTINGS = {
     "groups.blacklist",
     "sync.group.offsets.enabled",
     "sync.group.offsets.interval.seconds",
+    "sync.topic.acls.enabled",
+    "sync.topic.acls.interval.seconds",
     "replication.policy.internal.topic.separator.enabled",
     "checkpoints.topic.replication.factor",
     "offset-syncs.topic.replication.factor",
@@ -128,7 +137,6 @@ _DIFFERENTLY = {
     "refresh.groups.enabled": "the source's groups are listed every emit.checkpoints.interval.seconds",
     "refresh.groups.interval.seconds": "the source's groups are listed every emit.checkpoints.interval.seconds",
     "sync.topic.configs.interval.seconds": "topic configs are copied once, at creation",
-    "sync.topic.acls.interval.seconds": "topic ACLs are not copied (sync.topic.acls.enabled = true is refused)",
     "use.incremental.alter.configs": "topic configs are set by CreateTopics at creation, never altered",
     "heartbeats.topic.replication.factor": "the heartbeats topic is created in the source with the smaller of 3 "
     "and its live brokers",
@@ -156,7 +164,6 @@ _DEFAULT_CLASSES = {
 }
 #: key -> (the values honoured, lowercase; why others are refused)
 _REFUSED_UNLESS: dict[str, tuple[frozenset[str], str]] = {
-    "sync.topic.acls.enabled": (frozenset({"false"}), "topic ACLs are not copied to the target yet"),
     "sync.topic.configs.enabled": (
         frozenset({"false"}),
         "topic configs are copied once, at creation (an allow-list), not kept in step yet",
@@ -196,6 +203,8 @@ _GLOBAL_ONLY = {
     "offset-syncs.topic.location",
     "sync.group.offsets.enabled",
     "sync.group.offsets.interval.seconds",
+    "sync.topic.acls.enabled",
+    "sync.topic.acls.interval.seconds",
 }
 
 
@@ -248,13 +257,40 @@ class Flow:
 
     #: the mirror's heartbeats topic, mirrored whatever the topic lists say (as MM2 does)
     heartbeats: bool = False
+    #: the replication policy ("identity" or "default") and its separator: cycle detection
+    policy: str = "identity"
+    separator: str = "."
 
     def matches(self, topic: str) -> bool:
-        if self.heartbeats and topic == HEARTBEATS_TOPIC:
+        if self.is_cycle(topic):
+            return False  # it came from the target: never mirrored back (MM2's isCycle)
+        if self.heartbeats and (topic == HEARTBEATS_TOPIC or self._remote_heartbeats(topic)):
             return True
         if topic.endswith((".internal", "-internal")) or _MM2_INTERNAL.fullmatch(topic):
             return False  # MM2's internal topics (offset syncs, checkpoints) are never mirrored, as in MM2
         return any(p.fullmatch(topic) for p in self.topics) and not any(p.fullmatch(topic) for p in self.exclude)
+
+    def _remote_heartbeats(self, topic: str) -> bool:
+        """``<alias><sep>heartbeats``: an upstream cluster's heartbeats (MM2 mirrors them on, for replicationHops)."""
+        return self.policy == "default" and topic.endswith(self.separator + HEARTBEATS_TOPIC)
+
+    def topic_source(self, topic: str) -> str | None:
+        """The cluster a topic's name says it came from (MM2's ``ReplicationPolicy.topicSource``):
+        DefaultReplicationPolicy, ``<alias><sep><topic>``; IdentityReplicationPolicy, none (the
+        name says nothing; the provenance of each record is not checked: docs/mirror.md)."""
+        if self.policy != "default" or self.separator not in topic:
+            return None
+        return topic.split(self.separator, 1)[0] or None
+
+    def is_cycle(self, topic: str) -> bool:
+        """MM2's ``MirrorSourceConnector.isCycle``: the topic's source, or its upstream topic's, is the target."""
+        seen = set()
+        while (source := self.topic_source(topic)) is not None and topic not in seen:
+            if source == self.target:
+                return True
+            seen.add(topic)
+            topic = topic.split(self.separator, 1)[1]
+        return False
 
 
 @dataclass(frozen=True)
@@ -276,6 +312,8 @@ class MirrorConfig:
     resume_scan_max_bytes: int = 64 * 1024 * 1024
     resume_scan_total_max_bytes: int = 256 * 1024 * 1024
     always_repartition: bool = False
+    #: stamp and check the provenance header (copier.py): active/active under IdentityReplicationPolicy
+    provenance_header: bool = False
     on_data_loss: str = "report"
     heartbeats_interval_s: float | None = 1.0  # None: no heartbeats
     #: MM2's offset syncs and checkpoints (headwater.mirror.checkpoints); None: not emitted
@@ -288,6 +326,8 @@ class MirrorConfig:
     internal_separator: str = "."  # the separator in MM2's internal topic names
     checkpoints_replication_factor: int | None = None  # None: the smaller of 3 and the live brokers
     sync_group_offsets_s: float | None = None  # KIP-545; None: off
+    #: sync.topic.acls (acl_sync.py): every this many seconds; None: off (Headwater's default; MM2's is on)
+    acl_sync_interval_s: float | None = None
     offset_syncs_replication_factor: int | None = None
     drop_every: int = 0
     duplicate_every: int = 0
@@ -431,6 +471,10 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         raise MirrorConfigError(
             f"replication.policy.class: {policy_name!r} is not IdentityReplicationPolicy or DefaultReplicationPolicy"
         )
+    separator = props.get("replication.policy.separator", ".")
+    if not separator:
+        raise MirrorConfigError("replication.policy.separator: empty")
+    flows = [dataclasses.replace(f, policy=policy, separator=separator) for f in flows]
     reset = props.get("auto.offset.reset", "earliest")
     aliases_reset = {"earliest": "earliest", "smallest": "earliest", "latest": "latest", "largest": "latest"}
     if reset not in aliases_reset:
@@ -467,6 +511,14 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         raise MirrorConfigError(
             f"sync.group.offsets.interval.seconds: {sync_interval_s:g} is not between 0.1 and 86400"
         )
+    acls_enabled = _bool("sync.topic.acls.enabled", props.get("sync.topic.acls.enabled", "false"))
+    acls_s = props.get("sync.topic.acls.interval.seconds", "600")
+    try:
+        acls_interval_s = float(acls_s)
+    except ValueError:
+        raise MirrorConfigError(f"sync.topic.acls.interval.seconds: {acls_s!r} is not a number") from None
+    if not 0.1 <= acls_interval_s <= 86400:
+        raise MirrorConfigError(f"sync.topic.acls.interval.seconds: {acls_interval_s:g} is not between 0.1 and 86400")
     location = props.get("offset-syncs.topic.location", "source")
     if location != "source":
         raise MirrorConfigError(f"offset-syncs.topic.location: {location!r}: only source (MM2's default) is supported")
@@ -483,7 +535,6 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
     groups = _regexes("groups", props.get("groups", ".*"))
     ex_key = "groups.exclude" if "groups.exclude" in props else "groups.blacklist"
     groups_exclude = _regexes(ex_key, props.get(ex_key, "console-consumer-.*, connect-.*, __.*"))
-    separator = props.get("replication.policy.separator", ".")
     internal_separator_enabled = _bool(
         "replication.policy.internal.topic.separator.enabled",
         props.get("replication.policy.internal.topic.separator.enabled", "true"),
@@ -511,6 +562,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         resume_scan_max_bytes=_int(props, "resume.scan.max.bytes", 64 * 1024 * 1024, minimum=0) or 0,
         resume_scan_total_max_bytes=_int(props, "resume.scan.total.max.bytes", 256 * 1024 * 1024, minimum=0) or 0,
         always_repartition=repartition == "always",
+        provenance_header=_bool("provenance.header.enabled", props.get("provenance.header.enabled", "false")),
         on_data_loss=on_data_loss,
         heartbeats_interval_s=interval_s if heartbeats else None,
         offset_lag_max=offset_lag_max if syncs_enabled else None,
@@ -519,6 +571,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         groups_exclude=groups_exclude,
         internal_separator=separator if internal_separator_enabled else ".",
         sync_group_offsets_s=sync_interval_s if sync_groups else None,
+        acl_sync_interval_s=acls_interval_s if acls_enabled else None,
         checkpoints_replication_factor=_int(props, "checkpoints.topic.replication.factor", None, minimum=1),
         offset_syncs_replication_factor=_int(props, "offset-syncs.topic.replication.factor", None, minimum=1),
         drop_every=_int(props, "headwater.test.drop.every", 0) or 0,

@@ -9,6 +9,12 @@
       -> re-partitioning path (partition counts differ, or a test fault is set): records decoded
          and produced with acks=all to murmur2(key) % n (the Java client's choice; a null key keeps
          its source partition modulo n), keys / values / headers / CreateTime kept
+      -> provenance path (``provenance.header.enabled``, and the ``heartbeats`` topic under
+         IdentityReplicationPolicy): records decoded and produced to the SAME partition, each with
+         the header ``headwater.provenance`` = the aliases of the clusters it was copied from, in
+         order (``dc1``, then ``dc1,dc2``); a record whose header already names the flow's target,
+         or a heartbeat written in the target, is not copied (it came from there: active/active
+         without loops). Offsets change (records are left out), so this path writes no offset syncs.
       -> only when the target acknowledged every batch of the fetch does the partition's
          acknowledged offset (``next_offset``) move past them.
 
@@ -24,7 +30,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from headwater.client.cluster import Cluster
@@ -41,11 +47,12 @@ from headwater.client.raw import as_plain_batch, produce_raw
 from headwater.mirror.config import HEARTBEATS_TOPIC, MirrorConfig
 from headwater.mirror.copies import ScanBudget, TargetCopies, scan_target, skip_copied
 from headwater.mirror.fetch_ahead import FetchAhead
+from headwater.mirror.heartbeats import decode_heartbeat
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan
 from headwater.protocol.errors import DecodeError, ErrorCode, KafkaError
 from headwater.protocol.records.header import ATTRIBUTES_OFFSET, TIMESTAMP_TYPE_BIT, BatchHeader
-from headwater.protocol.records.record import RecordInput, decode_batch, encode_batch
+from headwater.protocol.records.record import Buffer, Record, RecordInput, decode_batch, encode_batch
 from headwater.service.supervisor import FatalError, Unit
 
 if TYPE_CHECKING:
@@ -62,6 +69,8 @@ _RETRIES_BEFORE_FAILING = 8
 #: a copier that has neither fetched nor delivered for this long is reported stuck by /healthz
 STUCK_AFTER_S = 120.0
 _LAST_OFFSET_DELTA = ATTRIBUTES_OFFSET + 2
+#: the clusters a record was copied from, in order ("dc1,dc2"): provenance.header.enabled
+PROVENANCE_HEADER = "headwater.provenance"
 
 
 def batch_span(batch: bytes | memoryview) -> int:
@@ -205,7 +214,36 @@ class Copier:
 
     def fast_path(self) -> bool:
         faults = self.config.drop_every or self.config.duplicate_every
-        return self.plan.identity and not self.config.always_repartition and not faults
+        return self.plan.identity and not self.config.always_repartition and not faults and not self.filtered()
+
+    def filtered(self) -> bool:
+        """The provenance path: records checked (and stamped) one by one, kept in their partition."""
+        heartbeats = self.tp[0] == HEARTBEATS_TOPIC and self.config.policy == "identity"
+        return self.config.provenance_header or heartbeats
+
+    def _came_from_target(self, r: Record) -> bool:
+        target = self.flow.flow.target
+        if self.tp[0] == HEARTBEATS_TOPIC and self.config.policy == "identity":
+            try:
+                if decode_heartbeat(r.key, r.value).source == target:
+                    return True
+            except ValueError:
+                pass
+        if self.config.provenance_header:
+            route = next((v for k, v in r.headers if k == PROVENANCE_HEADER), None)
+            if route is not None and target in bytes(route).decode(errors="replace").split(","):
+                return True
+        return False
+
+    def _stamped(self, headers: Sequence[tuple[str, Buffer | None]]) -> Sequence[tuple[str, Buffer | None]]:
+        if not self.config.provenance_header:
+            return headers
+        route = next((bytes(v) for k, v in headers if k == PROVENANCE_HEADER and v is not None), b"")
+        here = self.flow.flow.source.encode()
+        return [
+            *(h for h in headers if h[0] != PROVENANCE_HEADER),
+            (PROVENANCE_HEADER, route + b"," + here if route else here),
+        ]
 
     async def reset_offset(self) -> int:
         """The source offset ``auto.offset.reset`` points at (earliest or latest)."""
@@ -444,10 +482,15 @@ class Copier:
         n = plan.target_partitions
         f = self.flow
         faults = self.tp[0] != HEARTBEATS_TOPIC  # the test faults hit data, not the mirror's own heartbeats
+        filtered = self.filtered()
+        same_partition = plan.identity and filtered
         for _, b in batches:
             header, records = decode_batch(b)
             out: dict[int, list[RecordInput]] = defaultdict(list)
             for r in records:
+                if filtered and self._came_from_target(r):  # also when re-partitioned
+                    self.metrics.looped.labels(f.flow.name).inc()
+                    continue
                 f.records_seen += faults
                 copies = 1
                 if faults and self.config.drop_every and f.records_seen % self.config.drop_every == 0:
@@ -456,9 +499,13 @@ class Copier:
                 if faults and self.config.duplicate_every and f.records_seen % self.config.duplicate_every == 0:
                     self.metrics.duplicated.labels(f.flow.name).inc()
                     copies = 2
-                target = to_positive(murmur2(r.key)) % n if r.key is not None else self.tp[1] % n
+                if same_partition:
+                    target = self.tp[1]
+                else:
+                    target = to_positive(murmur2(r.key)) % n if r.key is not None else self.tp[1] % n
+                headers = self._stamped(r.headers)
                 for _ in range(copies):
-                    out[target].append(RecordInput(r.key, r.value, r.timestamp, r.headers))
+                    out[target].append(RecordInput(r.key, r.value, r.timestamp, headers))
             for target, recs in out.items():
                 per_partition[target].append(
                     encode_batch(recs, compression=header.codec, timestamp_type=1 if header.attributes & 0x08 else 0)
@@ -485,7 +532,9 @@ class Copier:
         while batches:
             attempt += 1
             try:
-                base = await produce_raw(self.target, topic, partition, b"".join(batches), acks=-1)
+                base = await produce_raw(
+                    self.target, topic, partition, b"".join(batches), acks=-1, on_throttle=self._throttled
+                )
                 self.target_end = base + sum(batch_span(b) for b in batches)
                 self._last_append = (base, batches)
                 return
@@ -511,6 +560,10 @@ class Copier:
                         batches = batches[n:]
             except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
                 pass
+
+    def _throttled(self, ms: int) -> None:
+        """The target held this produce back by its quota (throttle_time_ms): reported, not an error."""
+        self.metrics.throttle_report.throttled(self.flow.flow.name, self.flow.flow.target, ms)
 
     def _produce_failed(self, topic: str, partition: int, e: Exception, backoff: float, attempt: int) -> None:
         """Count and log a failed produce; raise FatalError when retrying cannot help."""
@@ -567,7 +620,7 @@ class Copier:
         while True:
             attempt += 1
             try:
-                await produce_raw(self.target, topic, partition, payload, acks=-1)
+                await produce_raw(self.target, topic, partition, payload, acks=-1, on_throttle=self._throttled)
                 return
             except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
                 self._produce_failed(topic, partition, e, backoff, attempt)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -42,6 +43,13 @@ class MirrorMetrics:
             "headwater_mirror_resume_scans_abandoned",
             "Scans of the target for the previous owner's copies given up (more than resume.scan.max.bytes): that "
             "range is mirrored at-least-once",
+            ["flow"],
+            registry=r,
+        )
+        self.looped = Counter(
+            "headwater_mirror_records_not_mirrored_back",
+            "Records not copied because they were already in the target (the provenance header names it, or a "
+            "heartbeat written there): active/active under IdentityReplicationPolicy",
             ["flow"],
             registry=r,
         )
@@ -100,12 +108,69 @@ class MirrorMetrics:
             ["flow", "topic"],
             registry=r,
         )
+        self.produce_throttle = Histogram(
+            "headwater_mirror_produce_throttle_time_seconds",
+            "throttle_time_ms of the target's produce answers that held the mirror back (a client quota on the "
+            "mirror's principal or client id, docs/pipeline.md), in seconds; only throttled answers are observed",
+            ["flow"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        #: what the copiers call with each throttled produce answer (the metric above, a log line a minute)
+        self.throttle_report = ThrottleReport(self)
         self.heartbeat_age = Gauge(
             "headwater_mirror_heartbeat_age_seconds",
             "Now minus the newest heartbeat of the flow the target acknowledged (computed when scraped): "
             "the flow's end-to-end replication latency, growing by the second while a link is down",
             ["flow"],
             registry=r,
+        )
+
+
+class ThrottleReport:
+    """The mirror reports being throttled by the target: each throttled produce answer is observed in
+    ``headwater_mirror_produce_throttle_time_seconds{flow}``, and a flow logs one WARNING when it is
+    first throttled, then at most one line a minute (``interval_s``) summing up what held it back
+    since the last line. Clock injected; called on the event loop only."""
+
+    def __init__(
+        self,
+        metrics: MirrorMetrics,
+        interval_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.interval_s = interval_s
+        self.clock = clock
+        self.log = logger or logging.getLogger("headwater.mirror")
+        #: flow -> [throttled answers, total ms, max ms] since its last line, and when that line was
+        self._pending: dict[str, list[int]] = {}
+        self._logged_at: dict[str, float] = {}
+
+    def throttled(self, flow: str, target: str, ms: int) -> None:
+        self.metrics.produce_throttle.labels(flow).observe(ms / 1000.0)
+        p = self._pending.setdefault(flow, [0, 0, 0])
+        p[0] += 1
+        p[1] += ms
+        p[2] = max(p[2], ms)
+        now = self.clock()
+        last = self._logged_at.get(flow)
+        if last is not None and now - last < self.interval_s:
+            return
+        self._logged_at[flow] = now
+        n, total, longest = p
+        del self._pending[flow]
+        self.log.warning(
+            "%s: %s throttled %d produce answer(s) %s (%.1f s in all, longest %d ms): the mirror's produce "
+            "quota on %s bounds its rate; a catch-up takes longer (docs/pipeline.md, sizing the mirror's quota)",
+            flow,
+            target,
+            n,
+            "since the last report" if last is not None else "(first time)",
+            total / 1000.0,
+            longest,
+            target,
         )
 
 

@@ -34,6 +34,7 @@ from typing import TypeVar
 
 from headwater.client.admin import Admin
 from headwater.client.cluster import Cluster
+from headwater.mirror.acl_sync import AclSync
 from headwater.mirror.checkpoints import CheckpointEmitter, OffsetSyncs
 from headwater.mirror.config import HEARTBEATS_TOPIC, Flow, MirrorConfig
 from headwater.mirror.copier import BACKOFF_MAX, STUCK_AFTER_S, Copier, TopicPartition
@@ -175,8 +176,19 @@ class Mirror:
                 )
                 state.heartbeats = self.heartbeats
                 self._start_checkpoint_tasks(state, stop)
+                self._start_acl_sync(state, stop)
                 if self.config.heartbeats_interval_s is not None:
-                    tasks.append(asyncio.ensure_future(self.heartbeats.emit(flow.source, flow.target, writer, stop)))
+                    # DefaultReplicationPolicy: MM2's heartbeat connector's record in the target's own
+                    # heartbeats too (IdentityReplicationPolicy mirrors the source's record there)
+                    into_target = None
+                    if self.config.policy == "default":
+                        into_target = self.writers.get("target") or SourceWriter(self.target, self.target_admin)
+                        self.writers["target"] = into_target
+                    tasks.append(
+                        asyncio.ensure_future(
+                            self.heartbeats.emit(flow.source, flow.target, writer, stop, target_writer=into_target)
+                        )
+                    )
             tasks.append(asyncio.ensure_future(self._commit_loop(stop)))
             if reload is not None:
                 tasks.append(asyncio.ensure_future(self._reload_loop(reload, stop)))
@@ -212,10 +224,7 @@ class Mirror:
             return
 
         async def is_leader() -> bool:
-            if not f.joined:
-                return False
-            members = await asyncio.to_thread(f.group.members)
-            return bool(members) and min(members) == f.group.consumer_id
+            return await self._is_leader(f)
 
         src = config.clusters[flow.source]
         emitter = CheckpointEmitter(
@@ -241,6 +250,30 @@ class Mirror:
         )
         self.supervisor.start(
             f"{flow.name} checkpoints", lambda unit: emitter.run(unit, stop), labels={"flow": flow.name}
+        )
+
+    async def _is_leader(self, f: FlowState) -> bool:
+        """The flow's member with the smallest consumer id: it alone writes checkpoints and syncs ACLs."""
+        if not f.joined:
+            return False
+        members = await asyncio.to_thread(f.group.members)
+        return bool(members) and min(members) == f.group.consumer_id
+
+    def _start_acl_sync(self, f: FlowState, stop: asyncio.Event) -> None:
+        """sync.topic.acls (see :mod:`headwater.mirror.acl_sync`), supervised beside the copiers."""
+        if self.config.acl_sync_interval_s is None:
+            return
+        sync = AclSync(
+            flow=f.flow.name,
+            source=f.source,
+            target=self.target,
+            interval_s=self.config.acl_sync_interval_s,
+            mirrors_topic=lambda topic: topic != HEARTBEATS_TOPIC and f.flow.matches(topic),
+            target_topic=lambda topic: self.config.target_topic(f.flow, topic),
+            is_leader=lambda: self._is_leader(f),
+        )
+        self.supervisor.start(
+            f"{f.flow.name} topic ACLs", lambda unit: sync.run(unit, stop), labels={"flow": f.flow.name}
         )
 
     async def _reload_loop(self, reload: asyncio.Event, stop: asyncio.Event) -> None:

@@ -22,7 +22,7 @@ BASE = {
 @pytest.mark.parametrize(
     ("key", "value", "says"),
     [
-        ("sync.topic.acls.enabled", "true", "topic ACLs are not copied"),
+        ("sync.topic.acls.enabled", "yes", "not true or false"),
         ("sync.topic.configs.enabled", "true", "not kept in step"),
         ("config.properties.exclude", "retention.ms", "allow-list"),
         ("topic.filter.class", "com.example.MyFilter", "only DefaultTopicFilter"),
@@ -71,7 +71,7 @@ def test_sync_group_offsets_needs_checkpoints() -> None:
 
 def test_cli_exits_2_with_one_line(tmp_path: Path) -> None:
     path = tmp_path / "mm2.properties"
-    path.write_text("".join(f"{k} = {v}\n" for k, v in {**BASE, "sync.topic.acls.enabled": "true"}.items()))
+    path.write_text("".join(f"{k} = {v}\n" for k, v in {**BASE, "sync.topic.configs.enabled": "true"}.items()))
     r = subprocess.run(
         [sys.executable, "-m", "headwater.cli.main", "mirror", "-c", str(path)],
         capture_output=True,
@@ -79,4 +79,10 @@ def test_cli_exits_2_with_one_line(tmp_path: Path) -> None:
         timeout=60,
     )
     assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0 and "sync.topic.acls.enabled" in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "sync.topic.configs.enabled" in r.stderr
+
+
+def test_acl_sync_is_off_unless_asked() -> None:
+    assert parse(BASE).acl_sync_interval_s is None  # MM2's default is true: docs/mirror.md says why not here
+    config = parse({**BASE, "sync.topic.acls.enabled": "true", "sync.topic.acls.interval.seconds": "5"})
+    assert config.acl_sync_interval_s == 5.0 and config.unknown == [] and config.differently == []

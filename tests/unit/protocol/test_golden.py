@@ -32,6 +32,7 @@ from headwater.protocol.apis import (
     PRODUCE,
     STOP_REPLICA,
     UPDATE_METADATA,
+    WRITE_TXN_MARKERS,
 )
 from headwater.protocol.primitives import Reader, Writer
 from headwater.protocol.schema import Api, Array, Primitive, Struct
@@ -74,6 +75,10 @@ _OLD_MODULES = {  # key -> (module, request list, response list)
     21: ("admin", "DeleteRecordsRequest", "DeleteRecordsResponse"),
     35: ("admin", "DescribeLogDirsRequest", "DescribeLogDirsResponse"),
     43: ("admin", "ElectLeadersRequest", "ElectLeadersResponse"),
+    24: ("add_partitions_to_txn", "AddPartitionsToTxnRequest", "AddPartitionsToTxnResponse"),
+    25: ("add_offsets_to_txn", "AddOffsetsToTxnRequest", "AddOffsetsToTxnResponse"),
+    26: ("end_txn", "EndTxnRequest", "EndTxnResponse"),
+    28: ("txn_offset_commit", "TxnOffsetCommitRequest", "TxnOffsetCommitResponse"),
 }
 _NEW_MODULES = {
     0: "kafka.protocol.producer",
@@ -107,10 +112,20 @@ _NEW_MODULES = {
     21: "kafka.protocol.admin",
     35: "kafka.protocol.admin",
     43: "kafka.protocol.admin",
+    24: "kafka.protocol.producer",
+    25: "kafka.protocol.producer",
+    26: "kafka.protocol.producer",
+    28: "kafka.protocol.producer",
 }
 # The controller APIs: kafka-python (a client) has no encoder for them, so their goldens are the
 # hand-checked hex dumps below, which must cover every request and response structure.
-_NO_KAFKA_PYTHON = {LEADER_AND_ISR.key, STOP_REPLICA.key, UPDATE_METADATA.key, CONTROLLED_SHUTDOWN.key}
+_NO_KAFKA_PYTHON = {
+    LEADER_AND_ISR.key,
+    STOP_REPLICA.key,
+    UPDATE_METADATA.key,
+    CONTROLLED_SHUTDOWN.key,
+    WRITE_TXN_MARKERS.key,  # kafka-python's JSON has v1+ only
+}
 
 
 # kafka-python's hand-written CreatePartitionsRequest nests count and assignment in a
@@ -398,6 +413,12 @@ _NAME_EXCEPTIONS = {
     (3, "response", "cluster_authorized_operations"): "authorized_operations",
     # Kafka 3.7's OffsetCommit JSON (KIP-848) renamed the field; Kafka 2.3's is generation_id
     (8, "request", "generation_id"): "generation_id_or_member_epoch",
+    # Kafka 3.6's AddPartitionsToTxn JSON (KIP-890, batched v4) prefixes the v0-3 fields; ours are 2.3's
+    (24, "request", "transactional_id"): "v3_and_below_transactional_id",
+    (24, "request", "producer_id"): "v3_and_below_producer_id",
+    (24, "request", "producer_epoch"): "v3_and_below_producer_epoch",
+    (24, "request", "topics"): "v3_and_below_topics",
+    (24, "response", "results"): "results_by_topic_v3_and_below",
 }
 
 
@@ -1244,6 +1265,50 @@ _GOLDEN = [
         00000003 0000000000000064    #     leader_epoch 3, end_offset 100
         """,
         id="OffsetForLeaderEpoch-v1-response",
+    ),
+    # WriteTxnMarkers v0 (Kafka 2.3; kafka-python's JSON starts at v1): inter-broker
+    pytest.param(
+        WRITE_TXN_MARKERS,
+        0,
+        "request",
+        {
+            "markers": [
+                {
+                    "producer_id": 5,
+                    "producer_epoch": 2,
+                    "transaction_result": True,
+                    "topics": [{"name": "t", "partition_indexes": [0, 3]}],
+                    "coordinator_epoch": 7,
+                }
+            ]
+        },
+        """
+        00000001                     # markers[1]
+        0000000000000005 0002 01     #   producer_id 5, producer_epoch 2, transaction_result true (commit)
+        00000001 0001 74             #   topics[1] name "t"
+        00000002 00000000 00000003   #     partition_indexes [0, 3]
+        00000007                     #   coordinator_epoch 7
+        """,
+        id="WriteTxnMarkers-v0-request",
+    ),
+    pytest.param(
+        WRITE_TXN_MARKERS,
+        0,
+        "response",
+        {
+            "markers": [
+                {
+                    "producer_id": 5,
+                    "topics": [{"name": "t", "partitions": [{"partition_index": 0, "error_code": 52}]}],
+                }
+            ]
+        },
+        """
+        00000001 0000000000000005    # markers[1] producer_id 5
+        00000001 0001 74             #   topics[1] name "t"
+        00000001 00000000 0034       #     partitions[1] 0: error 52 TRANSACTION_COORDINATOR_FENCED
+        """,
+        id="WriteTxnMarkers-v0-response",
     ),
 ]
 

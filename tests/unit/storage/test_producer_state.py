@@ -228,7 +228,7 @@ def test_snapshot_round_trip_and_rejections() -> None:
     data = encode_snapshot([e])
     got = decode_snapshot(data)
     assert got[7].epoch == 3 and list(got[7].batches) == list(e.batches)
-    for bad in (data[:5], data[:-1], data + b"\0", b"\0\2" + data[2:], data[:-1] + bytes([data[-1] ^ 1])):
+    for bad in (data[:5], data[:-1], data + b"\0", b"\0\3" + data[2:], data[:-1] + bytes([data[-1] ^ 1])):
         with pytest.raises(SnapshotError):
             decode_snapshot(bad)
 

@@ -4,8 +4,9 @@ The run's broker, a fresh one-partition topic per run, the paper's 200-byte reco
 50 (acks=1: thousands of small Produce requests, where a per-request cost shows) produced and then
 consumed back by librdkafka. Quotas
 *off*: no quota entity anywhere (the broker measures nothing). Quotas *on*: ``clients/<default>``
-with ``producer_byte_rate`` and ``consumer_byte_rate`` of 1 TB/s, so every request is measured
-and checked against its quota and none is throttled: the accounting's cost alone. Off and on
+with ``producer_byte_rate`` and ``consumer_byte_rate`` of 1 TB/s and ``request_percentage`` of
+10^9 (every request's own time clocked, KIP-124), so every request is measured and checked against
+its quotas and none is throttled: the accounting's cost alone. Off and on
 alternate within each run so the machine's noise hits them alike; the figure is the broker's CPU
 per Produce request (its own request count) and per MiB consumed, CPU time being far less
 disturbed by the other processes than wall time. Ratio: on / off, same run.
@@ -35,6 +36,7 @@ BATCH = 50
 RECORDS = 1_000_000
 QUICK_RECORDS = 50_000
 UNLIMITED = 10**12  # bytes/s: measured and checked, never exceeded
+UNLIMITED_PERCENT = 10**9  # request_percentage: every request clocked and checked, never exceeded
 MIB = 1 << 20
 LATENCY_S = 20.0
 QUICK_LATENCY_S = 8.0
@@ -112,9 +114,12 @@ def _quotas(bench: Bench, on: bool) -> None:
     from headwater.cli.main import main as cli_main
 
     change = (
-        ["--add-config", f"producer_byte_rate={UNLIMITED},consumer_byte_rate={UNLIMITED}"]
+        [
+            "--add-config",
+            f"producer_byte_rate={UNLIMITED},consumer_byte_rate={UNLIMITED},request_percentage={UNLIMITED_PERCENT}",
+        ]
         if on
-        else ["--delete-config", "producer_byte_rate,consumer_byte_rate"]
+        else ["--delete-config", "producer_byte_rate,consumer_byte_rate,request_percentage"]
     )
     args = ["configs", "--zookeeper", bench.zk_connect, "--alter", "--entity-type", "clients", "--entity-default"]
     if cli_main([*args, *change]) != 0:

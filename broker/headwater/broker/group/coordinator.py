@@ -19,6 +19,12 @@ Empty waits ``group.initial.rebalance.delay.ms`` (restarted by each new member, 
 rebalance timeout) so that consumers starting together share one rebalance; offsets of groups
 Empty for ``offsets.retention.minutes`` expire (checked every ``offsets.retention.check.interval.ms``).
 
+Transactional offset commits (TxnOffsetCommit, KIP-98): appended as a transactional batch of the
+producer (its id and epoch) and kept aside per producer until the transaction's marker reaches
+the partition (WriteTxnMarkers calls :meth:`GroupCoordinator.complete_txn`): COMMIT makes them the
+group's committed offsets, ABORT drops them. Loading replays the same: offsets of a transactional
+batch wait for the producer's marker later in the partition (one that never came stays pending).
+
 Static membership (KIP-345, JoinGroup v5): a member joining with a known ``group.instance.id``
 and no member id takes over the member that held it under a new member id; the old id is fenced
 (FENCED_INSTANCE_ID). In a Stable group with the same subscription that is all: it gets its
@@ -41,6 +47,7 @@ from headwater.broker.group.group import CommittedOffset, Group, GroupState, Mem
 from headwater.broker.replication_wait import ReplicationWait, wait_for_replication
 from headwater.protocol.errors import DecodeError, ErrorCode, KafkaError
 from headwater.protocol.primitives import Reader
+from headwater.protocol.records.control import decode_marker
 from headwater.protocol.records.record import RecordInput, encode_batch, iter_batches
 from headwater.protocol.schema import Message
 
@@ -100,6 +107,8 @@ class GroupCoordinator:
         self._ticker: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Task[ErrorCode]] = set()
         self._next_expiry_check = 0.0
+        #: transactional offset commits awaiting their marker: partition -> producer id -> group -> offsets
+        self.pending_txn: dict[int, dict[int, dict[str, dict[TopicPartition, CommittedOffset]]]] = {}
         # read when /metrics is scraped (the HTTP server's thread): list() copies the values at once
         host.metrics.num_groups.set_function(lambda: len(self.groups))
         host.metrics.num_offsets.set_function(lambda: sum(len(g.offsets) for g in list(self.groups.values())))
@@ -141,6 +150,7 @@ class GroupCoordinator:
         if partition not in self.owned:
             return
         self.owned.discard(partition)
+        self.pending_txn.pop(partition, None)
         gone = [g for g in self.groups.values() if g.partition == partition]
         for g in gone:
             self._unload(g, ErrorCode.NOT_COORDINATOR)
@@ -174,6 +184,7 @@ class GroupCoordinator:
             return
         metas: dict[str, Message | None] = {}
         offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        pending: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
         pos, end, read = log_.log_start_offset, log_.log_end_offset, 0
         while pos < end:
             data = log_.read(pos, LOAD_READ_BYTES, max_offset=end)
@@ -183,9 +194,18 @@ class GroupCoordinator:
             buf = os.pread(r.file.fileno(), r.size, r.position)
             read += len(buf)
             nxt = pos
+            at = 0  # iter_batches walks the buffer's batches back to back
             for header, records in iter_batches(buf):
-                for rec in records:
-                    self._replay(rec.key, rec.value, metas, offsets)
+                if header.is_control:
+                    self._replay_marker(buf, at, offsets, pending)
+                elif header.is_transactional and header.producer_id >= 0:
+                    txn = pending.setdefault(header.producer_id, {})
+                    for rec in records:
+                        self._replay(rec.key, rec.value, metas, txn)
+                else:
+                    for rec in records:
+                        self._replay(rec.key, rec.value, metas, offsets)
+                at += header.size
                 nxt = header.base_offset + header.last_offset_delta + 1
             if nxt <= pos:
                 log.error("%s-%d: no complete batch at offset %d; loaded up to there", OFFSETS_TOPIC, partition, pos)
@@ -201,6 +221,7 @@ class GroupCoordinator:
             if g.members or g.offsets or meta:
                 self.groups[gid] = g
                 count += 1
+        self.pending_txn[partition] = {pid: groups for pid, groups in pending.items() if groups}
         self.loading.pop(partition, None)
         self.owned.add(partition)
         log.info(
@@ -238,18 +259,43 @@ class GroupCoordinator:
         except DecodeError as e:
             log.warning("skipping an unreadable %s record: %s", OFFSETS_TOPIC, e)
 
+    @staticmethod
+    def _replay_marker(
+        buf: bytes,
+        at: int,
+        offsets: dict[str, dict[TopicPartition, CommittedOffset]],
+        pending: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]],
+    ) -> None:
+        try:
+            marker = decode_marker(buf, at)
+        except KafkaError as e:
+            log.warning("skipping an unreadable %s control batch: %s", OFFSETS_TOPIC, e)
+            return
+        groups = pending.pop(marker.producer_id, {})
+        if marker.commit:
+            for gid, committed in groups.items():
+                offsets.setdefault(gid, {}).update(committed)
+
     # -- writes ---------------------------------------------------------------------------------
 
-    async def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
-        """Append to the group's partition as leader and wait for the ISR; the client-facing error."""
+    async def _append(
+        self, partition: int, records: list[tuple[bytes, bytes | None]], producer_id: int = -1, producer_epoch: int = -1
+    ) -> ErrorCode:
+        """Append to the group's partition as leader and wait for the ISR; the client-facing error.
+        With a producer id: a transactional batch of that producer (TxnOffsetCommit)."""
         try:
             part, _ = self.host.replicas.leader_partition(OFFSETS_TOPIC, partition)
             now_ms = _now_ms()
-            batch = encode_batch([RecordInput(k, v, now_ms) for k, v in records])
+            batch = encode_batch(
+                [RecordInput(k, v, now_ms) for k, v in records],
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                transactional=producer_id >= 0,
+            )
             min_isr = int(
                 self.host.cache.config_of(OFFSETS_TOPIC).get("min.insync.replicas", self.config.min_insync_replicas)
             )
-            appended = part.append_as_leader(memoryview(batch), -1, min_isr)
+            appended = part.append_as_leader(memoryview(batch), -1, min_isr, coordinator=producer_id >= 0)
         except KafkaError as e:
             log.warning("write to %s-%d failed: %s", OFFSETS_TOPIC, partition, e)
             return _TO_CLIENT.get(e.code, ErrorCode.UNKNOWN_SERVER_ERROR)
@@ -571,6 +617,54 @@ class GroupCoordinator:
                 if code == ErrorCode.NONE:
                     g.offsets[tp] = offset
         return out
+
+    async def txn_commit(self, req: Message) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: the error per partition; the offsets wait for the transaction's marker."""
+        wanted = [(t["name"], p) for t in req["topics"] for p in t["partitions"]]
+        group_id = req["group_id"]
+        code = self.check(group_id)
+        if code != ErrorCode.NONE:
+            return {(t, p["partition_index"]): code for t, p in wanted}
+        partition = self.partition_for(group_id)
+        out: dict[TopicPartition, ErrorCode] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        staged: dict[TopicPartition, CommittedOffset] = {}
+        now_ms = _now_ms()
+        for topic, p in wanted:
+            tp = (topic, p["partition_index"])
+            metadata = p["committed_metadata"] or ""
+            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                out[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            staged[tp] = CommittedOffset(p["committed_offset"], p["committed_leader_epoch"], metadata, now_ms)
+            records.append(
+                (
+                    formats.offset_key(group_id, *tp),
+                    formats.offset_value(p["committed_offset"], p["committed_leader_epoch"], metadata, now_ms),
+                )
+            )
+        if records:
+            pid = req["producer_id"]
+            code = await self._append(partition, records, pid, req["producer_epoch"])
+            if code == ErrorCode.NONE and partition in self.owned:
+                by_pid = self.pending_txn.setdefault(partition, {}).setdefault(pid, {})
+                by_pid.setdefault(group_id, {}).update(staged)
+                if group_id not in self.groups:
+                    self.groups[group_id] = Group(group_id, partition, state_timestamp_ms=now_ms)
+            for tp in staged:
+                out[tp] = code
+        return out
+
+    def complete_txn(self, partition: int, producer_id: int, commit: bool) -> None:
+        """The producer's transaction marker is in ``partition``: apply (commit) or drop its offsets."""
+        groups = self.pending_txn.get(partition, {}).pop(producer_id, {})
+        if not commit:
+            return
+        for gid, committed in groups.items():
+            g = self.groups.get(gid)
+            if g is None:
+                g = self.groups[gid] = Group(gid, partition, state_timestamp_ms=_now_ms())
+            g.offsets.update(committed)
 
     def fetch_offsets(
         self, group_id: str, wanted: list[TopicPartition] | None

@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from headwater.broker.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     api_versions,
     controlled_shutdown,
@@ -27,6 +29,7 @@ from headwater.broker.handlers import (
     describe_groups,
     describe_log_dirs,
     elect_leaders,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -46,11 +49,15 @@ from headwater.broker.handlers import (
     sasl_handshake,
     stop_replica,
     sync_group,
+    txn_offset_commit,
     update_metadata,
+    write_txn_markers,
 )
 from headwater.broker.handlers.api_versions import api_versions_fallback
 from headwater.broker.request import RequestContext
 from headwater.protocol.apis import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
     ALTER_CONFIGS,
     API_VERSIONS,
     CONTROLLED_SHUTDOWN,
@@ -66,6 +73,7 @@ from headwater.protocol.apis import (
     DESCRIBE_GROUPS,
     DESCRIBE_LOG_DIRS,
     ELECT_LEADERS,
+    END_TXN,
     FETCH,
     FIND_COORDINATOR,
     HEARTBEAT,
@@ -85,7 +93,9 @@ from headwater.protocol.apis import (
     SASL_HANDSHAKE,
     STOP_REPLICA,
     SYNC_GROUP,
+    TXN_OFFSET_COMMIT,
     UPDATE_METADATA,
+    WRITE_TXN_MARKERS,
 )
 from headwater.protocol.schema import Message
 
@@ -131,6 +141,11 @@ HANDLERS: dict[int, Handler] = {
     DELETE_RECORDS.key: delete_records.handle,
     DESCRIBE_LOG_DIRS.key: describe_log_dirs.handle,
     ELECT_LEADERS.key: elect_leaders.handle,
+    ADD_PARTITIONS_TO_TXN.key: add_partitions_to_txn.handle,
+    ADD_OFFSETS_TO_TXN.key: add_offsets_to_txn.handle,
+    END_TXN.key: end_txn.handle,
+    WRITE_TXN_MARKERS.key: write_txn_markers.handle,
+    TXN_OFFSET_COMMIT.key: txn_offset_commit.handle,
 }
 
 __all__ = ["HANDLERS", "RequestContext", "api_versions_fallback"]

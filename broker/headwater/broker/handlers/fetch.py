@@ -21,7 +21,11 @@
   costs the same at 10 or 10,000 partitions (the invariant and the events in fetch_session.py).
 - Per partition errors: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_FOR_PARTITION,
   OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (v9+, current_leader_epoch).
-- No transactions: last_stable_offset is the high watermark, aborted_transactions empty.
+- Transactions: last_stable_offset is the partition's LSO (storage/log.py). A read_committed
+  consumer (isolation_level 1) reads only below it and gets the ``aborted_transactions`` (producer
+  id, first offset) whose markers lie at or above its fetch offset and which start below the LSO;
+  read_uncommitted reads up to the high watermark with no aborted transactions. A marker appended
+  wakes waiting fetches like any append, so a session notices the LSO move with the records.
 - A follower (replica_id >= 0) reads up to the log end offset instead of the high watermark;
   its fetch offset tells the leader how far it has replicated, which moves the high
   watermark and the ISR (see the replica manager). Consumers (replica_id -1) never see past
@@ -114,6 +118,7 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
         denied = _denied(az, ctx, readable, transient)
         entries = [e for e in transient.partitions.values() if e.key not in denied]
         incremental = False
+    read_committed = request.get("isolation_level", 0) == 1
     deadline = time.monotonic() + max(0, request["max_wait_ms"]) / 1000.0
     min_bytes = request["min_bytes"]
     keys = [e.key for e in entries]
@@ -124,7 +129,9 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                 entries = session.candidates()
                 if denied:
                     entries = [e for e in entries if e.key not in denied]
-        responses, total, errors, sent = _read(broker, replica_id, request["max_bytes"], entries, session, incremental)
+        responses, total, errors, sent = _read(
+            broker, replica_id, request["max_bytes"], entries, session, incremental, read_committed
+        )
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errors or remaining <= 0:
             break
@@ -257,6 +264,7 @@ def _read(
     entries: list[CachedPartition],
     session: FetchSession | None,
     incremental: bool,
+    read_committed: bool = False,
 ) -> tuple[list[Message], int, bool, list[tuple[CachedPartition, Message]]]:
     """Read every entry (an incremental session read skips the idle ones, which leave the session's
     dirty set, and answers only the partitions that have something to say). Synchronous: a session
@@ -283,7 +291,7 @@ def _read(
             "preferred_read_replica": -1,
             "records": b"",
         }
-        _read_one(broker, replica_id, budget, e, out, total, in_session)
+        _read_one(broker, replica_id, budget, e, out, total, in_session, read_committed and replica_id < 0)
         size = _size(out["records"])
         total += size
         if out["error_code"] != ErrorCode.NONE:
@@ -313,6 +321,7 @@ def _read_one(
     out: Message,
     total: int,
     in_session: bool,
+    read_committed: bool = False,
 ) -> None:
     name, index = e.key
     try:
@@ -326,7 +335,8 @@ def _read_one(
         )
     hw = part.high_watermark
     out["high_watermark"] = hw
-    out["last_stable_offset"] = hw
+    lso = log_.last_stable_offset(hw)
+    out["last_stable_offset"] = lso
     out["log_start_offset"] = log_.log_start_offset
     limit = min(e.max_bytes, budget - total)
     if limit <= 0 and total > 0:
@@ -337,7 +347,7 @@ def _read_one(
         data = log_.read(
             e.fetch_offset,
             max(limit, 0),
-            max_offset=None if replica_id >= 0 else hw,
+            max_offset=None if replica_id >= 0 else lso if read_committed else hw,
             min_one_batch=total == 0,
         )
     except KafkaError as err:
@@ -345,4 +355,9 @@ def _read_one(
         return
     if data.region is not None and data.region.size > 0:
         out["records"] = data.region
+        if read_committed:
+            out["aborted_transactions"] = [
+                {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                for a in log_.collect_aborted(e.fetch_offset, lso)
+            ]
         broker.metrics.topic_out_child(name).inc(data.region.size)

@@ -2,11 +2,12 @@
 
 - transactional_id null: a new producer id from the cluster-wide blocks in ZooKeeper (see
   producer_ids.py) with epoch 0. Every call gets a new id, as in Kafka.
-- transactional_id set: TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53). Headwater has no
-  transaction coordinator (FindCoordinator for transactions, AddPartitionsToTxn, EndTxn ... are
-  not advertised); 53 is what Kafka answers a transactional id the producer may not use, a
-  non-retriable error, so a transactional client fails at once instead of retrying forever
-  (a coordinator error would make it retry until its timeout).
+- transactional_id set: answered by the transaction coordinator (txn/coordinator.py): the
+  id's producer id with its epoch bumped (a new producer id at epoch 0 for a new id), which fences
+  the previous producer and aborts its open transaction (CONCURRENT_TRANSACTIONS until that abort
+  is complete: the client retries); NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS,
+  INVALID_TRANSACTION_TIMEOUT (above ``transaction.max.timeout.ms``), INVALID_REQUEST (an
+  empty id).
 - ZooKeeper unavailable: COORDINATOR_NOT_AVAILABLE (15, retriable), as Kafka answers while its
   producer id manager cannot claim a block.
 """
@@ -29,8 +30,10 @@ log = logging.getLogger(__name__)
 async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
     out: Message = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "producer_id": -1, "producer_epoch": -1}
     if request["transactional_id"] is not None:
-        log.info("InitProducerId from %s refused: transactions are not supported", ctx.peer)
-        out["error_code"] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        code, pid, epoch = await broker.txns.init_producer_id(
+            request["transactional_id"], request["transaction_timeout_ms"]
+        )
+        out.update(error_code=code, producer_id=pid, producer_epoch=epoch)
         return out
     try:
         out["producer_id"] = await broker.producer_ids.next_id()

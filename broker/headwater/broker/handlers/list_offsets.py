@@ -6,7 +6,8 @@
   found through the time index (-1/-1 when there is none).
 - v0 answers Kafka's old ``offsets_before``: up to ``max_num_offsets`` segment base offsets
   at or before the time, plus the log end for latest, in descending order.
-- v2+ isolation_level: without transactions read_committed equals read_uncommitted.
+- v2+ isolation_level: read_committed (1) gets the last stable offset for latest (and timestamp
+  lookups stop there), read_uncommitted the high watermark.
 - v4+ current_leader_epoch is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH); the
   answer's leader_epoch is -1 (epoch lookups come with OffsetsForLeaderEpoch, the cluster issue).
 - KIP-207: a consumer's latest (v2+, where the request has an isolation level) while this
@@ -34,12 +35,17 @@ EARLIEST = -2
 async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
     topics = []
     for t in request["topics"]:
-        parts = [_one(broker, ctx.version, t["name"], p, request["replica_id"]) for p in t["partitions"]]
+        parts = [
+            _one(broker, ctx.version, t["name"], p, request["replica_id"], request["isolation_level"] == 1)
+            for p in t["partitions"]
+        ]
         topics.append({"name": t["name"], "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}
 
 
-def _one(broker: HandlerServices, version: int, topic: str, p: Message, replica_id: int) -> Message:
+def _one(
+    broker: HandlerServices, version: int, topic: str, p: Message, replica_id: int, read_committed: bool = False
+) -> Message:
     out: Message = {
         "partition_index": p["partition_index"],
         "error_code": ErrorCode.NONE,
@@ -54,6 +60,9 @@ def _one(broker: HandlerServices, version: int, topic: str, p: Message, replica_
         out["error_code"] = e.code
         return out
     ts = p["timestamp"]
+    visible = part.high_watermark
+    if read_committed and replica_id < 0:
+        visible = log_.last_stable_offset(part.high_watermark)
     try:
         if version == 0:
             offsets = log_.legacy_offsets_before(ts, p["max_num_offsets"])
@@ -64,12 +73,12 @@ def _one(broker: HandlerServices, version: int, topic: str, p: Message, replica_
             if replica_id < 0 and version >= 2 and part.high_watermark < part.leader_epoch_start_offset:
                 out["error_code"] = ErrorCode.OFFSET_NOT_AVAILABLE if version >= 5 else ErrorCode.LEADER_NOT_AVAILABLE
                 return out
-            out["offset"] = log_.log_end_offset if replica_id >= 0 else part.high_watermark
+            out["offset"] = log_.log_end_offset if replica_id >= 0 else visible
         elif ts == EARLIEST:
             out["offset"] = log_.log_start_offset
         else:
             found = log_.offset_for_timestamp(ts)
-            if found is not None and found[0] < part.high_watermark:
+            if found is not None and found[0] < visible:
                 out["offset"], out["timestamp"] = found
     except KafkaError as e:
         out["error_code"] = e.code

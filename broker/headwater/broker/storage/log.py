@@ -8,6 +8,7 @@ On disk (see :mod:`~headwater.broker.storage.segment` and :mod:`~headwater.broke
         00000000000000000000.timeindex  sparse timestamp → offset
         00000000000000004821.log        the next segment starts at offset 4821
         00000000000000004821.snapshot   idempotent producers' state below offset 4821 (producer_state.py)
+        00000000000000004821.txnindex   transactions aborted in that segment (txn_index.py)
         ...
         leader-epoch-checkpoint         where each leader epoch starts (see leader_epoch.py)
 
@@ -44,6 +45,13 @@ its original offsets), updated after every append (leader and follower), snapsho
 and by the log manager at clean shutdown, and rebuilt at open and after a truncation from the
 newest snapshot at or below the log end plus the batches after it.
 
+Transactions: the producer state tracks each producer's open transaction; :meth:`Log.last_stable_offset`
+is the first offset of an open (or not yet replicated completed) transaction, capped by the high
+watermark. Every ABORT marker appended (leader or follower) adds an entry to the aborted-transaction
+index (``aborted``, one ``.txnindex`` file per segment, see txn_index.py), which a read_committed
+Fetch asks through :meth:`Log.collect_aborted`. Truncation and retention delete the files of the
+segments they delete; loading rebuilds the entries above the producer state's replay point.
+
 Concurrency: a Log is not thread-safe. The broker calls it from its single asyncio thread (the
 log manager may load and shut down logs from a worker thread while nothing else uses them).
 ``FileRegion``s returned by :meth:`Log.read` may be sent from anywhere: they keep their file open.
@@ -60,7 +68,7 @@ import logging
 import os
 import random
 import struct
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -73,6 +81,7 @@ from headwater.broker.storage.leader_epoch import CheckpointError, LeaderEpochCa
 from headwater.broker.storage.producer_state import (
     SNAPSHOT_SUFFIX,
     SNAPSHOTS_KEPT,
+    CompletedTxn,
     ProducerStateManager,
     SnapshotError,
     delete_snapshot,
@@ -90,6 +99,14 @@ from headwater.broker.storage.segment import (
     SegmentWriteError,
     parse_segment_file_name,
 )
+from headwater.broker.storage.txn_index import (
+    TXN_INDEX_SUFFIX,
+    AbortedTxn,
+    TxnIndexError,
+    delete_txn_index,
+    read_txn_index,
+    write_txn_index,
+)
 from headwater.broker.storage.validator import (
     COMPRESSION_TYPES,
     CREATE_TIME,
@@ -102,6 +119,7 @@ from headwater.broker.storage.validator import (
 )
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.primitives import FileRegion
+from headwater.protocol.records.control import Marker, decode_marker
 from headwater.protocol.records.header import (
     HEADER,
     HEADER_SIZE,
@@ -357,6 +375,8 @@ class Log:
         #: The idempotent producers' state (see producer_state.py); :meth:`open` loads it.
         self.producer_state = ProducerStateManager()
         self._lowest_truncation: int | None = None  # for the cleaner: see take_truncation_point
+        #: aborted transactions, by marker offset (see txn_index.py); :meth:`open` loads them
+        self.aborted: list[AbortedTxn] = []
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -392,7 +412,7 @@ class Log:
             base, suffix = parsed
             if suffix == LOG_SUFFIX:
                 bases.append(base)
-            elif suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            elif suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 indexes.append((base, name))
         bases.sort()
         for base, name in indexes:
@@ -530,7 +550,7 @@ class Log:
         state.clear()
         start_from = self._log_start_offset
         for name in self._fs.listdir(self._dir):
-            if name.endswith(SNAPSHOT_SUFFIX + ".tmp"):  # a snapshot write a crash interrupted
+            if name.endswith((SNAPSHOT_SUFFIX + ".tmp", TXN_INDEX_SUFFIX + ".tmp")):  # writes a crash interrupted
                 self._fs.unlink(os.path.join(self._dir, name))
         for offset in reversed(list_snapshots(self._fs, self._dir)):
             if offset > self._next_offset:
@@ -546,16 +566,25 @@ class Log:
                 continue
             start_from = offset
             break
+        aborted = self._read_txn_indexes(start_from)
+        if aborted is None:  # an unreadable .txnindex: rebuild the state and the index from the log start
+            state.clear()
+            start_from, aborted = self._log_start_offset, []
+        self.aborted = aborted
         n = 0
         try:
-            for base_offset, h in self._batch_headers(start_from):
-                state.update(h, base_offset)
+            for base_offset, h, seg, position in self._batch_headers(start_from):
+                marker = self._marker_at(seg, position, h) if h.is_control else None
+                done = state.update(h, base_offset, marker)
+                if done is not None and done.aborted:
+                    self.aborted.append(AbortedTxn(done.producer_id, done.first_offset, done.last_offset, -1))
                 n += 1
         except SegmentCorruptError as e:
             # Only a segment recovery did not check can be bad here. The state is derived: a producer
             # missing from it is treated as unknown, which is better than a log that cannot open.
             log.error("%s producer state rebuilt only up to a bad batch header: %s", self._ident, e)
         state.evict_below(self._log_start_offset)  # as retention did (a snapshot may predate it)
+        self._write_txn_indexes_from(start_from)
         if state.producers or n:
             log.info(
                 "%s producer state: %d producers (replayed %d batches from offset %d)",
@@ -565,8 +594,77 @@ class Log:
                 start_from,
             )
 
-    def _batch_headers(self, from_offset: int) -> Iterator[tuple[int, BatchHeader]]:
-        """(base offset, header) of every batch holding offsets at or above ``from_offset``."""
+    def _read_txn_indexes(self, below: int) -> list[AbortedTxn] | None:
+        """The entries of the segments' ``.txnindex`` files with a marker below ``below``; None
+        when a file is unreadable (the caller rebuilds from the log start)."""
+        out: list[AbortedTxn] = []
+        for seg in self._segments:
+            if seg.base_offset >= below:
+                break
+            try:
+                entries = read_txn_index(self._fs, self._dir, seg.base_offset)
+            except (TxnIndexError, OSError) as e:
+                log.warning(
+                    "%s unreadable transaction index of segment %d (%s): rebuilding", self._ident, seg.base_offset, e
+                )
+                return None
+            out.extend(e for e in entries if e.last_offset < below and e.last_offset >= self._log_start_offset)
+        return out
+
+    def _write_txn_indexes_from(self, offset: int) -> None:
+        """Rewrite the ``.txnindex`` file of every segment holding offsets at or above ``offset``."""
+        for i, seg in enumerate(self._segments):
+            end = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else MAX_LONG
+            if end <= offset:
+                continue
+            self._write_txn_index(seg.base_offset, end)
+
+    def _write_txn_index(self, base: int, end: int) -> None:
+        lo = bisect_left([a.last_offset for a in self.aborted], base)
+        entries = [a for a in self.aborted[lo:] if a.last_offset < end]
+        try:
+            write_txn_index(self._fs, self._dir, base, entries)
+        except OSError as e:
+            self._offline = True
+            raise _storage_error(f"{self._ident} cannot write the transaction index of segment {base}", e) from e
+        self._dir_unsynced = True
+
+    @staticmethod
+    def _marker_at(seg: Segment, position: int, h: BatchHeader) -> Marker | None:
+        try:
+            return decode_marker(seg.read_bytes(position, h.size))
+        except KafkaError:
+            return None
+
+    def _record_completed(self, done: CompletedTxn | None) -> None:
+        """A marker was appended: an ABORT goes into the aborted-transaction index (and its file)."""
+        if done is None or not done.aborted:
+            return
+        unstable = self.producer_state.first_unstable_offset(-1)
+        lso = self._next_offset if unstable is None else unstable
+        self.aborted.append(AbortedTxn(done.producer_id, done.first_offset, done.last_offset, lso))
+        i = max(bisect_right(self._base_offsets, done.last_offset) - 1, 0)
+        end = self._base_offsets[i + 1] if i + 1 < len(self._base_offsets) else MAX_LONG
+        self._write_txn_index(self._base_offsets[i], end)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The LSO: the first offset of a transaction not yet decided (or whose marker is not yet
+        below ``high_watermark``), at most ``high_watermark``; read_committed consumers stop there."""
+        unstable = self.producer_state.first_unstable_offset(high_watermark)
+        return high_watermark if unstable is None else min(unstable, high_watermark)
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """The partition's high watermark moved: decided transactions below it are now stable."""
+        self.producer_state.on_high_watermark(high_watermark)
+
+    def collect_aborted(self, fetch_offset: int, upper: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [fetch_offset, upper): marker at or above the fetch
+        offset, first record below ``upper``."""
+        lo = bisect_left([a.last_offset for a in self.aborted], fetch_offset)
+        return [a for a in self.aborted[lo:] if a.first_offset < upper]
+
+    def _batch_headers(self, from_offset: int) -> Iterator[tuple[int, BatchHeader, Segment, int]]:
+        """(base offset, header, segment, position) of every batch holding offsets at or above ``from_offset``."""
         i = max(bisect_right(self._base_offsets, from_offset) - 1, 0)
         for seg in self._segments[i:]:
             start = 0
@@ -579,7 +677,7 @@ class Log:
                 data = seg.read_bytes(b.position, HEADER_SIZE)
                 if len(data) < HEADER_SIZE:
                     raise SegmentCorruptError(f"{seg.log_path}: short batch header at position {b.position}")
-                yield b.base_offset, BatchHeader._make(HEADER.unpack_from(data))
+                yield b.base_offset, BatchHeader._make(HEADER.unpack_from(data)), seg, b.position
 
     def take_producer_snapshot(self) -> None:
         """Write the producer state as of the log end offset; keep the newest two snapshots.
@@ -671,11 +769,18 @@ class Log:
 
     # -- appending -----------------------------------------------------------------------------
 
-    def append(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> AppendInfo:
+    def append(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, *, coordinator: bool = False
+    ) -> AppendInfo:
         """Append a producer's record set as leader: assign offsets from the log end offset.
 
         Every batch gets ``leader_epoch``; when it is above the cache's latest epoch, it starts
         at the first offset appended.
+
+        ``coordinator``: the batches come from a coordinator (transaction markers, transactional offset
+        commits), not a client: no sequences are checked, only producer and coordinator epochs
+        (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED); a client's control batch is refused
+        (CORRUPT_MESSAGE).
 
         Raises KafkaError: CORRUPT_MESSAGE / MESSAGE_TOO_LARGE from validation and
         RECORD_LIST_TOO_LARGE for a set above segment.bytes (nothing written), KAFKA_STORAGE_ERROR
@@ -688,7 +793,15 @@ class Log:
         now_ms = self._clock.time_ms()
         if cfg.message_timestamp_type == CREATE_TIME:
             check_timestamps(records, summaries, now_ms, cfg.message_timestamp_difference_max_ms)
-        duplicate = self.producer_state.check(h for _, h in summaries)
+        duplicate = self.producer_state.check((h for _, h in summaries), coordinator=coordinator)
+        markers: dict[int, Marker] = {}
+        for i, (position, h) in enumerate(summaries):  # by index: recompression may move positions
+            if h.is_control and coordinator:
+                try:
+                    markers[i] = m = decode_marker(memoryview(records)[position : position + h.size])
+                except KafkaError as err:
+                    raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"invalid control batch: {err.message}") from None
+                self.producer_state.check_marker(m)
         if duplicate is not None:
             b = duplicate.batch
             return AppendInfo(
@@ -716,8 +829,8 @@ class Log:
             entries.append(BatchEntry(position, offset, last, h.max_timestamp, h.size))
             offset = last + 1
         self._write(buf, entries, [(leader_epoch, first_offset)], offset - first_offset)
-        for (_, h), e in zip(summaries, entries, strict=True):
-            self.producer_state.update(h, e.base_offset)
+        for i, ((_, h), e) in enumerate(zip(summaries, entries, strict=True)):
+            self._record_completed(self.producer_state.update(h, e.base_offset, markers.get(i)))
         return AppendInfo(
             first_offset,
             offset - 1,
@@ -773,8 +886,14 @@ class Log:
             expected = last + 1
         epochs = [(h.partition_leader_epoch, h.base_offset) for _, h in summaries]
         self._write(records, entries, epochs, count)
-        for _, h in summaries:
-            self.producer_state.update(h, h.base_offset)
+        for position, h in summaries:
+            marker = None
+            if h.is_control:
+                try:
+                    marker = decode_marker(memoryview(records)[position : position + h.size])
+                except KafkaError:
+                    marker = None
+            self._record_completed(self.producer_state.update(h, h.base_offset, marker))
         return AppendInfo(
             first.base_offset,
             last_offset,
@@ -1182,8 +1301,11 @@ class Log:
             self._base_offsets.pop(0)
             self._size_bytes -= seg.size
             self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+            start = self._log_start_offset
+            self.aborted = [a for a in self.aborted if a.last_offset >= start]
             try:
                 seg.delete()
+                delete_txn_index(self._fs, self._dir, seg.base_offset)
             except OSError as e:
                 log.error("%s cannot delete %s: %s", self._ident, seg.log_path, e)
             log.info(
@@ -1227,6 +1349,8 @@ class Log:
                 self._fs.fsync_dir(self._dir)
             for seg in old:
                 seg.delete()
+                if seg is not old[0]:
+                    delete_txn_index(self._fs, self._dir, seg.base_offset)
             new: list[Segment] = []
             if cleaned_path is not None:
                 self._fs.rename(swap, old[0].log_path)
@@ -1240,6 +1364,11 @@ class Log:
             raise _storage_error(f"{self._ident} swapping cleaned segments failed", e) from e
         self._segments[i : i + len(old)] = new
         self._base_offsets = [s.base_offset for s in self._segments]
+        if not new:
+            delete_txn_index(self._fs, self._dir, base)
+            self.aborted = [a for a in self.aborted if not base <= a.last_offset < self._segments[i].base_offset]
+        else:
+            self._write_txn_index(base, self._base_offsets[i + 1])
         self._size_bytes = sum(s.size for s in self._segments)
         if i == 0 and not new:
             self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
@@ -1268,6 +1397,7 @@ class Log:
                 self._base_offsets.pop()
                 self._size_bytes -= seg.size
                 seg.delete()
+                delete_txn_index(self._fs, self._dir, seg.base_offset)
             active = self._segments[-1]
             self._size_bytes -= active.truncate_to(offset)
         except OSError as e:
@@ -1300,6 +1430,7 @@ class Log:
         try:
             for seg in self._segments:
                 seg.delete()
+                delete_txn_index(self._fs, self._dir, seg.base_offset)
             new = Segment.create(self._fs, self._dir, offset, self._config.index_interval_bytes, self._clock.time_ms())
         except OSError as e:
             self._io_failed()
@@ -1318,6 +1449,7 @@ class Log:
         for old in list_snapshots(self._fs, self._dir):
             delete_snapshot(self._fs, self._dir, old)
         self.producer_state.clear()
+        self.aborted = []
         self._offsets_moved()
 
     # -- closing -------------------------------------------------------------------------------

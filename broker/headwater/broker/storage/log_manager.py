@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
@@ -64,6 +63,7 @@ from headwater.broker.storage.clock import Clock, SystemClock
 from headwater.broker.storage.fs import FileSystem, OsFileSystem, read_file, write_file_atomically
 from headwater.broker.storage.log import MAX_LONG, Log, LogConfig
 from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.zk.topics import topic_name_error
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +76,13 @@ SHUTDOWN_THREADS = 8
 LOCK_FILE = ".lock"
 CHECKPOINT_VERSION = 0
 
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
-
 TopicPartition = tuple[str, int]
 
 
 def parse_topic_partition(name: str) -> TopicPartition | None:
     """``my-topic-3`` → ``("my-topic", 3)``, split at the last '-'; None if it is not such a name."""
     topic, dash, partition = name.rpartition("-")
-    if not dash or not topic or not partition.isdigit() or not _LEGAL_TOPIC.fullmatch(topic):
+    if not dash or not topic or not partition.isdigit() or topic_name_error(topic) is not None:
         return None
     return topic, int(partition)
 
@@ -313,7 +311,7 @@ class LogManager:
         existing = self._logs.get(tp)
         if existing is not None:
             return existing
-        if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", "..") or partition < 0:
+        if topic_name_error(topic) is not None or partition < 0:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic or partition {topic!r}-{partition}")
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
         if not online or (not is_new and self.offline_dirs):

@@ -30,19 +30,32 @@ Rules of :meth:`ProducerStateManager.check` (Kafka 2.3's, per batch with produce
 
 Sequences are int32 and wrap from 2**31 - 1 to 0, as the clients number them.
 
+Transactions (KIP-98): a producer's first transactional batch after a marker opens its
+transaction at that batch's first offset (``txn_first_offset``); a control batch (COMMIT or ABORT
+marker, written by the leader on WriteTxnMarkers) closes it and :meth:`ProducerStateManager.update`
+returns the :class:`CompletedTxn` (a marker for a producer with no open transaction completes an
+empty one at the marker's offset, as Kafka does). A completed transaction stays *unstable* until
+the high watermark passes its marker (:meth:`ProducerStateManager.first_unstable_offset`), so the
+last stable offset never runs ahead of a marker that a new leader might not have. Batches the
+coordinators write (markers, transactional offset commits: ``coordinator=True``) carry no
+sequence: only their epoch is checked (an older epoch is INVALID_PRODUCER_EPOCH), and a marker
+whose coordinator epoch is below the one the producer last saw is TRANSACTION_COORDINATOR_FENCED.
+
 Snapshot file ``<20-digit offset>.snapshot`` in the partition directory: the state of every
-producer after all batches below ``offset`` (a log end offset at the time of writing; the log
+producer (with batches or an open transaction) after all batches below ``offset`` (a log end offset at the time of writing; the log
 writes one when it rolls a segment and at clean shutdown, keeps the newest two, deletes those
 above the log end at truncation and those below the log start at retention). Big-endian::
 
     offset  size  field
-         0     2  version           -- 1
+         0     2  version           -- 2 (1: as 2 without the two transaction fields; still read)
          2     4  crc               -- CRC-32C (Castagnoli) of every byte after this field
          6     4  producer_count
         10        producer_count times:
                     8  producer_id
                     2  producer_epoch
-                    4  batch_count   -- 1 .. 5
+                    8  txn_first_offset   -- v2: first offset of its open transaction, -1: none
+                    4  coordinator_epoch  -- v2: of the last marker written for it, -1: none
+                    4  batch_count   -- 0 .. 5 (v1: 1 .. 5)
                        batch_count times (oldest first):
                          4 first_sequence, 4 last_sequence, 8 first_offset, 8 last_offset,
                          8 max_timestamp
@@ -70,18 +83,20 @@ from crc32c import crc32c
 
 from headwater.broker.storage.fs import FileSystem, read_file, replace_file
 from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.records.control import Marker
 from headwater.protocol.records.header import BatchHeader
 
 log = logging.getLogger(__name__)
 
 BATCHES_KEPT = 5
 SNAPSHOT_SUFFIX = ".snapshot"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 SNAPSHOTS_KEPT = 2
 INT32_MAX = 2**31 - 1
 
 _FILE_HEADER = struct.Struct(">hIi")  # version, crc, producer_count
-_PRODUCER = struct.Struct(">qhi")  # producer_id, producer_epoch, batch_count
+_PRODUCER_V1 = struct.Struct(">qhi")  # producer_id, producer_epoch, batch_count
+_PRODUCER = struct.Struct(">qhqii")  # producer_id, producer_epoch, txn_first_offset, coordinator_epoch, batch_count
 _BATCH = struct.Struct(">iiqqq")  # first_seq, last_seq, first_offset, last_offset, max_timestamp
 _CRC_START = 6
 
@@ -112,6 +127,8 @@ class ProducerEntry:
     producer_id: int
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+    txn_first_offset: int = -1  # first offset of its open transaction; -1: none open
+    coordinator_epoch: int = -1  # of the last marker written for it
 
     @property
     def last_seq(self) -> int:
@@ -126,6 +143,15 @@ class ProducerEntry:
             if b.first_seq == first_seq and b.last_seq == last_seq:
                 return b
         return None
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction a marker ended: from its first offset to the marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    aborted: bool
 
 
 class Duplicate(NamedTuple):
@@ -144,10 +170,12 @@ class ProducerStateManager:
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        #: transactions a marker ended whose marker may still be above the high watermark
+        self.unreplicated: list[CompletedTxn] = []
 
     # -- the leader's checks -------------------------------------------------------------------
 
-    def check(self, headers: Iterable[BatchHeader]) -> Duplicate | None:
+    def check(self, headers: Iterable[BatchHeader], *, coordinator: bool = False) -> Duplicate | None:
         """Check a client's batches in order; raises KafkaError (nothing changes) or returns a Duplicate.
 
         Batches without a producer id pass. A later batch of the same set is checked against the
@@ -159,6 +187,11 @@ class ProducerStateManager:
             pid = h.producer_id
             if pid < 0:
                 continue
+            if coordinator:
+                self._check_coordinator_batch(h)
+                continue
+            if h.is_control:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a client may not produce a control batch")
             first = h.base_sequence
             last = last_sequence(first, h.last_offset_delta)
             entry = self.producers.get(pid)
@@ -175,6 +208,33 @@ class ProducerStateManager:
             self._check_one(pid, h.producer_epoch, first, last, epoch, last_seq, entry is not None or pid in pending)
             pending[pid] = (h.producer_epoch, last)
         return None
+
+    def _check_coordinator_batch(self, h: BatchHeader) -> None:
+        entry = self.producers.get(h.producer_id)
+        if entry is None:
+            return
+        if h.producer_epoch < entry.epoch:
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"producer id {h.producer_id}: epoch {h.producer_epoch} is older than the current epoch {entry.epoch}",
+            )
+
+    def check_marker(self, marker: Marker) -> None:
+        """A marker's epochs against the producer's: INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED."""
+        entry = self.producers.get(marker.producer_id)
+        if entry is None:
+            return
+        if marker.producer_epoch < entry.epoch:
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"marker for producer id {marker.producer_id}: epoch {marker.producer_epoch} < {entry.epoch}",
+            )
+        if marker.coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                f"marker for producer id {marker.producer_id}: coordinator epoch {marker.coordinator_epoch} "
+                f"< {entry.coordinator_epoch}",
+            )
 
     @staticmethod
     def _check_one(pid: int, epoch: int, first: int, last: int, cur_epoch: int, cur_last: int, known: bool) -> None:
@@ -212,15 +272,34 @@ class ProducerStateManager:
 
     # -- recording -----------------------------------------------------------------------------
 
-    def update(self, h: BatchHeader, first_offset: int) -> None:
-        """Record a batch written at ``first_offset`` (leader after check, follower, rebuild)."""
+    def update(self, h: BatchHeader, first_offset: int, marker: Marker | None = None) -> CompletedTxn | None:
+        """Record a batch written at ``first_offset`` (leader after check, follower, rebuild).
+
+        ``marker``: the control record of a control batch. Returns the transaction it ended."""
         pid = h.producer_id
         if pid < 0:
-            return
+            return None
         entry = self.producers.get(pid)
         if entry is None or h.producer_epoch != entry.epoch:
-            # a new producer, or a new epoch (a follower or a rebuild accepts what the leader wrote)
-            entry = self.producers[pid] = ProducerEntry(pid, h.producer_epoch)
+            # a new producer, or a new epoch (a follower or a rebuild accepts what the leader wrote);
+            # an open transaction stays open across an epoch bump (its marker comes with the new epoch)
+            txn = entry.txn_first_offset if entry is not None else -1
+            coord = entry.coordinator_epoch if entry is not None else -1
+            entry = self.producers[pid] = ProducerEntry(
+                pid, h.producer_epoch, txn_first_offset=txn, coordinator_epoch=coord
+            )
+        if h.is_control:
+            first = entry.txn_first_offset if entry.txn_first_offset >= 0 else first_offset
+            entry.txn_first_offset = -1
+            if marker is not None:
+                entry.coordinator_epoch = max(entry.coordinator_epoch, marker.coordinator_epoch)
+            done = CompletedTxn(pid, first, first_offset, marker is not None and not marker.commit)
+            self.unreplicated.append(done)
+            return done
+        if h.is_transactional and entry.txn_first_offset < 0:
+            entry.txn_first_offset = first_offset
+        if h.base_sequence < 0:
+            return None  # a coordinator's batch (transactional offset commit): no sequence to track
         entry.batches.append(
             BatchMetadata(
                 h.base_sequence,
@@ -230,10 +309,32 @@ class ProducerStateManager:
                 h.max_timestamp,
             )
         )
+        return None
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of an open transaction, or of a completed one whose marker is at or
+        above ``high_watermark``; None when there is none. Forgets the completed ones below it."""
+        self.on_high_watermark(high_watermark)
+        firsts = [e.txn_first_offset for e in self.producers.values() if e.txn_first_offset >= 0]
+        firsts.extend(t.first_offset for t in self.unreplicated)
+        return min(firsts) if firsts else None
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Forget the completed transactions whose marker is below ``high_watermark`` (they are
+        appended in marker order, so from the front)."""
+        u = self.unreplicated
+        n = 0
+        while n < len(u) and u[n].last_offset < high_watermark:
+            n += 1
+        if n:
+            del u[:n]
+
+    def open_transactions(self) -> int:
+        return sum(1 for e in self.producers.values() if e.txn_first_offset >= 0)
 
     def evict_below(self, log_start_offset: int) -> int:
         """Forget producers whose last batch lies below the log start offset; returns how many."""
-        gone = [pid for pid, e in self.producers.items() if e.last_offset < log_start_offset]
+        gone = [pid for pid, e in self.producers.items() if e.last_offset < log_start_offset and e.txn_first_offset < 0]
         for pid in gone:
             del self.producers[pid]
         return len(gone)
@@ -246,7 +347,7 @@ class ProducerStateManager:
         gone = [
             pid
             for pid, e in self.producers.items()
-            if e.batches and now_ms - e.batches[-1].max_timestamp >= expiration_ms
+            if e.batches and now_ms - e.batches[-1].max_timestamp >= expiration_ms and e.txn_first_offset < 0
         ]
         for pid in gone:
             del self.producers[pid]
@@ -254,6 +355,7 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self.producers.clear()
+        self.unreplicated.clear()
 
 
 # -- snapshot files ----------------------------------------------------------------------------
@@ -274,10 +376,10 @@ def encode_snapshot(producers: Iterable[ProducerEntry]) -> bytes:
     body = bytearray()
     count = 0
     for e in sorted(producers, key=lambda p: p.producer_id):
-        if not e.batches:
+        if not e.batches and e.txn_first_offset < 0:
             continue
         count += 1
-        body += _PRODUCER.pack(e.producer_id, e.epoch, len(e.batches))
+        body += _PRODUCER.pack(e.producer_id, e.epoch, e.txn_first_offset, e.coordinator_epoch, len(e.batches))
         for b in e.batches:
             body += _BATCH.pack(*b)
     out = bytearray(_FILE_HEADER.pack(SNAPSHOT_VERSION, 0, count))
@@ -291,7 +393,7 @@ def decode_snapshot(data: bytes) -> dict[int, ProducerEntry]:
     if len(data) < _FILE_HEADER.size:
         raise SnapshotError(f"{len(data)} bytes are too short for a snapshot header")
     version, crc, count = _FILE_HEADER.unpack_from(data, 0)
-    if version != SNAPSHOT_VERSION:
+    if version not in (1, SNAPSHOT_VERSION):
         raise SnapshotError(f"unknown snapshot version {version}")
     if crc32c(memoryview(data)[_CRC_START:]) != crc:
         raise SnapshotError("snapshot fails its CRC-32C check")
@@ -299,11 +401,16 @@ def decode_snapshot(data: bytes) -> dict[int, ProducerEntry]:
     out: dict[int, ProducerEntry] = {}
     try:
         for _ in range(count):
-            pid, epoch, n = _PRODUCER.unpack_from(data, pos)
-            pos += _PRODUCER.size
-            if not 1 <= n <= BATCHES_KEPT:
+            if version == 1:
+                pid, epoch, n = _PRODUCER_V1.unpack_from(data, pos)
+                txn, coord = -1, -1
+                pos += _PRODUCER_V1.size
+            else:
+                pid, epoch, txn, coord, n = _PRODUCER.unpack_from(data, pos)
+                pos += _PRODUCER.size
+            if not (1 if version == 1 else 0) <= n <= BATCHES_KEPT:
                 raise SnapshotError(f"producer {pid} has {n} batches")
-            entry = ProducerEntry(pid, epoch)
+            entry = ProducerEntry(pid, epoch, txn_first_offset=txn, coordinator_epoch=coord)
             for _ in range(n):
                 entry.batches.append(BatchMetadata(*_BATCH.unpack_from(data, pos)))
                 pos += _BATCH.size

@@ -4,10 +4,13 @@ The advertised snapshot is Kafka 2.3's (see docs/protocol.md for the reasoning);
 declares one API. ``API_BY_KEY`` is what the broker advertises in ApiVersions. ``ALL_APIS`` is
 in key order; LeaderAndIsr, StopReplica, UpdateMetadata and ControlledShutdown are the
 inter-broker (controller) APIs of the ZooKeeper era; OffsetCommit through DeleteGroups are the group
-coordinator's; SaslHandshake and SaslAuthenticate are answered by the connection's SASL gate
+coordinator's; AddPartitionsToTxn through TxnOffsetCommit are the transaction coordinator's
+(KIP-98, WriteTxnMarkers inter-broker); SaslHandshake and SaslAuthenticate are answered by the connection's SASL gate
 before a client is authenticated.
 """
 
+from headwater.protocol.apis.add_offsets_to_txn import ADD_OFFSETS_TO_TXN
+from headwater.protocol.apis.add_partitions_to_txn import ADD_PARTITIONS_TO_TXN
 from headwater.protocol.apis.alter_configs import ALTER_CONFIGS
 from headwater.protocol.apis.api_versions import API_VERSIONS
 from headwater.protocol.apis.controlled_shutdown import CONTROLLED_SHUTDOWN
@@ -23,6 +26,7 @@ from headwater.protocol.apis.describe_configs import DESCRIBE_CONFIGS
 from headwater.protocol.apis.describe_groups import DESCRIBE_GROUPS
 from headwater.protocol.apis.describe_log_dirs import DESCRIBE_LOG_DIRS
 from headwater.protocol.apis.elect_leaders import ELECT_LEADERS
+from headwater.protocol.apis.end_txn import END_TXN
 from headwater.protocol.apis.fetch import FETCH
 from headwater.protocol.apis.find_coordinator import FIND_COORDINATOR
 from headwater.protocol.apis.heartbeat import HEARTBEAT
@@ -42,7 +46,9 @@ from headwater.protocol.apis.sasl_authenticate import SASL_AUTHENTICATE
 from headwater.protocol.apis.sasl_handshake import SASL_HANDSHAKE
 from headwater.protocol.apis.stop_replica import STOP_REPLICA
 from headwater.protocol.apis.sync_group import SYNC_GROUP
+from headwater.protocol.apis.txn_offset_commit import TXN_OFFSET_COMMIT
 from headwater.protocol.apis.update_metadata import UPDATE_METADATA
+from headwater.protocol.apis.write_txn_markers import WRITE_TXN_MARKERS
 from headwater.protocol.schema import Api
 
 ALL_APIS: tuple[Api, ...] = (
@@ -70,6 +76,11 @@ ALL_APIS: tuple[Api, ...] = (
     DELETE_RECORDS,
     INIT_PRODUCER_ID,
     OFFSET_FOR_LEADER_EPOCH,
+    ADD_PARTITIONS_TO_TXN,
+    ADD_OFFSETS_TO_TXN,
+    END_TXN,
+    WRITE_TXN_MARKERS,
+    TXN_OFFSET_COMMIT,
     DESCRIBE_ACLS,
     CREATE_ACLS,
     DELETE_ACLS,
@@ -86,6 +97,8 @@ ALL_APIS: tuple[Api, ...] = (
 API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}
 
 __all__ = [
+    "ADD_OFFSETS_TO_TXN",
+    "ADD_PARTITIONS_TO_TXN",
     "ALL_APIS",
     "ALTER_CONFIGS",
     "API_BY_KEY",
@@ -103,6 +116,7 @@ __all__ = [
     "DESCRIBE_GROUPS",
     "DESCRIBE_LOG_DIRS",
     "ELECT_LEADERS",
+    "END_TXN",
     "FETCH",
     "FIND_COORDINATOR",
     "HEARTBEAT",
@@ -122,5 +136,7 @@ __all__ = [
     "SASL_HANDSHAKE",
     "STOP_REPLICA",
     "SYNC_GROUP",
+    "TXN_OFFSET_COMMIT",
     "UPDATE_METADATA",
+    "WRITE_TXN_MARKERS",
 ]
