@@ -57,7 +57,7 @@ for cluster in dc1 dc2 agg; do
     done
     acl "$zk" loader --operation Create --operation Write --topic __audit
     if [ -n "${LAB_MIRROR_PRODUCER_BYTE_RATE:-}" ]; then # the mirror's produce quota (docs/pipeline.md)
-      headwater configs --zookeeper "$zk" --alter --entity-type users --entity-name mirror \
+      retry headwater configs --zookeeper "$zk" --alter --entity-type users --entity-name mirror \
         --add-config "producer_byte_rate=$LAB_MIRROR_PRODUCER_BYTE_RATE" >/dev/null
     fi
   else
