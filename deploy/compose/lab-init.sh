@@ -21,19 +21,31 @@ set -euo pipefail
 
 users=(broker admin mirror audit loader activity)
 
+# Each step is idempotent: on a busy machine a ZooKeeper connection may time out, so try again
+# (5 times, 3 s apart) before giving up.
+retry() {
+  local attempt
+  for attempt in 1 2 3 4; do
+    "$@" && return 0
+    echo "lab-init: attempt $attempt of '$1 $2 ...' failed; trying again" >&2
+    sleep 3
+  done
+  "$@"
+}
+
 acl() { # acl <zookeeper> <user> <--operation X ...> --topic T
   local zk="$1" user="$2"
   shift 2
-  headwater acls --zookeeper "$zk" --add --allow-principal "User:$user" "$@" >/dev/null
+  retry headwater acls --zookeeper "$zk" --add --allow-principal "User:$user" "$@" >/dev/null
 }
 
 for cluster in dc1 dc2 agg; do
-  zk="$cluster-zookeeper:2181"
+  zk="$cluster-zookeeper1:2181,$cluster-zookeeper2:2181,$cluster-zookeeper3:2181"  # the ensemble
   for user in "${users[@]}"; do
     var="LAB_${user^^}_PASSWORD"
     : "${!var:?$var is not set}"
     # password=env:NAME: the password stays off the command line (ps, /proc/*/cmdline)
-    headwater configs --zookeeper "$zk" --alter --entity-type users --entity-name "$user" \
+    retry headwater configs --zookeeper "$zk" --alter --entity-type users --entity-name "$user" \
       --add-config "SCRAM-SHA-512=[iterations=4096,password=env:$var]" >/dev/null
   done
   for topic in page-views clicks __audit heartbeats; do
@@ -46,7 +58,7 @@ for cluster in dc1 dc2 agg; do
     done
     acl "$zk" loader --operation Create --operation Write --topic __audit
     if [ -n "${LAB_MIRROR_PRODUCER_BYTE_RATE:-}" ]; then # the mirror's produce quota (docs/pipeline.md)
-      headwater configs --zookeeper "$zk" --alter --entity-type users --entity-name mirror \
+      retry headwater configs --zookeeper "$zk" --alter --entity-type users --entity-name mirror \
         --add-config "producer_byte_rate=$LAB_MIRROR_PRODUCER_BYTE_RATE" >/dev/null
     fi
   else

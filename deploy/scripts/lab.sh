@@ -54,15 +54,23 @@ certs() {
 # variables or the lab's fixed defaults, the same as docker-compose.yml's), so that no container
 # carries another principal's password in its environment:
 #   zk-server.jaas   ZooKeeper's SASL (DIGEST-MD5) users: broker (LAB_ZK_BROKER_PASSWORD) and mirror
-#                    (LAB_ZK_MIRROR_PASSWORD), the ZooKeeper containers' JAAS Server section
+#                    (LAB_ZK_MIRROR_PASSWORD), the ZooKeeper containers' JAAS Server section; and the
+#                    ensemble's own login between its servers, user zkquorum (LAB_ZK_QUORUM_PASSWORD),
+#                    its QuorumServer and QuorumLearner sections
 #   zk-broker.jaas   the brokers' and lab-init's ZooKeeper login (KAFKA_OPTS, as Kafka's tools)
 #   zk-mirror.jaas   the mirror's login to each DC's ZooKeeper (through the links)
 #   admin.password   User:admin's SCRAM password, for `lab check` / `lab outage` (lab-admin.properties)
 # Lab-only: readable by the containers' users (0644), as the lab's keys are.
 secrets() {
   local broker="${LAB_ZK_BROKER_PASSWORD:-zk-broker-lab-secret}" mirror="${LAB_ZK_MIRROR_PASSWORD:-zk-mirror-lab-secret}"
-  printf 'Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  user_broker="%s"\n  user_mirror="%s";\n};\n' \
-    "$broker" "$mirror" >"$TLS_DIR/zk-server.jaas"
+  local quorum="${LAB_ZK_QUORUM_PASSWORD:-zk-quorum-lab-secret}"
+  {
+    printf 'Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  user_broker="%s"\n  user_mirror="%s";\n};\n' \
+      "$broker" "$mirror"
+    # the ensemble's own logins (quorum.auth.enableSasl): each server as user zkquorum, both ways
+    printf 'QuorumServer {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  user_zkquorum="%s";\n};\n' "$quorum"
+    printf 'QuorumLearner {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  username="zkquorum"\n  password="%s";\n};\n' "$quorum"
+  } >"$TLS_DIR/zk-server.jaas"
   for who in broker mirror; do
     local password="$broker"
     [ "$who" = mirror ] && password="$mirror"
@@ -74,7 +82,7 @@ secrets() {
 }
 
 addresses() {
-  local cluster i addr list
+  local cluster i addr list zks
   for cluster in dc1 dc2 agg; do
     list=""
     for i in 1 2 3; do
@@ -82,8 +90,11 @@ addresses() {
       [ -n "$addr" ] || { echo "$cluster: not running"; continue 2; }
       list="${list:+$list,}$addr"
     done
-    printf '%-4s bootstrap.servers=%s   (ZooKeeper %s)\n' "$cluster" "$list" \
-      "$(compose port "$cluster-zookeeper" 2181 2>/dev/null || echo '?')"
+    zks=""
+    for i in 1 2 3; do
+      zks="${zks:+$zks,}$(compose port "$cluster-zookeeper$i" 2181 2>/dev/null || echo '?')"
+    done
+    printf '%-4s bootstrap.servers=%s   (ZooKeeper %s)\n' "$cluster" "$list" "$zks"
   done
   for dc in dc1 dc2; do
     addr="$(compose port "$dc-link" 9190 2>/dev/null || true)"
@@ -133,7 +144,7 @@ case "$cmd" in
     certs
     compose up -d --wait --wait-timeout "${LAB_WAIT_TIMEOUT:-300}" "$@"
     echo
-    echo "Headwater lab is up (all healthy): 3 clusters (ZooKeeper + 3 brokers each), demo activity in dc1 and"
+    echo "Headwater lab is up (all healthy): 3 clusters (a 3-server ZooKeeper ensemble + 3 brokers each), demo activity in dc1 and"
     echo "dc2 (\$LAB_ACTIVITY_RATE=${LAB_ACTIVITY_RATE:-20} records/s each), the mirror, the audit service, Spark and Prometheus."
     addresses
     echo

@@ -33,3 +33,16 @@ def test_the_cli_refuses_bad_scale_partitions_in_one_line() -> None:
     assert run.stderr.strip().splitlines() == [
         "headwater bench: --scale-partitions '1001': give positive multiples of 20, comma-separated (topics of 20 partitions)"
     ]
+
+
+def test_versus_refuses_an_unknown_group_in_one_line() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "headwater.cli.main", "bench", "--versus", "kafka", "--only", "core,mm3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown group(s) mm3" in lines[0] and "failover, mm2, spark" in lines[0], lines

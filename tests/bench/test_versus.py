@@ -3,8 +3,16 @@ comparison runs by hand, docs/performance.md), and the smoke-run rule of issue 4
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
+import pytest
+
 from headwater.bench import versus
+from headwater.bench import versus_more as more
 from headwater.bench.report import Goal, Row
+from headwater.testing import java
+from headwater.testing.zookeeper import ZooKeeperServer
 
 
 def test_a_quick_row_judges_no_goal() -> None:
@@ -30,3 +38,53 @@ def test_a_quick_versus_table_says_it_is_a_smoke_run() -> None:
     row = _rows([100], [60])
     text = versus.markdown([row], versus.Plan.make(True, None), "now", (1.0, 1.0, 1.0), (1.0, 1.0, 1.0))
     assert "A smoke run" in text and "met" not in text and "missed" not in text
+
+
+# --- the rows of issues 39 and 40 beyond the core, each group's --quick path on Headwater brokers ---
+# (the Kafka side runs by hand: a 3-broker Kafka cluster alone takes 20-40 s to start here)
+
+
+def _java_or_skip() -> None:
+    reason = java.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def _measured(rows: dict[str, versus.Row], *keys: str) -> None:
+    for key in keys:
+        got = rows[key].values["headwater"]
+        assert len(got) == 1 and math.isfinite(got[0]) and got[0] > 0, (key, rows[key].values)
+
+
+def _all_rows() -> dict[str, versus.Row]:
+    return {
+        r.key: versus.Row(r.key, r.label, r.unit, r.goal, r.higher_is_better, r.table, r.group) for r in versus.ROWS
+    }
+
+
+def test_versus_large_java_and_failover_quick_on_headwater(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """Large records, Kafka 2.3.1's ProducerPerformance / ConsumerPerformance, and a controller's
+    kill -9 at 40 partitions (RF 3), with --quick's counts or smaller."""
+    _java_or_skip()
+    rows = _all_rows()
+    with more.any_cluster("headwater", tmp_path, zookeeper, "versus-quick", 3) as c:
+        more.large("headwater", c.bootstrap, 20, rows, print)
+        more.java_perf("headwater", c.bootstrap, 2_000, rows, print)
+    more.failover("headwater", tmp_path, zookeeper, "versus-quick-failover", 40, rows, print)
+    _measured(rows, "lp", "lc", "jp", "jc", "fo")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_versus_mm2_and_spark_quick_on_headwater(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """MirrorMaker 2 and ``headwater mirror`` copying dc1 -> agg; Spark's ``format("kafka")`` and the
+    project's ``format("headwater")`` writing the same Parquet, every record (both check the count)."""
+    _java_or_skip()
+    rows = _all_rows()
+    more.mirrors("headwater", tmp_path, zookeeper, "versus-quick-mm2", 2_000, rows, print)
+    with more.any_cluster("headwater", tmp_path, zookeeper, "versus-quick-spark", 1) as c:
+        more.spark("headwater", c.bootstrap, tmp_path, 2_000, rows, print)
+    _measured(rows, "mm2", "mm2e", "tm", "tme", "sk", "ts")
+    assert rows["tm"].values["kafka"] == rows["mm2"].values["headwater"]  # the tool table's MM2 side
+    text = versus.markdown(list(rows.values()), versus.Plan.make(True, None), "now", (1.0,) * 3, (1.0,) * 3)
+    assert "Headwater's tool | Kafka's tool" in text and "MirrorMaker 2" in text

@@ -44,8 +44,9 @@ class Cluster:
         zk_ensemble: str | None = None,
         **overrides: object,
     ) -> None:
-        """``zk_ensemble`` (``h:p,h:p,...``): brokers connect to every server of that ensemble
-        directly (no proxy route: ``expire_session`` is then not available)."""
+        """``zk_ensemble`` (``127.0.0.1:p,127.0.0.1:p,...``): brokers connect to every server of that
+        ensemble, each through a proxy route of its own (``zk-<broker>-<n>``), so that
+        ``expire_session`` cuts a broker off from the whole ensemble."""
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.zk_host, self.zk_port, self.chroot = zk_host, zk_port, chroot
@@ -54,6 +55,7 @@ class Cluster:
         self.session_timeout_ms = int(overrides.pop("zookeeper_session_timeout_ms", 6000))  # type: ignore[call-overload]
         self.brokers: dict[int, BrokerProcess] = {}
         self.internal_route: dict[int, str] = {}
+        self.zk_routes: dict[int, list[str]] = {}  # per broker: its routes to ZooKeeper
         self.metrics_port: dict[int, int] = {}
         for b in range(1, size + 1):
             client_port, internal_port = free_port(), free_port()
@@ -61,9 +63,15 @@ class Cluster:
             route = f"broker-{b}"
             proxied_internal = self.proxy.add_route(route, internal_port)
             if zk_ensemble is None:
+                self.zk_routes[b] = [f"zk-{b}"]
                 zk_connect = f"127.0.0.1:{self.proxy.add_route(f'zk-{b}', zk_port, kafka=False)}{chroot}"
             else:
-                zk_connect = f"{zk_ensemble}{chroot}"
+                servers = [int(server.rpartition(":")[2]) for server in zk_ensemble.split(",")]
+                self.zk_routes[b] = [f"zk-{b}-{n}" for n in range(1, len(servers) + 1)]
+                ports = [
+                    self.proxy.add_route(r, p, kafka=False) for r, p in zip(self.zk_routes[b], servers, strict=True)
+                ]
+                zk_connect = ",".join(f"127.0.0.1:{p}" for p in ports) + chroot
             self.internal_route[b] = route
             props = {
                 "listeners": f"CLIENT://127.0.0.1:{client_port},INTERNAL://127.0.0.1:{internal_port}",
@@ -195,7 +203,8 @@ class Cluster:
     def expire_session(self, b: int) -> None:
         """Cut the broker off from ZooKeeper until its session has expired, then reconnect it."""
         session_path = f"/brokers/ids/{b}"
-        self.proxy.cut_route(f"zk-{b}")
+        for route in self.zk_routes[b]:
+            self.proxy.cut_route(route)
         try:
             self.wait_for(
                 lambda: not self.zk.exists(session_path),
@@ -203,4 +212,5 @@ class Cluster:
                 f"broker {b}'s session to expire",
             )
         finally:
-            self.proxy.restore_route(f"zk-{b}")
+            for route in self.zk_routes[b]:
+                self.proxy.restore_route(route)

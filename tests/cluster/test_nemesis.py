@@ -2,7 +2,8 @@
 
 RF=3, min.insync.replicas=2, one stock producer (librdkafka, acks=all) writing the whole time
 while, round after round, the leader, the controller or a follower is killed, paused, expired
-or cut off, and then brought back. Afterwards: every acknowledged record is readable at the
+or cut off, and then brought back; and the leader of the cluster's ZooKeeper ensemble (three real
+servers, as production runs) is killed -9 and restarted. Afterwards: every acknowledged record is readable at the
 offset it was acknowledged at, and the three replicas hold identical records up to the high
 watermark. Bounded: a fixed list of rounds, each with its own time limits.
 """
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 
 from headwater.protocol.records.record import iter_batches
+from headwater.testing.zookeeper_ensemble import ZooKeeperEnsemble
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic, read_all
 
@@ -69,8 +72,33 @@ class Writer:
         self.producer.flush(120)
 
 
-def test_nemesis_acks_all_loses_nothing(cluster_factory: Callable[..., Cluster]) -> None:
-    c = cluster_factory(3, zookeeper_session_timeout_ms=4000, replica_lag_time_max_ms=3000)
+@pytest.fixture
+def nemesis_cluster(tmp_path: Path) -> Iterator[tuple[Cluster, ZooKeeperEnsemble]]:
+    """Three brokers on a 3-server ZooKeeper ensemble (each broker reaches every server through
+    the fault proxy, so a session can still be expired)."""
+    ensemble = ZooKeeperEnsemble(tmp_path / "zk", 3)
+    try:
+        ensemble.start()
+        c = Cluster(
+            tmp_path / "cluster",
+            "127.0.0.1",
+            0,
+            "/nemesis",
+            3,
+            zk_ensemble=ensemble.connect,
+            zookeeper_session_timeout_ms=4000,
+            replica_lag_time_max_ms=3000,
+        )
+        try:
+            yield c.start(), ensemble
+        finally:
+            c.close()
+    finally:
+        ensemble.stop()
+
+
+def test_nemesis_acks_all_loses_nothing(nemesis_cluster: tuple[Cluster, ZooKeeperEnsemble]) -> None:
+    c, ensemble = nemesis_cluster
     create_topic(c, TOPIC, rf=3, min_isr=2)
     leader = lambda: int(c.state(TOPIC, 0)["leader"])  # noqa: E731
     follower = lambda: next(b for b in c.state(TOPIC, 0)["isr"] if b != leader())  # noqa: E731
@@ -114,10 +142,22 @@ def test_nemesis_acks_all_loses_nothing(cluster_factory: Callable[..., Cluster])
 
         return run
 
+    def kill_zookeeper_leader() -> str:
+        zk_leader = ensemble.leader()
+        assert zk_leader is not None, "the ensemble has no leader"
+        ensemble.kill(zk_leader)
+        others = [s for s in ensemble.client_ports if s != zk_leader]
+        ensemble.wait_serving(others)  # the other two elect a new leader
+        new_leader = ensemble.leader()
+        ensemble.start_server(zk_leader)
+        ensemble.wait_serving(list(ensemble.client_ports))
+        return f"kill -9 ZooKeeper leader {zk_leader} (new leader {new_leader}), restart"
+
     rounds = [
         ("leader", kill_restart(leader)),
         ("follower", kill_restart(follower)),
         ("controller", kill_restart(controller)),
+        ("zookeeper", kill_zookeeper_leader),
         ("leader", pause(leader, 8)),
         ("leader", expire(leader)),
         ("leader", isolate(leader, 6)),

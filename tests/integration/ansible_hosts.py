@@ -226,7 +226,7 @@ def run_playbook(
     fleet: Fleet,
     inventory: Path,
     log: Path,
-    timeout: float = 900,
+    timeout: float = 1800,
     playbook: str = "site.yml",
     extra_vars: dict[str, object] | None = None,
 ) -> PlaybookRun:

@@ -1,7 +1,9 @@
 """deploy/ansible applied to containers as hosts (systemd + sshd), checked through the clusters it makes.
 
-Three hosts: dc1-a (ZooKeeper, broker 1 of dc1), dc1-b (broker 2 of dc1), agg-a (ZooKeeper,
-broker 1 of agg, the mirror, the audit service, the loader's timer). The tests run in order on one
+Four hosts: dc1-a (ZooKeeper 1, broker 1 of dc1), dc1-b (ZooKeeper 2, broker 2 of dc1), dc1-c
+(ZooKeeper 3 of dc1 only), agg-a (a single ZooKeeper, broker 1 of agg, the mirror, the audit
+service, the loader's timer): dc1's ZooKeeper is an ensemble of three whose servers log in to
+each other (quorum SASL), agg's a single server, the two sizes an inventory names. The tests run in order on one
 deployment: site.yml makes working clusters; a second run changes nothing; a record written in dc1
 reaches agg through the mirror and the audit service answers; a changed broker setting restarts
 dc1's brokers one at a time, the second only after the first is back in every ISR, while a
@@ -57,8 +59,9 @@ from tests.integration.ansible_hosts import ANSIBLE_DIR, Fleet, PlaybookRun, bui
 from tests.integration.kafka_io import QUIET, consume, create_topic, leaders, metadata, produce, wait_for
 
 # The first test to use the deployment also builds the host image (a minute or two on a fresh machine)
-# and runs site.yml the first time.
-pytestmark = pytest.mark.timeout(1800)
+# and runs site.yml the first time (four hosts, ZooKeeper one server at a time: 15 min and more on a
+# machine at load 40).
+pytestmark = pytest.mark.timeout(3000)
 
 BROKER_PORT = 9093  # SECURE: the test's own clients log in as the admin principal (PLAINTEXT is loopback only)
 PLAINTEXT_PORT = 9092
@@ -73,6 +76,8 @@ SCRAM_USERS = {
 }
 AUDIT_HTTP_PASSWORD = "audit-http-it-secret"
 NOBODY = ("nobody", "nobody-it-secret")  # a SCRAM user the test makes in dc1, with no ACL
+ZK_QUORUM_PASSWORD = "zk-quorum-it-secret"  # dc1's ensemble: its servers' logins to each other
+DC1_ZOOKEEPERS = ("dc1-a", "dc1-b", "dc1-c")
 
 
 @dataclass
@@ -176,6 +181,8 @@ class Deployment:
                     "headwater_scram_enabled": True,
                     "headwater_scram_users": SCRAM_USERS,
                     "headwater_acls_enabled": True,
+                    "headwater_zookeeper_quorum_password": ZK_QUORUM_PASSWORD,
+                    "zookeeper_heap_opts": "-Xms16m -Xmx96m",
                 },
                 "children": {
                     "dc1": {
@@ -187,14 +194,15 @@ class Deployment:
                         },
                         "hosts": {
                             "dc1-a": host("dc1-a", broker_id=1, zookeeper_myid=1),
-                            "dc1-b": host("dc1-b", broker_id=2),
+                            "dc1-b": host("dc1-b", broker_id=2, zookeeper_myid=2),
+                            "dc1-c": host("dc1-c", zookeeper_myid=3),
                         },
                     },
                     "agg": {
                         "vars": {"headwater_datacenter": "agg", "broker_rack": "agg"},
                         "hosts": {"agg-a": host("agg-a", broker_id=1, zookeeper_myid=1)},
                     },
-                    "zookeeper": {"hosts": {"dc1-a": None, "agg-a": None}},
+                    "zookeeper": {"hosts": {"dc1-a": None, "dc1-b": None, "dc1-c": None, "agg-a": None}},
                     "brokers": {"hosts": {"dc1-a": None, "dc1-b": None, "agg-a": None}},
                     "mirror": {"hosts": {"agg-a": None}},
                     "audit": {"hosts": {"agg-a": None}},
@@ -225,7 +233,7 @@ def deployment(
     workdir = tmp_path_factory.mktemp("ansible")
     fleet = Fleet(docker_client, run_id, image, workdir)
     try:
-        fleet.start(["dc1-a", "dc1-b", "agg-a"])
+        fleet.start(["dc1-a", "dc1-b", "dc1-c", "agg-a"])
         d = Deployment(fleet, workdir)
         d.make_tls()
         kafka_io.CLIENT_CONF.update(d.admin_conf())
@@ -285,8 +293,25 @@ def test_ansible_lint_and_example_inventory() -> None:
 
 def test_site_makes_a_cluster_per_datacenter(deployment: Deployment) -> None:
     hosts = deployment.fleet.hosts
-    for name in ("dc1-a", "agg-a"):
+    for name in (*DC1_ZOOKEEPERS, "agg-a"):
         assert hosts[name].unit("zookeeper.service", "ActiveState")["ActiveState"] == "active"
+    # Item 38.3: dc1's ZooKeeper is an ensemble of three (their own srvr: one leader, two followers;
+    # the leader's mntr: two synced followers), whose servers logged in to each other with the
+    # inventory's quorum password; agg's is a single server.
+    modes = {name: zookeeper_word(hosts[name].address, b"srvr").get("Mode") for name in (*DC1_ZOOKEEPERS, "agg-a")}
+    assert sorted(modes[n] or "" for n in DC1_ZOOKEEPERS) == ["follower", "follower", "leader"], modes
+    assert modes["agg-a"] == "standalone", modes
+    leader = next(n for n in DC1_ZOOKEEPERS if modes[n] == "leader")
+    mntr = zookeeper_word(hosts[leader].address, b"mntr")
+    assert (mntr.get("zk_server_state"), mntr.get("zk_synced_followers")) == ("leader", "2"), mntr
+    zoo_cfg = hosts["dc1-c"].run("cat", "/etc/zookeeper/conf/zoo.cfg").splitlines()
+    for i, name in enumerate(DC1_ZOOKEEPERS, 1):
+        assert f"server.{i}={hosts[name].address}:2888:3888" in zoo_cfg, zoo_cfg
+    assert "quorum.auth.enableSasl=true" in zoo_cfg and "quorum.auth.serverRequireSasl=true" in zoo_cfg, zoo_cfg
+    assert hosts["dc1-c"].run("cat", "/var/lib/zookeeper/myid").strip() == "3"
+    journal = hosts[leader].run("journalctl", "-u", "zookeeper.service", "--no-pager", check=False)
+    assert "Successfully authenticated learner: authenticationID=zkquorum" in journal, journal[-3000:]
+    assert ZK_QUORUM_PASSWORD not in journal
     for name in ("dc1-a", "dc1-b", "agg-a"):
         assert hosts[name].unit("headwater-broker.service", "ActiveState")["ActiveState"] == "active"
     # Each datacenter's brokers registered in their own ZooKeeper: one cluster per datacenter.
@@ -296,7 +321,7 @@ def test_site_makes_a_cluster_per_datacenter(deployment: Deployment) -> None:
     for line in (
         "broker.id=2",
         "broker.rack=dc1",
-        f"zookeeper.connect={hosts['dc1-a'].address}:2181",
+        "zookeeper.connect=" + ",".join(f"{hosts[n].address}:2181" for n in DC1_ZOOKEEPERS),
         "inter.broker.listener.name=SECURE",
         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL",
         "listeners=PLAINTEXT://127.0.0.1:9092,SECURE://:9093",
@@ -358,14 +383,14 @@ def test_secure_by_default_plaintext_loopback_and_zookeeper_acls(deployment: Dep
         anon.stop()
         anon.close()
     for run in deployment.runs:
-        for password in SCRAM_USERS.values():
+        for password in (*SCRAM_USERS.values(), ZK_QUORUM_PASSWORD):
             assert password not in run.output
 
 
 def test_second_run_changes_nothing(deployment: Deployment) -> None:
     run = deployment.apply(deployment.inventory())
     changed = {host: r.get("changed", 0) for host, r in run.recap().items()}
-    assert set(changed) == {"dc1-a", "dc1-b", "agg-a"}
+    assert set(changed) == {"dc1-a", "dc1-b", "dc1-c", "agg-a"}
     assert all(n == 0 for n in changed.values()), f"changed on the second run: {run.changed_tasks()}"
 
 
@@ -453,6 +478,15 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
     finally:
         consumer.close()
     assert sum(ends) == 20, ends
+
+
+def zookeeper_word(address: str, command: bytes) -> dict[str, str]:
+    """A ZooKeeper four-letter word's answer (``srvr``, ``mntr``) from ``address``:2181, as key -> value."""
+    with socket.create_connection((address, 2181), timeout=10) as s:
+        s.sendall(command)
+        answer = b"".join(iter(lambda: s.recv(4096), b"")).decode(errors="replace")
+    pairs = (re.split(r":\s*|\t", line, maxsplit=1) for line in answer.splitlines())
+    return {kv[0].strip(): kv[1].strip() for kv in pairs if len(kv) == 2}
 
 
 def acls_of(bootstrap: str) -> set[tuple[str, str, str]]:

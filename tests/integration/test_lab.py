@@ -17,6 +17,7 @@ from typing import Any
 import docker
 import pytest
 
+from headwater.testing.zookeeper_ensemble import four_letter
 from tests.integration import kafka_io
 from tests.integration.containers import free_ports
 from tests.integration.kafka_io import consume, create_topic, metadata, produce, wait_for
@@ -28,7 +29,7 @@ COMPOSE_FILE = ROOT / "deploy" / "compose" / "docker-compose.yml"
 CLUSTERS = {"dc1": (101, "dc1"), "dc2": (201, "dc2"), "agg": (301, "agg")}
 WINDOW_MS = 2000
 GRACE_MS = 10000
-SERVICES = 23  # 3 x (ZooKeeper + 3 brokers), 2 WAN links, mirror, audit + PostgreSQL, 2 x activity, Spark x 2, loader, Prometheus
+SERVICES = 29  # 3 x (3 ZooKeeper + 3 brokers), 2 WAN links, mirror, audit + PostgreSQL, 2 x activity, Spark x 2, loader, Prometheus
 
 
 class Lab:
@@ -56,6 +57,21 @@ class Lab:
     def bootstrap(self, cluster: str) -> str:
         return ",".join(self.port(f"{cluster}-broker{i}", 9094) for i in (1, 2, 3))
 
+    def zookeeper(self, cluster: str, i: int, command: bytes) -> dict[str, str]:
+        """A four-letter word's answer (``srvr``, ``mntr``) from ZooKeeper server ``i`` of ``cluster``,
+        on its published port, as key -> value ({} when it does not serve)."""
+        answer = four_letter(int(self.env[f"{cluster.upper()}_ZOOKEEPER{i}_PORT"]), command, timeout=5)
+        pairs = (re.split(r":\s*|\t", line, maxsplit=1) for line in answer.splitlines())
+        return {kv[0].strip(): kv[1].strip() for kv in pairs if len(kv) == 2}
+
+    def ensemble(self, cluster: str) -> dict[int, str]:
+        """Server -> its mode (leader, follower; "" when it does not serve) in ``cluster``'s ensemble."""
+        return {i: self.zookeeper(cluster, i, b"srvr").get("Mode", "") for i in (1, 2, 3)}
+
+
+def _one_leader_two_followers(modes: dict[int, str]) -> bool:
+    return sorted(modes.values()) == ["follower", "follower", "leader"]
+
 
 @pytest.fixture(scope="module")
 def lab(
@@ -69,9 +85,10 @@ def lab(
         ["bash", str(ROOT / "deploy" / "scripts" / "lab.sh"), "certs"], env=env, capture_output=True, text=True
     )
     assert certs.returncode == 0, certs.stderr
-    ports = iter(free_ports(18))
+    ports = iter(free_ports(24))
     for cluster in CLUSTERS:
-        env[f"{cluster.upper()}_ZOOKEEPER_PORT"] = str(next(ports))
+        for i in (1, 2, 3):
+            env[f"{cluster.upper()}_ZOOKEEPER{i}_PORT"] = str(next(ports))
         for i in (1, 2, 3):
             env[f"{cluster.upper()}_BROKER{i}_PORT"] = str(next(ports))
     env["MIRROR_METRICS_PORT"] = str(next(ports))
@@ -102,6 +119,7 @@ def lab(
         yield lab
     except BaseException:
         print(lab.compose("logs", "--tail", "40", check=False).stdout[-8000:])
+        print(lab.compose("logs", "lab-init", check=False).stdout[-3000:])
         raise
     finally:
         kafka_io.CLIENT_CONF.clear()
@@ -124,6 +142,20 @@ def test_compose_lab_serves_every_cluster_and_mirrors_the_dcs_into_the_aggregate
     assert set(health.values()) == {"healthy"}, health
 
     for cluster, (first_id, rack) in CLUSTERS.items():
+        # Item 38.3: each cluster's ZooKeeper is an ensemble of three, one leader and two followers
+        # (their own srvr), the leader with two synced followers (mntr), which logged in to it with
+        # the ensemble's SASL login (quorum.auth.enableSasl); the brokers list all three.
+        modes = lab.ensemble(cluster)
+        assert _one_leader_two_followers(modes), (cluster, modes)
+        leader = next(i for i, mode in modes.items() if mode == "leader")
+        mntr = lab.zookeeper(cluster, leader, b"mntr")
+        assert (mntr.get("zk_server_state"), mntr.get("zk_synced_followers")) == ("leader", "2"), (cluster, mntr)
+        leader_log = lab.compose("logs", f"{cluster}-zookeeper{leader}", check=False).stdout
+        assert "Successfully authenticated learner: authenticationID=zkquorum" in leader_log, leader_log[-3000:]
+        assert "zk-quorum-lab-secret" not in leader_log
+        connect = lab.compose("exec", "-T", f"{cluster}-broker1", "printenv", "KAFKA_ZOOKEEPER_CONNECT").stdout.strip()
+        assert connect == ",".join(f"{cluster}-zookeeper{i}:2181" for i in (1, 2, 3)), connect
+
         bootstrap = lab.bootstrap(cluster)
         published = [lab.env[f"{cluster.upper()}_BROKER{i}_PORT"] for i in (1, 2, 3)]
         assert bootstrap == ",".join(f"127.0.0.1:{p}" for p in published)
@@ -262,7 +294,7 @@ _ANONYMOUS_ZOOKEEPER = """
 from kazoo.exceptions import NoAuthError
 from headwater.zk.client import kazoo_client
 from headwater.zk.security import ZkSecurity
-zk = kazoo_client("dc1-zookeeper:2181", security=ZkSecurity())
+zk = kazoo_client("dc1-zookeeper1:2181,dc1-zookeeper2:2181,dc1-zookeeper3:2181", security=ZkSecurity())
 zk.start(timeout=30)
 print("brokers", sorted(zk.get_children("/brokers/ids")))
 for name, attempt in (
@@ -423,3 +455,91 @@ def test_pipeline_check_then_faults_lose_nothing_at_any_tier(lab: Lab) -> None:
     assert isinstance(loaded, dict)
     for key, tiers in sorted(loaded.items()):
         assert int(tiers["warehouse"]["count"]) == int(tiers["producer"]["count"]), (key, tiers["warehouse"])
+
+
+# ---- item 38.0 (the lab's half): a full restart keeping the volumes heals by itself ----------
+
+RESTART_TOPIC = "lab-restart-%s"  # per cluster: the mirror copies dc1's and dc2's into agg
+HEAL_S = 30.0  # the issue's bound on an idle machine
+
+
+def _heal_deadline() -> float:
+    """HEAL_S, stretched by the machine's load (1-minute load average per core, at most 4x): the
+    lab's 29 containers share the cores with whatever else runs."""
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return HEAL_S * min(4.0, max(1.0, load))
+
+
+def _acks_all_to_every_partition(bootstrap: str, topic: str, partitions: int) -> bool:
+    """One acks=all record to each partition of ``topic``, every one acknowledged (raises otherwise)."""
+    from confluent_kafka import Producer
+
+    errors: list[object] = []
+    acked: set[int] = set()
+
+    def on_delivery(err: object, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acked.add(msg.partition())
+
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "message.timeout.ms": 10000,
+            **kafka_io.QUIET,
+            **kafka_io.CLIENT_CONF,
+        }
+    )
+    for partition in range(partitions):
+        p.produce(topic, value=b"after-restart-%d" % partition, partition=partition, on_delivery=on_delivery)
+    assert p.flush(15) == 0, "not every record was answered"
+    assert not errors and acked == set(range(partitions)), (errors[:5], sorted(acked))
+    return True
+
+
+@pytest.mark.slow  # ~3.5 min: the lab's down (~30 s) and up again (~2.5 min) dominate
+def test_full_restart_keeping_volumes_heals_every_isr(lab: Lab) -> None:
+    """`make lab-down` (docker compose down, volumes kept) then `make lab`: within 30 s of the lab
+    being up again (every service healthy; longer on a loaded machine: _heal_deadline) every
+    partition of every cluster has its full ISR (the brokers' own metadata) and an acks=all produce
+    to every partition of a topic succeeds in each cluster (min.insync.replicas=2, RF 3); each
+    ZooKeeper ensemble has its leader and two followers again; nothing acknowledged before is lost."""
+    for cluster in CLUSTERS:
+        create_topic(lab.bootstrap(cluster), RESTART_TOPIC % cluster, partitions=6, replication_factor=3)
+        wait_for(lambda c=cluster: not _under_replicated(lab.bootstrap(c)), 120, f"{cluster}: every ISR full before")
+        produce(lab.bootstrap(cluster), RESTART_TOPIC % cluster, [(b"k%d" % i, b"before-%d" % i) for i in range(30)])
+    started = time.monotonic()
+    lab.compose("down", timeout=300)  # as lab.sh down: containers and networks go, the volumes stay
+    down_s = time.monotonic() - started
+    lab.compose("up", "-d", "--wait", "--wait-timeout", "300", timeout=360)
+    up = time.monotonic()
+    deadline = _heal_deadline()
+    print(
+        f"lab down {down_s:.0f} s, up again (all healthy) {up - started - down_s:.0f} s; heal deadline {deadline:.0f} s"
+    )
+
+    healed: dict[str, float] = {}
+    for cluster in CLUSTERS:
+        bootstrap = lab.bootstrap(cluster)
+        wait_for(
+            lambda b=bootstrap: not _under_replicated(b),
+            max(1.0, deadline - (time.monotonic() - up)),
+            f"{cluster}: every ISR full",
+        )
+        wait_for(
+            lambda b=bootstrap, t=RESTART_TOPIC % cluster: _acks_all_to_every_partition(b, t, 6),
+            max(1.0, deadline - (time.monotonic() - up)),
+            f"{cluster}: acks=all to every partition of {RESTART_TOPIC % cluster}",
+        )
+        healed[cluster] = time.monotonic() - up
+        assert _one_leader_two_followers(lab.ensemble(cluster)), (cluster, lab.ensemble(cluster))
+    print(
+        "healed (every ISR full, acks=all to every partition), seconds after up:",
+        {c: round(t, 1) for c, t in healed.items()},
+    )
+    # The data survived: what was acknowledged before the restart is all there.
+    for cluster in CLUSTERS:
+        got = consume(lab.bootstrap(cluster), RESTART_TOPIC % cluster, list(range(6)), 36)
+        assert {r.value for r in got} >= {b"before-%d" % i for i in range(30)}, cluster

@@ -16,6 +16,10 @@ the latency producer sets only ``linger.ms=0``, as the existing latency scenario
 - (before any figure, a warm-up: the produce of p6 and its consume once, unmeasured, so the JVM's JIT is warm)
 - broker 0's CPU seconds per MiB produced and its peak RSS during the 6-partition acks=1 produce.
 
+These are the ``core`` group; ``--only`` picks groups, the others (large records, Kafka 2.3.1's Java
+perf tools, controller failover, MirrorMaker 2 and Spark's Kafka source, with ``headwater mirror`` and
+``format("headwater")`` beside the last two) are described in :mod:`headwater.bench.versus_more`.
+
 Every figure is the median of ``runs`` (default 3) with its min-max; each row gains the Kafka
 figure and the ratio Headwater / Kafka, judged against issue 40's goals (produce >= 0.5x, consume
 >= 0.8x, p99 <= 1.5x, RSS <= 0.25x). The load average at start and end is part of the report: on a
@@ -63,6 +67,7 @@ GOALS = {
     "consume": Goal(">= 0.8x Kafka", lambda r: r >= 0.8),
     "p99": Goal("<= 1.5x Kafka", lambda r: r <= 1.5),
     "rss": Goal("<= 0.25x Kafka", lambda r: r <= 0.25),
+    "failover": Goal("<= 0.5x Kafka", lambda r: r <= 0.5),
 }
 
 
@@ -73,6 +78,10 @@ class Row:
     unit: str
     goal: str | None = None  # a GOALS key
     higher_is_better: bool = True
+    #: "broker": Headwater's brokers vs Kafka's, one client; "tool": Headwater's tool vs Kafka's
+    #: (MM2, Spark's source), both over Headwater brokers
+    table: str = "broker"
+    group: str = "core"
     values: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in SYSTEMS})
 
     def median(self, system: str) -> float | None:
@@ -121,7 +130,20 @@ ROWS = [
     Row("l999", "end-to-end latency p99.9 at 10,000 rec/s", "ms", None, False),
     Row("cpu", "broker CPU per MiB produced (p6)", "CPU s/MiB", None, False),
     Row("rss", "broker peak RSS during p6", "MiB", "rss", False),
+    Row("lp", "produce, 100 KiB records, 1 partition, acks=1 RF 1", "MiB/s", "produce", group="large"),
+    Row("lc", "consume, 100 KiB records, 1 partition", "MiB/s", "consume", group="large"),
+    Row("jp", "Java ProducerPerformance 2.3.1, 100 B, 6 partitions, acks=1", "rec/s", "produce", group="java"),
+    Row("jc", "Java ConsumerPerformance 2.3.1 (fetch.nMsg.sec), 6 partitions", "rec/s", "consume", group="java"),
+    Row("fo", "controller failover after kill -9 (PARTS partitions, RF 3)", "s", "failover", False, group="failover"),
+    Row("mm2", "MirrorMaker 2 dc1 -> agg, 100 B, first to last record", "rec/s", None, group="mm2"),
+    Row("mm2e", "MirrorMaker 2 dc1 -> agg, process start to last record", "s", None, False, group="mm2"),
+    Row("sk", "Spark format(kafka) -> Parquet, 1 KiB, 4 partitions", "rec/s", None, group="spark"),
+    Row("tm", "headwater mirror / MM2, first to last record", "rec/s", None, table="tool", group="mm2"),
+    Row("tme", "headwater mirror / MM2, process start to last record", "s", None, False, table="tool", group="mm2"),
+    Row("ts", "format(headwater) / Spark format(kafka) -> Parquet", "rec/s", None, table="tool", group="spark"),
 ]
+#: what ``--only`` selects with ``--versus kafka`` (default: every group)
+GROUPS = ("core", "large", "java", "failover", "mm2", "spark")
 
 
 @dataclass
@@ -132,12 +154,43 @@ class Plan:
     latency_seconds: float = 10.0
     latency_rate: int = 10_000
     quick: bool = False
+    groups: tuple[str, ...] = GROUPS
+    large_count: int = 1_000  # 100 KiB records: ~100 MiB
+    java_count: int = 1_500_000
+    partitions: int = 2_000  # the failover row
+    mirror_count: int = 50_000
+    spark_count: int = 50_000  # 1 KiB records: ~50 MiB
 
     @staticmethod
-    def make(quick: bool, runs: int | None, records: int | None = None) -> Plan:
+    def make(
+        quick: bool,
+        runs: int | None,
+        records: int | None = None,
+        groups: tuple[str, ...] = GROUPS,
+        partitions: int | None = None,
+    ) -> Plan:
         if quick:
-            return Plan(runs or 1, records or 30_000, produce_seconds=15, latency_seconds=3, quick=True)
-        return Plan(runs=runs or 3, produce_count=records or 1_500_000, produce_seconds=60)
+            return Plan(
+                runs or 1,
+                records or 30_000,
+                produce_seconds=15,
+                latency_seconds=3,
+                quick=True,
+                groups=groups,
+                large_count=100,
+                java_count=records or 20_000,
+                partitions=partitions or 100,
+                mirror_count=5_000,
+                spark_count=5_000,
+            )
+        return Plan(
+            runs=runs or 3,
+            produce_count=records or 1_500_000,
+            produce_seconds=60,
+            groups=groups,
+            java_count=records or 500_000,
+            partitions=partitions or 2_000,
+        )
 
 
 def _request(bootstrap: str, api: Any, version_: int, body: dict[str, Any], timeout: float = 30) -> dict[str, Any]:
@@ -331,7 +384,22 @@ def one_run(
 
 def run(plan: Plan, out: Path, workdir: Path | None = None, log: Callable[[str], None] | None = None) -> Path:
     say = log or (lambda m: print(f"versus: {m}", file=sys.stderr, flush=True))
-    rows = {r.key: Row(r.key, r.label, r.unit, r.goal, r.higher_is_better) for r in ROWS}
+    from headwater.bench import versus_more as more
+
+    rows = {
+        r.key: Row(
+            r.key,
+            r.label.replace("PARTS", f"{plan.partitions:,}"),
+            r.unit,
+            r.goal,
+            r.higher_is_better,
+            r.table,
+            r.group,
+        )
+        for r in ROWS
+        if r.group in plan.groups
+    }
+    shared = {"core", "large", "java", "spark"} & set(plan.groups)
     load_start = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M %Z")
     wd = workdir or Path(tempfile.mkdtemp(prefix="headwater-versus-"))
@@ -343,10 +411,31 @@ def run(plan: Plan, out: Path, workdir: Path | None = None, log: Callable[[str],
             order = SYSTEMS if i % 2 == 0 else tuple(reversed(SYSTEMS))
             for system in order:
                 say(f"run {i + 1}/{plan.runs}: {system}")
-                with cluster(system, wd, zk, next(n)) as (bootstrap, pids):
-                    one_run(system, bootstrap, pids, plan, rows, say)
+                if shared:
+                    with cluster(system, wd, zk, next(n)) as (bootstrap, pids):
+                        if "core" in plan.groups:
+                            one_run(system, bootstrap, pids, plan, rows, say)
+                        if "large" in plan.groups:
+                            _tried(say, system, "large", more.large, system, bootstrap, plan.large_count, rows, say)
+                        if "java" in plan.groups:
+                            _tried(say, system, "java", more.java_perf, system, bootstrap, plan.java_count, rows, say)
+                        if "spark" in plan.groups:
+                            _tried(say, system, "spark", more.spark, system, bootstrap, wd, plan.spark_count, rows, say)
+                if "mm2" in plan.groups:
+                    name = f"versus-mm2-{system}{next(n)}"
+                    _tried(say, system, "mm2", more.mirrors, system, wd, zk, name, plan.mirror_count, rows, say)
+                if "failover" in plan.groups:
+                    name = f"versus-failover-{system}{next(n)}"
+                    _tried(say, system, "failover", more.failover, system, wd, zk, name, plan.partitions, rows, say)
+                _write(out, rows, plan, started, load_start)
     finally:
         zk.stop()
+    md = _write(out, rows, plan, started, load_start)
+    return md
+
+
+def _write(out: Path, rows: dict[str, Row], plan: Plan, started: str, load_start: tuple[float, ...]) -> Path:
+    """versus.md and versus.json as they stand (after every run too: a long run interrupted keeps its figures)."""
     out.mkdir(parents=True, exist_ok=True)
     md = out / "versus.md"
     md.write_text(markdown(list(rows.values()), plan, started, load_start, os.getloadavg()))
@@ -358,7 +447,10 @@ def run(plan: Plan, out: Path, workdir: Path | None = None, log: Callable[[str],
                 "runs": plan.runs,
                 "quick": plan.quick,
                 "load_average": {"start": load_start, "end": os.getloadavg()},
-                "rows": {r.key: {"label": r.label, "unit": r.unit, **r.values} for r in rows.values()},
+                "groups": list(plan.groups),
+                "rows": {
+                    r.key: {"label": r.label, "unit": r.unit, "table": r.table, **r.values} for r in rows.values()
+                },
             },
             indent=1,
         )
@@ -366,11 +458,33 @@ def run(plan: Plan, out: Path, workdir: Path | None = None, log: Callable[[str],
     return md
 
 
+def _tried(say: Callable[[str], None], system: str, group: str, fn: Callable[..., None], *args: Any) -> None:
+    """One group's measurement; a failure is logged and leaves its rows without this run's figure
+    (the table shows the runs each cell has), the other groups still run."""
+    try:
+        fn(*args)
+    except (RuntimeError, OSError, TimeoutError, subprocess.SubprocessError, KeyError, ValueError) as e:
+        say(f"{system} {group}: failed: {e}")
+
+
 def _kafka_version() -> str:
     try:
         return version()
     except FileNotFoundError:
         return "(jars not fetched)"
+
+
+def _line(r: Row, plan: Plan) -> str:
+    ratio = r.ratio()
+    verdict = "" if plan.quick else r.verdict()
+    cells = {
+        s: r.cell(s) + (f" [{len(r.values[s])} of {plan.runs}]" if 0 < len(r.values[s]) < plan.runs else "")
+        for s in SYSTEMS
+    }
+    return (
+        f"| {r.label} | {r.unit} | {cells['headwater']} | {cells['kafka']} | "
+        f"{'-' if ratio is None else f'{ratio:.2f}'} | {verdict} |"
+    )
 
 
 def markdown(
@@ -388,11 +502,16 @@ def markdown(
     if plan.quick:
         lines += ["**A smoke run** (`--quick`): too few records and runs to judge any goal; no goal is judged.", ""]
     lines += ["| row | unit | Headwater | Kafka | Headwater / Kafka | goal |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        ratio = r.ratio()
-        verdict = "" if plan.quick else r.verdict()
-        lines.append(
-            f"| {r.label} | {r.unit} | {r.cell('headwater')} | {r.cell('kafka')} | "
-            f"{'-' if ratio is None else f'{ratio:.2f}'} | {verdict} |"
-        )
+    lines += [_line(r, plan) for r in rows if r.table == "broker"]
+    tools = [r for r in rows if r.table == "tool"]
+    if tools:
+        lines += [
+            "",
+            "Headwater's own tool against Kafka's, both over the same Headwater brokers in the same run "
+            '(`headwater mirror` / MirrorMaker 2; `format("headwater")` / Spark\'s `format("kafka")`):',
+            "",
+            "| row | unit | Headwater's tool | Kafka's tool | Headwater's / Kafka's | goal |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [_line(r, plan) for r in tools]
     return "\n".join(lines) + "\n"

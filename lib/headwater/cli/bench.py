@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="scenarios to run (1 produce, 2 consume, 3 latency, 4 stored, 5 resources, 6 large records, 7 mirror, "
         "8 Spark loader, 9 mirror across a WAN link, 10 audit counting, 11 TLS and SASL cost, 12 client quotas on vs off, "
         "scale thousands of partitions, zk-outage a ZooKeeper outage; default: all, all but 8, 9, 11, 12, "
-        "scale and zk-outage with --quick)",
+        "scale and zk-outage with --quick); with --versus kafka, groups: core, large, java, failover, mm2, spark "
+        "(default: all)",
     )
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for results.md/.json")
     p.add_argument("--workdir", type=Path, default=None, help="where brokers keep their logs (default: a temp dir)")
@@ -47,7 +48,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--versus",
         choices=["kafka"],
         default=None,
-        help="run produce, consume, latency and resources on Apache Kafka (pinned jars, make java-deps) and on "
+        help="run produce, consume, latency, resources, large records, Kafka's Java perf tools, controller failover "
+        "(--scale-partitions N), MirrorMaker 2 and Spark's Kafka source on Apache Kafka (pinned jars, make java-deps) and on "
         "Headwater alternately; writes versus.md/.json with Headwater / Kafka ratios",
     )
     p.add_argument("--records", type=int, default=None, help="--versus: records per produce row (default 1,500,000)")
@@ -102,11 +104,27 @@ def _versus(args: argparse.Namespace) -> int:
     from headwater.bench import versus
     from headwater.testing import java
 
+    groups = versus.GROUPS
+    if args.only is not None:
+        groups = tuple(s.strip() for s in args.only.split(",") if s.strip())
+        unknown = [g for g in groups if g not in versus.GROUPS]
+        if unknown:
+            print(
+                f"headwater bench --versus kafka: unknown group(s) {', '.join(unknown)}; "
+                f"choose from {', '.join(versus.GROUPS)}",
+                file=sys.stderr,
+            )
+            return 2
+    try:
+        sizes = _sizes(args.scale_partitions)
+    except ValueError as e:
+        print(f"headwater bench: --scale-partitions {args.scale_partitions!r}: {e}", file=sys.stderr)
+        return 2
     reason = java.unavailable()
     if reason is not None:
         print(f"headwater bench --versus kafka: {reason}", file=sys.stderr)
         return 2
-    plan = versus.Plan.make(args.quick, args.runs, args.records)
+    plan = versus.Plan.make(args.quick, args.runs, args.records, groups, sizes[0] if sizes else None)
     md = versus.run(plan, args.out, args.workdir, None if not args.quiet else (lambda m: None))
     sys.stdout.write(md.read_text())
     print(f"\nwrote {md}", file=sys.stderr)

@@ -1,0 +1,458 @@
+"""The rows of ``headwater bench --versus kafka`` beyond produce/consume/latency (issues 39 and 40):
+
+- ``large``: 100 KiB records, produced (acks=1, 1 partition RF 1, librdkafka defaults) and read back;
+- ``java``: Kafka 2.3.1's own perf tools, ``org.apache.kafka.tools.ProducerPerformance``
+  (``kafka-producer-perf-test``: acks=1, 100-byte records, unthrottled, kafka-clients 2.3.1 at its
+  defaults) and ``kafka.tools.ConsumerPerformance`` (``kafka-consumer-perf-test``, its
+  ``fetch.nMsg.sec``: records/s from the first fetch, the group join left out), heap 512 MiB as the
+  scripts set it;
+- ``failover``: a fresh 3-broker cluster with ``--partitions`` partitions (default 2,000; RF 3, topics
+  of 20, ``auto.leader.rebalance.enable=false`` on both), ``kill -9`` of the controller, seconds until
+  the survivors' Metadata gives every partition a live leader (ZooKeeper's 6 s session timeout,
+  ticking at 2,000 ms, is part of it on both);
+- ``mm2``: MirrorMaker 2 (connect-mirror, dedicated mode, the properties of
+  tests/java/test_mirrormaker2.py) copying a 1-partition topic of 100-byte records from dc1 (one
+  broker) to agg (one broker): records/s from the first record seen in agg to the last, and the
+  end-to-end seconds from MM2's process start to the last record in agg. On Headwater the same run
+  also measures ``headwater mirror`` over the same clusters and topic (the second table);
+- ``spark``: Spark's own ``spark.read.format("kafka")`` (spark-sql-kafka-0-10, pinned in
+  tests/java/pom.xml; ``local[2]``) reading a 4-partition topic of 1 KiB records into Parquet, timed
+  inside the session (the second of two reads, so the connector's class loading is out); on
+  Headwater also the project's own ``format("headwater")`` source, same session, same write.
+
+Each function measures one system's cluster (``system`` is "headwater" or "kafka") and appends to
+``rows[key].values[system]``; rows whose ``table`` is "tool" compare Headwater's tool with Kafka's
+tool, both over Headwater brokers (the "kafka" side there is MM2 / Spark's source).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+from headwater.testing import java
+from headwater.testing.cluster import LocalCluster
+from headwater.testing.kafka import KafkaCluster
+from headwater.testing.zookeeper import ZooKeeperServer
+
+Log = Callable[[str], None]
+MIB = 1 << 20
+
+
+class _Broker(Protocol):
+    broker_id: int
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    @property
+    def pid(self) -> int: ...
+
+    def kill9(self) -> None: ...
+
+
+class _Cluster(Protocol):
+    @property
+    def bootstrap(self) -> str: ...
+
+    brokers: Any
+
+
+@contextmanager
+def any_cluster(
+    system: str, workdir: Path, zk: ZooKeeperServer, name: str, size: int, overrides: dict[str, object] | None = None
+) -> Iterator[Any]:
+    """A ``size``-broker cluster of ``system`` in a chroot of its own on ``zk``."""
+    if system == "kafka":
+        with KafkaCluster(workdir / name, size, zk_connect=zk.connect, chroot=f"/{name}", overrides=overrides) as k:
+            yield k
+    else:
+        with LocalCluster(workdir / name, size, zk_connect=f"{zk.connect}/{name}", overrides=overrides) as h:
+            yield h
+
+
+def _loadgen() -> Callable[..., dict[str, Any]]:
+    from headwater.bench.versus import loadgen
+
+    return loadgen
+
+
+def _create(bootstrap: str, name: str, partitions: int, rf: int) -> None:
+    from headwater.bench.versus import create_topic
+
+    create_topic(bootstrap, name, partitions, rf)
+
+
+def fill(bootstrap: str, topic: str, count: int, size: int, timeout: float = 600) -> int:
+    res = _loadgen()(
+        "confluent-produce",
+        bootstrap,
+        topic,
+        timeout + 60,
+        "--count",
+        str(count),
+        "--seconds",
+        str(timeout),
+        "--size",
+        str(size),
+        "--acks",
+        "1",
+    )
+    if res["errors"]:
+        raise RuntimeError(f"filling {topic}: {res['errors']} errors, first: {res['first_error']}")
+    return int(res["acked"])
+
+
+# --- large records -----------------------------------------------------------------------------
+
+LARGE = 100 * 1024
+
+
+def large(system: str, bootstrap: str, count: int, rows: dict[str, Any], log: Log) -> None:
+    topic = "versus-large"
+    _create(bootstrap, topic, 1, 1)
+    res = _loadgen()(
+        "confluent-produce",
+        bootstrap,
+        topic,
+        300,
+        "--count",
+        str(count),
+        "--seconds",
+        "120",
+        "--size",
+        str(LARGE),
+        "--acks",
+        "1",
+    )
+    mib = res["acked"] * LARGE / MIB
+    rows["lp"].values[system].append(mib / res["seconds"])
+    c = _loadgen()("confluent-consume", bootstrap, topic, 300, "--count", str(res["acked"]), "--seconds", "120")
+    rows["lc"].values[system].append(c["records"] * LARGE / MIB / c["seconds"] if c.get("seconds") else 0.0)
+    log(
+        f"{system} large: produce {rows['lp'].values[system][-1]:.1f} MiB/s, consume {rows['lc'].values[system][-1]:.1f} MiB/s"
+    )
+
+
+# --- Kafka's Java perf tools -------------------------------------------------------------------
+
+_PRODUCED = re.compile(r"(\d+) records sent, ([\d.]+) records/sec")
+
+
+def perf_tool(main: str, args: list[str], timeout: float) -> str:
+    cmd = java.java_command(main, args, "kafka-legacy", heap="512m", quick_start=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{main} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+def java_perf(system: str, bootstrap: str, count: int, rows: dict[str, Any], log: Log) -> None:
+    topic = "versus-java"
+    _create(bootstrap, topic, 6, 1)
+    out = perf_tool(
+        "org.apache.kafka.tools.ProducerPerformance",
+        [
+            "--topic",
+            topic,
+            "--num-records",
+            str(count),
+            "--record-size",
+            "100",
+            "--throughput",
+            "-1",
+            "--producer-props",
+            f"bootstrap.servers={bootstrap}",
+            "acks=1",
+        ],
+        600,
+    )
+    m = _PRODUCED.findall(out)
+    if not m or int(m[-1][0]) != count:
+        raise RuntimeError(f"ProducerPerformance: no final line for {count} records: {out[-500:]}")
+    rows["jp"].values[system].append(float(m[-1][1]))
+    out = perf_tool(
+        "kafka.tools.ConsumerPerformance",
+        ["--broker-list", bootstrap, "--topic", topic, "--messages", str(count), "--timeout", "60000"],
+        600,
+    )
+    header, values = _csv_pair(out)
+    got = dict(zip(header, values, strict=False))
+    if int(float(got["data.consumed.in.nMsg"])) < count:
+        raise RuntimeError(f"ConsumerPerformance read {got['data.consumed.in.nMsg']} of {count}: {out[-500:]}")
+    rows["jc"].values[system].append(float(got["fetch.nMsg.sec"]))
+    log(f"{system} java perf tools: produce {rows['jp'].values[system][-1]:,.0f}, consume {got}")
+
+
+def _csv_pair(out: str) -> tuple[list[str], list[str]]:
+    lines = [ln for ln in out.splitlines() if "," in ln]
+    for i, ln in enumerate(lines):
+        if ln.startswith("start.time"):
+            return [h.strip() for h in ln.split(",")], [v.strip() for v in lines[i + 1].split(",")]
+    raise RuntimeError(f"ConsumerPerformance printed no stats: {out[-500:]}")
+
+
+# --- controller failover -----------------------------------------------------------------------
+
+
+def failover(
+    system: str, workdir: Path, zk: ZooKeeperServer, name: str, partitions: int, rows: dict[str, Any], log: Log
+) -> None:
+    from headwater.bench.scenarios import scale
+
+    overrides: dict[str, object] = {"auto.leader.rebalance.enable": "false"}
+    with any_cluster(system, workdir, zk, name, 3, overrides) as c:
+        t = time.monotonic()
+        scale.create_topics(c.bootstrap, "scale-", partitions, log)
+        log(f"{system} failover: {partitions:,} partitions created in {time.monotonic() - t:.1f}s")
+        admin = scale._admin(c.bootstrap)
+        controller = admin.list_topics(timeout=60).controller_id  # type: ignore[attr-defined]
+        victim = next(b for b in c.brokers if b.broker_id == controller)
+        survivors = ",".join(b.bootstrap for b in c.brokers if b is not victim)
+        # Kafka elects only from the ISR (unclean election off): a partition whose ISR shrank to the
+        # victim alone (a follower that fell behind on a loaded machine) stays offline, by design
+        before = isrs(c.bootstrap)
+        electable = {tp for tp, isr in before.items() if set(isr) - {controller}}
+        victim.kill9()
+
+        def led() -> bool:
+            seen = leaders(survivors)
+            return all(seen.get(tp, -1) not in (-1, controller) for tp in electable)
+
+        seconds = scale.wait_until(led, 600, "a live leader for every partition after the controller's kill -9")
+        if len(electable) < partitions:
+            log(f"{system} failover: {partitions - len(electable)} partition(s) had only the victim in their ISR")
+        rows["fo"].values[system].append(seconds)
+        log(f"{system} failover at {partitions:,} partitions: {seconds:.1f}s")
+
+
+def _topics(bootstrap: str) -> Any:
+    from headwater.bench.scenarios import scale
+
+    return scale._admin(bootstrap).list_topics(timeout=60).topics.items()  # type: ignore[attr-defined]
+
+
+def isrs(bootstrap: str) -> dict[tuple[str, int], list[int]]:
+    return {
+        (n, p): list(m.isrs) for n, t in _topics(bootstrap) if n.startswith("scale-") for p, m in t.partitions.items()
+    }
+
+
+def leaders(bootstrap: str) -> dict[tuple[str, int], int]:
+    return {(n, p): m.leader for n, t in _topics(bootstrap) if n.startswith("scale-") for p, m in t.partitions.items()}
+
+
+# --- MirrorMaker 2 and headwater mirror ------------------------------------------------------
+
+
+def _hw(bootstrap: str, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "versus-watch"})
+    try:
+        md = c.list_topics(topic, timeout=10).topics.get(topic)
+        if md is None or md.error is not None or not md.partitions:
+            return 0
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in md.partitions)
+    finally:
+        c.close()
+
+
+def copy_timed(
+    cmd: list[str], log_path: Path, dest: str, topic: str, count: int, deadline_s: float
+) -> tuple[float, float]:
+    """Start ``cmd``; (records/s from the first record seen in ``dest``'s ``topic`` to the last,
+    seconds from the process start to the last)."""
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    started = time.perf_counter()
+    try:
+        first = 0.0
+        first_count = 0
+        seen = 0
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {log_path.read_text()[-1500:]}")
+            try:
+                seen = _hw(dest, topic)
+            except Exception:  # the topic is being created: not yet
+                seen = 0
+            now = time.perf_counter()
+            if seen and not first:
+                first, first_count = now, seen
+            if seen >= count:
+                e2e = now - started
+                if seen <= first_count or now <= first:
+                    return seen / e2e, e2e
+                return (seen - first_count) / (now - first), e2e
+            time.sleep(0.05)
+        raise RuntimeError(f"{topic} in {dest} holds {seen:,} of {count:,} after {deadline_s:.0f}s ({log_path})")
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(30)
+
+
+def mm2_properties(path: Path, src: str, dst: str, topic: str) -> Path:
+    rf1 = [
+        f"{p}.replication.factor = 1"
+        for p in (
+            "offset.storage",
+            "config.storage",
+            "status.storage",
+            "heartbeats.topic",
+            "checkpoints.topic",
+            "offset-syncs.topic",
+        )
+    ]
+    path.write_text(
+        "\n".join(
+            [
+                "clusters = dc1, agg",
+                f"dc1.bootstrap.servers = {src}",
+                f"agg.bootstrap.servers = {dst}",
+                "dc1->agg.enabled = true",
+                f"dc1->agg.topics = {topic}",
+                "dc1->agg.groups = .*",
+                "agg->dc1.enabled = false",
+                "replication.factor = 1",
+                "sync.topic.acls.enabled = false",
+                "emit.heartbeats.interval.seconds = 1",
+                "emit.checkpoints.interval.seconds = 1",
+                "refresh.topics.interval.seconds = 5",
+                "refresh.groups.interval.seconds = 5",
+                "tasks.max = 2",
+                *rf1,
+                "",
+            ]
+        )
+    )
+    return path
+
+
+def mirrors(
+    system: str, workdir: Path, zk: ZooKeeperServer, name: str, count: int, rows: dict[str, Any], log: Log
+) -> None:
+    topic = "orders"
+    deadline = 120 + count / 2_000
+    with (
+        any_cluster(system, workdir, zk, f"{name}-dc1", 1) as dc1,
+        any_cluster(system, workdir, zk, f"{name}-agg", 1) as agg,
+    ):
+        _create(dc1.bootstrap, topic, 1, 1)
+        fill(dc1.bootstrap, topic, count, 100)
+        props = mm2_properties(workdir / f"{name}-mm2.properties", dc1.bootstrap, agg.bootstrap, topic)
+        cmd = java.java_command(
+            "org.apache.kafka.connect.mirror.MirrorMaker",
+            [str(props), "--clusters", "agg"],
+            "streams-mm2",
+            heap="768m",
+            quick_start=False,
+        )
+        rate, e2e = copy_timed(cmd, workdir / f"{name}-mm2.log", agg.bootstrap, f"dc1.{topic}", count, deadline)
+        rows["mm2"].values[system].append(rate)
+        rows["mm2e"].values[system].append(e2e)
+        log(f"{system} MM2: {rate:,.0f} rec/s, {e2e:.1f}s end to end")
+        if system != "headwater":
+            return
+        dc1_zk = f"{zk.connect}/{name}-dc1"
+        agg_zk = f"{zk.connect}/{name}-agg"
+        config = workdir / f"{name}-mirror.properties"
+        mirror = {
+            "clusters": "dc1, agg",
+            "dc1.zookeeper.connect": dc1_zk,
+            "dc1.bootstrap.servers": dc1.bootstrap,
+            "agg.bootstrap.servers": agg.bootstrap,
+            "agg.zookeeper.connect": agg_zk,
+            "dc1->agg.enabled": "true",
+            "dc1->agg.topics": topic,
+            "group.id": f"versus-{name}",
+        }
+        config.write_text("".join(f"{k} = {v}\n" for k, v in mirror.items()))
+        cmd = [sys.executable, "-m", "headwater.cli.main", "mirror", "-c", str(config)]
+        rate, e2e = copy_timed(cmd, workdir / f"{name}-mirror.log", agg.bootstrap, topic, count, deadline)
+        rows["tm"].values["headwater"].append(rate)
+        rows["tme"].values["headwater"].append(e2e)
+        rows["tm"].values["kafka"].append(rows["mm2"].values["headwater"][-1])
+        rows["tme"].values["kafka"].append(rows["mm2e"].values["headwater"][-1])
+        log(f"headwater mirror: {rate:,.0f} rec/s, {e2e:.1f}s end to end")
+
+
+# --- Spark: format("kafka") and format("headwater") --------------------------------------------
+
+SPARK = textwrap.dedent(
+    """
+    import json, sys, time
+    from pyspark.sql import SparkSession
+    bootstrap, topic, jars, out, fmt = sys.argv[1:6]
+    spark = (SparkSession.builder.master("local[2]").appName("versus-spark")
+             .config("spark.jars", jars).config("spark.ui.enabled", "false").getOrCreate())
+    if fmt == "headwater":
+        from headwater.loader.source import HeadwaterDataSource
+        spark.dataSource.register(HeadwaterDataSource)
+    times = []
+    for i in range(2):
+        t = time.perf_counter()
+        df = (spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+              .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
+        df.select("partition", "offset", "key", "value").write.mode("overwrite").parquet(f"{out}-{i}")
+        times.append(time.perf_counter() - t)
+    rows = spark.read.parquet(f"{out}-1").count()
+    print(json.dumps({"seconds": times, "rows": rows}))
+    spark.stop()
+    """
+)
+
+SPARK_SIZE = 1024
+
+
+def spark_read(bootstrap: str, topic: str, fmt: str, out: Path, count: int) -> float:
+    jars = java.classpath("spark-kafka").replace(os.pathsep, ",")
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", SPARK, bootstrap, topic, jars, str(out), fmt],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"Spark format({fmt}) exited {proc.returncode}: {proc.stderr[-2000:]}")
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    if res["rows"] != count:
+        raise RuntimeError(f"Spark format({fmt}) wrote {res['rows']} rows of {count}")
+    return float(res["seconds"][-1])
+
+
+def spark(system: str, bootstrap: str, workdir: Path, count: int, rows: dict[str, Any], log: Log) -> None:
+    topic = "versus-spark"
+    _create(bootstrap, topic, 4, 1)
+    fill(bootstrap, topic, count, SPARK_SIZE)
+    seconds = spark_read(bootstrap, topic, "kafka", workdir / f"spark-{system}-kafka", count)
+    rows["sk"].values[system].append(count / seconds)
+    log(f"{system} Spark format(kafka): {count / seconds:,.0f} rec/s ({seconds:.1f}s)")
+    if system != "headwater":
+        return
+    own = spark_read(bootstrap, topic, "headwater", workdir / "spark-headwater-headwater", count)
+    rows["ts"].values["headwater"].append(count / own)
+    rows["ts"].values["kafka"].append(count / seconds)
+    log(f"headwater Spark format(headwater): {count / own:,.0f} rec/s ({own:.1f}s)")
