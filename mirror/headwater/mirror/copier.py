@@ -207,6 +207,28 @@ class Copier:
         if flow.offset_syncs is not None:
             flow.offset_syncs.restart(*tp)
         self._told_reencoded = False
+        #: the newest source high watermark seen (fetches taken, and the fetch-ahead's answers not taken yet)
+        self.source_hw = -1
+        self._ahead: FetchAhead | None = None
+        #: the source timestamp (ms) of the newest record the target acknowledged (-1: none yet)
+        self.acked_timestamp = -1
+
+    def lag(self) -> int:
+        """Records in the source the target has not acknowledged: the newest high watermark any fetch
+        saw minus the offset after the last acknowledged record (not the fetch position: fetching
+        ahead goes on while the target refuses writes)."""
+        hw = self.source_hw
+        if self._ahead is not None:
+            hw = max(hw, self._ahead.high_watermark)
+        if hw < 0 or self.next_offset < 0:
+            return 0
+        return max(hw - self.next_offset, 0)
+
+    def record_age_ms(self) -> float:
+        """While the target lacks records: now minus the source timestamp of the last one it acknowledged."""
+        if self.acked_timestamp <= 0 or self.lag() == 0:
+            return 0.0
+        return max(time.time() * 1000.0 - self.acked_timestamp, 0.0)
 
     @property
     def plan(self) -> TopicPlan:
@@ -264,6 +286,9 @@ class Copier:
         failures = 0
         name = self.flow.flow.name
         ahead: FetchAhead | None = None
+        labels = (name, topic, str(partition))
+        self.metrics.lag.labels(*labels).set_function(self.lag)
+        self.metrics.record_age.labels(*labels).set_function(self.record_age_ms)
         try:
             while not self.stop.is_set():
                 if self.next_offset < 0:  # nothing committed: where auto.offset.reset points
@@ -284,11 +309,12 @@ class Copier:
                             fetch_max_bytes=self.config.fetch_max_bytes,
                         )
                         ahead.start()
+                        if self._ahead is not None:
+                            self.source_hw = max(self.source_hw, self._ahead.high_watermark)
+                        self._ahead = ahead
                     part = await ahead.next()
                     unit.progress()
-                    self.metrics.lag.labels(name, topic, str(partition)).set(
-                        max(part.high_watermark - self.next_offset, 0)
-                    )
+                    self.source_hw = max(self.source_hw, part.high_watermark)
                     failures, backoff = 0, 0.1
                     batches = part.batches
                     if not batches:
@@ -424,7 +450,10 @@ class Copier:
         self.metrics.bytes.labels(name, topic).inc(sum(len(b) for _, b in batches))
         newest = max(h.max_timestamp for h, _ in batches)
         if newest > 0:
-            self.metrics.latency.labels(name).observe(max(time.time() - newest / 1000.0, 0.0))
+            now = time.time()
+            self.metrics.latency.labels(name).observe(max(now - newest / 1000.0, 0.0))
+            self.metrics.replication_latency.labels(name, topic, str(self.tp[1])).set(max(now * 1000.0 - newest, 0.0))
+            self.acked_timestamp = max(self.acked_timestamp, newest)
             if topic == HEARTBEATS_TOPIC and self.flow.heartbeats is not None:
                 self.flow.heartbeats.acked(name, newest)
 

@@ -111,6 +111,11 @@ class FetchAhead:
         self.speculative_used = 0
         self.speculative_dropped = 0
 
+    @property
+    def high_watermark(self) -> int:
+        """The source's high watermark in the newest answer (-1: none yet), even one the copier has not taken."""
+        return self._high_watermark
+
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())

@@ -81,7 +81,23 @@ class MirrorMetrics:
         )
         self.lag = Gauge(
             "headwater_mirror_partition_lag",
-            "Source high watermark minus the next offset to mirror",
+            "Source high watermark minus the offset after the last record the target acknowledged (computed when "
+            "scraped, from the newest high watermark any fetch saw): what the target still lacks, growing while "
+            "writes fail even though fetching ahead goes on, as Burrow's lag and MM2's record age",
+            ["flow", "topic", "partition"],
+            registry=r,
+        )
+        self.record_age = Gauge(
+            "headwater_mirror_record_age_ms",
+            "MM2's record-age-ms per partition: while the target lacks records of the partition (lag > 0), now minus "
+            "the source timestamp of the last record it acknowledged (computed when scraped); 0 when caught up",
+            ["flow", "topic", "partition"],
+            registry=r,
+        )
+        self.replication_latency = Gauge(
+            "headwater_mirror_replication_latency_ms",
+            "MM2's replication-latency-ms per partition: the target's acknowledgement time minus the source "
+            "timestamp of the newest record it acknowledged, at the last acknowledgement",
             ["flow", "topic", "partition"],
             registry=r,
         )

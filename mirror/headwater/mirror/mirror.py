@@ -567,7 +567,12 @@ class Mirror:
                 await asyncio.to_thread(f.group.release, tp)
             except Exception as e:
                 log.warning("%s: handing over %s-%d: releasing the owner node failed: %s", f.flow.name, *tp, e)
-        for gauge in (self.metrics.lag, self.metrics.committed):
+        for gauge in (
+            self.metrics.lag,
+            self.metrics.committed,
+            self.metrics.record_age,
+            self.metrics.replication_latency,
+        ):
             try:
                 gauge.remove(f.flow.name, tp[0], str(tp[1]))
             except KeyError:
