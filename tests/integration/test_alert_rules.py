@@ -60,7 +60,8 @@ def test_alert_rules_parse_load_and_fire(
     docker_client: docker.DockerClient, prometheus_image: str, run_id: str, tmp_path: Path
 ) -> None:
     rules = sum(1 for line in (COMPOSE / "alerts.yml").read_text().splitlines() if line.strip().startswith("- alert:"))
-    assert rules >= 14, rules  # the 13 of the audit, mirror and brokers, and KafkaClientThrottled (quotas)
+    # the 13 of the audit, mirror and brokers, KafkaClientThrottled (quotas), HeadwaterMirrorPartitionLagging
+    assert rules >= 15, rules
     code, out = _promtool(docker_client, prometheus_image, run_id, COMPOSE, "check", "rules", "alerts.yml")
     assert code == 0 and f"SUCCESS: {rules} rules found" in out, out
     code, out = _promtool(docker_client, prometheus_image, run_id, COMPOSE, "test", "rules", "alerts.test.yml")

@@ -67,7 +67,9 @@ def test_the_lag_counts_what_the_target_acknowledged_not_what_was_fetched(
         # more records, one produce request each: fetched ahead, never acknowledged
         for i in range(20):
             assert produce_keyed(src.bootstrap, TOPIC, 1, prefix=f"c{i}") == 1
-        wait_for(lambda: _sample(port, "headwater_mirror_partition_lag") == 21, 30, "lag 21 while the target is paused", m)
+        wait_for(
+            lambda: _sample(port, "headwater_mirror_partition_lag") == 21, 30, "lag 21 while the target is paused", m
+        )
         wait_for(
             lambda: (_sample(port, "headwater_mirror_record_age_ms") or 0) >= 2000,
             30,
