@@ -9,14 +9,17 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from headwater.mirror.checkpoints import decode_offset_sync, offset_syncs_topic
 from headwater.testing import java
+from headwater.testing.zookeeper import free_port
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
 from tests.mirror.util import MirrorProcess, produce_keyed, read_topic, wait_for, zk_connect
@@ -104,6 +107,17 @@ def _translate(config: Path, target: str) -> dict[int, tuple[int, int]]:
     return out
 
 
+def _checkpoint_latencies(port: int) -> dict[tuple[str, str, str], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {
+        (s.labels["group"], s.labels["topic"], s.labels["partition"]): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "headwater_mirror_checkpoint_latency_ms"
+    }
+
+
 @pytest.mark.parametrize(
     ("policy", "target"), [("DefaultReplicationPolicy", "dc1.orders"), ("IdentityReplicationPolicy", "orders")]
 )
@@ -127,6 +141,7 @@ def test_group_fails_over_to_agg_with_translated_offsets(
         committed[m.partition()] = max(committed.get(m.partition(), 0), m.offset() + 1)  # type: ignore[attr-defined]
     assert set(committed) == {0, 1}
 
+    metrics_port = free_port()
     props = {
         "clusters": "dc1, agg",
         "dc1.zookeeper.connect": zk_connect(src),
@@ -140,6 +155,7 @@ def test_group_fails_over_to_agg_with_translated_offsets(
         "sync.group.offsets.enabled": "true",  # KIP-545: the group's offsets in agg, committed by the mirror
         "sync.group.offsets.interval.seconds": 1,
         "fetch.max.wait.ms": 100,
+        "metrics.port": metrics_port,
     }
     m = MirrorProcess(tmp_path, "mirror", props).start()
     try:
@@ -156,6 +172,10 @@ def test_group_fails_over_to_agg_with_translated_offsets(
 
         wait_for(settled, 120, "checkpoints of group billing at its committed offsets", m)
         translated = seen[-1]
+        # MM2's checkpoint-latency-ms, per group and partition
+        latencies = _checkpoint_latencies(metrics_port)
+        assert set(latencies) == {("billing", target, "0"), ("billing", target, "1")}, latencies
+        assert all(0 <= ms < 60_000 for ms in latencies.values()), latencies
         # sync.group.offsets: the mirror committed the translated offsets into agg's group billing
         wait_for(
             lambda: _committed_in(dst.bootstrap, target) == {p: off for p, (off, _) in translated.items()},

@@ -68,6 +68,7 @@ import bisect
 import logging
 import re
 import struct
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -405,8 +406,12 @@ class CheckpointEmitter:
         sync_group_offsets_s: float | None = None,
         target_bootstrap: str = "",
         target_security: ClientSecurity | None = None,
+        on_latency: Callable[[Checkpoint, float], None] | None = None,
     ) -> None:
         self.source_alias = source_alias
+        #: called with each checkpoint the target acknowledged and its latency in ms (MM2's
+        #: checkpoint-latency-ms: acknowledged minus made, the group's offsets read just before)
+        self.on_latency = on_latency
         self.target_alias = target_alias
         self.source = source
         self.source_bootstrap = source_bootstrap
@@ -509,6 +514,7 @@ class CheckpointEmitter:
         if syncs_topic in self.source.topics and self.source.topics[syncs_topic].partitions:
             await self.store.read(consumer, syncs_topic)
         checkpoints = []
+        made: list[float] = []
         for group, protocol_type, _ in await groups.list_groups():
             if protocol_type not in ("consumer", "") or not self.wants_group(group):
                 continue
@@ -529,6 +535,7 @@ class CheckpointEmitter:
                 if self.emitted.get(key) == (offset, down):
                     continue
                 checkpoints.append(Checkpoint(group, target_topic, p, offset, down))
+                made.append(time.time())
         if checkpoints:
             await ensure_topic(self.target, self.target_admin, topic, self.replication_factor)
         futures = []
@@ -537,8 +544,11 @@ class CheckpointEmitter:
             futures.append(await producer.send(topic, v, k, partition=0))
         for fut in futures:
             await fut
-        for c in checkpoints:
+        acked = time.time()
+        for c, at in zip(checkpoints, made, strict=True):
             self.emitted[(c.group, c.topic, c.partition)] = (c.upstream, c.downstream)
+            if self.on_latency is not None:
+                self.on_latency(c, max(acked - at, 0.0) * 1000.0)
         return len(checkpoints)
 
 

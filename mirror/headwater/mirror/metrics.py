@@ -107,6 +107,13 @@ class MirrorMetrics:
             ["flow", "topic", "partition"],
             registry=r,
         )
+        self.checkpoint_latency = Gauge(
+            "headwater_mirror_checkpoint_latency_ms",
+            "MM2's checkpoint-latency-ms: the last checkpoint of the group's partition, from reading the group's "
+            "offsets in the source to the target acknowledging the checkpoint record",
+            ["flow", "group", "topic", "partition"],
+            registry=r,
+        )
         self.owned = Gauge(
             "headwater_mirror_owned_partitions", "Source partitions this process mirrors", ["flow"], registry=r
         )

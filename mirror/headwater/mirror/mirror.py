@@ -249,6 +249,9 @@ class Mirror:
             sync_group_offsets_s=config.sync_group_offsets_s,
             target_bootstrap=config.clusters[flow.target].bootstrap,
             target_security=config.clusters[flow.target].security,
+            on_latency=lambda c, ms: self.metrics.checkpoint_latency.labels(
+                flow.name, c.group, c.topic, str(c.partition)
+            ).set(ms),
         )
         self.supervisor.start(
             f"{flow.name} checkpoints", lambda unit: emitter.run(unit, stop), labels={"flow": flow.name}
