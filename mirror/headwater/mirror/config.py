@@ -397,6 +397,18 @@ def _bool(key: str, raw: str) -> bool:
     raise MirrorConfigError(f"{key}: {raw!r} is not true or false")
 
 
+def _seconds(props: dict[str, str], key: str, default: str, highest: float) -> float:
+    """An ``*.interval.seconds`` setting: a number from 0.1 to ``highest``."""
+    raw = props.get(key, default)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise MirrorConfigError(f"{key}: {raw!r} is not a number") from None
+    if not 0.1 <= value <= highest:
+        raise MirrorConfigError(f"{key}: {value:g} is not between 0.1 and {highest:g}")
+    return value
+
+
 def parse(raw_props: dict[str, str]) -> MirrorConfig:
     """Validate and build the configuration; raises MirrorConfigError (one line) on anything wrong."""
     props = {k.strip(): _strip_comment(v) for k, v in raw_props.items()}
@@ -493,13 +505,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
     on_data_loss = props.get("mirror.on.data.loss", "report")
     if on_data_loss not in ("report", "stop"):
         raise MirrorConfigError(f"mirror.on.data.loss: {on_data_loss!r} is not report or stop")
-    interval = props.get("emit.heartbeats.interval.seconds", "1")
-    try:
-        interval_s = float(interval)
-    except ValueError:
-        raise MirrorConfigError(f"emit.heartbeats.interval.seconds: {interval!r} is not a number") from None
-    if not 0.1 <= interval_s <= 3600:
-        raise MirrorConfigError(f"emit.heartbeats.interval.seconds: {interval_s:g} is not between 0.1 and 3600")
+    interval_s = _seconds(props, "emit.heartbeats.interval.seconds", "1", 3600)
     checkpoints_enabled = _bool("emit.checkpoints.enabled", props.get("emit.checkpoints.enabled", "true"))
     syncs_enabled = _bool("emit.offset-syncs.enabled", props.get("emit.offset-syncs.enabled", "true"))
     if checkpoints_enabled and not syncs_enabled:
@@ -510,33 +516,11 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
     sync_groups = _bool("sync.group.offsets.enabled", props.get("sync.group.offsets.enabled", "false"))
     if sync_groups and not checkpoints_enabled:
         raise MirrorConfigError("sync.group.offsets.enabled: true needs emit.checkpoints.enabled = true (as in MM2)")
-    sync_s = props.get("sync.group.offsets.interval.seconds", "60")
-    try:
-        sync_interval_s = float(sync_s)
-    except ValueError:
-        raise MirrorConfigError(f"sync.group.offsets.interval.seconds: {sync_s!r} is not a number") from None
-    if not 0.1 <= sync_interval_s <= 86400:
-        raise MirrorConfigError(
-            f"sync.group.offsets.interval.seconds: {sync_interval_s:g} is not between 0.1 and 86400"
-        )
+    sync_interval_s = _seconds(props, "sync.group.offsets.interval.seconds", "60", 86400)
     acls_enabled = _bool("sync.topic.acls.enabled", props.get("sync.topic.acls.enabled", "false"))
-    acls_s = props.get("sync.topic.acls.interval.seconds", "600")
-    try:
-        acls_interval_s = float(acls_s)
-    except ValueError:
-        raise MirrorConfigError(f"sync.topic.acls.interval.seconds: {acls_s!r} is not a number") from None
-    if not 0.1 <= acls_interval_s <= 86400:
-        raise MirrorConfigError(f"sync.topic.acls.interval.seconds: {acls_interval_s:g} is not between 0.1 and 86400")
+    acls_interval_s = _seconds(props, "sync.topic.acls.interval.seconds", "600", 86400)
     configs_enabled = _bool("sync.topic.configs.enabled", props.get("sync.topic.configs.enabled", "true"))
-    configs_s = props.get("sync.topic.configs.interval.seconds", "600")
-    try:
-        configs_interval_s = float(configs_s)
-    except ValueError:
-        raise MirrorConfigError(f"sync.topic.configs.interval.seconds: {configs_s!r} is not a number") from None
-    if not 0.1 <= configs_interval_s <= 86400:
-        raise MirrorConfigError(
-            f"sync.topic.configs.interval.seconds: {configs_interval_s:g} is not between 0.1 and 86400"
-        )
+    configs_interval_s = _seconds(props, "sync.topic.configs.interval.seconds", "600", 86400)
     cex_key = "config.properties.exclude" if "config.properties.exclude" in props else "config.properties.blacklist"
     config_exclude = (
         _regexes(cex_key, props[cex_key]) if cex_key in props else tuple(re.compile(p) for p in DEFAULT_EXCLUDE)
@@ -544,15 +528,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
     location = props.get("offset-syncs.topic.location", "source")
     if location != "source":
         raise MirrorConfigError(f"offset-syncs.topic.location: {location!r}: only source (MM2's default) is supported")
-    checkpoints_s = props.get("emit.checkpoints.interval.seconds", "60")
-    try:
-        checkpoints_interval_s = float(checkpoints_s)
-    except ValueError:
-        raise MirrorConfigError(f"emit.checkpoints.interval.seconds: {checkpoints_s!r} is not a number") from None
-    if not 0.1 <= checkpoints_interval_s <= 86400:
-        raise MirrorConfigError(
-            f"emit.checkpoints.interval.seconds: {checkpoints_interval_s:g} is not between 0.1 and 86400"
-        )
+    checkpoints_interval_s = _seconds(props, "emit.checkpoints.interval.seconds", "60", 86400)
     offset_lag_max = _int(props, "offset.lag.max", 100, minimum=1) or 100
     groups = _regexes("groups", props.get("groups", ".*"))
     ex_key = "groups.exclude" if "groups.exclude" in props else "groups.blacklist"
