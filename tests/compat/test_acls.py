@@ -159,8 +159,12 @@ def bob_produce_error(port: int) -> int:
     return int(topic["partitions"][0]["error_code"])
 
 
-def test_least_privilege_principals(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
-    zk = f"{zookeeper.connect}/acls-{int(time.time() * 1000)}"
+def start_acl_broker(
+    zookeeper: ZooKeeperServer, tmp_path: Path, chroot: str, **extra: object
+) -> tuple[LocalBroker, str, int]:
+    """One broker under a fresh chroot with SimpleAclAuthorizer, PLAINTEXT (ANONYMOUS, a super user) and
+    SASL_PLAINTEXT (JAAS's PLAIN users) listeners: (broker, its ZooKeeper connect string, the SASL port)."""
+    zk = f"{zookeeper.connect}/{chroot}-{int(time.time() * 1000)}"
     broker = LocalBroker(tmp_path, 0, zk)
     sasl = free_port()
     broker.properties.update(
@@ -172,10 +176,15 @@ def test_least_privilege_principals(zookeeper: ZooKeeperServer, tmp_path: Path) 
             "super.users": "User:admin;User:ANONYMOUS",
             "offsets.topic.replication.factor": 1,
             "offsets.topic.num.partitions": 1,
-            "group.initial.rebalance.delay.ms": 0,
+            **extra,
         }
     )
     broker.start(timeout=90)
+    return broker, zk, sasl
+
+
+def test_least_privilege_principals(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    broker, zk, sasl = start_acl_broker(zookeeper, tmp_path, "acls", **{"group.initial.rebalance.delay.ms": 0})
     try:
         admin = AdminClient(conf(sasl, "admin"))
         for t in ("orders", "secret"):

@@ -15,30 +15,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from headwater.protocol.apis import ADD_PARTITIONS_TO_TXN, END_TXN, FIND_COORDINATOR, WRITE_TXN_MARKERS
 from headwater.protocol.errors import ErrorCode
-from headwater.testing.cluster import LocalBroker
-from headwater.testing.zookeeper import ZooKeeperServer, free_port
-from tests.compat.test_acls import JAAS, acls, as_bob, conf
+from headwater.testing.zookeeper import ZooKeeperServer
+from tests.compat.test_acls import acls, as_bob, conf, start_acl_broker
 
 
 def test_transactional_ids_need_write_and_markers_need_cluster_action(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
-    zk = f"{zookeeper.connect}/txn-acls-{int(time.time() * 1000)}"
-    broker = LocalBroker(tmp_path, 0, zk)
-    sasl = free_port()
-    broker.properties.update(
-        {
-            "listeners": f"PLAINTEXT://127.0.0.1:{broker.port},SASL_PLAINTEXT://127.0.0.1:{sasl}",
-            "sasl.enabled.mechanisms": "PLAIN",
-            "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-            "authorizer.class.name": "kafka.security.auth.SimpleAclAuthorizer",
-            "super.users": "User:admin;User:ANONYMOUS",
-            "offsets.topic.replication.factor": 1,
-            "offsets.topic.num.partitions": 1,
-            "transaction.state.log.num.partitions": 1,
-        }
-    )
-    broker.start(timeout=90)
+    broker, zk, sasl = start_acl_broker(zookeeper, tmp_path, "txn-acls", **{"transaction.state.log.num.partitions": 1})
     try:
         admin = AdminClient(conf(sasl, "admin"))
         admin.create_topics([NewTopic("orders", 1, 1)])["orders"].result(60)
