@@ -28,6 +28,7 @@ from pathlib import Path
 from headwater.client.audit import AuditingProducer
 from headwater.client.producer import RecordFuture
 from headwater.client.security import ClientSecurity
+from headwater.service.supervisor import wait_or_stop
 
 __all__ = ["ActivityStats", "click", "member_id", "page_view", "run_activity"]
 
@@ -194,10 +195,7 @@ async def run_activity(
                     f" (last: {stats.last_error})" if stats.failed else "",
                 )
                 last_report, last_acked = now, acked
-            try:
-                await asyncio.wait_for(stop.wait(), tick)
-            except TimeoutError:
-                pass
+            await wait_or_stop(stop, tick)
     finally:
         await producer.close()
     log.info(

@@ -35,6 +35,14 @@ from prometheus_client import CollectorRegistry, Counter
 log = logging.getLogger("headwater.service")
 
 
+async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds`` between a periodic task's rounds, or less when ``stop`` is set meanwhile."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass
+
+
 class FatalError(Exception):
     """Raised by a supervised coroutine for an error that retrying cannot fix: the unit stops, loudly."""
 

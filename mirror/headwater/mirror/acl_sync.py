@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from headwater.acls import ANY, PATTERN_CODES, RESOURCE_TYPE_CODES, WILDCARD, Acl, AclFilter, Resource
 from headwater.client.acl_admin import Binding, create_acls, describe_acls
 from headwater.client.cluster import Cluster
-from headwater.service.supervisor import Unit
+from headwater.service.supervisor import Unit, wait_or_stop
 
 __all__ = ["AclSync", "target_bindings"]
 
@@ -106,7 +106,4 @@ class AclSync:
             unit.progress()
             if await self.is_leader():
                 await self.sync_once()
-            try:
-                await asyncio.wait_for(stop.wait(), self.interval_s)
-            except TimeoutError:
-                pass
+            await wait_or_stop(stop, self.interval_s)

@@ -80,7 +80,7 @@ from headwater.client.groups import GroupAdmin
 from headwater.client.producer import Producer
 from headwater.client.security import ClientSecurity
 from headwater.protocol.errors import DecodeError, ErrorCode
-from headwater.service.supervisor import Unit
+from headwater.service.supervisor import Unit, wait_or_stop
 
 __all__ = [
     "Checkpoint",
@@ -472,10 +472,7 @@ class CheckpointEmitter:
                     if target_groups is not None and due:
                         await self.sync_group_offsets(target_groups)
                         self.last_sync_s = loop.time()
-                try:
-                    await asyncio.wait_for(stop.wait(), self.interval_s)
-                except TimeoutError:
-                    pass
+                await wait_or_stop(stop, self.interval_s)
         finally:
             await producer.close(timeout=10)
             await groups.close()

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from headwater.client.admin import Admin, ConfigEntry
 from headwater.client.errors import UnknownTopicError
 from headwater.protocol.errors import KafkaError
-from headwater.service.supervisor import Unit
+from headwater.service.supervisor import Unit, wait_or_stop
 
 __all__ = ["DEFAULT_EXCLUDE", "ConfigSync", "copied_configs", "excluded"]
 
@@ -155,7 +155,4 @@ class ConfigSync:
             unit.progress()
             if await self.is_leader():
                 await self.sync_once()
-            try:
-                await asyncio.wait_for(stop.wait(), self.interval_s)
-            except TimeoutError:
-                pass
+            await wait_or_stop(stop, self.interval_s)

@@ -53,6 +53,7 @@ from headwater.mirror.checkpoints import _read_string, _string
 from headwater.mirror.config import HEARTBEATS_TOPIC
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.writer import SourceWriter
+from headwater.service.supervisor import wait_or_stop
 
 __all__ = ["HEARTBEATS_TOPIC", "Heartbeat", "Heartbeats", "decode_heartbeat", "heartbeat_record"]
 
@@ -155,7 +156,4 @@ class Heartbeats:
                             " (headwater_mirror_heartbeat_age_seconds grows meanwhile)" if where == "source" else "",
                         )
                     failing[where] = True
-            try:
-                await asyncio.wait_for(stop.wait(), self.interval_s)
-            except TimeoutError:
-                pass
+            await wait_or_stop(stop, self.interval_s)

@@ -48,7 +48,7 @@ from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan, plan_topic
 from headwater.mirror.writer import SourceWriter
 from headwater.protocol.errors import ErrorCode, KafkaError
-from headwater.service.supervisor import HealthRegistry, Supervisor
+from headwater.service.supervisor import HealthRegistry, Supervisor, wait_or_stop
 
 log = logging.getLogger("headwater.mirror")
 
@@ -609,10 +609,7 @@ class Mirror:
     async def _commit_loop(self, stop: asyncio.Event) -> None:
         interval = self.config.offset_commit_interval_ms / 1000.0
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), interval)
-            except TimeoutError:
-                pass
+            await wait_or_stop(stop, interval)
             await self._commit_all()
 
     async def _shutdown(self) -> None:
