@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from headwater.bench.versus_more import mm2_properties
 from headwater.testing import java
 from headwater.testing.zookeeper import ZooKeeperServer
 from tests.cluster.harness import Cluster
@@ -48,39 +49,8 @@ def test_dedicated_mm2_copies_dc1_to_agg(dc1: Cluster, cluster: Cluster, tmp_pat
         member.close()
     committed = src.admin(dc1.bootstrap, "groupOffsets", "g1")["result"]
     assert sum(committed.values()) == 500
-    props = tmp_path / "mm2.properties"
-    rf1 = [
-        f"{p}.replication.factor=1"
-        for p in (
-            "offset.storage",
-            "config.storage",
-            "status.storage",
-            "heartbeats.topic",
-            "checkpoints.topic",
-            "offset-syncs.topic",
-        )
-    ]
-    props.write_text(
-        "\n".join(
-            [
-                "clusters = dc1, agg",
-                f"dc1.bootstrap.servers = {dc1.bootstrap}",
-                f"agg.bootstrap.servers = {cluster.bootstrap}",
-                "dc1->agg.enabled = true",
-                "dc1->agg.topics = orders",
-                "dc1->agg.groups = .*",
-                "agg->dc1.enabled = false",
-                "replication.factor = 3",
-                "sync.topic.acls.enabled = false",
-                "emit.heartbeats.interval.seconds = 1",
-                "emit.checkpoints.interval.seconds = 1",
-                "refresh.topics.interval.seconds = 5",
-                "refresh.groups.interval.seconds = 5",
-                "tasks.max = 2",
-                *rf1,
-                "",
-            ]
-        )
+    props = mm2_properties(
+        tmp_path / "mm2.properties", dc1.bootstrap, cluster.bootstrap, "orders", replication_factor=3
     )
     cmd = java.java_command(
         "org.apache.kafka.connect.mirror.MirrorMaker",

@@ -307,7 +307,9 @@ def copy_timed(
                 proc.wait(30)
 
 
-def mm2_properties(path: Path, src: str, dst: str, topic: str) -> Path:
+def mm2_properties(path: Path, src: str, dst: str, topic: str, replication_factor: int = 1) -> Path:
+    """MirrorMaker 2 dedicated mode copying ``topic`` from dc1 (``src``) to agg (``dst``); its own internal
+    topics with one replica, the mirrored ones with ``replication_factor``."""
     rf1 = [
         f"{p}.replication.factor = 1"
         for p in (
@@ -329,7 +331,7 @@ def mm2_properties(path: Path, src: str, dst: str, topic: str) -> Path:
                 f"dc1->agg.topics = {topic}",
                 "dc1->agg.groups = .*",
                 "agg->dc1.enabled = false",
-                "replication.factor = 1",
+                f"replication.factor = {replication_factor}",
                 "sync.topic.acls.enabled = false",
                 "emit.heartbeats.interval.seconds = 1",
                 "emit.checkpoints.interval.seconds = 1",
