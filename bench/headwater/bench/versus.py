@@ -135,15 +135,52 @@ ROWS = [
     Row("jp", "Java ProducerPerformance 2.3.1, 100 B, 6 partitions, acks=1", "rec/s", "produce", group="java"),
     Row("jc", "Java ConsumerPerformance 2.3.1 (fetch.nMsg.sec), 6 partitions", "rec/s", "consume", group="java"),
     Row("fo", "controller failover after kill -9 (PARTS partitions, RF 3)", "s", "failover", False, group="failover"),
+    Row(
+        "rs",
+        "restart after kill -9 until back in every ISR (PARTS partitions, RF 3)",
+        "s",
+        None,
+        False,
+        group="failover",
+    ),
+    Row("cs", "controlled shutdown, SIGTERM to exit (PARTS partitions, RF 3)", "s", None, False, group="failover"),
+    Row(
+        "idle",
+        "idle CPU per broker, mean of 3 over 10 s (PARTS partitions, RF 3)",
+        "% of a core",
+        None,
+        False,
+        group="failover",
+    ),
+    Row("mdt", "Metadata v7, all topics, round trip (PARTS partitions)", "ms", None, False, group="failover"),
     Row("mm2", "MirrorMaker 2 dc1 -> agg, 100 B, first to last record", "rec/s", None, group="mm2"),
     Row("mm2e", "MirrorMaker 2 dc1 -> agg, process start to last record", "s", None, False, group="mm2"),
     Row("sk", "Spark format(kafka) -> Parquet, 1 KiB, 4 partitions", "rec/s", None, group="spark"),
+    Row("tp", "produce over PLAINTEXT, 1 partition, acks=1 (1 broker)", "rec/s", "produce", group="tls"),
+    Row("tc", "consume over PLAINTEXT, 1 partition (1 broker)", "rec/s", "consume", group="tls"),
+    Row("tsp", "produce over SSL, 1 partition, acks=1 (1 broker)", "rec/s", "produce", group="tls"),
+    Row("tsc", "consume over SSL, 1 partition (1 broker)", "rec/s", "consume", group="tls"),
+    Row("tssp", "produce over SASL_SSL SCRAM-SHA-512, 1 partition, acks=1 (1 broker)", "rec/s", "produce", group="tls"),
+    Row("tssc", "consume over SASL_SSL SCRAM-SHA-512, 1 partition (1 broker)", "rec/s", "consume", group="tls"),
+    Row("sp", "produce, 100 B, into a partition holding STORED of 10 KiB records", "rec/s", "produce", group="stored"),
+    Row(
+        "sc", "consume STORED stored, from the oldest, dropped from the page cache", "MiB/s", "consume", group="stored"
+    ),
+    Row("mp", "produce, 999,900 B records (1 MB max), 1 partition, acks=1 RF 1", "MiB/s", "produce", group="large1m"),
+    Row("mc", "consume, 999,900 B records, 1 partition", "MiB/s", "consume", group="large1m"),
+    Row(
+        "tp6",
+        "produce, 6 partitions, acks=1 RF 1, tuned: linger.ms=100, batch.num.messages=1000000",
+        "rec/s",
+        "produce",
+        group="tuned",
+    ),
     Row("tm", "headwater mirror / MM2, first to last record", "rec/s", None, table="tool", group="mm2"),
     Row("tme", "headwater mirror / MM2, process start to last record", "s", None, False, table="tool", group="mm2"),
     Row("ts", "format(headwater) / Spark format(kafka) -> Parquet", "rec/s", None, table="tool", group="spark"),
 ]
 #: what ``--only`` selects with ``--versus kafka`` (default: every group)
-GROUPS = ("core", "large", "java", "failover", "mm2", "spark")
+GROUPS = ("core", "large", "java", "failover", "mm2", "spark", "tls", "stored", "large1m", "tuned")
 
 
 @dataclass
@@ -160,6 +197,8 @@ class Plan:
     partitions: int = 2_000  # the failover row
     mirror_count: int = 50_000
     spark_count: int = 50_000  # 1 KiB records: ~50 MiB
+    stored_bytes: int = 1 << 30
+    mb_count: int = 200  # 999,900 B records: ~190 MiB
 
     @staticmethod
     def make(
@@ -182,6 +221,8 @@ class Plan:
                 partitions=partitions or 100,
                 mirror_count=5_000,
                 spark_count=5_000,
+                stored_bytes=20 << 20,
+                mb_count=20,
             )
         return Plan(
             runs=runs or 3,
@@ -258,22 +299,21 @@ def loadgen(command: str, bootstrap: str, topic: str, timeout: float, *args: str
 
 
 @contextmanager
-def cluster(system: str, workdir: Path, zk: ZooKeeperServer, n: int) -> Iterator[tuple[str, list[int]]]:
-    """A 3-broker cluster of ``system``: (bootstrap, broker pids)."""
+def cluster(system: str, workdir: Path, zk: ZooKeeperServer, n: int) -> Iterator[tuple[str, list[int], Path]]:
+    """A 3-broker cluster of ``system``: (bootstrap, broker pids, its directory)."""
     if system == "kafka":
         with KafkaCluster(workdir / f"kafka{n}", 3, zk_connect=zk.connect, chroot=f"/versus-kafka{n}") as k:
-            yield k.bootstrap, [b.pid for b in k.brokers]
+            yield k.bootstrap, [b.pid for b in k.brokers], k.workdir
     else:
         with LocalCluster(workdir / f"headwater{n}", 3, zk_connect=f"{zk.connect}/versus-headwater{n}") as h:
-            yield h.bootstrap, [b.pid for b in h.brokers]
+            yield h.bootstrap, [b.pid for b in h.brokers], workdir / f"headwater{n}"
 
 
-def one_run(
-    system: str, bootstrap: str, pids: list[int], plan: Plan, rows: dict[str, Row], log: Callable[[str], None]
-) -> None:
+def warm_up(bootstrap: str, plan: Plan) -> None:
+    """Before any figure of a cluster: a produce and a consume of ``produce_count`` records, unmeasured,
+    so the JVM's JIT (and Headwater's first batches) are out of the measured runs."""
     seconds = str(plan.produce_seconds)
     count = str(plan.produce_count)
-    # a warm-up before any figure: the JVM's JIT (and Headwater's first batches) out of the measured runs
     create_topic(bootstrap, "versus-warmup", 6, 1)
     loadgen(
         "confluent-produce",
@@ -291,6 +331,14 @@ def one_run(
     )
     timeout = plan.produce_seconds * 3 + 60
     loadgen("confluent-consume", bootstrap, "versus-warmup", timeout, "--count", count, "--seconds", seconds)
+
+
+def one_run(
+    system: str, bootstrap: str, pids: list[int], plan: Plan, rows: dict[str, Row], log: Callable[[str], None]
+) -> None:
+    warm_up(bootstrap, plan)
+    seconds = str(plan.produce_seconds)
+    count = str(plan.produce_count)
     for key, parts, rf, acks in (("p1", 1, 1, "1"), ("p6", 6, 1, "1"), ("pa1", 1, 3, "all"), ("pa6", 6, 3, "all")):
         topic = f"versus-{key}"
         create_topic(bootstrap, topic, parts, rf)
@@ -384,12 +432,16 @@ def one_run(
 
 def run(plan: Plan, out: Path, workdir: Path | None = None, log: Callable[[str], None] | None = None) -> Path:
     say = log or (lambda m: print(f"versus: {m}", file=sys.stderr, flush=True))
+    from headwater.bench import versus_extra as extra
     from headwater.bench import versus_more as more
 
+    stored_label = (
+        f"{plan.stored_bytes / (1 << 30):g} GiB" if plan.stored_bytes >= 1 << 30 else f"{plan.stored_bytes >> 20} MiB"
+    )
     rows = {
         r.key: Row(
             r.key,
-            r.label.replace("PARTS", f"{plan.partitions:,}"),
+            r.label.replace("PARTS", f"{plan.partitions:,}").replace("STORED", stored_label),
             r.unit,
             r.goal,
             r.higher_is_better,
@@ -399,7 +451,7 @@ def run(plan: Plan, out: Path, workdir: Path | None = None, log: Callable[[str],
         for r in ROWS
         if r.group in plan.groups
     }
-    shared = {"core", "large", "java", "spark"} & set(plan.groups)
+    shared = {"core", "large", "java", "spark", "stored", "large1m", "tuned"} & set(plan.groups)
     load_start = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M %Z")
     wd = workdir or Path(tempfile.mkdtemp(prefix="headwater-versus-"))
@@ -412,7 +464,7 @@ def run(plan: Plan, out: Path, workdir: Path | None = None, log: Callable[[str],
             for system in order:
                 say(f"run {i + 1}/{plan.runs}: {system}")
                 if shared:
-                    with cluster(system, wd, zk, next(n)) as (bootstrap, pids):
+                    with cluster(system, wd, zk, next(n)) as (bootstrap, pids, root):
                         if "core" in plan.groups:
                             one_run(system, bootstrap, pids, plan, rows, say)
                         if "large" in plan.groups:
@@ -421,6 +473,27 @@ def run(plan: Plan, out: Path, workdir: Path | None = None, log: Callable[[str],
                             _tried(say, system, "java", more.java_perf, system, bootstrap, plan.java_count, rows, say)
                         if "spark" in plan.groups:
                             _tried(say, system, "spark", more.spark, system, bootstrap, wd, plan.spark_count, rows, say)
+                        if "core" not in plan.groups:
+                            warm_up(bootstrap, plan)
+                        if "large1m" in plan.groups:
+                            _tried(say, system, "large1m", extra.large_1m, system, bootstrap, plan.mb_count, rows, say)
+                        if "tuned" in plan.groups:
+                            count, secs = plan.produce_count, plan.produce_seconds
+                            _tried(say, system, "tuned", extra.tuned, system, bootstrap, count, secs, rows, say)
+                        if "stored" in plan.groups:
+                            args = (
+                                system,
+                                bootstrap,
+                                root,
+                                plan.stored_bytes,
+                                plan.produce_count,
+                                plan.produce_seconds,
+                            )
+                            _tried(say, system, "stored", extra.stored, *args, rows, say)
+                if "tls" in plan.groups:
+                    name = f"versus-tls-{system}{next(n)}"
+                    tls_args = (system, wd, zk, name, plan.produce_count, plan.produce_seconds)
+                    _tried(say, system, "tls", extra.tls, *tls_args, rows, say)
                 if "mm2" in plan.groups:
                     name = f"versus-mm2-{system}{next(n)}"
                     _tried(say, system, "mm2", more.mirrors, system, wd, zk, name, plan.mirror_count, rows, say)

@@ -207,6 +207,13 @@ def _csv_pair(out: str) -> tuple[list[str], list[str]]:
 def failover(
     system: str, workdir: Path, zk: ZooKeeperServer, name: str, partitions: int, rows: dict[str, Any], log: Log
 ) -> None:
+    """On a fresh cluster with ``partitions`` (RF 3): Metadata for all topics (``mdt``), idle CPU
+    (``idle``), the controller's kill -9 until every partition has a live leader (``fo``), that
+    broker's restart until it is back in every ISR (``rs``), and the controlled shutdown of a broker
+    that is not the controller (``cs``), in this order, as scenario ``scale`` measures them."""
+    import statistics
+
+    from headwater.bench.procmon import cpu_seconds
     from headwater.bench.scenarios import scale
 
     overrides: dict[str, object] = {"auto.leader.rebalance.enable": "false"}
@@ -214,14 +221,27 @@ def failover(
         t = time.monotonic()
         scale.create_topics(c.bootstrap, "scale-", partitions, log)
         log(f"{system} failover: {partitions:,} partitions created in {time.monotonic() - t:.1f}s")
+        if "mdt" in rows:
+            ms = statistics.median(scale.metadata_round_trips(c.brokers[0].bootstrap, 10)) * 1000
+            rows["mdt"].values[system].append(ms)
+            pids = [b.pid for b in c.brokers]
+            before = [cpu_seconds(p) for p in pids]
+            t = time.monotonic()
+            time.sleep(scale.IDLE_SECONDS)  # the measurement window itself: nothing to poll
+            elapsed = time.monotonic() - t
+            idle = [100 * (cpu_seconds(p) - b) / elapsed for p, b in zip(pids, before, strict=True)]
+            rows["idle"].values[system].append(statistics.mean(idle))
+            log(
+                f"{system} Metadata (all topics) {ms:.1f} ms; idle CPU per broker {', '.join(f'{x:.1f}' for x in idle)} %"
+            )
         admin = scale._admin(c.bootstrap)
         controller = admin.list_topics(timeout=60).controller_id  # type: ignore[attr-defined]
         victim = next(b for b in c.brokers if b.broker_id == controller)
         survivors = ",".join(b.bootstrap for b in c.brokers if b is not victim)
         # Kafka elects only from the ISR (unclean election off): a partition whose ISR shrank to the
         # victim alone (a follower that fell behind on a loaded machine) stays offline, by design
-        before = isrs(c.bootstrap)
-        electable = {tp for tp, isr in before.items() if set(isr) - {controller}}
+        before_isr = isrs(c.bootstrap)
+        electable = {tp for tp, isr in before_isr.items() if set(isr) - {controller}}
         victim.kill9()
 
         def led() -> bool:
@@ -233,6 +253,23 @@ def failover(
             log(f"{system} failover: {partitions - len(electable)} partition(s) had only the victim in their ISR")
         rows["fo"].values[system].append(seconds)
         log(f"{system} failover at {partitions:,} partitions: {seconds:.1f}s")
+        if "rs" not in rows:
+            return
+        start = time.monotonic()
+        victim.start(timeout=600)
+
+        def back() -> bool:
+            return all(len(isr) == 3 for isr in isrs(c.bootstrap).values())
+
+        scale.wait_until(back, 900, f"broker {controller} back in every ISR")
+        rows["rs"].values[system].append(time.monotonic() - start)
+        log(f"{system} restart after kill -9: {rows['rs'].values[system][-1]:.1f}s until back in every ISR")
+        controller = scale._admin(c.bootstrap).list_topics(timeout=60).controller_id  # type: ignore[attr-defined]
+        other = next(b for b in c.brokers if b.broker_id != controller)
+        start = time.monotonic()
+        other.stop(timeout=600)
+        rows["cs"].values[system].append(time.monotonic() - start)
+        log(f"{system} controlled shutdown of broker {other.broker_id}: {rows['cs'].values[system][-1]:.1f}s")
 
 
 def _topics(bootstrap: str) -> Any:
