@@ -158,16 +158,17 @@ def tls(
     seconds: float,
     rows: dict[str, Any],
     log: Log,
+    warm: bool = True,
 ) -> None:
     broker, ports, ca_file = secured_broker(system, workdir, zk, name)
     broker.start(timeout=120)
     try:
-        for listener in LISTENERS:  # a warm-up through each listener (JIT, TLS contexts), unmeasured
+        for listener in LISTENERS if warm else ():  # a warm-up through each listener (JIT, TLS contexts), unmeasured
             props = client_properties(listener, ca_file)
             topic = f"versus-warm-{listener.lower().replace('_', '-')}"
             _create(broker.bootstrap, topic, 1, 1)
-            warm = _produce(f"127.0.0.1:{ports[listener]}", topic, max(1, count // 3), 100, seconds, *props)
-            _consume(f"127.0.0.1:{ports[listener]}", topic, warm["acked"], seconds, *props)
+            first = _produce(f"127.0.0.1:{ports[listener]}", topic, max(1, count // 3), 100, seconds, *props)
+            _consume(f"127.0.0.1:{ports[listener]}", topic, first["acked"], seconds, *props)
         for listener in LISTENERS:
             bootstrap = f"127.0.0.1:{ports[listener]}"
             props = client_properties(listener, ca_file)

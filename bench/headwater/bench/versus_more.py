@@ -205,7 +205,14 @@ def _csv_pair(out: str) -> tuple[list[str], list[str]]:
 
 
 def failover(
-    system: str, workdir: Path, zk: ZooKeeperServer, name: str, partitions: int, rows: dict[str, Any], log: Log
+    system: str,
+    workdir: Path,
+    zk: ZooKeeperServer,
+    name: str,
+    partitions: int,
+    rows: dict[str, Any],
+    log: Log,
+    idle_seconds: float = 10.0,
 ) -> None:
     """On a fresh cluster with ``partitions`` (RF 3): Metadata for all topics (``mdt``), idle CPU
     (``idle``), the controller's kill -9 until every partition has a live leader (``fo``), that
@@ -227,7 +234,7 @@ def failover(
             pids = [b.pid for b in c.brokers]
             before = [cpu_seconds(p) for p in pids]
             t = time.monotonic()
-            time.sleep(scale.IDLE_SECONDS)  # the measurement window itself: nothing to poll
+            time.sleep(idle_seconds)  # the measurement window itself: nothing to poll
             elapsed = time.monotonic() - t
             idle = [100 * (cpu_seconds(p) - b) / elapsed for p, b in zip(pids, before, strict=True)]
             rows["idle"].values[system].append(statistics.mean(idle))
