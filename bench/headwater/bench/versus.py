@@ -136,6 +136,14 @@ ROWS = [
     Row("jc", "Java ConsumerPerformance 2.3.1 (fetch.nMsg.sec), 6 partitions", "rec/s", "consume", group="java"),
     Row("fo", "controller failover after kill -9 (PARTS partitions, RF 3)", "s", "failover", False, group="failover"),
     Row(
+        "fox",
+        "of which after the controller's ZooKeeper session expired (/controller gone -> every partition led)",
+        "s",
+        None,
+        False,
+        group="failover",
+    ),
+    Row(
         "rs",
         "restart after kill -9 until back in every ISR (PARTS partitions, RF 3)",
         "s",

@@ -159,17 +159,18 @@ def tls(
     rows: dict[str, Any],
     log: Log,
     warm: bool = True,
+    listeners: tuple[str, ...] = LISTENERS,
 ) -> None:
     broker, ports, ca_file = secured_broker(system, workdir, zk, name)
     broker.start(timeout=120)
     try:
-        for listener in LISTENERS if warm else ():  # a warm-up through each listener (JIT, TLS contexts), unmeasured
+        for listener in listeners if warm else ():  # a warm-up through each listener (JIT, TLS contexts), unmeasured
             props = client_properties(listener, ca_file)
             topic = f"versus-warm-{listener.lower().replace('_', '-')}"
             _create(broker.bootstrap, topic, 1, 1)
             first = _produce(f"127.0.0.1:{ports[listener]}", topic, max(1, count // 3), 100, seconds, *props)
             _consume(f"127.0.0.1:{ports[listener]}", topic, first["acked"], seconds, *props)
-        for listener in LISTENERS:
+        for listener in listeners:
             bootstrap = f"127.0.0.1:{ports[listener]}"
             props = client_properties(listener, ca_file)
             topic = f"versus-{listener.lower().replace('_', '-')}"
