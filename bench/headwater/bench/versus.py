@@ -17,8 +17,10 @@ the latency producer sets only ``linger.ms=0``, as the existing latency scenario
 - broker 0's CPU seconds per MiB produced and its peak RSS during the 6-partition acks=1 produce.
 
 These are the ``core`` group; ``--only`` picks groups, the others (large records, Kafka 2.3.1's Java
-perf tools, controller failover, MirrorMaker 2 and Spark's Kafka source, with ``headwater mirror`` and
-``format("headwater")`` beside the last two) are described in :mod:`headwater.bench.versus_more`.
+perf tools, controller failover with restart, controlled shutdown, idle CPU and Metadata beside it,
+MirrorMaker 2 and Spark's Kafka source, with ``headwater mirror`` and ``format("headwater")`` beside
+the last two) are described in :mod:`headwater.bench.versus_more`; TLS and SASL_SSL, data stored,
+1 MB records and a tuned producer in :mod:`headwater.bench.versus_extra`.
 
 Every figure is the median of ``runs`` (default 3) with its min-max; each row gains the Kafka
 figure and the ratio Headwater / Kafka, judged against issue 40's goals (produce >= 0.5x, consume
