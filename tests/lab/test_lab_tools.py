@@ -52,6 +52,7 @@ def test_bad_arguments_get_one_line_and_exit_code_2() -> None:
         ["outage", "dc3"],
         ["outage", "dc2", "--seconds", "0"],
         ["outage", "dc2", "--source", "dc2"],
+        ["outage", "dc2", "--mirror-quota", "0"],
     ):
         proc = subprocess.run(
             [sys.executable, "-m", "headwater.cli.main", "lab", *argv], capture_output=True, text=True, timeout=60
@@ -79,6 +80,36 @@ def test_the_outage_drill_reads_the_cut_flows_committed_partitions() -> None:
     assert not report.ok and "2.0x the production rate" in report.text()
     report.catch_up_seconds, report.audit_during_cut = 4.0, {"late": 3, "loss": 1}
     assert not report.ok
+
+
+def test_the_outage_drill_estimates_and_judges_the_catch_up_by_the_mirrors_quota() -> None:
+    """A 600-s cut at 200 records/s of 500 B (100 kB/s) under a 50 kB/s quota on each of 3 agg
+    brokers (150 kB/s): 10 s of quota at once, then the 60 MB backlog drains at 50 kB/s: 1,170 s;
+    the goal is 80 % of the ratio that allows (0.41x), not 5x. A quota the production rate outruns
+    never catches up."""
+    report = OutageReport(
+        "dc2",
+        "blackhole",
+        cut_seconds=600.0,
+        backlog_records=120_000,
+        mirror_quota=50_000,
+        quota_brokers=3,
+        record_bytes=500.0,
+    )
+    assert report.expected_catch_up_seconds == 1170.0
+    assert round(report.goal_ratio, 2) == 0.41
+    report.caught_up, report.catch_up_seconds = True, 1300.0  # 0.46x the production rate: the quota's pace
+    assert report.ok, report.as_dict()
+    d = report.as_dict()
+    assert d["expected_catch_up_seconds"] == 1170.0 and d["catch_up_goal_ratio"] == 0.41 and d["quota_brokers"] == 3
+    assert "expected catch-up 1170.0 s" in report.text()
+    report.catch_up_seconds = 1900.0  # well below what the quota allows: something else held it
+    assert not report.ok
+    report.quota_brokers, report.catch_up_seconds = 2, 1300.0  # 100 kB/s: no faster than production
+    assert report.as_dict()["expected_catch_up_seconds"] == "never" and not report.ok
+    assert "never (the quota is at or below the production rate)" in report.text()
+    unbounded = OutageReport("dc2", "blackhole", cut_seconds=600.0, backlog_records=120_000, record_bytes=500.0)
+    assert unbounded.expected_catch_up_seconds is None and unbounded.goal_ratio == 5.0
 
 
 def _get(url: str) -> Any:
