@@ -9,7 +9,10 @@ sawtooth (a burst of ``quota.window.num - 1`` windows' worth, a trickle until th
 expires, again), and at no moment more than the quota times the time plus one burst; every record
 arrives exactly once; the local producer's produce p99 during the catch-up stays within 2x of its
 p99 with the mirror idle in the same run (the larger of the two idle baselines, during the cut and
-after the catch-up: the load of a shared machine drifts within a minute).
+after the catch-up: the load of a shared machine drifts within a minute). The audit service (an
+auditing producer wrote the backlog; ``grace.ms`` 5 s, a quarter of the catch-up) shows the cut's
+windows at agg ``late`` while the quota holds the catch-up, never ``loss``, and every tier's count
+equal to the producers' once it is over.
 
 Without the quota the same backlog is copied in ~0.8 s (measured): the rate check fails. At this
 size an unthrottled catch-up is too short to move the local p99 much (its worst latencies were
@@ -27,15 +30,18 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from headwater.client.audit import SyncAuditingProducer
 from headwater.client.sync import SyncConsumer
 from headwater.lab.link import LinkSettings, LinkThread
 from headwater.testing.cluster import LocalCluster
 from headwater.testing.zookeeper import ZooKeeperServer, free_port
+from tests.mirror.test_wan import _completeness, _healthy_audit
 from tests.mirror.util import MirrorProcess, raw_batches, read_topic, wait_for
 
 pytestmark = pytest.mark.timeout(300)
@@ -46,6 +52,8 @@ VALUE = 1000  # bytes per record of the backlog
 BACKLOG = 2300  # records: ~2.3 MB, ~0.5 MB of burst then ~18 s held at the quota
 FETCH = 32 * 1024  # the mirror's fetch.max.bytes: a produce request of at most ~32 kB (~1/3 s of quota)
 LOCAL_INTERVAL_S = 0.01  # the local producer: one 100-byte record every 10 ms, acks=all
+AUDIT_WINDOW_MS = 2000
+AUDIT_GRACE_MS = 5000  # well under the ~20-s catch-up, above its longest pause (~2.5 s between trickles)
 
 _chroots = itertools.count()
 
@@ -127,28 +135,30 @@ def _create(bootstrap: str, topic: str) -> None:
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
 
 
-def _produce_backlog(bootstrap: str, n: int) -> None:
-    # ~16 kB batches (librdkafka's default would make 1 MB ones): the mirror copies whole batches
-    p = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": "all",
-            "linger.ms": 20,
-            "batch.num.messages": 16,
-            "compression.codec": "none",
-        }
-    )
-    errors: list[object] = []
-    for i in range(n):
-        value = b"%08d" % i + os.urandom(VALUE - 8)
-        while True:
-            try:
-                p.produce("clicks", value=value, on_delivery=lambda e, _m: e and errors.append(e))
-                break
-            except BufferError:
-                p.poll(0.05)
-        p.poll(0)
-    assert p.flush(60) == 0 and not errors, errors[:3]
+def _produce_backlog(bootstrap: str, start: int, n: int) -> None:
+    """n records of VALUE bytes through an auditing producer of dc1 (its count events on dc1's
+    __audit), in batches of at most 16 kB (the mirror copies batches as they are: 1-MB batches would
+    make 1-MB produce requests, each throttled for seconds)."""
+    with SyncAuditingProducer(
+        bootstrap,
+        datacenter="dc1",
+        host="web-dc1",
+        application="shop",
+        window_ms=AUDIT_WINDOW_MS,
+        acks="all",
+        linger_ms=20,
+        batch_size=16384,
+    ) as p:
+        futures = [p.send("clicks", b"%08d" % i + os.urandom(VALUE - 8)) for i in range(start, start + n)]
+        for f in futures:
+            f.result(60)
+
+
+def _audit_statuses(port: int, seen: dict[int, set[str]]) -> None:
+    """Add what the audit shows now for dc1's windows at the agg tier to ``seen`` (window -> statuses)."""
+    for r in _completeness(port, "clicks"):
+        if r["tier"] == "agg" and r["datacenter"] == "dc1":
+            seen.setdefault(int(r["window_start"]), set()).add(r["status"])
 
 
 def _held_rate(samples: list[tuple[float, int]], per_record: float) -> tuple[float, list[float]]:
@@ -203,8 +213,31 @@ def test_a_healed_cut_catches_up_at_the_mirrors_quota_and_agg_local_producer_kee
             "fetch.max.bytes": FETCH,
             "metrics.port": free_port(),
             "metrics.host": "127.0.0.1",
+            "emit.heartbeats.interval.seconds": 1,
         },
     ).start()
+    audit_port = free_port()
+    audit = MirrorProcess(
+        tmp_path,
+        "audit",
+        {
+            "clusters": "dc1, agg",
+            "aggregate.clusters": "agg",
+            "dc1.bootstrap.servers": dc1.bootstrap,  # direct: only the mirror crosses the link
+            "agg.bootstrap.servers": agg.bootstrap,
+            "audit.topics": "clicks",
+            "window.ms": AUDIT_WINDOW_MS,
+            "grace.ms": AUDIT_GRACE_MS,
+            "store": f"sqlite:///{tmp_path / 'audit.db'}",
+            "http.host": "127.0.0.1",
+            "http.port": audit_port,
+            "fetch.max.wait.ms": 100,
+        },
+        command=("audit", "serve"),
+    ).start()
+    seen: dict[int, set[str]] = {}  # dc1's windows at agg -> every status the audit showed
+    during: dict[int, set[str]] = {}  # the same, polled during the catch-up
+    final: list[dict[str, Any]] = []  # the audit's rows once every window closed
     local = LocalProducer(agg.bootstrap)
     report: list[str] = []
     with SyncConsumer(agg.bootstrap, client_id="test-watermarks") as watcher:
@@ -216,11 +249,19 @@ def test_a_healed_cut_catches_up_at_the_mirrors_quota_and_agg_local_producer_kee
                 return 0
 
         try:
-            _produce_backlog(dc1.bootstrap, 20)  # the flow is up before the cut
+            wait_for(lambda: _healthy_audit(audit_port), 90, "the audit service to answer /healthz", audit)
+            _produce_backlog(dc1.bootstrap, 0, 20)  # the flow is up before the cut
+
+            def a_complete_window() -> bool:
+                _audit_statuses(audit_port, seen)
+                return any("complete" in st for st in seen.values())
+
             wait_for(lambda: agg_end() == 20, 90, "the first 20 records in agg", mirror)
+            wait_for(a_complete_window, 90, "a complete window of dc1 at agg (heartbeats flowing)", audit)
             local.thread.start()
             link.cut("blackhole")
-            _produce_backlog(dc1.bootstrap, BACKLOG)
+            cut_ms = int(time.time() * 1000)
+            _produce_backlog(dc1.bootstrap, 20, BACKLOG)
             # the mirror idle (cut off): the local producer's baseline, once the backlog's writing is over
             base_from = time.monotonic()
             wait_for(
@@ -234,9 +275,13 @@ def test_a_healed_cut_catches_up_at_the_mirrors_quota_and_agg_local_producer_kee
             healed = time.monotonic()
             samples: list[tuple[float, int]] = []  # (time, agg's high watermark)
             deadline = healed + 120
+            next_audit = healed
             while (end := agg_end()) < 20 + BACKLOG:
                 samples.append((time.monotonic(), end))
                 assert time.monotonic() < deadline, f"catch-up not done 120 s after the heal: {end}"
+                if time.monotonic() >= next_audit:  # what the audit shows during the catch-up
+                    _audit_statuses(audit_port, during)
+                    next_audit += 1.0
                 time.sleep(0.25)
             samples.append((time.monotonic(), end))
             caught_up = time.monotonic()
@@ -248,10 +293,22 @@ def test_a_healed_cut_catches_up_at_the_mirrors_quota_and_agg_local_producer_kee
                 "600 local records acknowledged after the catch-up",
             )
             after_to = time.monotonic()
+
+            def settled() -> bool:
+                _audit_statuses(audit_port, seen)
+                rows = _completeness(audit_port, "clicks")
+                final[:] = rows
+                return sum(r["count"] for r in rows if r["tier"] == "producer") == 20 + BACKLOG and not any(
+                    r["status"] in ("open", "late") and r["pending"] for r in rows
+                )
+
+            wait_for(settled, 90, "every window of the cut closed with the producers' full count", audit)
         finally:
             link.heal()
             local.stop.set()
             local.thread.join(60)
+            audit_log = audit.log()
+            audit.stop()
     try:
         assert not local.errors, local.errors[:3]
         # exactly what the DC holds, once each
@@ -279,11 +336,24 @@ def test_a_healed_cut_catches_up_at_the_mirrors_quota_and_agg_local_producer_kee
             f" before, {after_p99 * 1000:.1f} ms ({after_n}) after; during the catch-up"
             f" {held_p99 * 1000:.1f} ms ({held_n}): {held_p99 / idle_p99:.2f}x"
         )
+        # the audit: the cut's windows late during the catch-up the quota held, never loss; then balanced
+        cut = {w: st for w, st in during.items() if w >= cut_ms - AUDIT_WINDOW_MS}
+        closed = {(r["tier"], r["status"]) for r in final}
+        report.append(
+            f"audit during the catch-up: {len(cut)} window(s) of the cut at agg, statuses"
+            f" {sorted(set().union(*cut.values())) if cut else []}; closed {sorted(closed)}"
+        )
         print("\n".join(report))
         if os.environ.get("HEADWATER_QUOTA_TIMELINE"):
             print([(round(t - healed, 2), e) for t, e in samples])
         assert 0.8 * QUOTA <= rate <= 1.2 * QUOTA, report
         assert ahead <= 0.15 * QUOTA * (caught_up - first + WINDOWS - 1), report
         assert held_p99 <= 2 * idle_p99, report
+        assert cut and any("late" in st for st in cut.values()), during
+        assert not any(st & {"loss", "duplicates"} for st in (*seen.values(), *during.values())), (seen, during)
+        assert "AUDIT LOSS" not in audit_log
+        assert {s for _, s in closed} <= {"complete", "late"}, final  # late: balanced after its grace
+        for tier in ("producer", "dc1", "agg"):
+            assert sum(r["count"] for r in final if r["tier"] == tier) == 20 + BACKLOG, (tier, final)
     finally:
         assert mirror.stop() == 0, mirror.log()[-3000:]
