@@ -76,6 +76,7 @@ def test_the_outage_drill_reads_the_cut_flows_committed_partitions() -> None:
     report.caught_up = True
     assert report.production_rate == 100.0 and report.catch_up_rate == 1500.0 and report.catch_up_ratio == 15.0
     assert report.ok and report.as_dict()["catch_up_ratio"] == 15.0
+    assert "NOT caught up" not in report.text() and "produce quota" not in report.text()
     report.catch_up_seconds = 30.0  # 2x the production rate: below the goal of 5x
     assert not report.ok and "2.0x the production rate" in report.text()
     report.catch_up_seconds, report.audit_during_cut = 4.0, {"late": 3, "loss": 1}
@@ -102,7 +103,7 @@ def test_the_outage_drill_estimates_and_judges_the_catch_up_by_the_mirrors_quota
     assert report.ok, report.as_dict()
     d = report.as_dict()
     assert d["expected_catch_up_seconds"] == 1170.0 and d["catch_up_goal_ratio"] == 0.41 and d["quota_brokers"] == 3
-    assert "expected catch-up 1170.0 s" in report.text()
+    assert "expected catch-up 1170.0 s" in report.text() and "NOT caught up" not in report.text()
     report.catch_up_seconds = 1900.0  # well below what the quota allows: something else held it
     assert not report.ok
     report.quota_brokers, report.catch_up_seconds = 2, 1300.0  # 100 kB/s: no faster than production

@@ -302,6 +302,8 @@ class OutageReport:
                 f" {d['first_progress_seconds']} s): {d['catch_up_rate']} records/s,"
                 f" {d['catch_up_ratio']}x the production rate (goal >= {self.goal_ratio:.3g}x)"
             )
+        else:
+            lines.append("  NOT caught up before the timeout")
         if self.mirror_quota is not None:
             expected = self.expected_catch_up_seconds
             lines.append(
@@ -314,8 +316,6 @@ class OutageReport:
                 )
                 + f"; throttled {self.throttled_answers} produce answer(s), {d['throttled_seconds']} s in all"
             )
-        else:
-            lines.append("  NOT caught up before the timeout")
         if self.others_error:
             lines.append(f"  other datacenters during the cut: {self.others_error}")
         elif self.others_during_cut is not None:
