@@ -84,10 +84,11 @@ def test_the_outage_drill_reads_the_cut_flows_committed_partitions() -> None:
 
 
 def test_the_outage_drill_estimates_and_judges_the_catch_up_by_the_mirrors_quota() -> None:
-    """A 600-s cut at 200 records/s of 500 B (100 kB/s) under a 50 kB/s quota on each of 3 agg
-    brokers (150 kB/s): 10 s of quota at once, then the 60 MB backlog drains at 50 kB/s: 1,170 s;
-    the goal is 80 % of the ratio that allows (0.41x), not 5x. A quota the production rate outruns
-    never catches up."""
+    """A 600-s cut at 200 records/s of 500 B (100 kB/s: a 60 MB backlog) under a 50 kB/s quota on
+    each of 3 agg brokers (150 kB/s): by t seconds after the heal the quota lets about 150 kB/s x
+    (t + 10 s of burst) through, so the backlog is copied after 390 s; the goal is 80 % of the ratio
+    that gives (1.23x), not 5x. A quota at or below the production rate fails the drill whatever the
+    catch-up measured: the mirror falls behind again after it."""
     report = OutageReport(
         "dc2",
         "blackhole",
@@ -97,18 +98,18 @@ def test_the_outage_drill_estimates_and_judges_the_catch_up_by_the_mirrors_quota
         quota_brokers=3,
         record_bytes=500.0,
     )
-    assert report.expected_catch_up_seconds == 1170.0
-    assert round(report.goal_ratio, 2) == 0.41
-    report.caught_up, report.catch_up_seconds = True, 1300.0  # 0.46x the production rate: the quota's pace
+    assert report.expected_catch_up_seconds == 390.0 and not report.quota_below_production
+    assert round(report.goal_ratio, 2) == 1.23
+    report.caught_up, report.catch_up_seconds = True, 420.0  # 1.43x the production rate: the quota's pace
     assert report.ok, report.as_dict()
     d = report.as_dict()
-    assert d["expected_catch_up_seconds"] == 1170.0 and d["catch_up_goal_ratio"] == 0.41 and d["quota_brokers"] == 3
-    assert "expected catch-up 1170.0 s" in report.text() and "NOT caught up" not in report.text()
+    assert d["expected_catch_up_seconds"] == 390.0 and d["catch_up_goal_ratio"] == 1.23 and d["quota_brokers"] == 3
+    assert "expected catch-up 390.0 s" in report.text() and "NOT caught up" not in report.text()
     report.catch_up_seconds = 1900.0  # well below what the quota allows: something else held it
     assert not report.ok
-    report.quota_brokers, report.catch_up_seconds = 2, 1300.0  # 100 kB/s: no faster than production
-    assert report.as_dict()["expected_catch_up_seconds"] == "never" and not report.ok
-    assert "never (the quota is at or below the production rate)" in report.text()
+    report.quota_brokers, report.catch_up_seconds = 2, 600.0  # 100 kB/s: no faster than production
+    assert report.quota_below_production and not report.ok and report.as_dict()["quota_below_production_rate"]
+    assert "the quota is at or below the production rate" in report.text()
     unbounded = OutageReport("dc2", "blackhole", cut_seconds=600.0, backlog_records=120_000, record_bytes=500.0)
     assert unbounded.expected_catch_up_seconds is None and unbounded.goal_ratio == 5.0
 

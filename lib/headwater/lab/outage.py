@@ -23,11 +23,14 @@ With a produce quota on the mirror at the aggregate cluster (``mirror_quota``: i
 ``producer_byte_rate``, per broker as Kafka's quotas are), the catch-up cannot be faster than the
 quota allows: the drill multiplies it by the aggregate brokers leading the flow's partitions, turns
 the backlog into bytes (the mirror's ``headwater_mirror_bytes_total`` over ``_records_total`` for the
-flow), and **estimates the catch-up** at the heal: the first ``quota_burst_seconds`` (10: Kafka's
-``quota.window.num - 1`` windows) of quota at once, then the backlog drains at the quota minus the
-production rate (docs/pipeline.md, "The mirror's produce quota"). The goal ratio becomes the lower of
-5x and 80 % of what the quota allows (Kafka's Rate holds a busy client a little under its quota on
-average); a quota at or below the production rate can never catch up and fails the drill. The
+flow), and **estimates the catch-up** at the heal: the mirror copies the first
+``quota_burst_seconds`` (10: Kafka's ``quota.window.num - 1`` windows) of quota at once, then the
+quota (Kafka's Rate: about ``quota x (t + burst)`` by ``t`` seconds after the heal), and the drill's
+catch-up is done when the heal-time backlog is copied (what was written after the heal comes after
+it), so ``expected = backlog bytes / quota - burst`` and the catch-up ratio is at most about ``quota /
+production rate``. The goal ratio becomes the lower of 5x and 80 % of the ratio the expected catch-up
+gives. A quota at or below the production rate fails the drill: after its catch-up the mirror falls
+behind again (docs/pipeline.md, "The mirror's produce quota", sizes it against the live stream). The
 report says how often, and how long in all, the aggregate throttled the mirror during the catch-up
 (``headwater_mirror_produce_throttle_time_seconds`` of the flow).
 
@@ -39,7 +42,6 @@ read from what the mirror committed, the state a restarted mirror would resume f
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 import urllib.parse
 import urllib.request
@@ -168,12 +170,6 @@ def _link_call(control: str, action: str, **query: str) -> tuple[int, dict[str, 
     return control_request(control, "POST", f"/{action}?{urllib.parse.urlencode(query)}")
 
 
-def _seconds(value: float | None) -> float | str | None:
-    if value is None:
-        return None
-    return "never" if math.isinf(value) else round(value, 1)
-
-
 @dataclass
 class OutageReport:
     link: str
@@ -210,24 +206,24 @@ class OutageReport:
 
     @property
     def expected_catch_up_seconds(self) -> float | None:
-        """With a quota: the burst the quota allows at once, then the backlog drains at the quota minus
-        the production rate (math.inf: the quota is at or below the production rate). None without
-        a quota (or without the bytes per record)."""
+        """With a quota: how long copying the heal-time backlog takes at the quota, its burst first
+        (see the module docstring). None without a quota (or without the bytes per record)."""
         q, size = self.quota_rate, self.record_bytes
         if q is None or not size:
             return None
-        backlog, production = self.backlog_records * size, self.production_rate * size
-        if q <= production:
-            return math.inf
-        return max(0.0, backlog - self.quota_burst_seconds * q) / (q - production)
+        return max(0.0, self.backlog_records * size / q - self.quota_burst_seconds)
+
+    @property
+    def quota_below_production(self) -> bool:
+        """The quota cannot keep up with the production rate (the mirror falls ever further behind)."""
+        q, size = self.quota_rate, self.record_bytes
+        return q is not None and size is not None and size > 0 and q <= self.production_rate * size
 
     @property
     def goal_ratio(self) -> float:
         """CATCH_UP_GOAL, or with a quota the lower of it and 80 % of the ratio the quota allows."""
         expected = self.expected_catch_up_seconds
-        if expected is None or math.isinf(expected):
-            return CATCH_UP_GOAL
-        if expected <= 0 or self.cut_seconds <= 0:
+        if expected is None or expected <= 0 or self.cut_seconds <= 0:
             return CATCH_UP_GOAL
         return min(CATCH_UP_GOAL, 0.8 * self.cut_seconds / expected)  # backlog / expected / production rate
 
@@ -251,8 +247,8 @@ class OutageReport:
         }
         ratio = self.catch_up_ratio
         fast_enough = ratio is None or ratio >= self.goal_ratio
-        never = self.expected_catch_up_seconds == math.inf  # a quota the production rate outruns
-        return self.caught_up and others_ok and not self.others_error and audit_ok and fast_enough and not never
+        quota_ok = not self.quota_below_production
+        return self.caught_up and others_ok and not self.others_error and audit_ok and fast_enough and quota_ok
 
     def as_dict(self) -> dict[str, Any]:
         ratio = self.catch_up_ratio
@@ -276,7 +272,10 @@ class OutageReport:
             "mirror_quota": self.mirror_quota,
             "quota_brokers": self.quota_brokers if self.mirror_quota is not None else None,
             "record_bytes": None if self.record_bytes is None else round(self.record_bytes, 1),
-            "expected_catch_up_seconds": _seconds(self.expected_catch_up_seconds),
+            "expected_catch_up_seconds": None
+            if self.expected_catch_up_seconds is None
+            else round(self.expected_catch_up_seconds, 1),
+            "quota_below_production_rate": self.quota_below_production,
             "throttled_answers": self.throttled_answers,
             "throttled_seconds": round(self.throttled_seconds, 1),
             "heartbeat_age_at_heal_s": self.heartbeat_age_at_heal,
@@ -305,16 +304,15 @@ class OutageReport:
         else:
             lines.append("  NOT caught up before the timeout")
         if self.mirror_quota is not None:
-            expected = self.expected_catch_up_seconds
             lines.append(
                 f"  the mirror's produce quota: {self.mirror_quota:g} B/s x {self.quota_brokers} broker(s),"
-                f" {d['record_bytes']} B a record: expected catch-up "
+                f" {d['record_bytes']} B a record: expected catch-up {d['expected_catch_up_seconds']} s;"
+                f" throttled {self.throttled_answers} produce answer(s), {d['throttled_seconds']} s in all"
                 + (
-                    "never (the quota is at or below the production rate)"
-                    if expected is not None and math.isinf(expected)
-                    else f"{d['expected_catch_up_seconds']} s"
+                    "; the quota is at or below the production rate: the mirror falls behind again"
+                    if self.quota_below_production
+                    else ""
                 )
-                + f"; throttled {self.throttled_answers} produce answer(s), {d['throttled_seconds']} s in all"
             )
         if self.others_error:
             lines.append(f"  other datacenters during the cut: {self.others_error}")
@@ -412,7 +410,7 @@ async def run_outage(
                 progress(f"outage: cannot read the aggregate's leaders ({e}); the quota counted once")
         expected = report.expected_catch_up_seconds
         if expected is not None:
-            progress(f"outage: with the mirror's produce quota, expected catch-up {_seconds(expected)} s")
+            progress(f"outage: with the mirror's produce quota, expected catch-up {expected:.1f} s")
     next_line = healed_at + 10
     while time.monotonic() - healed_at < timeout:
         now_committed = flow_partitions(await asyncio.to_thread(_scrape, mirror_metrics), link)
