@@ -76,6 +76,9 @@ class FakeGroup:
     def register(self) -> None:
         self.session_lost = False
 
+    def read_placement(self) -> tuple[dict[TopicPartition, str], int | None]:
+        return {}, None
+
     def stop(self) -> None:
         self.stopped = True
 

@@ -1,0 +1,121 @@
+"""Load-aware placement against real clusters (issue 43, item 7): three mirror processes, one hot
+partition among many cold ones; after a rebalance interval the hot partition's process holds
+nothing else, the hot partition never stopped, and every record is in the target once, in order."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka import Producer
+from kazoo.client import KazooClient
+
+from headwater.zk.paths import consumer_owner_path, mirror_placement_path
+from tests.cluster.harness import Cluster
+from tests.cluster.util import create_topic
+from tests.mirror.util import AckedWriter, MirrorProcess, read_topic, wait_for, zk_connect
+
+TOPIC = "loads"
+PARTITIONS = 24
+HOT = 0
+GROUP = "headwater-mirror"
+
+
+class HotWriter(AckedWriter):
+    """~100 KB/s into one partition: 1 KB records, a 10 ms poll between them."""
+
+    poll_s = 0.01
+
+    def write(self, i: int) -> None:
+        self.producer.produce(
+            TOPIC, partition=HOT, value=f"hot-{i:08d}-".encode().ljust(1000, b"."), on_delivery=self._done
+        )
+
+
+def test_the_hot_partitions_process_gives_away_its_cold_ones(
+    cluster_factory: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    src, dst = cluster_factory(1), cluster_factory(1)
+    create_topic(src, TOPIC, partitions=PARTITIONS, rf=1, min_isr=1)
+    cold = Producer({"bootstrap.servers": src.bootstrap, "acks": "all", "linger.ms": 5})
+    for p in range(PARTITIONS):
+        if p != HOT:
+            for i in range(10):
+                cold.produce(TOPIC, partition=p, value=f"cold-{p}-{i}".encode())
+    assert cold.flush(30) == 0
+    props = {
+        "clusters": "dc1, agg",
+        "dc1.zookeeper.connect": zk_connect(src),
+        "dc1.bootstrap.servers": src.bootstrap,
+        "agg.bootstrap.servers": dst.bootstrap,
+        "dc1->agg.enabled": "true",
+        "dc1->agg.topics": TOPIC,
+        "offset.commit.interval.ms": 500,
+        "fetch.max.wait.ms": 100,
+        "placement.rebalance.interval.seconds": 2,
+        "emit.heartbeats.enabled": "false",
+        "emit.checkpoints.enabled": "false",
+        "emit.offset-syncs.enabled": "false",
+        "sync.topic.configs.enabled": "false",
+    }
+    zk = KazooClient(hosts=zk_connect(src))
+    zk.start(timeout=15)
+
+    def owners() -> dict[int, str]:
+        out = {}
+        for p in range(PARTITIONS):
+            try:
+                out[p] = zk.get(consumer_owner_path(GROUP, TOPIC, p))[0].decode()
+            except Exception:
+                pass
+        return out
+
+    def hot_alone() -> bool:
+        now = owners()
+        return len(now) == PARTITIONS and [p for p, m in now.items() if m == now[HOT]] == [HOT]
+
+    mirrors = [MirrorProcess(tmp_path, f"mirror{i}", props).start() for i in (1, 2, 3)]
+    writer = HotWriter(src.bootstrap)
+    writer.thread.start()
+    try:
+        # count-based first: the three processes share the partitions (rendezvous hashing)
+        wait_for(
+            lambda: len(set(owners().values())) == 3 and len(owners()) == PARTITIONS, 60, "all three to own", mirrors[0]
+        )
+        hot_owner_before = owners()[HOT]
+        started = time.monotonic()
+        wait_for(hot_alone, 60, "the hot partition's process to hold nothing else", mirrors[0])
+        took = time.monotonic() - started
+        settled = owners()
+        assert settled[HOT] == hot_owner_before  # the hot partition itself did not move
+        version = zk.exists(mirror_placement_path(GROUP)).version
+        # it stays so: two more intervals, no new placement, the same owners
+        deadline = time.monotonic() + 4.5
+        while time.monotonic() < deadline:
+            assert owners() == settled
+            time.sleep(0.25)
+        assert zk.exists(mirror_placement_path(GROUP)).version == version
+        writer.stop.set()
+        writer.thread.join(60)
+        assert len(writer.acked) > 0
+
+        def source() -> list[tuple[int, int, bytes | None]]:
+            return sorted((p, o, v) for p, o, _k, v, _h, _t in read_topic(src.bootstrap, TOPIC))
+
+        expected = source()
+        wait_for(
+            lambda: sorted((p, o, v) for p, o, _k, v, _h, _t in read_topic(dst.bootstrap, TOPIC)) == expected,
+            60,
+            "every record in the target once, at its source offset",
+            mirrors[0],
+        )
+        log = "".join(m.log() for m in mirrors)
+        assert "placement by byte rates: moving" in log
+        print(f"hot partition alone after {took:.1f}s; {len(expected)} records; owners {settled}")
+    finally:
+        writer.stop.set()
+        for m in mirrors:
+            m.stop()
+        zk.stop()
+        zk.close()
