@@ -4,10 +4,13 @@ formats (mirror/group.py); the moving byte rate."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from headwater.mirror.config import MirrorConfigError, parse
 from headwater.mirror.group import (
     assign,
     decode_placement,
@@ -199,3 +202,25 @@ def test_byte_rates_are_a_moving_rate_over_the_window() -> None:
     assert r.sample({("t", 1): 600}, now=16) == {("t", 1): 550 / 6}
     assert r.sample({("t", 0): 2100, ("t", 1): 700}, now=17) == {("t", 1): 650 / 7}
     assert r.sample({("t", 0): 2200, ("t", 1): 700}, now=18) == {("t", 0): 100.0, ("t", 1): 650 / 8}
+
+
+def test_the_placement_properties() -> None:
+    base = {
+        "clusters": "dc1, agg",
+        "dc1.zookeeper.connect": "127.0.0.1:1",
+        "agg.bootstrap.servers": "127.0.0.1:1",
+        "dc1->agg.enabled": "true",
+    }
+    config = parse(base)
+    assert (config.placement_tolerance, config.placement_interval_s) == (1.25, 60.0)
+    config = parse({**base, "placement.load.tolerance": "1.5", "placement.rebalance.interval.seconds": "2"})
+    assert (config.placement_tolerance, config.placement_interval_s) == (1.5, 2.0)
+    assert not config.unknown
+    for key, value, message in (
+        ("placement.load.tolerance", "0.9", "placement.load.tolerance: 0.9 is not between 1 (the mean load) and 100"),
+        ("placement.load.tolerance", "fast", "placement.load.tolerance: 'fast' is not a number"),
+        ("placement.load.tolerance", "nan", "placement.load.tolerance: nan is not between 1 (the mean load) and 100"),
+        ("placement.rebalance.interval.seconds", "0", "placement.rebalance.interval.seconds: 0 is not between 0.1"),
+    ):
+        with pytest.raises(MirrorConfigError, match=re.escape(message)):
+            parse({**base, key: value})
