@@ -5,6 +5,7 @@ formats (mirror/group.py); the moving byte rate."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from hypothesis import assume, given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from headwater.mirror.config import MirrorConfigError, parse
 from headwater.mirror.group import (
+    ZkGroup,
     assign,
     decode_placement,
     decode_rates,
@@ -224,3 +226,36 @@ def test_the_placement_properties() -> None:
     ):
         with pytest.raises(MirrorConfigError, match=re.escape(message)):
             parse({**base, key: value})
+
+
+def test_rates_and_placement_in_zookeeper(zk_connect: str) -> None:
+    """Real ZooKeeper: a member's rates are read by another, go with its session; the placement is
+    written over the version read only (a second leader's stale write changes nothing), and a
+    change wakes the other members."""
+    changes: list[int] = []
+    a = ZkGroup(zk_connect, "mirror", "member-a", ["page-views"])
+    b = ZkGroup(zk_connect, "mirror", "member-b", ["page-views"])
+    a.start(lambda: None)
+    b.start(lambda: changes.append(1))
+    try:
+        assert b.read_rates() == {} and b.read_placement() == ({}, None)
+        a.publish_rates({("page-views", 0): 1000.0}, 60)
+        a.publish_rates({("page-views", 0): 2000.0, ("page-views", 1): 5.0}, 60)
+        assert b.read_rates() == {"member-a": {("page-views", 0): 2000.0, ("page-views", 1): 5.0}}
+        woken = len(changes)
+        assert a.write_placement({("page-views", 1): "member-b"}, None)
+        assert not b.write_placement({("page-views", 1): "member-a"}, None)  # someone wrote first
+        overrides, version = b.read_placement()
+        assert overrides == {("page-views", 1): "member-b"} and version is not None
+        assert b.write_placement({}, version)
+        assert not a.write_placement({("page-views", 2): "member-a"}, version)  # stale: refused
+        assert b.read_placement()[0] == {}
+        deadline = time.monotonic() + 30
+        while len(changes) == woken:
+            assert time.monotonic() < deadline, "member-b's watch never fired"
+            time.sleep(0.05)
+        a.stop()
+        assert b.read_rates() == {}  # the ephemeral node went with a's session
+    finally:
+        a.stop()
+        b.stop()

@@ -20,8 +20,8 @@
                                                          computed (:func:`encode_placement`)
 
 Assignment is rendezvous hashing (highest random weight) of each partition over the live
-members: every member computes the same owner for every partition from the member list alone,
-and a member joining or leaving moves only the partitions it gains or loses — the rest keep
+members: every member computes the same owner for every partition from the member list alone
+(and the placement node, below), and a member joining or leaving moves only the partitions it gains or loses — the rest keep
 flowing (no stop-the-world rebalance, uReplicator's complaint about MirrorMaker 1). A partition
 moves hands through its owner node: the old owner commits its acknowledged offset, then deletes
 the node; the new owner claims it (retrying while the node still exists), then reads the offset.
@@ -40,7 +40,7 @@ write the same generation)::
     {"version": 1, "generation": <n>, "leader": "<consumer id>", "timestamp": <ms>,
      "owners": {"<topic>": {"<p>": "<consumer id>"}}}
 
-A partition not listed, or listed with a member that is not live, goes to its rendezvous owner.
+(``generation``: how many placements were written, the znode's version + 1.) A partition not listed, or listed with a member that is not live, goes to its rendezvous owner.
 Every member watches the node and rebalances when it changes: a moved partition is handed over
 as on a join or a leave (commit, release, claim), the others keep their copiers.
 
