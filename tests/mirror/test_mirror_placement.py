@@ -4,6 +4,7 @@ nothing else, the hot partition never stopped, and every record is in the target
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,9 @@ class HotWriter(AckedWriter):
 def test_the_hot_partitions_process_gives_away_its_cold_ones(
     cluster_factory: Callable[..., Cluster], tmp_path: Path
 ) -> None:
+    t0 = time.monotonic()
     src, dst = cluster_factory(1), cluster_factory(1)
+    t_clusters = time.monotonic() - t0
     create_topic(src, TOPIC, partitions=PARTITIONS, rf=1, min_isr=1)
     cold = Producer({"bootstrap.servers": src.bootstrap, "acks": "all", "linger.ms": 5})
     for p in range(PARTITIONS):
@@ -53,12 +56,13 @@ def test_the_hot_partitions_process_gives_away_its_cold_ones(
         "dc1->agg.topics": TOPIC,
         "offset.commit.interval.ms": 500,
         "fetch.max.wait.ms": 100,
-        "placement.rebalance.interval.seconds": 2,
+        "placement.rebalance.interval.seconds": 1,
         "emit.heartbeats.enabled": "false",
         "emit.checkpoints.enabled": "false",
         "emit.offset-syncs.enabled": "false",
         "sync.topic.configs.enabled": "false",
     }
+    t_topic = time.monotonic() - t0
     zk = KazooClient(hosts=zk_connect(src))
     zk.start(timeout=15)
 
@@ -75,15 +79,16 @@ def test_the_hot_partitions_process_gives_away_its_cold_ones(
         now = owners()
         return len(now) == PARTITIONS and [p for p, m in now.items() if m == now[HOT]] == [HOT]
 
-    mirrors = [MirrorProcess(tmp_path, f"mirror{i}", props).start() for i in (1, 2, 3)]
     writer = HotWriter(src.bootstrap)
     writer.thread.start()
+    mirrors = [MirrorProcess(tmp_path, f"mirror{i}", props).start() for i in (1, 2, 3)]
     try:
         # count-based first: the three processes share the partitions (rendezvous hashing)
         wait_for(
             lambda: len(set(owners().values())) == 3 and len(owners()) == PARTITIONS, 60, "all three to own", mirrors[0]
         )
         hot_owner_before = owners()[HOT]
+        t_owned = time.monotonic() - t0
         started = time.monotonic()
         wait_for(hot_alone, 60, "the hot partition's process to hold nothing else", mirrors[0])
         took = time.monotonic() - started
@@ -91,7 +96,7 @@ def test_the_hot_partitions_process_gives_away_its_cold_ones(
         assert settled[HOT] == hot_owner_before  # the hot partition itself did not move
         version = zk.exists(mirror_placement_path(GROUP)).version
         # it stays so: two more intervals, no new placement, the same owners
-        deadline = time.monotonic() + 4.5
+        deadline = time.monotonic() + 2.5
         while time.monotonic() < deadline:
             assert owners() == settled
             time.sleep(0.25)
@@ -112,9 +117,15 @@ def test_the_hot_partitions_process_gives_away_its_cold_ones(
         )
         log = "".join(m.log() for m in mirrors)
         assert "placement by byte rates: moving" in log
-        print(f"hot partition alone after {took:.1f}s; {len(expected)} records; owners {settled}")
+        print(
+            f"clusters at {t_clusters:.1f}s, topic at {t_topic:.1f}s, mirrors owning at {t_owned:.1f}s; hot partition alone {took:.1f}s later; "
+            f"read back at {time.monotonic() - t0:.1f}s; {len(expected)} records"
+        )
     finally:
         writer.stop.set()
+        for m in mirrors:  # all at once: one by one, each stop hands its partitions to the others
+            if m.proc is not None and m.proc.poll() is None:
+                m.proc.send_signal(signal.SIGTERM)
         for m in mirrors:
             m.stop()
         zk.stop()

@@ -55,6 +55,8 @@ log = logging.getLogger("headwater.mirror")
 
 #: topics planned (target topics created) and partitions claimed at once in a rebalance
 CONCURRENT_SETUPS = 16
+#: placement evaluations skipped in a row while a partition has no byte rate yet (then counted as 0)
+PLACEMENT_WAITS = 3
 T = TypeVar("T")
 
 
@@ -84,6 +86,7 @@ class FlowState:
     #: the leader's last known byte rate of each partition (a partition that just moved has none
     #: published until its new owner measured it)
     known_rates: dict[TopicPartition, float] = field(default_factory=dict)
+    placement_waits: int = 0  # evaluations skipped in a row while some partition had no rate
 
 
 class Mirror:
@@ -353,6 +356,13 @@ class Mirror:
         partitions = list(f.partitions)
         placed = set(partitions)
         f.known_rates = {tp: r for tp, r in f.known_rates.items() if tp in placed}
+        unknown = placed - set(f.known_rates)
+        if unknown and f.placement_waits < PLACEMENT_WAITS:
+            # still being claimed (start-up, a hand-over): counted as 0 it could be moved off again at once
+            f.placement_waits += 1
+            log.debug("%s: placement: no byte rate yet for %d partition(s)", f.flow.name, len(unknown))
+            return
+        f.placement_waits = 0
         new = placement.place(partitions, members, overrides, f.known_rates, self.config.placement_tolerance)
         if new == overrides:
             return

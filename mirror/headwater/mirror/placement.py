@@ -10,7 +10,8 @@ writes the result (``/consumers/<group>/mirror-placement``); every member follow
 The placement is written as *overrides* of the rendezvous owner (:func:`headwater.mirror.group.owner_of`):
 a partition not listed, or listed with a member that has gone, goes where rendezvous hashing puts
 it. So with no rates yet (start-up, or rates all zero) nothing is overridden and the placement is
-the count-based one of before; a member joining or leaving still moves only the partitions it
+the count-based one of before (the leader waits, up to three intervals, until every partition has a
+rate: one still being claimed, counted as 0, could be moved off again at once); a member joining or leaving still moves only the partitions it
 gains or loses; and a partition that does not move keeps its copier (no stop-the-world).
 
 :func:`balance` starts from the current owners and moves partitions, one at a time, off the
