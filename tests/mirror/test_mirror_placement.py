@@ -87,13 +87,11 @@ def test_the_hot_partitions_process_gives_away_its_cold_ones(
         wait_for(
             lambda: len(set(owners().values())) == 3 and len(owners()) == PARTITIONS, 60, "all three to own", mirrors[0]
         )
-        hot_owner_before = owners()[HOT]
         t_owned = time.monotonic() - t0
         started = time.monotonic()
         wait_for(hot_alone, 60, "the hot partition's process to hold nothing else", mirrors[0])
         took = time.monotonic() - started
         settled = owners()
-        assert settled[HOT] == hot_owner_before  # the hot partition itself did not move
         version = zk.exists(mirror_placement_path(GROUP)).version
         # it stays so: two more intervals, no new placement, the same owners
         deadline = time.monotonic() + 2.5
@@ -115,8 +113,9 @@ def test_the_hot_partitions_process_gives_away_its_cold_ones(
             "every record in the target once, at its source offset",
             mirrors[0],
         )
-        log = "".join(m.log() for m in mirrors)
-        assert "placement by byte rates: moving" in log
+        moves = [line for m in mirrors for line in m.log().splitlines() if "placement by byte rates: moving" in line]
+        assert moves  # rendezvous hashing put cold ones with the hot one (not doing so: (2/3)^23, ~1e-4)
+        assert not any(f" {TOPIC}-{HOT} to " in line for line in moves), moves  # the hot partition never moved
         print(
             f"clusters at {t_clusters:.1f}s, topic at {t_topic:.1f}s, mirrors owning at {t_owned:.1f}s; hot partition alone {took:.1f}s later; "
             f"read back at {time.monotonic() - t0:.1f}s; {len(expected)} records"
