@@ -4,6 +4,7 @@ formats (mirror/group.py); the moving byte rate."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 
@@ -23,6 +24,7 @@ from headwater.mirror.group import (
 )
 from headwater.mirror.placement import ByteRates, balance, effective_owners, owned, place
 from headwater.zk.json import ZnodeFormatError
+from tests.mirror.fakes import FakeFetcher, FakeGroup, fake_mirror
 
 TP = tuple[str, int]
 MEMBERS = st.lists(st.sampled_from([f"m{i}" for i in range(6)]), min_size=1, max_size=6, unique=True)
@@ -259,3 +261,45 @@ def test_rates_and_placement_in_zookeeper(zk_connect: str) -> None:
     finally:
         a.stop()
         b.stop()
+
+
+def test_the_leader_waits_for_every_rate_then_writes_the_balanced_placement() -> None:
+    """The leader's round (Mirror._evaluate_placement) on the fake group: nothing until every member
+    published; up to three rounds while a partition has no rate; then the balanced placement,
+    written once; a topic it did not plan keeps its overrides."""
+    group = FakeGroup("m1", {"t": 6})
+    group.member_list = ["m1", "m2", "m3"]
+    m, f = fake_mirror(group, FakeFetcher())
+    partitions = [("t", p) for p in range(6)]
+    f.partitions = list(partitions)
+    owners = effective_owners(partitions, group.member_list, {})
+    hot = ("t", 0)
+    assert sum(o == owners[hot] for o in owners.values()) > 1  # rendezvous put cold ones with the hot one
+    group.placement = {("other", 0): "m2"}  # a topic this leader has not planned
+    group.placement_version = 4
+
+    async def main() -> None:
+        group.rates = {"m1": {}, "m2": {}}
+        await m._evaluate_placement(f)  # m3 has not published
+        assert group.placement_version == 4
+        rates = {tp: (1e6 if tp == hot else 10.0) for tp in partitions}
+        by_member = {member: {tp: rates[tp] for tp, o in owners.items() if o == member} for member in group.member_list}
+        group.rates = {**by_member, owners[("t", 5)]: {}}
+        if owners[("t", 5)] == owners[hot]:
+            group.rates[owners[hot]] = {hot: 1e6}
+        for _ in range(3):  # ("t", 5) has no rate yet: wait
+            await m._evaluate_placement(f)
+            assert group.placement_version == 4
+        await m._evaluate_placement(f)  # then counted as 0
+        assert group.placement_version == 5
+        group.rates = by_member
+        await m._evaluate_placement(f)
+        placed = effective_owners(partitions, group.member_list, group.placement)
+        assert [tp for tp, o in placed.items() if o == placed[hot]] == [hot]
+        assert placed[hot] == owners[hot]
+        assert group.placement[("other", 0)] == "m2"
+        version = group.placement_version
+        await m._evaluate_placement(f)  # balanced: nothing written
+        assert group.placement_version == version
+
+    asyncio.run(main())

@@ -364,6 +364,8 @@ class Mirror:
             return
         f.placement_waits = 0
         new = placement.place(partitions, members, overrides, f.known_rates, self.config.placement_tolerance)
+        # a topic this leader could not plan just now keeps its overrides (no churn while it retries)
+        new |= {tp: m for tp, m in overrides.items() if tp not in placed and m in members}
         if new == overrides:
             return
         if await asyncio.to_thread(g.write_placement, new, version):
