@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import signal
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Producer
 from kazoo.client import KazooClient
 
+from headwater.testing.zookeeper import free_port
 from headwater.zk.paths import consumer_owner_path, mirror_placement_path
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
@@ -81,7 +83,21 @@ def test_the_hot_partitions_process_gives_away_its_cold_ones(
 
     writer = HotWriter(src.bootstrap)
     writer.thread.start()
-    mirrors = [MirrorProcess(tmp_path, f"mirror{i}", props).start() for i in (1, 2, 3)]
+    ports = [free_port() for _ in range(3)]
+    mirrors = [
+        MirrorProcess(tmp_path, f"mirror{i}", {**props, "metrics.port": port}).start()
+        for i, port in enumerate(ports, 1)
+    ]
+
+    def hot_rate() -> float:
+        """What the hot partition's process publishes for it (its /metrics)."""
+        pid = int(owners()[HOT].rsplit("-", 2)[-2])
+        port = next(port for m, port in zip(mirrors, ports, strict=True) if m.proc is not None and m.proc.pid == pid)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        line = f'headwater_mirror_partition_bytes_per_second{{flow="dc1->agg",partition="{HOT}",topic="{TOPIC}"}}'
+        return float(next(x for x in text.splitlines() if x.startswith(line)).split()[-1])
+
     try:
         # count-based first: the three processes share the partitions (rendezvous hashing)
         wait_for(
@@ -92,6 +108,15 @@ def test_the_hot_partitions_process_gives_away_its_cold_ones(
         wait_for(hot_alone, 60, "the hot partition's process to hold nothing else", mirrors[0])
         took = time.monotonic() - started
         settled = owners()
+        seen: list[float] = []
+
+        def plausible() -> bool:  # the writer's ~100 KB/s (less on a loaded machine), as its copier measures it
+            seen.append(hot_rate())
+            return 10_000 < seen[-1] < 1_000_000
+
+        wait_for(plausible, 30, "a plausible byte rate of the hot partition")
+        assert all(r < 1_000_000 for r in seen), seen
+        rate = seen[-1]
         version = zk.exists(mirror_placement_path(GROUP)).version
         # it stays so: two more intervals, no new placement, the same owners
         deadline = time.monotonic() + 2.5
@@ -118,7 +143,7 @@ def test_the_hot_partitions_process_gives_away_its_cold_ones(
         assert not any(f" {TOPIC}-{HOT} to " in line for line in moves), moves  # the hot partition never moved
         print(
             f"clusters at {t_clusters:.1f}s, topic at {t_topic:.1f}s, mirrors owning at {t_owned:.1f}s; hot partition alone {took:.1f}s later; "
-            f"read back at {time.monotonic() - t0:.1f}s; {len(expected)} records"
+            f"read back at {time.monotonic() - t0:.1f}s; {len(expected)} records; hot partition {rate:.0f} B/s"
         )
     finally:
         writer.stop.set()

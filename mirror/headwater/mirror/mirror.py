@@ -329,6 +329,8 @@ class Mirror:
                     continue
                 mine = {tp: f.copied_bytes.get(tp, 0) for tp in f.copiers}
                 measured = rates.sample(mine)
+                for (topic, partition), rate in measured.items():
+                    self.metrics.byte_rate.labels(f.flow.name, topic, str(partition)).set(rate)
                 if tick > 0:  # the first sample measures nothing
                     await asyncio.to_thread(f.group.publish_rates, measured, interval)
                 tick += 1
@@ -656,6 +658,7 @@ class Mirror:
             self.metrics.committed,
             self.metrics.record_age,
             self.metrics.replication_latency,
+            self.metrics.byte_rate,
         ):
             try:
                 gauge.remove(f.flow.name, tp[0], str(tp[1]))
