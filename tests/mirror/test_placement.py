@@ -303,3 +303,13 @@ def test_the_leader_waits_for_every_rate_then_writes_the_balanced_placement() ->
         assert group.placement_version == version
 
     asyncio.run(main())
+
+
+@settings(max_examples=100, deadline=None)
+@given(placements())
+def test_a_second_evaluation_with_the_same_rates_moves_nothing(
+    case: tuple[dict[TP, str], list[str], dict[TP, float], float],
+) -> None:
+    owners, members, rates, tolerance = case
+    new = balance(owners, members, rates, tolerance)
+    assert balance(new, members, rates, tolerance) == new
