@@ -275,7 +275,8 @@ def test_the_leader_waits_for_every_rate_then_writes_the_balanced_placement() ->
     owners = effective_owners(partitions, group.member_list, {})
     hot = ("t", 0)
     assert sum(o == owners[hot] for o in owners.values()) > 1  # rendezvous put cold ones with the hot one
-    group.placement = {("other", 0): "m2"}  # a topic this leader has not planned
+    group.topic_partitions["other"] = 1
+    group.placement = {("other", 0): "m2", ("deleted", 0): "m3"}  # a topic this leader has not planned; a gone one
     group.placement_version = 4
 
     async def main() -> None:
@@ -297,7 +298,7 @@ def test_the_leader_waits_for_every_rate_then_writes_the_balanced_placement() ->
         placed = effective_owners(partitions, group.member_list, group.placement)
         assert [tp for tp, o in placed.items() if o == placed[hot]] == [hot]
         assert placed[hot] == owners[hot]
-        assert group.placement[("other", 0)] == "m2"
+        assert group.placement[("other", 0)] == "m2" and ("deleted", 0) not in group.placement
         version = group.placement_version
         await m._evaluate_placement(f)  # balanced: nothing written
         assert group.placement_version == version

@@ -344,11 +344,13 @@ class Mirror:
         that just moved), the placement balanced, written when it changed."""
         g = f.group
 
-        def read() -> tuple[list[str], dict[str, dict[TopicPartition, float]], dict[TopicPartition, str], int | None]:
-            members, published = g.members(), g.read_rates()
-            return members, published, *g.read_placement()
+        def read() -> tuple[
+            list[str], dict[str, dict[TopicPartition, float]], set[str], dict[TopicPartition, str], int | None
+        ]:
+            members, published, topics = g.members(), g.read_rates(), set(g.topics())
+            return members, published, topics, *g.read_placement()
 
-        members, published, overrides, version = await asyncio.to_thread(read)
+        members, published, topics, overrides, version = await asyncio.to_thread(read)
         waiting = sorted(set(members) - set(published))
         if waiting:
             log.debug("%s: placement: no byte rates yet from %s", f.flow.name, ", ".join(waiting))
@@ -366,8 +368,9 @@ class Mirror:
             return
         f.placement_waits = 0
         new = placement.place(partitions, members, overrides, f.known_rates, self.config.placement_tolerance)
-        # a topic this leader could not plan just now keeps its overrides (no churn while it retries)
-        new |= {tp: m for tp, m in overrides.items() if tp not in placed and m in members}
+        # a topic this leader could not plan (yet) keeps its overrides (no churn while it retries); a
+        # deleted topic's go
+        new |= {tp: m for tp, m in overrides.items() if tp not in placed and tp[0] in topics and m in members}
         if new == overrides:
             return
         if await asyncio.to_thread(g.write_placement, new, version):
