@@ -42,7 +42,9 @@ from collections.abc import Iterable, Mapping
 
 from headwater.mirror.group import TopicPartition, owner_of
 
-#: placement.load.tolerance's default: a member may carry 25 % more than the mean load
+#: placement.load.tolerance's default: a member may carry 25 % more than the mean load. Rates over a
+#: window are noisy and every move costs the partition a hand-over, so a bound at the mean itself
+#: would move partitions back and forth on noise (docs/mirror.md, Load-aware placement)
 DEFAULT_TOLERANCE = 1.25
 #: placement.rebalance.interval.seconds' default
 DEFAULT_INTERVAL_S = 60.0
