@@ -36,6 +36,17 @@ class HotWriter(AckedWriter):
         )
 
 
+def _pid(consumer_id: str) -> int:
+    """The process id in a mirror's consumer id (``<group>_<host>-<pid>-<uuid>``)."""
+    return int(consumer_id.rsplit("-", 2)[-2])
+
+
+def _owned(rebalanced: str) -> set[str]:
+    """The partitions a "rebalanced among ..." log line says the process owns."""
+    listed = rebalanced.split("partition(s): ", 1)[1].split("; ", 1)[0]
+    return set() if listed == "none" else set(listed.split(", "))
+
+
 def test_the_hot_partitions_process_gives_away_its_cold_ones(
     cluster_factory: Callable[..., Cluster], tmp_path: Path
 ) -> None:
@@ -91,7 +102,7 @@ def test_the_hot_partitions_process_gives_away_its_cold_ones(
 
     def hot_rate() -> float:
         """What the hot partition's process publishes for it (its /metrics)."""
-        pid = int(owners()[HOT].rsplit("-", 2)[-2])
+        pid = _pid(owners()[HOT])
         port = next(port for m, port in zip(mirrors, ports, strict=True) if m.proc is not None and m.proc.pid == pid)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             text = r.read().decode()
@@ -124,6 +135,14 @@ def test_the_hot_partitions_process_gives_away_its_cold_ones(
             assert owners() == settled
             time.sleep(0.25)
         assert zk.exists(mirror_placement_path(GROUP)).version == version
+        # the hot partition's copier never stopped: once all three had joined, from its claim on, every
+        # rebalance of its process kept it (a hand-over away and back would show a rebalance without it)
+        hot_process = next(m for m in mirrors if m.proc is not None and m.proc.pid == _pid(settled[HOT]))
+        owned_after_each = [
+            _owned(line) for line in hot_process.log().splitlines() if "rebalanced among 3 member(s)" in line
+        ]
+        first = next(i for i, owned in enumerate(owned_after_each) if f"{TOPIC}-{HOT}" in owned)
+        assert all(f"{TOPIC}-{HOT}" in owned for owned in owned_after_each[first:]), owned_after_each
         writer.stop.set()
         writer.thread.join(60)
         assert len(writer.acked) > 0
