@@ -27,7 +27,8 @@ def test_bench_preauth_scenario_measures_memory_and_latency(tmp_path: Path) -> N
     assert rss["figures"]["attacking connections still open"]["median"] == 220
     assert rss["figures"]["MiB"]["median"] < 64, rss
     assert "not judged" in rss["goal_status"], rss  # --quick is a smoke run: the figure above is the check
-    for key in ("p99 ms with", "p99 ms without"):
+    keys = ("p99 ms with", "p99 ms without", "broker CPU ms per request with", "broker CPU ms per request without")
+    for key in keys:
         v = latency["figures"][key]["median"]
         assert isinstance(v, int | float) and math.isfinite(v) and v > 0, (key, latency)
     assert latency["ratio"] and math.isfinite(latency["ratio"]), latency

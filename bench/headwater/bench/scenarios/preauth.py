@@ -14,8 +14,10 @@ Measured: the broker's resident memory (``/proc/<pid>/status`` VmRSS) once every
 connection is accepted (its open descriptors say so) and after the client's run beside them,
 against the same broker just before the first attack (the largest growth seen); and a
 SCRAM-SHA-512 client's produce latency (confluent-kafka, acks=1, one 100-byte record per request,
-waited for before the next) without and with the attackers connected, alternating in five blocks
-per run (the attackers connect, and are closed, five times) so the machine's drift hits both alike.
+waited for before the next) without and with the attackers connected, alternating in ten blocks
+per run (the attackers connect, and are closed, ten times; four in ``--quick``) so the machine's
+drift hits both alike; and the broker's own CPU per request in each phase (``/proc/<pid>/stat``),
+which other processes' bursts of CPU -- what sets the p99 on a shared machine -- hardly move.
 Ratio: p99 with / p99 without, same broker, same run.
 
 Goals (issue 37): the attack costs the broker < 64 MiB, and the SCRAM client keeps its produce p99.
@@ -43,8 +45,9 @@ ANNOUNCERS = 100
 QUICK_IDLE = 200
 QUICK_ANNOUNCERS = 20
 RECORDS = 10_000  # latency samples per phase, full plan
-BLOCKS = 5  # without / with alternate this many times per run
+BLOCKS = 10  # without / with alternate this many times per run (1,000 requests each)
 QUICK_RECORDS = 500
+QUICK_BLOCKS = 4
 USER, PASSWORD = "bench", "bench-secret"
 MIB = 1 << 20
 
@@ -58,6 +61,12 @@ def _rss(pid: int) -> int:
 
 def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _cpu_s(pid: int) -> float:
+    """The process's user + system CPU seconds so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _raise_fd_limit(needed: int) -> None:
@@ -119,7 +128,9 @@ def _attack(port_sasl: int, port_plain: int, idle: int, announcers: int) -> list
     return socks
 
 
-def _one_run(bench: Bench, run: int, idle: int, announcers: int, records: int, rows: dict[str, Row]) -> None:
+def _one_run(
+    bench: Bench, run: int, idle: int, announcers: int, records: int, blocks: int, rows: dict[str, Row]
+) -> None:
     from headwater.cli.main import main as cli_main
 
     workdir = bench.workdir / f"preauth-{run}"
@@ -147,16 +158,25 @@ def _one_run(bench: Bench, run: int, idle: int, announcers: int, records: int, r
         before, fds = _rss(pid), _fds(pid)
         without: list[float] = []
         with_attack: list[float] = []
+        cpu = {"without": 0.0, "with": 0.0}  # the broker's CPU seconds while the client measured
         grown = 0
         alive = 0
-        # the phases alternate in blocks, so the machine's drift hits both alike
-        for block in range(BLOCKS):
-            without += _latencies_ms(bootstrap, topic, records // BLOCKS)
+
+        def measured(phase: str) -> list[float]:
+            started = _cpu_s(pid)
+            out = _latencies_ms(bootstrap, topic, records // blocks)
+            cpu[phase] += _cpu_s(pid) - started
+            return out
+
+        # the phases alternate in blocks, so the machine's drift (other processes' bursts of CPU,
+        # which set the p99 on a shared machine) hits both alike
+        for block in range(blocks):
+            without += measured("without")
             socks = _attack(sasl_port, broker.port, idle, announcers)
             _wait(lambda: _fds(pid) >= fds + idle + announcers - 8, "the broker to accept every attacker")
             time.sleep(0.5)  # the announcers' bytes are read as soon as they are accepted
             grown = max(grown, _rss(pid) - before)
-            with_attack += _latencies_ms(bootstrap, topic, records // BLOCKS)
+            with_attack += measured("with")
             grown = max(grown, _rss(pid) - before)
             if block == 0:
                 alive = sum(1 for s in socks if _open(s))
@@ -173,9 +193,15 @@ def _one_run(bench: Bench, run: int, idle: int, announcers: int, records: int, r
         lat.figure("p50 ms with", "ms").add(statistics.median(with_attack))
         lat.figure("p50 ms without", "ms").add(statistics.median(without))
         lat.figure("p99 ratio", "x").add(_p99(with_attack) / _p99(without))
+        # what a request costs the broker itself (its CPU over the phase, login included, per request):
+        # the machine's scheduling noise, which moves the p99, hardly moves this
+        lat.figure("broker CPU ms per request with", "ms").add(cpu["with"] * 1000 / len(with_attack))
+        lat.figure("broker CPU ms per request without", "ms").add(cpu["without"] * 1000 / len(without))
         bench.log(
             f"[preauth] run {run}: RSS +{grown / MIB:.1f} MiB for {idle}+{announcers} connections "
-            f"({alive} still open); produce p99 {_p99(without):.2f} ms without, {_p99(with_attack):.2f} ms with"
+            f"({alive} still open); produce p99 {_p99(without):.2f} ms without, {_p99(with_attack):.2f} ms with; "
+            f"broker CPU {cpu['without'] * 1000 / len(without):.3f} / {cpu['with'] * 1000 / len(with_attack):.3f} ms "
+            "per request without / with"
         )
     finally:
         for s in socks:
@@ -230,7 +256,7 @@ def run(bench: Bench) -> list[Row]:
     _raise_fd_limit(idle + announcers + 1024)
     try:
         for run_index in range(bench.plan.runs):
-            _one_run(bench, run_index, idle, announcers, records, rows)
+            _one_run(bench, run_index, idle, announcers, records, QUICK_BLOCKS if quick else BLOCKS, rows)
     except (GeneratorError, RuntimeError, OSError) as e:
         for r in rows.values():
             if not r.figures:
