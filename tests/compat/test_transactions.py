@@ -169,8 +169,18 @@ def _await_exit(proc: subprocess.Popen[bytes], out: Path, timeout: float = 200) 
     return text
 
 
-@pytest.mark.parametrize("fault", FAULTS)
-@pytest.mark.parametrize("client", CLIENTS)
+KAFKA_PYTHON_HANGS = pytest.mark.xfail(
+    strict=True,
+    reason="kafka-python 3.0.12: send_offsets_to_transaction hangs once its transaction coordinator is gone",
+)
+CASES = [
+    pytest.param(client, fault, marks=[KAFKA_PYTHON_HANGS] if (client, fault) == ("kafka-python", FAULTS[0]) else [])
+    for client in CLIENTS
+    for fault in FAULTS
+]
+
+
+@pytest.mark.parametrize(("client", "fault"), CASES)
 def test_consume_transform_produce_through_kill9(
     healthy: LocalCluster, tmp_path: Path, client: str, fault: str
 ) -> None:
@@ -187,7 +197,17 @@ def test_consume_transform_produce_through_kill9(
     (confluentinc/librdkafka #5511 and #5456, open; seen here as a test hanging in
     rd_kafka_send_offsets_to_transaction with no TxnOffsetCommit ever sent to the new coordinator).
     Kafka removes a dead broker from its metadata as Headwater does, so that fault is the client's
-    to fix."""
+    to fix.
+
+    kafka-python 3.0.12's send_offsets_to_transaction never returns (it has no timeout) once the
+    connection to its transaction coordinator is refused: its sender logs "Got an exception when
+    trying to find a node to send a transactional request to. Going to back off and retry" and
+    sends nothing more, even after the cluster's metadata no longer names the killed broker (the
+    app's faulthandler dump: the main thread in TransactionManager's wait, the sender idle in
+    poll). Seen in every run that killed its transaction or group coordinator (7 of 7), also when
+    the application went on only after the failover. So its transaction-coordinator case is a
+    strict xfail (an XPASS fails: the client was fixed), and for its output-leader case the
+    transactional id and the group are chosen with coordinators on other brokers."""
     cluster = healthy
     name = f"{client}-{fault}"
     src, dst, txn_id = f"{name}-in", f"{name}-out", f"{name}-app"
@@ -204,13 +224,20 @@ def test_consume_transform_produce_through_kill9(
     elif fault == "output-leader":
         doomed = _leader_of(cluster.bootstrap, dst, 0)
     group = f"{name}-group"
-    if client == "confluent" and doomed >= 0:  # librdkafka #5511, above
+    if client in ("confluent", "kafka-python") and doomed >= 0:  # librdkafka #5511, kafka-python: above
         group = next(
             g for g in (f"{name}-group-{i}" for i in range(100)) if _coordinator(cluster.bootstrap, g) != doomed
         )
+    if client == "kafka-python" and fault == "output-leader":
+        txn_id = next(
+            t for t in (f"{name}-app-{i}" for i in range(100)) if _coordinator(cluster.bootstrap, t, 1) != doomed
+        )
     common = (client, cluster.bootstrap, txn_id, group, src, dst, n // 2, tmp_path, "--abort-round", 2)
     hold_after = "offsets" if fault == "application" else "records"
-    app, out = _start_app(tmp_path, "app", *common, "--hold-round", 3, "--hold-after", hold_after)
+    hold: tuple[object, ...] = ("--hold-round", 3, "--hold-after", hold_after)
+    if (client, fault) == ("kafka-python", FAULTS[0]):
+        hold += ("--deadline", 40)  # the strict xfail above: fail soon
+    app, out = _start_app(tmp_path, "app", *common, *hold)
     try:
         _await_line(app, out, "OPEN 3")
         if fault == "application":

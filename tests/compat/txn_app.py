@@ -12,7 +12,7 @@ on purpose. After any abort the input is read again from the group's committed o
 consumer). Usage::
 
     python -m tests.compat.txn_app CLIENT BOOTSTRAP TXN_ID GROUP IN OUT END CONTROL_DIR
-        [--hold-round N] [--hold-after records|offsets] [--abort-round N]
+        [--hold-round N] [--hold-after records|offsets] [--abort-round N] [--deadline S]
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import faulthandler
+import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -37,7 +39,7 @@ class Plan:
     def __init__(self, args: argparse.Namespace) -> None:
         self.a = args
         self.go = Path(args.control) / "go"
-        self.deadline = time.monotonic() + DEADLINE_S
+        self.deadline = time.monotonic() + args.deadline
 
     def hold(self, rnd: int, point: str) -> None:
         if rnd == self.a.hold_round and point == self.a.hold_after:
@@ -253,9 +255,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold-round", type=int, default=0)
     ap.add_argument("--hold-after", choices=["records", "offsets"], default="records")
     ap.add_argument("--abort-round", type=int, default=0)
+    ap.add_argument("--deadline", type=float, default=DEADLINE_S, help="seconds for the whole run")
     args = ap.parse_args(argv)
+    # the clients' own log to stderr (the test's output file): WARNING, DEBUG with TXN_APP_DEBUG=1
+    logging.basicConfig(level=logging.DEBUG if os.environ.get("TXN_APP_DEBUG") else logging.WARNING)
     # a client stuck inside a call: its threads' stacks, and an exit the test sees
-    faulthandler.dump_traceback_later(DEADLINE_S + 10, exit=True)
+    faulthandler.dump_traceback_later(args.deadline + 10, exit=True)
     CLIENTS[args.client](Plan(args))
     return 0
 
