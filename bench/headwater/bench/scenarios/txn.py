@@ -2,7 +2,8 @@
 idempotent produce in the same run (issue 41's goal: >= 0.8).
 
 One broker of its own (``transaction.state.log.replication.factor`` 1: the main broker of the run
-has no settings for a one-broker ``__transaction_state``), one partition, 100-byte records,
+has no settings for a one-broker ``__transaction_state``), then the same with one Apache Kafka
+2.3.1 broker when its jars are cached (``make java-deps``), one partition, 100-byte records,
 acks=all (idempotence needs it), our C producer (``bench/native/rdkafka_produce.c``) on Debian's
 librdkafka: ``-X enable.idempotence=true`` against ``-X transactional.id=... -T 100``, which
 commits every 100 records and begins the next transaction, each commit waiting for its records and
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
-from headwater.bench.context import Bench, GeneratorError, Target, busy_note
+from headwater.bench.context import Bench, GeneratorError, Target, Usage, busy_note
 from headwater.bench.generators import SHORT, Workload, estimate_request_size, produce_cmd, why_not
 from headwater.bench.report import Goal, Row
 from headwater.testing.cluster import LocalBroker
@@ -28,16 +30,36 @@ GENERATOR = "rdkafka-c"
 
 
 def run(bench: Bench) -> list[Row]:
-    label = f"100 B records, 1 partition, acks=all, 1 broker; {PER_TXN} records per transaction"
-    idem = Row("txn", f"idempotent produce: {label}", SHORT[GENERATOR], primary="records/s")
-    txn = Row(
+    """The Headwater pair of rows, then the same on Apache Kafka 2.3.1 when its jars are cached
+    (``make java-deps``)."""
+    rows = _pair(bench, "Headwater")
+    try:
+        from headwater.testing import kafka
+
+        kafka.version()
+    except Exception as e:  # no jars: say so in the Kafka rows
+        why = f"not available: Apache Kafka's jars ({e})"
+        return [*rows, bench.add(_row("transactional vs idempotent produce on Apache Kafka", True, why))]
+    return rows + _pair(bench, f"Kafka {kafka.version()}")
+
+
+def _row(case: str, transactional: bool, unavailable: str = "") -> Row:
+    row = Row(
         "txn",
-        f"transactional produce: {label}",
+        case,
         SHORT[GENERATOR],
         primary="records/s",
         ratio_of="records/s",
-        goal=Goal(">= 80 % of idempotent", 0.80, on="ratio"),
+        goal=Goal(">= 80 % of idempotent", 0.80, on="ratio") if transactional else None,
     )
+    row.unavailable = unavailable
+    return row
+
+
+def _pair(bench: Bench, server: str) -> list[Row]:
+    label = f"100 B records, 1 partition, acks=all, 1 {server} broker"
+    idem = _row(f"idempotent produce: {label}", False)
+    txn = _row(f"transactional produce, {PER_TXN} records per transaction: {label}", True)
     why = why_not(bench, GENERATOR) or ("" if bench.zk_connect else "not available: no ZooKeeper")
     if why:
         idem.unavailable = txn.unavailable = why
@@ -47,16 +69,23 @@ def run(bench: Bench) -> list[Row]:
         "transaction.state.log.min.isr": 1,
         "transaction.state.log.num.partitions": 3,
         "offsets.topic.replication.factor": 1,
-        "prometheus.port": "auto",
     }
-    broker = LocalBroker(bench.workdir / "txn", 0, f"{bench.zk_connect}/bench-txn-{time.time_ns()}", overrides)
+    zk = f"{bench.zk_connect}/bench-txn-{time.time_ns()}"
+    broker: Any
+    if server == "Headwater":
+        broker = LocalBroker(bench.workdir / "txn", 0, zk, {**overrides, "prometheus.port": "auto"})
+    else:
+        from headwater.testing.kafka import KafkaBroker
+
+        broker = KafkaBroker(bench.workdir / "txn-kafka", 0, zk, overrides)
     count = bench.plan.count(COUNT)
     ratios: list[float] = []
-    usages = {"idem": [], "txn": []}  # type: ignore[var-annotated]
+    usages: dict[str, list[Usage]] = {"idem": [], "txn": []}
     try:
         broker.start()
-        target = Target("txn broker", broker.bootstrap, [broker.pid], 1, "all")
-        target.metrics_urls = [u for u in [broker.metrics_url] if u]
+        target = Target(f"txn {server}", broker.bootstrap, [broker.pid], 1, "all")
+        url = getattr(broker, "metrics_url", None)
+        target.metrics_urls = [url] if url else []
         topic = bench.topic("txn")
         bench.create_topic(target, topic, 1)
         base = produce_cmd(bench, GENERATOR, target.bootstrap, topic, count, WORKLOAD, "all")
@@ -72,8 +101,11 @@ def run(bench: Bench) -> list[Row]:
                 row.figure("MiB/s").add(got.mib_per_s)
                 usages[key].append(got.usage)
             ratios.append(b.records_per_s / a.records_per_s)
-            bench.log(f"txn run {i + 1}: idempotent {a.records_per_s:,.0f} rec/s, transactional {b.records_per_s:,.0f}")
-    except (GeneratorError, RuntimeError) as e:
+            bench.log(
+                f"txn {server} run {i + 1}: idempotent {a.records_per_s:,.0f} rec/s, "
+                f"transactional {b.records_per_s:,.0f}"
+            )
+    except (GeneratorError, RuntimeError, OSError) as e:
         idem.unavailable = txn.unavailable = f"failed: {e}"
         return [bench.add(idem), bench.add(txn)]
     finally:
@@ -83,8 +115,8 @@ def run(bench: Bench) -> list[Row]:
     txn.baseline_mib_s = idem.figure("records/s").median
     txn.ratio_override = statistics.median(ratios)
     txn.note = (
-        f"{count:,} records/run; ratio per pair of runs: median {statistics.median(ratios):.2f} "
-        f"[{min(ratios):.2f}-{max(ratios):.2f}]; {busy_note(usages['txn'])}"
+        f"{count:,} records/run; ratio per pair of runs: median {statistics.median(ratios):.3f} "
+        f"[{min(ratios):.3f}-{max(ratios):.3f}]; {busy_note(usages['txn'])}"
     )
     txn.extra["ratios"] = ratios
     return [bench.add(idem), bench.add(txn)]
