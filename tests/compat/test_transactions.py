@@ -236,7 +236,7 @@ def test_consume_transform_produce_through_kill9(
     hold_after = "offsets" if fault == "application" else "records"
     hold: tuple[object, ...] = ("--hold-round", 3, "--hold-after", hold_after)
     if (client, fault) == ("kafka-python", FAULTS[0]):
-        hold += ("--deadline", 40)  # the strict xfail above: fail soon
+        hold += ("--deadline", 20)  # the strict xfail above: fail soon
     app, out = _start_app(tmp_path, "app", *common, *hold)
     try:
         _await_line(app, out, "OPEN 3")
