@@ -205,7 +205,8 @@ def test_consume_transform_produce_through_kill9(
     sends nothing more, even after the cluster's metadata no longer names the killed broker (the
     app's faulthandler dump: the main thread in TransactionManager's wait, the sender idle in
     poll). Seen in every run that killed its transaction or group coordinator (7 of 7), also when
-    the application went on only after the failover. So its transaction-coordinator case is a
+    the application went on only after the failover, and the same against Apache Kafka 2.3.1
+    (run by hand with headwater.testing.kafka). So its transaction-coordinator case is a
     strict xfail (an XPASS fails: the client was fixed), and for its output-leader case the
     transactional id and the group are chosen with coordinators on other brokers."""
     cluster = healthy
