@@ -81,3 +81,22 @@ def committed_view(log: list[tuple[int, bytes]], below: int | None = None) -> li
     """The values a read_committed reader must see, in log order: all but the ``abort-*`` ones
     (below offset ``below`` when given: the last stable offset)."""
     return [v for o, v in log if not v.startswith(b"abort-") and (below is None or o < below)]
+
+
+def consumer_view(bootstrap: str, topic: str, partition: int, end: int) -> list[bytes]:
+    """The values Headwater's own Consumer reads read_committed from the start to ``end``."""
+    from headwater.client.consumer import Consumer
+    from headwater.client.raw import READ_COMMITTED
+
+    async def main() -> list[bytes]:
+        async with Consumer(bootstrap, isolation_level=READ_COMMITTED) as c:
+            sub = c.follow(topic, partition, 0, max_wait_ms=100)
+            out: list[bytes] = []
+            for _ in range(200):
+                out.extend(bytes(r.value or b"") for r in await sub.poll())
+                if sub.positions[partition] >= end:
+                    break
+            sub.close()
+            return out
+
+    return asyncio.run(main())

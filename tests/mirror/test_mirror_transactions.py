@@ -16,7 +16,7 @@ from kazoo.client import KazooClient
 
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
-from tests.harness.transactions import committed_view, stored_log, write_transactions
+from tests.harness.transactions import committed_view, consumer_view, stored_log, write_transactions
 from tests.mirror.test_mirror import _props
 from tests.mirror.util import MirrorProcess, read_topic, wait_for, zk_connect
 
@@ -65,6 +65,9 @@ def test_mirror_copies_committed_and_plain_records_only_and_holds_at_an_open_tra
         got = target()
         assert got == full  # exactly the committed and plain records, in source order, once each
         assert not any(v.startswith(b"abort-") for vs in got.values() for v in vs)
+        # Headwater's own Consumer at read_committed reads the source the same way (it returned
+        # aborted records before: the same rule, headwater.client.raw.committed_batches)
+        assert {p: consumer_view(src.bootstrap, TOPIC, p, ends[p]) for p in ends} == full
     finally:
         zk.stop()
         zk.close()
