@@ -246,3 +246,26 @@ def test_a_dirty_segment_older_than_max_compaction_lag_is_cleaned_below_the_dirt
     assert stats is not None and stats.records_removed == 3  # the older k0..k2 records went
     assert view(read_all(lg))["k0"][1] == "again"
     manager.shutdown()
+
+
+def test_the_cleaner_never_cleans_at_or_past_the_first_unstable_offset(manager: LogManager) -> None:
+    """Kafka 2.3's first uncleanable offset includes the first unstable one (issue 41): a record of
+    an open transaction may still be aborted, so it must not make an older record of its key go,
+    and nothing from the open transaction on is cleaned until it ends."""
+    lg = manager.create_log("c", 0, compacted())
+    lg.append(keyed(("k1", "committed")), 0)  # offset 0
+    for i in range(10):
+        lg.append(keyed((f"x{i % 3}", f"a{i}")), 0)
+    open_txn = encode_batch(
+        [(b"k1", b"open", T0, ())], producer_id=7000, producer_epoch=0, base_sequence=0, transactional=True
+    )
+    open_at = lg.append(open_txn, 0).first_offset
+    for i in range(10):
+        lg.append(keyed((f"x{i % 3}", f"b{i}")), 0)
+    lg.roll()
+    assert lg.last_stable_offset(lg.log_end_offset) == open_at
+    stats = clean(manager)
+    assert stats is not None and stats.first_uncleanable <= open_at
+    records = read_all(lg)
+    assert (0, b"k1", b"committed") in [(r.offset, r.key, r.value) for r in records]  # the open one may abort
+    assert [r.offset for r in records if r.offset >= open_at] == list(range(open_at, lg.log_end_offset))

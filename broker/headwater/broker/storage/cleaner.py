@@ -9,7 +9,9 @@ A compacted log has a *clean* head, already compacted, and a *dirty* tail writte
   directory (the same text format as ``recovery-point-offset-checkpoint``: a version line, a
   count line, then ``topic partition offset`` lines).
 - The first uncleanable offset is the active segment's base offset, or the base of the first
-  segment holding a record younger than ``min.compaction.lag.ms``.
+  segment holding a record younger than ``min.compaction.lag.ms``, or offsets at or above the high
+  watermark or the last stable offset (Kafka 2.3's first unstable offset: the log manager passes
+  the smaller of the two as ``high_watermark``), whichever is first.
 - A log is cleaned when dirty bytes / (clean + dirty bytes) reaches ``min.cleanable.dirty.ratio``,
   or, whatever the ratio, when a dirty segment's first batch is older than ``max.compaction.lag.ms``
   (KIP-354; :func:`max_compaction_delay`). On a compacted log the active segment also rolls once

@@ -450,6 +450,9 @@ class LogManager:
             hw = self.high_watermark_of(tp) if self.high_watermark_of is not None else lg.log_end_offset
             if hw is None:
                 continue
+            # Kafka 2.3: nothing from the first unstable offset on (an open transaction's record
+            # may still be aborted; it must not make an older record of its key go)
+            hw = lg.last_stable_offset(hw)
             first_dirty = min(self._first_dirty.get(tp, 0), lg.log_end_offset)
             segments = lg.segments
             start, end = cleanable_section(
