@@ -480,6 +480,7 @@ class LogManager:
             protected={b.last_offset for e in lg.producer_state.producers.values() for b in e.batches},
             high_watermark=hw,
             io_bytes_per_second=self.cleaner_io_bytes_per_second,
+            aborted=[(a.producer_id, a.first_offset, a.last_offset) for a in lg.aborted],
         )
         log.info("cleaning %s-%d: dirty ratio %.2f from offset %d", tp[0], tp[1], ratio, job.stats.first_dirty)
         return tp, ratio, job
