@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 
 .PHONY: test deps system-deps lint typecheck unit compat dev clean wheel java-deps
 
+# tests/integration (containers) runs in a second pytest beside the rest: scripts/run-tests.sh.
 test: deps lint typecheck integration-deps java-deps
-	$(BIN)/pytest -q -p no:cacheprovider
+	@BIN=$(BIN) bash scripts/run-tests.sh
 
 deps: system-deps $(VENV)/.installed
 
