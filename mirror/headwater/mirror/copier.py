@@ -449,7 +449,9 @@ class Copier:
                 await self._produce(plan.target_topic, partition, payload)
         count = sum(h.records_count for h, _ in batches)
         self.metrics.records.labels(name, topic).inc(count)
-        self.metrics.bytes.labels(name, topic).inc(sum(len(b) for _, b in batches))
+        size = sum(len(b) for _, b in batches)
+        self.metrics.bytes.labels(name, topic).inc(size)
+        self.flow.copied_bytes[self.tp] = self.flow.copied_bytes.get(self.tp, 0) + size  # placement's byte rates
         newest = max(h.max_timestamp for h, _ in batches)
         if newest > 0:
             now = time.time()
