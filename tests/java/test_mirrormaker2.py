@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from headwater.bench.versus_more import mm2_properties
+from headwater.bench.peers import mm2_command, mm2_properties
 from headwater.testing import java
 from headwater.testing.zookeeper import ZooKeeperServer
 from tests.cluster.harness import Cluster
@@ -52,13 +52,7 @@ def test_dedicated_mm2_copies_dc1_to_agg(dc1: Cluster, cluster: Cluster, tmp_pat
     props = mm2_properties(
         tmp_path / "mm2.properties", dc1.bootstrap, cluster.bootstrap, "orders", replication_factor=3
     )
-    cmd = java.java_command(
-        "org.apache.kafka.connect.mirror.MirrorMaker",
-        [str(props), "--clusters", "agg"],
-        "streams-mm2",
-        heap="768m",
-        quick_start=False,
-    )
+    cmd = mm2_command(props)
     log = open(tmp_path / "mm2.log", "wb")  # noqa: SIM115 - closed below
     mm2 = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
