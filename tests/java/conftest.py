@@ -75,10 +75,14 @@ class Driver:
 
     def run(self, *args: str, timeout: float = 120) -> dict[str, Any]:
         """Run one command; its last JSON line."""
+        return self.run_all(*args, timeout=timeout)[-1]
+
+    def run_all(self, *args: str, timeout: float = 120) -> list[dict[str, Any]]:
+        """Run one command; every JSON line it printed (at least one)."""
         proc = subprocess.run(self.command(*args), capture_output=True, text=True, timeout=timeout)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         assert proc.returncode == 0 and lines, f"Driver {args[:3]} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
-        return dict(json.loads(lines[-1]))
+        return [dict(json.loads(ln)) for ln in lines]
 
     def admin(self, bootstrap: str, op: str, *args: str) -> dict[str, Any]:
         return self.run("admin", bootstrap, op, *args)

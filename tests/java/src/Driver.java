@@ -59,6 +59,11 @@ public class Driver {
         switch (cmd) {
             case "produce": produce(cfg, rest.get(0), Integer.parseInt(rest.get(1)), Integer.parseInt(rest.get(2))); break;
             case "consume": consume(cfg, rest.get(0), Integer.parseInt(rest.get(1))); break;
+            case "roundtrip": {  // topic count size: produce, then read every partition back from the start
+                produce(cfg, rest.get(0), Integer.parseInt(rest.get(1)), Integer.parseInt(rest.get(2)));
+                consume(cfg, rest.get(0), Integer.parseInt(rest.get(1)));
+                break;
+            }
             case "member": member(cfg, rest.get(0), rest.get(1)); break;
             case "admin": admin(cfg, rest); break;
             default: throw new IllegalArgumentException(cmd);
