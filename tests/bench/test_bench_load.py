@@ -20,9 +20,11 @@ import pytest
 from tests.bench.run import run_quick_bench
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # two Spark processes (the loader's, Spark's own source's) on a loaded machine
 def test_bench_load_scenario_loads_every_record_and_reports_both_rates(tmp_path: Path) -> None:
     pytest.importorskip("pyspark", reason="the loader extra (pyspark) is not installed")
-    _, out = run_quick_bench(tmp_path, "8", timeout=600)
+    _, out = run_quick_bench(tmp_path, "8", timeout=850)
     report = json.loads((out / "results.json").read_text())
     rows = [r for r in report["rows"] if r["scenario"] == "8"]
     assert len(rows) == 5, rows

@@ -14,8 +14,9 @@ from tests.bench.run import run_quick_bench
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_mirror_scenario_runs_mm2_beside_headwater_mirror(java_deps: None, tmp_path: Path) -> None:
-    _, out = run_quick_bench(tmp_path, "7", timeout=600)
+    _, out = run_quick_bench(tmp_path, "7", timeout=550)
     rows = [r for r in json.loads((out / "results.json").read_text())["rows"] if r["scenario"] == "7"]
     by_generator = {r["generator"].split(" (")[0]: r for r in rows if "path" not in r["case"]}
     fast = next(r for r in rows if r["case"].startswith("fast path"))
