@@ -160,7 +160,8 @@ def high_watermark_total(consumer: Any, topic: str, timeout: float) -> int:
     return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in md.partitions)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 60 s (a copier commits its offsets on SIGTERM)."""
     if proc.poll() is None:
         proc.terminate()
         try:
@@ -206,7 +207,7 @@ def copy_timed(cmd: list[str], log_path: Path, dest: str, topic: str, count: int
             raise RuntimeError(f"{topic} in {dest} holds {seen:,} of {count:,} after {deadline_s:.0f}s ({log_path})")
     finally:
         watch.close()
-        _stop(proc)
+        stop(proc)
 
 
 def mirror_command(config: Path) -> list[str]:
