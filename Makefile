@@ -3,10 +3,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test deps system-deps lint typecheck unit compat dev clean wheel java-deps
+.PHONY: test deps system-deps lint typecheck unit compat dev clean wheel java-deps librdkafka-txn-tests
 
+# tests/integration (containers) runs in a second pytest beside the rest: scripts/run-tests.sh.
 test: deps lint typecheck integration-deps java-deps
-	$(BIN)/pytest -q -p no:cacheprovider
+	@BIN=$(BIN) bash scripts/run-tests.sh
 
 deps: system-deps $(VENV)/.installed
 
@@ -37,6 +38,12 @@ compat: deps
 # it says so in one line and the Java tests skip.
 java-deps: $(VENV)/.installed
 	@$(BIN)/python -m headwater.testing.java fetch
+
+# librdkafka's transaction tests (0098, 0103, 0129; TESTS=0105 for the mock-only one) against a
+# local 3-broker cluster: clones and builds librdkafka and its tests into build/librdkafka once
+# (~15 min on 2 cores: too slow for `make test`), then ~6 min per run. docs/transactions.md.
+librdkafka-txn-tests: $(VENV)/.installed java-deps
+	$(BIN)/python scripts/librdkafka_txn_tests.py $(if $(TESTS),--tests $(TESTS))
 
 # Start a local ZooKeeper and one broker in the foreground; prints how to reach them.
 dev: deps

@@ -94,7 +94,7 @@ static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: rdkafka_produce -b BOOTSTRAP -t TOPIC -n COUNT -s SIZE [-d SECONDS] [-X key=value]...\n");
+    fprintf(stderr, "usage: rdkafka_produce -b BOOTSTRAP -t TOPIC -n COUNT -s SIZE [-d SECONDS] [-T RECORDS_PER_TXN] [-X key=value]...\n");
     exit(2);
 }
 
@@ -103,17 +103,19 @@ int main(int argc, char **argv) {
     long long count = 0;
     long size = 0;
     double max_seconds = 60.0;
+    long per_txn = 0; /* -T: a transaction (needs -X transactional.id=...) committed every N records */
     char errstr[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     int opt;
 
-    while ((opt = getopt(argc, argv, "b:t:n:s:d:X:")) != -1) {
+    while ((opt = getopt(argc, argv, "b:t:n:s:d:T:X:")) != -1) {
         switch (opt) {
         case 'b': bootstrap = optarg; break;
         case 't': topic = optarg; break;
         case 'n': count = atoll(optarg); break;
         case 's': size = atol(optarg); break;
         case 'd': max_seconds = atof(optarg); break;
+        case 'T': per_txn = atol(optarg); break;
         case 'X': {
             char *eq = strchr(optarg, '=');
             if (!eq)
@@ -160,10 +162,17 @@ int main(int argc, char **argv) {
         usleep(100000);
     }
 
+    rd_kafka_error_t *txn_error = NULL;
+    if (per_txn > 0 && (txn_error = rd_kafka_init_transactions(rk, 60000)) != NULL) {
+        fprintf(stderr, "rdkafka_produce: init_transactions: %s\n", rd_kafka_error_string(txn_error));
+        return 1;
+    }
     long long sent = 0;
     double start = now(), deadline = start + max_seconds, cpu0 = cpu_seconds();
     last_ack = start;
-    while (sent < count) {
+    if (per_txn > 0)
+        txn_error = rd_kafka_begin_transaction(rk);
+    while (sent < count && !txn_error) {
         rd_kafka_resp_err_t err =
             rd_kafka_producev(rk, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_VALUE(value, (size_t)size), RD_KAFKA_V_END);
         if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
@@ -178,11 +187,26 @@ int main(int argc, char **argv) {
             break;
         }
         sent++;
+        if (per_txn > 0 && (sent % per_txn == 0 || sent == count)) {
+            /* commit (it waits for every record of the transaction), then the next one */
+            if ((txn_error = rd_kafka_commit_transaction(rk, -1)) == NULL && sent < count)
+                txn_error = rd_kafka_begin_transaction(rk);
+            if (!txn_error)
+                last_ack = now();
+            if (now() > deadline)
+                break;
+            continue;
+        }
         if ((sent & 1023) == 0) {
             rd_kafka_poll(rk, 0);
             if (now() > deadline)
                 break;
         }
+    }
+    if (txn_error) {
+        if (errors++ == 0)
+            snprintf(first_error, sizeof first_error, "transaction: %s", rd_kafka_error_string(txn_error));
+        rd_kafka_error_destroy(txn_error);
     }
     /* Until the deadline, wait for the acknowledgements. Then drop what librdkafka still queues
      * (never sent: not counted as sent) and give the requests in flight SECONDS more. */

@@ -176,8 +176,10 @@ case "$cmd" in
     # the mirror's metrics by their service names).
     link="${1:-dc2}"
     shift || true
-    # shellcheck disable=SC2086 # word splitting of the source list is intended
-    compose exec -T audit headwater lab outage "$link" $sources --aggregate "$aggregate" \
+    # the mirror's produce quota on agg (lab-init writes it): the catch-up is judged against it
+    quota="${LAB_MIRROR_PRODUCER_BYTE_RATE:+--mirror-quota $LAB_MIRROR_PRODUCER_BYTE_RATE}"
+    # shellcheck disable=SC2086 # word splitting of the source list and the quota option is intended
+    compose exec -T audit headwater lab outage "$link" $sources --aggregate "$aggregate" $quota \
       --control "$link-link:9190" --mirror-metrics http://mirror:9404/metrics --audit-url http://127.0.0.1:8080 \
       --command-config /etc/headwater/lab-admin.properties "$@"
     ;;

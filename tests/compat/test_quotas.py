@@ -8,7 +8,9 @@ and stock clients (confluent-kafka/librdkafka, kafka-python).
   and see ``throttle_time_ms`` (librdkafka's statistics, kafka-python's metrics);
 - a client sending many cheap requests at a tiny ``request_percentage`` is throttled (its request
   rate drops, librdkafka sees throttle_time_ms) while an unthrottled one is not, and a raised
-  request quota applies live.
+  request quota applies live;
+- requests the authorizer refuses are measured against the principal's request quota and throttled
+  (Kafka 2.3's sendResponseMaybeThrottle), so a refused principal hammering a broker is held too.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from headwater.zk.paths import CONFIG_CHANGES
 from tests.harness.broker import BrokerProcess
@@ -565,3 +569,90 @@ def _wait_busy(cond: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
+
+
+async def _refused_heartbeats(port: int, user: str, stop_after: Callable[[], bool], out: dict[str, Any]) -> None:
+    """Heartbeats of a group the principal may not read, one after the other: each is refused by the
+    authorizer (GROUP_AUTHORIZATION_FAILED) before any handler runs. Records when each answer came
+    and the largest throttle_time_ms seen."""
+    from headwater.client.connection import BrokerConnection
+    from headwater.client.security import ClientSecurity
+    from headwater.protocol.apis import HEARTBEAT
+
+    security = ClientSecurity(
+        protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN", sasl_username=user, sasl_password=f"{user}-pw"
+    )
+    conn = BrokerConnection("127.0.0.1", port, client_id=f"{user}-app", security=security)
+    await conn.connect()
+    answered: list[float] = []
+    codes: set[int] = set()
+    out.update(answered=answered, codes=codes, throttle_max=0)
+    try:
+        while not stop_after():
+            r = await conn.request(HEARTBEAT, {"group_id": "payroll", "generation_id": 1, "member_id": "m"}, 2)
+            answered.append(time.monotonic())
+            codes.add(r["error_code"])
+            out["throttle_max"] = max(out["throttle_max"], r["throttle_time_ms"])
+    finally:
+        await conn.close()
+
+
+def test_requests_the_authorizer_refuses_count_against_the_request_quota(zookeeper: Any, tmp_path: Any) -> None:
+    """Kafka 2.3 answers a refused request through sendResponseMaybeThrottle: a principal the
+    authorizer refuses still uses the broker's time, is measured against its request_percentage and
+    throttled. bob (users/bob request_percentage=1) and alice (no quota) each send Heartbeats of a
+    group neither may read, as fast as the answers come: bob's answers carry throttle_time_ms and
+    his rate is held far below alice's; the broker's kafka_server_request_throttle_time{user="bob"}
+    shows it. Fails with refusals answered before the quota hook (as before 1ea2fa8)."""
+    import asyncio
+
+    from headwater.testing.zookeeper import free_port
+    from tests.compat.test_acls import start_acl_broker
+
+    metrics_port = free_port()
+    broker, zk, sasl = start_acl_broker(
+        zookeeper, tmp_path, "refused-quota", **{"prometheus.port": metrics_port, "prometheus.host": "127.0.0.1"}
+    )
+    try:
+        ok("--zookeeper", zk, "--alter", "--entity-type", "users", "--entity-name", "bob",
+           "--add-config", "request_percentage=1")  # fmt: skip
+        bob: dict[str, Any] = {}
+        alice: dict[str, Any] = {}
+        state: dict[str, float] = {}
+        deadline = time.monotonic() + 60
+
+        def done() -> bool:
+            now = time.monotonic()
+            assert now < deadline, "bob never saw throttle_time_ms on his refused requests"
+            if "since" not in state and bob.get("throttle_max", 0) > 0:
+                state["since"] = now  # the change notification applied: measure 4 s from here
+            return "since" in state and now - state["since"] >= 4
+
+        async def main() -> None:
+            await asyncio.gather(
+                _refused_heartbeats(sasl, "bob", done, bob), _refused_heartbeats(sasl, "alice", done, alice)
+            )
+
+        asyncio.run(main())
+        start, end = state["since"] + 1, state["since"] + 4
+
+        def per_s(times: list[float]) -> float:
+            return sum(1 for t in times if start <= t < end) / (end - start)
+
+        bob_rate, alice_rate = per_s(bob["answered"]), per_s(alice["answered"])
+        print(f"refused requests/s: bob {bob_rate:.0f} (throttle max {bob['throttle_max']} ms), alice {alice_rate:.0f}")
+        assert bob["codes"] == alice["codes"] == {30}  # GROUP_AUTHORIZATION_FAILED, every one
+        assert alice["throttle_max"] == 0, "alice has no quota"
+        assert alice_rate > 50, f"alice managed {alice_rate:.0f} requests/s"
+        assert bob_rate * 4 < alice_rate, f"bob {bob_rate:.0f}/s vs alice {alice_rate:.0f}/s: not held"
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        throttled = {
+            s.labels.get("user"): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "kafka_server_request_throttle_time"
+        }
+        assert throttled.get("bob", 0) > 0 and throttled.get("alice", 0) == 0, throttled
+    finally:
+        broker.stop()

@@ -1,10 +1,14 @@
-"""Stock clients' transactions (KIP-98) against a 3-broker cluster: confluent-kafka's transactional
-producer commits and aborts, and runs a consume-transform-produce loop with
-``send_offsets_to_transaction``; read_committed consumers must see every committed record exactly
-once and no aborted one (a read_uncommitted consumer checks that the aborted ones were written)."""
+"""Stock clients' transactions (KIP-98) against one 3-broker cluster per module: confluent-kafka,
+kafka-python and aiokafka each run one consume-transform-produce loop (tests/compat/txn_app.py) with
+``send_offsets_to_transaction`` through kill -9 of the transaction coordinator, of an output leader
+and of the application; transactional producers commit, abort and are fenced. read_committed
+consumers must see every committed record exactly once and no aborted one (a read_uncommitted
+consumer checks that the aborted ones were written)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +17,6 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from headwater.broker.txn.formats import TRANSACTION_STATE_TOPIC, partition_for
 from headwater.protocol.apis import FIND_COORDINATOR
 from headwater.testing.cluster import LocalCluster
 from headwater.testing.zookeeper import ZooKeeperServer
@@ -34,13 +37,6 @@ def shared(tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeperServer)
     """One 3-broker cluster for the tests that kill nothing (each uses its own topics and ids)."""
     tmp = tmp_path_factory.mktemp("txn-shared")
     with LocalCluster(tmp, 3, zk_connect=f"{zookeeper.connect}/txn-shared-{time.time_ns()}", overrides=OVERRIDES) as c:
-        yield c
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, zk_connect: str) -> Iterator[LocalCluster]:
-    """A cluster of the test's own (the kill -9 tests)."""
-    with LocalCluster(tmp_path, 3, zk_connect=zk_connect, overrides=OVERRIDES) as c:
         yield c
 
 
@@ -83,125 +79,196 @@ def read_all(bootstrap: str, topic: str, partitions: int, isolation: str) -> lis
     return out
 
 
-def _transaction_coordinator(bootstrap: str, txn_id: str) -> int:
-    """The broker id leading the transactional id's partition of __transaction_state."""
-    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30)
-    parts = meta.topics[TRANSACTION_STATE_TOPIC].partitions
-    leader: int = parts[partition_for(txn_id, len(parts))].leader
-    return leader
-
-
 def _leader_of(bootstrap: str, topic: str, partition: int) -> int:
     meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30)
     leader: int = meta.topics[topic].partitions[partition].leader
     return leader
 
 
-def _group_coordinator(bootstrap: str, group: str) -> int:
-    """The broker id coordinating ``group`` (FindCoordinator; the first one creates __consumer_offsets)."""
-    w = Wire(bootstrap.split(",")[0], timeout=30)
-    try:
-        deadline = time.monotonic() + 60
-        while (answer := w.request(FIND_COORDINATOR, 1, {"key": group, "key_type": 0}))["error_code"] != 0:
-            assert time.monotonic() < deadline, f"no coordinator for {group}: {answer}"
-            time.sleep(0.2)
-        node: int = answer["node_id"]
-        return node
-    finally:
-        w.sock.close()
-
-
-@pytest.mark.parametrize("victim", ["transaction-coordinator", "output-leader"])
-def test_consume_transform_produce_through_kill9(cluster: LocalCluster, victim: str) -> None:
-    """kill -9 of the transaction coordinator, or of the leader of an output partition, mid-loop.
-
-    The consumer group's coordinator is chosen on another broker: librdkafka's
-    send_offsets_to_transaction blocks past its timeout, for as long as no other broker changes
-    state, when its cached group coordinator leaves the cluster's metadata (confluentinc/librdkafka
-    #5511 and #5456, open; seen here as a test hanging in rd_kafka_send_offsets_to_transaction with
-    no TxnOffsetCommit ever sent to the new coordinator). Kafka removes a dead broker from its
-    metadata as Headwater does, so that fault is the client's to fix."""
-    create_topics(cluster.bootstrap, "in", "out")
-    n = 600
-    src = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
-    for i in range(n):
-        src.produce("in", value=f"r{i}".encode(), partition=i % 2)
-    assert src.flush(30) == 0
-    txn_id = "transformer-kill"
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id, "linger.ms": 5})
-    p.init_transactions(60)
-    if victim == "transaction-coordinator":
-        doomed = _transaction_coordinator(cluster.bootstrap, txn_id)
-    else:
-        doomed = _leader_of(cluster.bootstrap, "out", 0)
-    group = next(
-        g for g in (f"transformer-kill-{i}" for i in range(100)) if _group_coordinator(cluster.bootstrap, g) != doomed
-    )
-
-    def consumer() -> Consumer:
-        c = Consumer(
-            {
-                "bootstrap.servers": cluster.bootstrap,
-                "group.id": group,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-            }
-        )
-        c.subscribe(["in"])
-        return c
-
-    c = consumer()
-    done = 0
-    rounds = 0
-    killed: int | None = None
-    aborts = 0
-    # well inside pytest's 300 s: a stall fails here, with the progress made, rather than by a kill
-    deadline = time.monotonic() + 150
-    try:
-        while done < n and time.monotonic() < deadline:
-            msgs = [m for m in c.consume(40, 1.0) if not m.error()]
-            if not msgs:
-                continue
-            rounds += 1
-            try:
-                p.begin_transaction()
-                for m in msgs:
-                    p.produce("out", value=b"T:" + m.value(), partition=m.partition())
-                if rounds == 3 and killed is None:
-                    killed = doomed
-                    cluster.brokers[killed].kill9()
-                p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 60)
-                _commit(p, deadline)
-                done += len(msgs)
-            except KafkaException as e:
-                err = e.args[0]
-                assert not err.fatal(), f"a fatal error: {err}"
-                assert err.txn_requires_abort() or err.retriable(), f"neither abortable nor retriable: {err}"
-                p.abort_transaction(60)
-                aborts += 1
-                c.close()
-                c = consumer()  # read the round again from the group's committed offsets
-    finally:
-        c.close()
-    assert killed is not None, "the coordinator was not killed"
-    moved = _transaction_coordinator if victim == "transaction-coordinator" else lambda b, _: _leader_of(b, "out", 0)
-    assert moved(cluster.bootstrap, txn_id) != killed, "the killed broker's role moved"
-    assert done == n, f"transformed {done} of {n} input records ({aborts} aborted rounds)"
-    out = read_all(cluster.bootstrap, "out", 2, "read_committed")
-    assert sorted(out) == sorted(f"T:r{i}".encode() for i in range(n)), "each input's output exactly once"
-
-
-def _commit(p: Producer, deadline: float) -> None:
-    """commit_transaction, retried while librdkafka says the error is retriable (until ``deadline``)."""
+def _coordinator(bootstrap: str, key: str, key_type: int = 0) -> int:
+    """The broker id coordinating a group (``key_type`` 0) or a transactional id (1), asked of the
+    first broker that answers (FindCoordinator; the first one creates the internal topic)."""
+    deadline = time.monotonic() + 60
     while True:
-        try:
-            p.commit_transaction(60)
+        for address in bootstrap.split(","):
+            try:
+                w = Wire(address, timeout=30)
+                try:
+                    answer = w.request(FIND_COORDINATOR, 1, {"key": key, "key_type": key_type})
+                finally:
+                    w.sock.close()
+            except OSError:
+                continue
+            if answer["error_code"] == 0:
+                node: int = answer["node_id"]
+                return node
+        assert time.monotonic() < deadline, f"no coordinator for {key}"
+        time.sleep(0.2)
+
+
+CLIENTS = ["confluent", "kafka-python", "aiokafka"]
+FAULTS = ["transaction-coordinator", "output-leader", "application"]
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def healthy(shared: LocalCluster) -> Iterator[LocalCluster]:
+    """The shared cluster with its three brokers running and every partition fully in sync, before
+    and after the test (which may kill one)."""
+    _heal(shared)
+    yield shared
+    _heal(shared)
+
+
+def _heal(cluster: LocalCluster) -> None:
+    for b in cluster.brokers:
+        if b.proc is None or b.proc.poll() is not None:
+            b.start(60)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    deadline = time.monotonic() + 120
+    while True:
+        topics = admin.list_topics(timeout=30).topics.values()
+        lagging = [
+            f"{t.topic}-{p.id}" for t in topics for p in t.partitions.values() if p.leader < 0 or len(p.isrs) < 3
+        ]
+        if not lagging:
             return
-        except KafkaException as e:
-            if not e.args[0].retriable() or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+        assert time.monotonic() < deadline, f"partitions not back in sync: {lagging}"
+        time.sleep(0.5)
+
+
+def _start_app(tmp: Path, tag: str, *args: object) -> tuple[subprocess.Popen[bytes], Path]:
+    out = tmp / f"{tag}.out"
+    with open(out, "wb") as f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.compat.txn_app", *map(str, args)],
+            cwd=REPO,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return proc, out
+
+
+def _await_line(proc: subprocess.Popen[bytes], out: Path, line: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while line not in out.read_text(errors="replace").splitlines():
+        assert proc.poll() is None, f"the application exited {proc.returncode}:\n{out.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {line!r} in {timeout:g}s:\n{out.read_text()[-3000:]}"
+        time.sleep(0.1)
+
+
+def _await_exit(proc: subprocess.Popen[bytes], out: Path, timeout: float = 200) -> str:
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+    text = out.read_text(errors="replace")
+    assert proc.returncode == 0, f"the application exited {proc.returncode}:\n{text[-4000:]}"
+    return text
+
+
+KAFKA_PYTHON_HANGS = pytest.mark.xfail(
+    strict=True,
+    reason="kafka-python 3.0.12: send_offsets_to_transaction hangs once its transaction coordinator is gone",
+)
+CASES = [
+    pytest.param(client, fault, marks=[KAFKA_PYTHON_HANGS] if (client, fault) == ("kafka-python", FAULTS[0]) else [])
+    for client in CLIENTS
+    for fault in FAULTS
+]
+
+
+@pytest.mark.parametrize(("client", "fault"), CASES)
+def test_consume_transform_produce_through_kill9(
+    healthy: LocalCluster, tmp_path: Path, client: str, fault: str
+) -> None:
+    """Each stock client's consume-transform-produce loop (tests/compat/txn_app.py, a process of its
+    own) through kill -9 of the transaction coordinator, of the leader of an output partition, or of
+    the application itself mid-transaction (restarted with the same transactional.id: its
+    init_transactions fences the old epoch and aborts the open transaction). Round 2 is aborted on
+    purpose. A read_committed consumer sees each input's output exactly once, and the group's
+    committed offsets are the end of the input.
+
+    With confluent-kafka and a broker fault the consumer group's coordinator is chosen on another
+    broker: librdkafka's send_offsets_to_transaction blocks past its timeout, for as long as no
+    other broker changes state, when its cached group coordinator leaves the cluster's metadata
+    (confluentinc/librdkafka #5511 and #5456, open; seen here as a test hanging in
+    rd_kafka_send_offsets_to_transaction with no TxnOffsetCommit ever sent to the new coordinator).
+    Kafka removes a dead broker from its metadata as Headwater does, so that fault is the client's
+    to fix.
+
+    kafka-python 3.0.12's send_offsets_to_transaction never returns (it has no timeout) once the
+    connection to its transaction coordinator is refused: its sender logs "Got an exception when
+    trying to find a node to send a transactional request to. Going to back off and retry" and
+    sends nothing more, even after the cluster's metadata no longer names the killed broker (the
+    app's faulthandler dump: the main thread in TransactionManager's wait, the sender idle in
+    poll). Seen in every run that killed its transaction or group coordinator (7 of 7), also when
+    the application went on only after the failover, and the same against Apache Kafka 2.3.1
+    (run by hand with headwater.testing.kafka). So its transaction-coordinator case is a
+    strict xfail (an XPASS fails: the client was fixed), and for its output-leader case the
+    transactional id and the group are chosen with coordinators on other brokers."""
+    cluster = healthy
+    name = f"{client}-{fault}"
+    src, dst, txn_id = f"{name}-in", f"{name}-out", f"{name}-app"
+    create_topics(cluster.bootstrap, src, dst)
+    n = 400
+    inputs = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+    for i in range(n):
+        inputs.produce(src, value=f"r{i}".encode(), partition=i % 2)
+    assert inputs.flush(30) == 0
+
+    doomed = -1
+    if fault == "transaction-coordinator":
+        doomed = _coordinator(cluster.bootstrap, txn_id, 1)
+    elif fault == "output-leader":
+        doomed = _leader_of(cluster.bootstrap, dst, 0)
+    group = f"{name}-group"
+    if client in ("confluent", "kafka-python") and doomed >= 0:  # librdkafka #5511, kafka-python: above
+        group = next(
+            g for g in (f"{name}-group-{i}" for i in range(100)) if _coordinator(cluster.bootstrap, g) != doomed
+        )
+    if client == "kafka-python" and fault == "output-leader":
+        txn_id = next(
+            t for t in (f"{name}-app-{i}" for i in range(100)) if _coordinator(cluster.bootstrap, t, 1) != doomed
+        )
+    common = (client, cluster.bootstrap, txn_id, group, src, dst, n // 2, tmp_path, "--abort-round", 2)
+    hold_after = "offsets" if fault == "application" else "records"
+    hold: tuple[object, ...] = ("--hold-round", 3, "--hold-after", hold_after)
+    if (client, fault) == ("kafka-python", FAULTS[0]):
+        hold += ("--deadline", 20)  # the strict xfail above: fail soon
+    app, out = _start_app(tmp_path, "app", *common, *hold)
+    try:
+        _await_line(app, out, "OPEN 3")
+        if fault == "application":
+            app.kill()  # SIGKILL, its transaction open with records written and offsets sent
+            app.wait(10)
+            app, out = _start_app(tmp_path, "restarted", *common)
+        else:
+            cluster.brokers[doomed].kill9()
+            (tmp_path / "go").touch()
+        log = _await_exit(app, out)
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.wait(10)
+    assert "DONE" in log
+    if fault == "transaction-coordinator":
+        assert _coordinator(cluster.bootstrap, txn_id, 1) != doomed, "the killed coordinator's role moved"
+    elif fault == "output-leader":
+        assert _leader_of(cluster.bootstrap, dst, 0) != doomed, "the killed leader's role moved"
+    committed = read_all(cluster.bootstrap, dst, 2, "read_committed")
+    assert sorted(committed) == sorted(f"T:r{i}".encode() for i in range(n)), "each input's output exactly once"
+    everything = read_all(cluster.bootstrap, dst, 2, "read_uncommitted")
+    aborted = len(everything) - n
+    assert aborted >= (2 if fault == "application" else 1), "the aborted transactions' records were written"
+    check = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    try:
+        offsets = check.committed([TopicPartition(src, 0), TopicPartition(src, 1)], timeout=30)
+    finally:
+        check.close()
+    assert [o.offset for o in offsets] == [n // 2, n // 2], "the committed transactions' offsets are the group's"
 
 
 def test_confluent_commits_and_aborts_are_seen_exactly_as_decided(shared: LocalCluster) -> None:
@@ -230,69 +297,6 @@ def test_confluent_commits_and_aborts_are_seen_exactly_as_decided(shared: LocalC
     assert set(aborted) <= set(everything), "the aborted records were written (read_uncommitted sees them)"
 
 
-def test_confluent_consume_transform_produce_with_send_offsets(shared: LocalCluster) -> None:
-    cluster = shared
-    create_topics(cluster.bootstrap, "in", "out")
-    n = 400
-    src = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
-    for i in range(n):
-        src.produce("in", value=f"r{i}".encode(), partition=i % 2)
-    assert src.flush(30) == 0
-
-    def consumer() -> Consumer:
-        c = Consumer(
-            {
-                "bootstrap.servers": cluster.bootstrap,
-                "group.id": "transformer",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-            }
-        )
-        c.subscribe(["in"])
-        return c
-
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "transformer-1", "linger.ms": 5})
-    p.init_transactions(60)
-    c = consumer()
-    done = 0
-    rounds = 0
-    aborted_rounds = 0
-    deadline = time.monotonic() + 180
-    try:
-        while done < n and time.monotonic() < deadline:
-            msgs = [m for m in c.consume(50, 1.0) if not m.error()]
-            if not msgs:
-                continue
-            rounds += 1
-            p.begin_transaction()
-            for m in msgs:
-                p.produce("out", value=b"T:" + m.value(), partition=m.partition())
-            p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 60)
-            if rounds % 4 == 0:
-                # abort this round: its output is dropped, and its input is read again from the
-                # group's committed offsets by a new consumer
-                p.abort_transaction(60)
-                aborted_rounds += 1
-                c.close()
-                c = consumer()
-                continue
-            p.commit_transaction(60)
-            done += len(msgs)
-    finally:
-        c.close()
-    assert done == n, f"transformed {done} of {n} input records"
-    assert aborted_rounds > 0, "the test aborted no round"
-    out = read_all(cluster.bootstrap, "out", 2, "read_committed")
-    assert sorted(out) == sorted(f"T:r{i}".encode() for i in range(n)), "each input's output exactly once"
-    check = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "transformer"})
-    try:
-        offsets = check.committed([TopicPartition("in", 0), TopicPartition("in", 1)], timeout=30)
-    finally:
-        check.close()
-    assert [o.offset for o in offsets] == [n // 2, n // 2], "the committed transactions' offsets are the group's"
-
-
 def test_a_fenced_confluent_producer_cannot_commit(shared: LocalCluster) -> None:
     cluster = shared
     create_topics(cluster.bootstrap, "fence")
@@ -309,63 +313,6 @@ def test_a_fenced_confluent_producer_cannot_commit(shared: LocalCluster) -> None
     with pytest.raises(KafkaException):
         old.commit_transaction(30)
     assert read_all(cluster.bootstrap, "fence", 2, "read_committed") == [b"live"]
-
-
-def test_kafka_python_transactions_with_send_offsets(shared: LocalCluster) -> None:
-    cluster = shared
-    from kafka import KafkaConsumer, KafkaProducer
-    from kafka import TopicPartition as KTP
-    from kafka.structs import OffsetAndMetadata
-
-    create_topics(cluster.bootstrap, "kp-in", "kp-out")
-    n = 100
-    src = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
-    for i in range(n):
-        src.produce("kp-in", value=f"r{i}".encode(), partition=i % 2)
-    assert src.flush(30) == 0
-    p = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id="kp-app")
-    c = KafkaConsumer(
-        bootstrap_servers=cluster.bootstrap,
-        group_id="kp-group",
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",
-    )
-    try:
-        p.init_transactions()
-        tps = [KTP("kp-in", 0), KTP("kp-in", 1)]
-        c.assign(tps)
-        # an aborted transaction first: its output must never be visible
-        p.begin_transaction()
-        p.send("kp-out", value=b"aborted", partition=0)
-        p.flush()
-        p.abort_transaction()
-        done = 0
-        deadline = time.monotonic() + 120
-        while done < n and time.monotonic() < deadline:
-            polled = c.poll(timeout_ms=1000, max_records=30)
-            records = [r for rs in polled.values() for r in rs]
-            if not records:
-                continue
-            p.begin_transaction()
-            for r in records:
-                p.send("kp-out", value=b"T:" + r.value, partition=r.partition)
-            offsets = {tp: OffsetAndMetadata(c.position(tp), "", -1) for tp in tps}
-            p.send_offsets_to_transaction(offsets, "kp-group")
-            p.commit_transaction()
-            done += len(records)
-    finally:
-        c.close()
-        p.close()
-    assert done == n
-    out = read_all(cluster.bootstrap, "kp-out", 2, "read_committed")
-    assert sorted(out) == sorted(f"T:r{i}".encode() for i in range(n))
-    check = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "kp-group"})
-    try:
-        offsets = check.committed([TopicPartition("kp-in", 0), TopicPartition("kp-in", 1)], timeout=30)
-    finally:
-        check.close()
-    assert [o.offset for o in offsets] == [n // 2, n // 2]
 
 
 def test_aiokafka_transactions_commit_and_abort(shared: LocalCluster) -> None:

@@ -52,6 +52,7 @@ def test_bad_arguments_get_one_line_and_exit_code_2() -> None:
         ["outage", "dc3"],
         ["outage", "dc2", "--seconds", "0"],
         ["outage", "dc2", "--source", "dc2"],
+        ["outage", "dc2", "--mirror-quota", "0"],
     ):
         proc = subprocess.run(
             [sys.executable, "-m", "headwater.cli.main", "lab", *argv], capture_output=True, text=True, timeout=60
@@ -75,10 +76,42 @@ def test_the_outage_drill_reads_the_cut_flows_committed_partitions() -> None:
     report.caught_up = True
     assert report.production_rate == 100.0 and report.catch_up_rate == 1500.0 and report.catch_up_ratio == 15.0
     assert report.ok and report.as_dict()["catch_up_ratio"] == 15.0
+    assert "NOT caught up" not in report.text() and "produce quota" not in report.text()
     report.catch_up_seconds = 30.0  # 2x the production rate: below the goal of 5x
     assert not report.ok and "2.0x the production rate" in report.text()
     report.catch_up_seconds, report.audit_during_cut = 4.0, {"late": 3, "loss": 1}
     assert not report.ok
+
+
+def test_the_outage_drill_estimates_and_judges_the_catch_up_by_the_mirrors_quota() -> None:
+    """A 600-s cut at 200 records/s of 500 B (100 kB/s: a 60 MB backlog) under a 50 kB/s quota on
+    each of 3 agg brokers (150 kB/s): by t seconds after the heal the quota lets about 150 kB/s x
+    (t + 10 s of burst) through, so the backlog is copied after 390 s; the goal is 80 % of the ratio
+    that gives (1.23x), not 5x. A quota at or below the production rate fails the drill whatever the
+    catch-up measured: the mirror falls behind again after it."""
+    report = OutageReport(
+        "dc2",
+        "blackhole",
+        cut_seconds=600.0,
+        backlog_records=120_000,
+        mirror_quota=50_000,
+        quota_brokers=3,
+        record_bytes=500.0,
+    )
+    assert report.expected_catch_up_seconds == 390.0 and not report.quota_below_production
+    assert round(report.goal_ratio, 2) == 1.23
+    report.caught_up, report.catch_up_seconds = True, 420.0  # 1.43x the production rate: the quota's pace
+    assert report.ok, report.as_dict()
+    d = report.as_dict()
+    assert d["expected_catch_up_seconds"] == 390.0 and d["catch_up_goal_ratio"] == 1.23 and d["quota_brokers"] == 3
+    assert "expected catch-up 390.0 s" in report.text() and "NOT caught up" not in report.text()
+    report.catch_up_seconds = 1900.0  # well below what the quota allows: something else held it
+    assert not report.ok
+    report.quota_brokers, report.catch_up_seconds = 2, 600.0  # 100 kB/s: no faster than production
+    assert report.quota_below_production and not report.ok and report.as_dict()["quota_below_production_rate"]
+    assert "the quota is at or below the production rate" in report.text()
+    unbounded = OutageReport("dc2", "blackhole", cut_seconds=600.0, backlog_records=120_000, record_bytes=500.0)
+    assert unbounded.expected_catch_up_seconds is None and unbounded.goal_ratio == 5.0
 
 
 def _get(url: str) -> Any:

@@ -33,6 +33,10 @@ class FakeGroup:
         self.released: list[TopicPartition] = []
         self.commits: list[tuple[TopicPartition, int]] = []
         self.stopped = False
+        #: the placement node (overrides, znode version) and every member's published rates
+        self.placement: dict[TopicPartition, str] = {}
+        self.placement_version: int | None = None
+        self.rates: dict[str, dict[TopicPartition, float]] = {}
 
     def members(self) -> list[str]:
         return sorted(self.member_list)
@@ -75,6 +79,22 @@ class FakeGroup:
 
     def register(self) -> None:
         self.session_lost = False
+
+    def read_placement(self) -> tuple[dict[TopicPartition, str], int | None]:
+        return dict(self.placement), self.placement_version
+
+    def write_placement(self, owners: dict[TopicPartition, str], version: int | None) -> bool:
+        if version != self.placement_version:
+            return False
+        self.placement = dict(owners)
+        self.placement_version = 0 if version is None else version + 1
+        return True
+
+    def publish_rates(self, rates: dict[TopicPartition, float], window_s: float) -> None:
+        self.rates[self.consumer_id] = dict(rates)
+
+    def read_rates(self) -> dict[str, dict[TopicPartition, float]]:
+        return {m: dict(r) for m, r in self.rates.items()}
 
     def stop(self) -> None:
         self.stopped = True

@@ -29,6 +29,12 @@ event without a valid ``audit.signature`` header (HMAC-SHA256 of its value) is r
 (``too many topics``) and counted, so forged names cannot grow the store and the metrics' labels
 without bound.
 
+Transactions (KIP-98): the tier reads read_committed, as the mirror and the loader do: it counts
+only committed records (an aborted transaction's records and the markers are read past, never
+counted), up to the last stable offset; a transaction still open holds the partition's count
+there, and the partition's watermark at the newest record counted (its windows stay open), until
+it ends.
+
 Watermarks: per partition, how far in creation time this tier has been counted — the time of the
 fetch when the counter has caught up (its offset reached the high watermark), otherwise the largest
 timestamp counted so far. A window closes for a tier only when that tier's watermark has passed the
@@ -51,7 +57,7 @@ from headwater.client.admin import Admin
 from headwater.client.audit import AUDIT_TOPIC, HEADER_CREATED, HEADER_DC, HEADER_SIGNATURE, verify_event
 from headwater.client.consumer import Consumer
 from headwater.client.errors import OffsetOutOfRangeError
-from headwater.client.raw import fetch_raw
+from headwater.client.raw import READ_COMMITTED, fetch_raw
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.counting import count_origins
 from headwater.protocol.records.header import BatchHeader
@@ -517,7 +523,9 @@ class TierCounter:
         requests = [(t, p, o) for (t, p), o in self.offsets.items()]
         fetched_at = int(time.time() * 1000)
         try:
-            got, failed = await fetch_raw(self.cluster, requests, max_wait_ms=self.config.fetch_max_wait_ms)
+            got, failed = await fetch_raw(
+                self.cluster, requests, max_wait_ms=self.config.fetch_max_wait_ms, isolation_level=READ_COMMITTED
+            )
         except OffsetOutOfRangeError as e:
             await self._reset(e)
             return
@@ -544,10 +552,9 @@ class TierCounter:
         for tp, part in got.items():
             self.high_watermarks[tp] = part.high_watermark
             top = self.watermarks.get(tp, 0)
-            for h, b in part.batches:
+            for h, _ in part.batches:
                 top = max(top, min(h.max_timestamp, fetched_at))  # a future-dated record closes nothing early
-                if h.is_control:
-                    continue
+            for h, b in part.committed():  # no marker, no record of an aborted transaction
                 try:
                     if tp[0] == AUDIT_TOPIC:
                         for r in decode_batch(b)[1]:
@@ -570,6 +577,8 @@ class TierCounter:
                     ) from e
             if part.batches:
                 moved[tp] = part.batches[-1][0].next_offset
+            # the high watermark, not the LSO: an open transaction's records may still commit into
+            # the windows of their creation times, so they stay open until it ends
             caught_up = moved.get(tp, self.offsets[tp]) >= part.high_watermark
             self.watermarks[tp] = max(top, fetched_at) if caught_up else top
         if not moved:

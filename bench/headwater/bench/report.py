@@ -35,6 +35,7 @@ SCENARIOS = {
     "scale": "Scale: 1,000 / 5,000 / 10,000 partitions on 3 brokers, RF 3 (failover, restart, idle cost, metadata)",
     "zk-outage": "ZooKeeper outage (7 min) under 3 brokers, a ZooKeeper consumer group and the mirror: time to heal",
     "preauth": "Clients that never log in: idle and 100 MiB-announcing connections vs a SCRAM client",
+    "txn": "Transactions: transactional produce (100 records per transaction) vs idempotent",
 }
 
 

@@ -33,6 +33,7 @@ from headwater.bench.scenarios import (
     scale,
     security,
     stored,
+    txn,
     wan,
     zk_outage,
 )
@@ -43,9 +44,10 @@ ALL = tuple(SCENARIOS)
 #: start-up alone take ~30 s, the scenario ~60 s on this machine; CI runs ``--quick``), and so is 9
 #: (two more clusters, a link process and one mirror per delay), 11 (a broker of its own with four
 #: listeners), 12 (quotas on vs off: a ratio of CPU figures wants full-size runs), ``preauth`` (a broker of its own per run, 1,100 attacking connections), ``scale``
-#: (thousands of partitions, minutes) and ``zk-outage`` (a 7-minute ZooKeeper outage); tests/bench
+#: (thousands of partitions, minutes), ``zk-outage`` (a 7-minute ZooKeeper outage) and ``txn`` (a broker
+#: of its own; by hand: ``headwater bench --only txn``); tests/bench
 #: runs each on its own
-QUICK = tuple(s for s in ALL if s not in ("8", "9", "11", "12", "scale", "zk-outage", "preauth"))
+QUICK = tuple(s for s in ALL if s not in ("8", "9", "11", "12", "scale", "zk-outage", "preauth", "txn"))
 
 
 @dataclass
@@ -129,6 +131,8 @@ def run(options: Options) -> tuple[Report, Path, Path]:
                 zk_outage.run(bench)
             if "preauth" in only:
                 preauth.run(bench)
+            if "txn" in only:
+                txn.run(bench)
             if options.profile:
                 profile.run(bench)
     finally:

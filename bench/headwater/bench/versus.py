@@ -138,12 +138,29 @@ ROWS = [
     Row("mm2", "MirrorMaker 2 dc1 -> agg, 100 B, first to last record", "rec/s", None, group="mm2"),
     Row("mm2e", "MirrorMaker 2 dc1 -> agg, process start to last record", "s", None, False, group="mm2"),
     Row("sk", "Spark format(kafka) -> Parquet, 1 KiB, 4 partitions", "rec/s", None, group="spark"),
+    Row(
+        "ar",
+        "SCRAM client's produce p99, 1,000 idle unauthenticated connections / none",
+        "x",
+        None,
+        False,
+        group="preauth",
+    ),
+    Row(
+        "aw",
+        "SCRAM client's produce p99 beside 1,000 idle unauthenticated connections",
+        "ms",
+        None,
+        False,
+        group="preauth",
+    ),
+    Row("ac", "broker CPU per produce request beside them (login included)", "ms", None, False, group="preauth"),
     Row("tm", "headwater mirror / MM2, first to last record", "rec/s", None, table="tool", group="mm2"),
     Row("tme", "headwater mirror / MM2, process start to last record", "s", None, False, table="tool", group="mm2"),
     Row("ts", "format(headwater) / Spark format(kafka) -> Parquet", "rec/s", None, table="tool", group="spark"),
 ]
 #: what ``--only`` selects with ``--versus kafka`` (default: every group)
-GROUPS = ("core", "large", "java", "failover", "mm2", "spark")
+GROUPS = ("core", "large", "java", "failover", "mm2", "spark", "preauth")
 
 
 @dataclass
@@ -424,6 +441,9 @@ def run(plan: Plan, out: Path, workdir: Path | None = None, log: Callable[[str],
                 if "mm2" in plan.groups:
                     name = f"versus-mm2-{system}{next(n)}"
                     _tried(say, system, "mm2", more.mirrors, system, wd, zk, name, plan.mirror_count, rows, say)
+                if "preauth" in plan.groups:
+                    name = f"versus-preauth-{system}{next(n)}"
+                    _tried(say, system, "preauth", more.preauth, system, wd, zk, name, plan.quick, rows, say)
                 if "failover" in plan.groups:
                     name = f"versus-failover-{system}{next(n)}"
                     _tried(say, system, "failover", more.failover, system, wd, zk, name, plan.partitions, rows, say)

@@ -232,6 +232,54 @@ def failover(
         log(f"{system} failover at {partitions:,} partitions: {seconds:.1f}s")
 
 
+# --- clients that never log in (issue 37) -----------------------------------------------------
+
+
+def preauth(
+    system: str, workdir: Path, zk: ZooKeeperServer, name: str, quick: bool, rows: dict[str, Any], log: Log
+) -> None:
+    """The ``preauth`` scenario's blocks on one broker of ``system`` (PLAINTEXT and SASL_PLAINTEXT with
+    SCRAM-SHA-512): a SCRAM client's produce p99 beside 1,000 idle unauthenticated connections and
+    without them. Idle connections only: Kafka 2.3's PLAINTEXT listener allocates an announced frame
+    whole, so the scenario's 100 announcers of 100 MiB exhaust its 1 GiB heap (docs/performance.md)."""
+    from headwater.bench.scenarios import preauth as pa
+    from headwater.bench.versus import create_topic
+    from headwater.testing.cluster import LocalBroker
+    from headwater.testing.kafka import KafkaBroker
+    from headwater.testing.zookeeper import free_port
+
+    chroot = f"{zk.connect}/{name}"
+    props: dict[str, object] = {"sasl.enabled.mechanisms": "SCRAM-SHA-512", "offsets.topic.replication.factor": 1}
+    broker: KafkaBroker | LocalBroker
+    if system == "kafka":
+        jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        broker = KafkaBroker(
+            workdir / name, 0, chroot, {**props, "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": jaas}
+        )
+    else:
+        broker = LocalBroker(workdir / name, 0, chroot)
+        broker.properties.update(props)
+    sasl_port = free_port()
+    broker.properties["listeners"] = f"PLAINTEXT://127.0.0.1:{broker.port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+    pa._raise_fd_limit(pa.IDLE + 1024)
+    blocks, records = (pa.QUICK_BLOCKS, pa.QUICK_RECORDS) if quick else (pa.BLOCKS, pa.RECORDS)
+    broker.start(timeout=180)
+    try:
+        pa.add_user(chroot)
+        create_topic(broker.bootstrap, "preauth", 1, 1)
+        m = pa.alternate(broker.pid, sasl_port, broker.port, "preauth", pa.IDLE, 0, records, blocks)
+    finally:
+        broker.stop()
+    ratio = pa._p99(m.with_attack) / pa._p99(m.without)
+    rows["ar"].values[system].append(ratio)
+    rows["aw"].values[system].append(pa._p99(m.with_attack))
+    rows["ac"].values[system].append(m.cpu_ms("with"))
+    log(
+        f"{system} preauth: p99 {pa._p99(m.without):.2f} ms without, {pa._p99(m.with_attack):.2f} ms with "
+        f"({ratio:.2f}x); broker CPU {m.cpu_ms('without'):.3f} / {m.cpu_ms('with'):.3f} ms per request"
+    )
+
+
 def _topics(bootstrap: str) -> Any:
     from headwater.bench.scenarios import scale
 

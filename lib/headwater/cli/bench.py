@@ -23,8 +23,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="N,N",
         help="scenarios to run (1 produce, 2 consume, 3 latency, 4 stored, 5 resources, 6 large records, 7 mirror, "
         "8 Spark loader, 9 mirror across a WAN link, 10 audit counting, 11 TLS and SASL cost, 12 client quotas on vs off, "
-        "scale thousands of partitions, zk-outage a ZooKeeper outage; default: all, all but 8, 9, 11, 12, "
-        "scale and zk-outage with --quick); with --versus kafka, groups: core, large, java, failover, mm2, spark "
+        "scale thousands of partitions, zk-outage a ZooKeeper outage, txn transactional vs idempotent produce; "
+        "default: all, all but 8, 9, 11, 12, scale, zk-outage, preauth and txn with --quick); with --versus kafka, "
+        "groups: core, large, java, failover, mm2, spark, preauth "
         "(default: all)",
     )
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for results.md/.json")

@@ -24,7 +24,7 @@ from headwater.client.errors import (
     UnknownTopicError,
 )
 from headwater.client.group_consumer import GroupConfig, GroupMembership, RebalanceListener
-from headwater.client.raw import fetch_body
+from headwater.client.raw import READ_COMMITTED, committed_batches, complete_batches, fetch_body
 from headwater.client.security import ClientSecurity
 from headwater.protocol.apis import FETCH, LIST_OFFSETS
 from headwater.protocol.errors import ErrorCode, KafkaError
@@ -306,7 +306,7 @@ class Consumer:
                     continue
                 if code is not ErrorCode.NONE:
                     raise KafkaError(code, f"fetching {topic}-{tp[1]} at offset {offset}: {code.name}")
-                out[tp] = _decode(topic, tp[1], offset, p)
+                out[tp] = _decode(topic, tp[1], offset, p, self.isolation_level)
         for tp in parts:
             if tp not in out and tp not in stale:
                 stale[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -523,13 +523,19 @@ def _list_offsets_body(topic: str, partition: int, timestamp: int, max_offsets: 
     }
 
 
-def _decode(topic: str, partition: int, offset: int, p: Message) -> _PartitionData:
+def _decode(topic: str, partition: int, offset: int, p: Message, isolation_level: int = 0) -> _PartitionData:
     records: list[ConsumerRecord] = []
     next_offset = offset
     data = p.get("records")
     if data:
         records, last, complete = read_record_set(data, ConsumerRecord, (topic, partition), offset)
         next_offset = max(next_offset, last)
+        if isolation_level == READ_COMMITTED and p.get("aborted_transactions"):
+            # the batches of aborted transactions are in the record set too: read only the others
+            aborted = [(int(a["producer_id"]), int(a["first_offset"])) for a in p["aborted_transactions"]]
+            kept = committed_batches(complete_batches(data, offset), aborted)
+            joined = b"".join(bytes(b) for _, b in kept)
+            records = read_record_set(joined, ConsumerRecord, (topic, partition), offset)[0] if joined else []
         if not complete:  # only the start of a batch: no progress is possible with this max_bytes
             raise KafkaError(
                 ErrorCode.MESSAGE_TOO_LARGE,

@@ -10,13 +10,21 @@ the destination broker assigns the base offset and partition leader epoch, which
 CRC'd range (see :mod:`headwater.protocol.records.header`). :func:`as_plain_batch` resets the
 producer id / epoch / base sequence of an idempotent or transactional batch (the destination knows
 nothing of that producer) and recomputes the CRC.
+
+Isolation level (KIP-98). A fetch at :data:`READ_COMMITTED` returns records only below the
+partition's last stable offset (LSO) and, with them, the transactions the broker knows were
+aborted in that range (``aborted_transactions``: producer id and first offset). The batches still
+include the aborted transactions' data and the control batches (markers): :func:`committed_batches`
+is the one place that leaves them out, as Kafka's consumer does, for every reader in the project
+(the consumer, the mirror, the loader, the audit). Readers move their position past what it left
+out (the offsets of the batches fetched), so aborted ranges and markers never stall them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from headwater.client.cluster import STALE_METADATA_ERRORS, Cluster
@@ -24,12 +32,16 @@ from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, Off
 from headwater.protocol.apis import FETCH, PRODUCE
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records import header as batch_header
+from headwater.protocol.records.control import decode_marker
 from headwater.protocol.records.header import BatchHeader
 from headwater.protocol.schema import Message
 
 __all__ = [
+    "READ_COMMITTED",
+    "READ_UNCOMMITTED",
     "RawPartition",
     "as_plain_batch",
+    "committed_batches",
     "complete_batches",
     "fetch_body",
     "fetch_from_node",
@@ -38,6 +50,12 @@ __all__ = [
 ]
 
 TopicPartition = tuple[str, int]
+#: Fetch / ListOffsets isolation_level: everything up to the high watermark, or only what is
+#: committed (below the last stable offset, aborted transactions left out)
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+#: (producer id, first offset) of a transaction a read_committed Fetch reported as aborted
+AbortedTxn = tuple[int, int]
 
 # producer_id (int64) at byte 43, producer_epoch (int16) at 51, base_sequence (int32) at 53
 _PRODUCER_STATE = struct.Struct(">qhi")
@@ -53,6 +71,26 @@ class RawPartition:
     batches: list[tuple[BatchHeader, memoryview]]
     high_watermark: int
     log_start_offset: int
+    #: read_committed: the partition's last stable offset (-1 for read_uncommitted fetches)
+    last_stable_offset: int = -1
+    #: read_committed: the transactions aborted in the fetched range (empty otherwise)
+    aborted_transactions: tuple[AbortedTxn, ...] = ()
+
+    @property
+    def end_offset(self) -> int:
+        """Where a reader at the fetch's isolation level can read up to: the LSO for
+        read_committed, the high watermark otherwise."""
+        return self.last_stable_offset if self.last_stable_offset >= 0 else self.high_watermark
+
+    def committed(self) -> list[tuple[BatchHeader, memoryview]]:
+        """The data batches a consumer at the fetch's isolation level reads (:func:`committed_batches`)."""
+        return committed_batches(self.batches, self.aborted_transactions)
+
+    def but(self, batches: list[tuple[BatchHeader, memoryview]]) -> RawPartition:
+        """The same answer with other batches (a part of these)."""
+        return RawPartition(
+            batches, self.high_watermark, self.log_start_offset, self.last_stable_offset, self.aborted_transactions
+        )
 
 
 def complete_batches(records: memoryview | bytes | None, from_offset: int = 0) -> list[tuple[BatchHeader, memoryview]]:
@@ -82,6 +120,38 @@ def complete_batches(records: memoryview | bytes | None, from_offset: int = 0) -
         pos = end
 
 
+def committed_batches(
+    batches: Sequence[tuple[BatchHeader, memoryview]], aborted_transactions: Iterable[AbortedTxn] = ()
+) -> list[tuple[BatchHeader, memoryview]]:
+    """The data batches of a fetch a consumer reads: control batches (markers) left out, and with
+    the ``aborted_transactions`` of a read_committed Fetch, the batches of those transactions too.
+
+    Kafka's consumer rule (Fetcher, "isolation level READ_COMMITTED"): going through the batches in
+    offset order, an aborted transaction becomes current for its producer once a batch of that
+    producer reaches its first offset; a transactional batch of a producer with a current aborted
+    transaction is skipped, and that producer's ABORT marker ends it. A read_uncommitted fetch has
+    no aborted transactions, so only the markers are left out.
+    """
+    pending = sorted(aborted_transactions, key=lambda a: a[1])
+    aborted: set[int] = set()
+    i = 0
+    out: list[tuple[BatchHeader, memoryview]] = []
+    for h, b in batches:
+        if pending and h.producer_id != batch_header.NO_PRODUCER_ID:
+            while i < len(pending) and pending[i][1] <= h.last_offset:
+                aborted.add(pending[i][0])
+                i += 1
+            if h.is_control:
+                if h.producer_id in aborted and not decode_marker(b).commit:
+                    aborted.discard(h.producer_id)
+                continue
+            if h.is_transactional and h.producer_id in aborted:
+                continue
+        if not h.is_control:
+            out.append((h, b))
+    return out
+
+
 def as_plain_batch(h: BatchHeader, batch: memoryview) -> bytes | memoryview:
     """The batch as a plain (non-idempotent, non-transactional) producer would have sent it.
 
@@ -107,6 +177,7 @@ async def fetch_raw(
     min_bytes: int = 1,
     total_max_bytes: int = 52428800,
     timeout: float = 30.0,
+    isolation_level: int = READ_UNCOMMITTED,
 ) -> tuple[dict[TopicPartition, RawPartition], dict[TopicPartition, ErrorCode]]:
     """Fetch several (topic, partition, offset): one request per leader, concurrently.
 
@@ -124,7 +195,9 @@ async def fetch_raw(
         by_node.setdefault(leader, {})[(topic, partition)] = offset
     results = await asyncio.gather(
         *(
-            _fetch_from(cluster, node, parts, max_bytes, max_wait_ms, min_bytes, total_max_bytes, timeout)
+            _fetch_from(
+                cluster, node, parts, max_bytes, max_wait_ms, min_bytes, total_max_bytes, timeout, isolation_level
+            )
             for node, parts in by_node.items()
         ),
         return_exceptions=True,
@@ -185,6 +258,7 @@ async def _fetch_from(
     min_bytes: int,
     total_max_bytes: int,
     timeout: float,
+    isolation_level: int,
 ) -> tuple[dict[TopicPartition, RawPartition], dict[TopicPartition, ErrorCode]]:
     answers = await fetch_from_node(
         cluster,
@@ -195,6 +269,7 @@ async def _fetch_from(
         min_bytes=min_bytes,
         total_max_bytes=total_max_bytes,
         timeout=timeout,
+        isolation_level=isolation_level,
     )
     out: dict[TopicPartition, RawPartition] = {}
     stale: dict[TopicPartition, ErrorCode] = {}
@@ -220,6 +295,7 @@ async def fetch_from_node(
     min_bytes: int = 1,
     total_max_bytes: int = 52428800,
     timeout: float = 30.0,
+    isolation_level: int = READ_UNCOMMITTED,
 ) -> dict[TopicPartition, RawPartition | KafkaError]:
     """One Fetch to one broker for several (topic, partition) -> offset: each partition's answer,
     or its error as a KafkaError (:class:`OffsetOutOfRangeError` for OFFSET_OUT_OF_RANGE;
@@ -227,7 +303,7 @@ async def fetch_from_node(
     does not fail the others. A top-level error, a connection error or a timeout raises."""
     conn = await cluster.connection(node)
     version = conn.version_for(FETCH, min_version=4)  # record batches
-    body = fetch_body(parts, max_bytes, max_wait_ms, min_bytes, total_max_bytes)
+    body = fetch_body(parts, max_bytes, max_wait_ms, min_bytes, total_max_bytes, isolation_level)
     response = await conn.request(FETCH, body, version, timeout=timeout + max_wait_ms / 1000.0)
     top = ErrorCode.of(response.get("error_code", 0))
     if top is not ErrorCode.NONE:
@@ -248,6 +324,7 @@ async def fetch_from_node(
                     complete_batches(p.get("records"), parts[tp]),
                     int(p["high_watermark"]),
                     int(p.get("log_start_offset", -1)),
+                    *_isolation_view(p, isolation_level),
                 )
     for tp in parts:
         if tp not in out:
@@ -255,6 +332,14 @@ async def fetch_from_node(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"broker {node} did not answer for {tp[0]}-{tp[1]}"
             )
     return out
+
+
+def _isolation_view(p: Message, isolation_level: int) -> tuple[int, tuple[AbortedTxn, ...]]:
+    """A partition answer's last stable offset and aborted transactions (read_committed only)."""
+    if isolation_level != READ_COMMITTED:
+        return -1, ()
+    aborted = tuple((int(a["producer_id"]), int(a["first_offset"])) for a in p.get("aborted_transactions") or ())
+    return int(p.get("last_stable_offset", -1)), aborted
 
 
 async def produce_raw(

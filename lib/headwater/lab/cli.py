@@ -240,6 +240,13 @@ def _add_outage_parser(lab_sub: argparse._SubParsersAction[argparse.ArgumentPars
         "--check-records", type=int, default=100, help="pipeline-check records per other DC during the cut (0: none)"
     )
     o.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the catch-up (default 900)")
+    o.add_argument(
+        "--mirror-quota",
+        type=float,
+        metavar="BYTES_PER_S",
+        help="the mirror's producer_byte_rate on the aggregate cluster (per broker, as set with headwater "
+        "configs): the catch-up is estimated and judged against what it allows (default: no quota)",
+    )
     o.add_argument("--json", action="store_true", help="print the report as JSON")
     o.add_argument("--log-level", default="WARNING")
     _add_command_config(o)
@@ -261,6 +268,9 @@ def _outage(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or args.timeout <= 0 or args.check_records < 0:
         print("headwater lab outage: --seconds and --timeout must be positive, --check-records >= 0", file=sys.stderr)
         return 2
+    if args.mirror_quota is not None and not args.mirror_quota > 0:
+        print("headwater lab outage: --mirror-quota must be a positive number of bytes/s", file=sys.stderr)
+        return 2
     security = _security(args, "outage")
     setup_logging(args.log_level)
     from headwater.lab.outage import run_outage
@@ -281,6 +291,7 @@ def _outage(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             progress=_progress,
             security=security,
+            mirror_quota=args.mirror_quota,
         ),
         args.json,
         (OSError, TimeoutError, ValueError),

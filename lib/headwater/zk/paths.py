@@ -150,3 +150,16 @@ def mirror_target_path(group: str, topic: str, partition: int | None = None) -> 
     offset the mirror's re-partitioning path committed with the source offset (mirror/group.py)."""
     base = f"{CONSUMERS}/{group}/mirror-target/{topic}"
     return base if partition is None else f"{base}/{partition}"
+
+
+def mirror_rates_path(group: str, member: str | None = None) -> str:
+    """Headwater's own: ``/consumers/<g>/mirror-rates/<member>`` (ephemeral) holds the byte rates of
+    the partitions a mirror process copies (mirror/group.py)."""
+    base = f"{CONSUMERS}/{group}/mirror-rates"
+    return base if member is None else f"{base}/{member}"
+
+
+def mirror_placement_path(group: str) -> str:
+    """Headwater's own: ``/consumers/<g>/mirror-placement`` holds the load-aware placement the
+    group's leader computed (mirror/group.py, mirror/placement.py)."""
+    return f"{CONSUMERS}/{group}/mirror-placement"

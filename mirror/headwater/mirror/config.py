@@ -53,7 +53,11 @@ MM2's ``emit.heartbeats.enabled`` (true) and ``emit.heartbeats.interval.seconds`
 ``sync.topic.acls.enabled`` (false: MM2's default is true, see :mod:`headwater.mirror.acl_sync`) and
 ``sync.topic.acls.interval.seconds`` (600), ``sync.topic.configs.enabled`` (true, as MM2),
 ``sync.topic.configs.interval.seconds`` (600) and ``config.properties.exclude`` /
-``config.properties.blacklist`` (regexes; MM2's default list, see :mod:`headwater.mirror.config_sync`), and the
+``config.properties.blacklist`` (regexes; MM2's default list, see :mod:`headwater.mirror.config_sync`),
+``placement.load.tolerance`` (1.25: no mirror process carries more than this times the mean
+bytes per second, unless one partition alone does) and ``placement.rebalance.interval.seconds`` (60:
+how often the placement is evaluated, and the window of the byte rates; see
+:mod:`headwater.mirror.placement`), and the
 test-only fault properties ``headwater.test.drop.every`` / ``headwater.test.duplicate.every``
 (drop / produce twice every N-th record; they force the decoding path).
 """
@@ -128,6 +132,8 @@ _GLOBAL_SETTINGS = {
     "replication.policy.internal.topic.separator.enabled",
     "checkpoints.topic.replication.factor",
     "offset-syncs.topic.replication.factor",
+    "placement.load.tolerance",
+    "placement.rebalance.interval.seconds",
     "headwater.test.drop.every",
     "headwater.test.duplicate.every",
 }
@@ -337,6 +343,9 @@ class MirrorConfig:
     #: config.properties.exclude: never copied, never altered in the target (MM2's default list)
     config_exclude: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in DEFAULT_EXCLUDE)
     offset_syncs_replication_factor: int | None = None
+    #: load-aware placement (placement.py)
+    placement_tolerance: float = 1.25
+    placement_interval_s: float = 60.0
     drop_every: int = 0
     duplicate_every: int = 0
     #: signs the gap events the mirror publishes (the audit service's audit.signing.key)
@@ -537,6 +546,15 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         "replication.policy.internal.topic.separator.enabled",
         props.get("replication.policy.internal.topic.separator.enabled", "true"),
     )
+    raw_tolerance = props.get("placement.load.tolerance", "1.25")
+    try:
+        placement_tolerance = float(raw_tolerance)
+    except ValueError:
+        raise MirrorConfigError(f"placement.load.tolerance: {raw_tolerance!r} is not a number") from None
+    if not 1.0 <= placement_tolerance <= 100.0:
+        raise MirrorConfigError(
+            f"placement.load.tolerance: {placement_tolerance:g} is not between 1 (the mean load) and 100"
+        )
     try:
         audit_signing_key = signing_key(props.get("audit.signing.key") or None)
     except SigningKeyError as e:
@@ -574,6 +592,8 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         config_exclude=config_exclude,
         checkpoints_replication_factor=_int(props, "checkpoints.topic.replication.factor", None, minimum=1),
         offset_syncs_replication_factor=_int(props, "offset-syncs.topic.replication.factor", None, minimum=1),
+        placement_tolerance=placement_tolerance,
+        placement_interval_s=_seconds(props, "placement.rebalance.interval.seconds", "60", 86400),
         drop_every=_int(props, "headwater.test.drop.every", 0) or 0,
         duplicate_every=_int(props, "headwater.test.duplicate.every", 0) or 0,
         unknown=sorted(unknown),

@@ -2,10 +2,12 @@
 
 ::
 
-    fetch (raw) from the source leader, ahead of the produce (fetch_ahead.py: the next fetches are
-    on the wire while these batches are produced; parts taken in offset order)
-      -> fast path: the complete batches as they are (control batches dropped, producer state of
-         idempotent batches reset), produced raw with acks=all to the SAME partition number
+    fetch (raw, read_committed) from the source leader, ahead of the produce (fetch_ahead.py: the
+    next fetches are on the wire while these batches are produced; parts taken in offset order)
+      -> the batches of aborted transactions and the control batches (markers) left out
+         (headwater.client.raw.committed_batches); the offsets move past them all the same
+      -> fast path: the complete batches as they are (producer state of idempotent and
+         transactional batches reset), produced raw with acks=all to the SAME partition number
       -> re-partitioning path (partition counts differ, or a test fault is set): records decoded
          and produced with acks=all to murmur2(key) % n (the Java client's choice; a null key keeps
          its source partition modulo n), keys / values / headers / CreateTime kept
@@ -43,7 +45,7 @@ from headwater.client.errors import (
     UnknownTopicError,
 )
 from headwater.client.partitioner import murmur2, to_positive
-from headwater.client.raw import as_plain_batch, produce_raw
+from headwater.client.raw import READ_COMMITTED, as_plain_batch, produce_raw
 from headwater.mirror.config import HEARTBEATS_TOPIC, MirrorConfig
 from headwater.mirror.copies import ScanBudget, TargetCopies, scan_target, skip_copied
 from headwater.mirror.fetch_ahead import FetchAhead
@@ -269,7 +271,7 @@ class Copier:
 
     async def reset_offset(self) -> int:
         """The source offset ``auto.offset.reset`` points at (earliest or latest)."""
-        consumer = Consumer("", cluster=self.flow.source)
+        consumer = Consumer("", cluster=self.flow.source, isolation_level=READ_COMMITTED)  # latest: the LSO
         when = EARLIEST if self.config.auto_offset_reset == "earliest" else LATEST
         return (await consumer.offsets_before(self.tp[0], self.tp[1], when, 1))[0]
 
@@ -314,12 +316,12 @@ class Copier:
                         self._ahead = ahead
                     part = await ahead.next()
                     unit.progress()
-                    self.source_hw = max(self.source_hw, part.high_watermark)
+                    self.source_hw = max(self.source_hw, part.end_offset)
                     failures, backoff = 0, 0.1
                     batches = part.batches
                     if not batches:
                         continue
-                    data = [(h, b) for h, b in batches if not h.is_control]
+                    data = part.committed()  # no marker, no aborted transaction's batch
                     if data and self.copies is not None:
                         data = self._skip_previous_copies(data)
                     if data:
@@ -447,7 +449,9 @@ class Copier:
                 await self._produce(plan.target_topic, partition, payload)
         count = sum(h.records_count for h, _ in batches)
         self.metrics.records.labels(name, topic).inc(count)
-        self.metrics.bytes.labels(name, topic).inc(sum(len(b) for _, b in batches))
+        size = sum(len(b) for _, b in batches)
+        self.metrics.bytes.labels(name, topic).inc(size)
+        self.flow.copied_bytes[self.tp] = self.flow.copied_bytes.get(self.tp, 0) + size  # placement's byte rates
         newest = max(h.max_timestamp for h, _ in batches)
         if newest > 0:
             now = time.time()

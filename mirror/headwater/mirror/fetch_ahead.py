@@ -113,7 +113,8 @@ class FetchAhead:
 
     @property
     def high_watermark(self) -> int:
-        """The source's high watermark in the newest answer (-1: none yet), even one the copier has not taken."""
+        """The source's high watermark in the newest answer (-1: none yet), even one the copier has not taken;
+        for a read_committed fetch its last stable offset (the end of what the copier may copy)."""
         return self._high_watermark
 
     def start(self) -> None:
@@ -188,12 +189,12 @@ class FetchAhead:
                 await self._drop_wire()
                 return True
             self.speculative_used += 1
-            part = RawPartition(kept, part.high_watermark, part.log_start_offset)
+            part = part.but(kept)
         self._accept(part)
         return True
 
     def _accept(self, part: RawPartition) -> None:
-        self._high_watermark = part.high_watermark
+        self._high_watermark = part.end_offset  # read_committed: the LSO, what a fetch can return
         if part.batches:
             end = part.batches[-1][0].next_offset
             size = part_bytes(part)

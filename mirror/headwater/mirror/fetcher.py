@@ -18,6 +18,12 @@ each copier with its partition's part of the response; requests that arrive mean
 next round. A busy partition therefore waits at most one long poll, and a round returns as soon
 as any partition in it has data (min_bytes = 1).
 
+Isolation: every fetch is read_committed (KIP-98): the source answers only below each partition's
+last stable offset and names the aborted transactions in what it returns, which the copier leaves
+out (:func:`headwater.client.raw.committed_batches`), so a transaction's data reaches the target
+only once it committed, and an aborted one never does. An open transaction holds the partition's
+copy at its first offset until it ends (as for any read_committed consumer).
+
 ``fetch.max.in.flight`` (default 2) lets a broker have more than one round outstanding -- for a
 WAN link, where the round trip rather than the long poll bounds the rate (issue 22): the next
 round is on the wire while the broker still answers the previous one. A partition may have
@@ -34,7 +40,7 @@ import logging
 
 from headwater.client.cluster import STALE_METADATA_ERRORS, Cluster
 from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError
-from headwater.client.raw import RawPartition, fetch_from_node
+from headwater.client.raw import READ_COMMITTED, RawPartition, fetch_from_node
 from headwater.protocol.errors import ErrorCode, KafkaError
 
 __all__ = ["SourceFetcher", "TopicPartition"]
@@ -58,8 +64,10 @@ class SourceFetcher:
         total_max_bytes: int = 52428800,
         in_flight: int = 1,
         timeout: float = 30.0,
+        isolation_level: int = READ_COMMITTED,
     ) -> None:
         self.source = source
+        self.isolation_level = isolation_level
         self.max_bytes = max_bytes
         self.max_wait_ms = max_wait_ms
         self.total_max_bytes = total_max_bytes
@@ -127,6 +135,7 @@ class SourceFetcher:
                 max_wait_ms=self.max_wait_ms,
                 total_max_bytes=self.total_max_bytes,
                 timeout=self.timeout,
+                isolation_level=self.isolation_level,
             )
         except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
             with contextlib.suppress(Exception):

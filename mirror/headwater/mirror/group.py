@@ -13,13 +13,36 @@
                                                          before that source offset (decimal); written
                                                          with it in one transaction (see Mirror: where a
                                                          new owner looks for copies the old one made)
+    /consumers/<group>/mirror-rates/<consumer id>
+                                             ephemeral   the byte rates of the partitions that member
+                                                         copies (:func:`encode_rates`)
+    /consumers/<group>/mirror-placement      persistent  the load-aware placement the group's leader
+                                                         computed (:func:`encode_placement`)
 
 Assignment is rendezvous hashing (highest random weight) of each partition over the live
-members: every member computes the same owner for every partition from the member list alone,
-and a member joining or leaving moves only the partitions it gains or loses — the rest keep
+members: every member computes the same owner for every partition from the member list alone
+(and the placement node, below), and a member joining or leaving moves only the partitions it gains or loses — the rest keep
 flowing (no stop-the-world rebalance, uReplicator's complaint about MirrorMaker 1). A partition
 moves hands through its owner node: the old owner commits its acknowledged offset, then deletes
 the node; the new owner claims it (retrying while the node still exists), then reads the offset.
+
+Load-aware placement (:mod:`headwater.mirror.placement`). Every member publishes, every half
+``placement.rebalance.interval.seconds``, the bytes per second the target acknowledged for each
+partition it copies, a moving rate over the last interval::
+
+    {"version": 1, "window_ms": 60000, "timestamp": <ms>, "rates": {"<topic>": {"<p>": <bytes/s>}}}
+
+(a partition it took over since the last publication is not listed yet). The leader (smallest
+consumer id) reads them every interval and writes the placement, as overrides of the rendezvous
+owner, only when they change, with the znode's version (two leaders for a moment cannot both
+write the same generation)::
+
+    {"version": 1, "generation": <n>, "leader": "<consumer id>", "timestamp": <ms>,
+     "owners": {"<topic>": {"<p>": "<consumer id>"}}}
+
+(``generation``: how many placements were written, the znode's version + 1.) A partition not listed, or listed with a member that is not live, goes to its rendezvous owner.
+Every member watches the node and rebalances when it changes: a moved partition is handed over
+as on a join or a leave (commit, release, claim), the others keep their copiers.
 
 Fencing. A member whose ZooKeeper session expires loses its owner nodes at once, but may learn
 of it only when it reconnects: meanwhile another member can claim the partition. So
@@ -49,14 +72,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from kazoo.client import KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-from kazoo.recipe.watchers import ChildrenWatch
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from headwater.zk.client import kazoo_client
 from headwater.zk.consumers import ConsumerRegistration, decode_offset, decode_owner, encode_offset, encode_owner
-from headwater.zk.json import ZnodeFormatError
+from headwater.zk.json import ZnodeFormatError, json_object, to_json
 from headwater.zk.paths import (
     BROKER_TOPICS,
     DELETE_TOPICS,
@@ -65,6 +89,8 @@ from headwater.zk.paths import (
     consumer_offsets_path,
     consumer_owner_path,
     consumer_owners_path,
+    mirror_placement_path,
+    mirror_rates_path,
     mirror_target_path,
     topic_path,
 )
@@ -73,6 +99,7 @@ from headwater.zk.topics import decode_assignment
 log = logging.getLogger("headwater.mirror.group")
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
 
 #: ZooKeeper session timeout of the group's client (seconds)
 SESSION_TIMEOUT_S = 10.0
@@ -98,6 +125,66 @@ def assign(partitions: Iterable[TopicPartition], members: Iterable[str], me: str
     """The partitions ``me`` owns among ``members``."""
     ms = sorted(set(members))
     return {tp for tp in partitions if owner_of(tp, ms) == me}
+
+
+def _by_topic(values: dict[TopicPartition, T]) -> dict[str, dict[str, T]]:
+    out: dict[str, dict[str, T]] = {}
+    for (topic, partition), value in sorted(values.items()):
+        out.setdefault(topic, {})[str(partition)] = value
+    return out
+
+
+def _from_topics(doc: object, path: str, kind: type | tuple[type, ...], what: str) -> dict[TopicPartition, Any]:
+    if not isinstance(doc, dict):
+        raise ZnodeFormatError(f"{path}: not a JSON object of topics")
+    out: dict[TopicPartition, Any] = {}
+    for topic, partitions in doc.items():
+        if not isinstance(partitions, dict):
+            raise ZnodeFormatError(f"{path}: {topic}: not a JSON object of partitions")
+        for p, value in partitions.items():
+            if not p.isdigit() or isinstance(value, bool) or not isinstance(value, kind):
+                raise ZnodeFormatError(f"{path}: {topic}-{p}: {value!r} is not {what}")
+            out[(topic, int(p))] = value
+    return out
+
+
+def encode_rates(rates: dict[TopicPartition, float], window_s: float) -> bytes:
+    """A member's ``mirror-rates`` node (see the module's docstring)."""
+    return to_json(
+        {
+            "version": 1,
+            "window_ms": round(window_s * 1000),
+            "timestamp": int(time.time() * 1000),
+            "rates": _by_topic({tp: round(r, 1) for tp, r in rates.items()}),
+        }
+    )
+
+
+def decode_rates(path: str, data: bytes | None) -> dict[TopicPartition, float]:
+    doc = json_object(data, path)
+    return {tp: float(r) for tp, r in _from_topics(doc.get("rates", {}), path, (int, float), "a number").items()}
+
+
+def encode_placement(owners: dict[TopicPartition, str], generation: int, leader: str) -> bytes:
+    """The ``mirror-placement`` node (see the module's docstring)."""
+    return to_json(
+        {
+            "version": 1,
+            "generation": generation,
+            "leader": leader,
+            "timestamp": int(time.time() * 1000),
+            "owners": _by_topic(owners),
+        }
+    )
+
+
+def decode_placement(path: str, data: bytes | None) -> tuple[dict[TopicPartition, str], int]:
+    """The overrides and the generation."""
+    doc = json_object(data, path)
+    generation = doc.get("generation", 0)
+    return _from_topics(doc.get("owners", {}), path, str, "a consumer id"), generation if isinstance(
+        generation, int
+    ) else 0
 
 
 def new_consumer_id(group: str) -> str:
@@ -139,6 +226,7 @@ class ZkGroup:
         ChildrenWatch(self.zk, consumer_ids_path(self.group), self._children_changed)
         self.zk.ensure_path(BROKER_TOPICS)
         ChildrenWatch(self.zk, BROKER_TOPICS, self._children_changed)
+        DataWatch(self.zk, mirror_placement_path(self.group), self._placement_changed)
         self._lease_thread = threading.Thread(target=self._renew_lease, name=f"lease-{self.group}", daemon=True)
         self._lease_thread.start()
 
@@ -187,6 +275,9 @@ class ZkGroup:
             pass
 
     def _children_changed(self, _children: list[str]) -> None:
+        self._on_change()
+
+    def _placement_changed(self, _data: bytes | None, _stat: object) -> None:
         self._on_change()
 
     def _state(self, state: str) -> None:  # kazoo's thread: no blocking calls
@@ -344,3 +435,60 @@ class ZkGroup:
             if isinstance(result, Exception):
                 raise result
         self._versions[tp] = results[0].version
+
+    # -- load-aware placement (see the module's docstring) --------------------------------------
+
+    def publish_rates(self, rates: dict[TopicPartition, float], window_s: float) -> None:
+        path = mirror_rates_path(self.group, self.consumer_id)
+        data = encode_rates(rates, window_s)
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            try:
+                self.zk.create(path, data, ephemeral=True, makepath=True)
+            except NodeExistsError:
+                self.zk.set(path, data)
+
+    def read_rates(self) -> dict[str, dict[TopicPartition, float]]:
+        """Every member's published rates (a member that has published none yet is absent)."""
+        base = mirror_rates_path(self.group)
+        try:
+            children = self.zk.get_children(base)
+        except NoNodeError:
+            return {}
+        out: dict[str, dict[TopicPartition, float]] = {}
+        for member in children:
+            path = f"{base}/{member}"
+            try:
+                out[member] = decode_rates(path, self.zk.get(path)[0])
+            except NoNodeError:
+                continue
+            except ZnodeFormatError as e:
+                log.warning("ignoring unreadable byte rates: %s", e)
+        return out
+
+    def read_placement(self) -> tuple[dict[TopicPartition, str], int | None]:
+        """The placement's overrides and its znode version (None: no placement written yet)."""
+        path = mirror_placement_path(self.group)
+        try:
+            raw, stat = self.zk.get(path)
+        except NoNodeError:
+            return {}, None
+        try:
+            return decode_placement(path, raw)[0], stat.version
+        except ZnodeFormatError as e:
+            log.warning("ignoring an unreadable placement (every partition goes to its rendezvous owner): %s", e)
+            return {}, stat.version
+
+    def write_placement(self, owners: dict[TopicPartition, str], version: int | None) -> bool:
+        """Write the placement over the one of ``version`` (None: there was none); False when
+        another leader wrote meanwhile (nothing written)."""
+        path = mirror_placement_path(self.group)
+        try:
+            if version is None:
+                self.zk.create(path, encode_placement(owners, 1, self.consumer_id), makepath=True)
+            else:
+                self.zk.set(path, encode_placement(owners, version + 2, self.consumer_id), version=version)
+        except (NodeExistsError, BadVersionError):
+            return False
+        return True

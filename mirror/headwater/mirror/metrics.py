@@ -101,6 +101,13 @@ class MirrorMetrics:
             ["flow", "topic", "partition"],
             registry=r,
         )
+        self.byte_rate = Gauge(
+            "headwater_mirror_partition_bytes_per_second",
+            "The byte rate this process publishes for load-aware placement: bytes the target acknowledged per "
+            "second, over the last placement.rebalance.interval.seconds",
+            ["flow", "topic", "partition"],
+            registry=r,
+        )
         self.committed = Gauge(
             "headwater_mirror_committed_offset",
             "Source offset committed to the group in the source ZooKeeper",

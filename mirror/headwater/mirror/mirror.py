@@ -34,6 +34,7 @@ from typing import TypeVar
 
 from headwater.client.admin import Admin
 from headwater.client.cluster import Cluster
+from headwater.mirror import placement
 from headwater.mirror.acl_sync import AclSync
 from headwater.mirror.checkpoints import CheckpointEmitter, OffsetSyncs
 from headwater.mirror.config import HEARTBEATS_TOPIC, Flow, MirrorConfig
@@ -42,18 +43,20 @@ from headwater.mirror.copier import BACKOFF_MAX, STUCK_AFTER_S, Copier, TopicPar
 from headwater.mirror.copies import ScanBudget
 from headwater.mirror.fetcher import SourceFetcher
 from headwater.mirror.gaps import GapReporter, reporter_for
-from headwater.mirror.group import FencedError, ZkGroup, assign, new_consumer_id
+from headwater.mirror.group import FencedError, ZkGroup, new_consumer_id
 from headwater.mirror.heartbeats import Heartbeats
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan, plan_topic
 from headwater.mirror.writer import SourceWriter
 from headwater.protocol.errors import ErrorCode, KafkaError
-from headwater.service.supervisor import HealthRegistry, Supervisor, wait_or_stop
+from headwater.service.supervisor import HealthRegistry, Supervisor, Unit, wait_or_stop
 
 log = logging.getLogger("headwater.mirror")
 
 #: topics planned (target topics created) and partitions claimed at once in a rebalance
 CONCURRENT_SETUPS = 16
+#: placement evaluations skipped in a row while a partition has no byte rate yet (then counted as 0)
+PLACEMENT_WAITS = 3
 T = TypeVar("T")
 
 
@@ -76,6 +79,14 @@ class FlowState:
     joined: bool = False  # the group's ZooKeeper session is up (then its lease counts)
     #: MM2's offset syncs of the fast-path copiers (checkpoints.py); None: emit.offset-syncs.enabled = false
     offset_syncs: OffsetSyncs | None = None
+    #: the bytes the target acknowledged per source partition, counted by the copiers (never reset)
+    copied_bytes: dict[TopicPartition, int] = field(default_factory=dict)
+    #: the partitions the last rebalance placed (the leader's input to the load-aware placement)
+    partitions: list[TopicPartition] = field(default_factory=list)
+    #: the leader's last known byte rate of each partition (a partition that just moved has none
+    #: published until its new owner measured it)
+    known_rates: dict[TopicPartition, float] = field(default_factory=dict)
+    placement_waits: int = 0  # evaluations skipped in a row while some partition had no rate
 
 
 class Mirror:
@@ -179,6 +190,7 @@ class Mirror:
                 self._start_checkpoint_tasks(state, stop)
                 self._start_acl_sync(state, stop)
                 self._start_config_sync(state, stop)
+                self._start_placement(state, stop)
                 if self.config.heartbeats_interval_s is not None:
                     # DefaultReplicationPolicy: MM2's heartbeat connector's record in the target's own
                     # heartbeats too (IdentityReplicationPolicy mirrors the source's record there)
@@ -301,6 +313,77 @@ class Mirror:
             f"{f.flow.name} topic configs", lambda unit: sync.run(unit, stop), labels={"flow": f.flow.name}
         )
 
+    def _start_placement(self, f: FlowState, stop: asyncio.Event) -> None:
+        """Load-aware placement (see :mod:`headwater.mirror.placement`), supervised beside the copiers:
+        every member publishes its partitions' byte rates every half interval; the leader evaluates
+        the placement every interval."""
+        interval = self.config.placement_interval_s
+        rates = placement.ByteRates(interval)
+
+        async def run(unit: Unit) -> None:
+            tick = 0
+            while not stop.is_set():
+                unit.progress()
+                await wait_or_stop(stop, interval / 2)
+                if stop.is_set() or not f.joined or not f.group.may_produce():
+                    continue
+                mine = {tp: f.copied_bytes.get(tp, 0) for tp in f.copiers}
+                measured = rates.sample(mine)
+                for (topic, partition), rate in measured.items():
+                    self.metrics.byte_rate.labels(f.flow.name, topic, str(partition)).set(rate)
+                if tick > 0:  # the first sample measures nothing
+                    await asyncio.to_thread(f.group.publish_rates, measured, interval)
+                tick += 1
+                if tick % 2 == 1 and tick > 1 and await self._is_leader(f):
+                    await self._evaluate_placement(f)
+
+        self.supervisor.start(f"{f.flow.name} placement", run, labels={"flow": f.flow.name})
+
+    async def _evaluate_placement(self, f: FlowState) -> None:
+        """The leader's round: every member's published rates (the last known one for a partition
+        that just moved), the placement balanced, written when it changed."""
+        g = f.group
+
+        def read() -> tuple[
+            list[str], dict[str, dict[TopicPartition, float]], set[str], dict[TopicPartition, str], int | None
+        ]:
+            members, published, topics = g.members(), g.read_rates(), set(g.topics())
+            return members, published, topics, *g.read_placement()
+
+        members, published, topics, overrides, version = await asyncio.to_thread(read)
+        waiting = sorted(set(members) - set(published))
+        if waiting:
+            log.debug("%s: placement: no byte rates yet from %s", f.flow.name, ", ".join(waiting))
+            return
+        for m in members:
+            f.known_rates.update(published[m])
+        partitions = list(f.partitions)
+        placed = set(partitions)
+        f.known_rates = {tp: r for tp, r in f.known_rates.items() if tp in placed}
+        unknown = placed - set(f.known_rates)
+        if unknown and f.placement_waits < PLACEMENT_WAITS:
+            # still being claimed (start-up, a hand-over): counted as 0 it could be moved off again at once
+            f.placement_waits += 1
+            log.debug("%s: placement: no byte rate yet for %d partition(s)", f.flow.name, len(unknown))
+            return
+        f.placement_waits = 0
+        new = placement.place(partitions, members, overrides, f.known_rates, self.config.placement_tolerance)
+        # a topic this leader could not plan (yet) keeps its overrides (no churn while it retries); a
+        # deleted topic's go
+        new |= {tp: m for tp, m in overrides.items() if tp not in placed and tp[0] in topics and m in members}
+        if new == overrides:
+            return
+        if await asyncio.to_thread(g.write_placement, new, version):
+            before, after = (placement.effective_owners(partitions, members, o) for o in (overrides, new))
+            moved = sorted(tp for tp in partitions if before.get(tp) != after.get(tp))
+            loads = {m: sum(f.known_rates.get(tp, 0.0) for tp, o in after.items() if o == m) for m in members}
+            log.info(
+                "%s: placement by byte rates: moving %s; bytes/s per member now %s",
+                f.flow.name,
+                ", ".join(f"{t}-{p} to {after[(t, p)]}" for t, p in moved) or "nothing",
+                ", ".join(f"{m}: {loads[m]:.0f}" for m in members),
+            )
+
     async def _reload_loop(self, reload: asyncio.Event, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await reload.wait()
@@ -358,7 +441,9 @@ class Mirror:
             log.warning("%s: ZooKeeper session lost: stopping every copier and registering again", f.flow.name)
             await self._stop_copiers(f, list(f.copiers), release=False)
             await asyncio.to_thread(g.register)
-        members, topics, deleting = await asyncio.to_thread(lambda: (g.members(), g.topics(), g.deleting()))
+        members, topics, deleting, overrides = await asyncio.to_thread(
+            lambda: (g.members(), g.topics(), g.deleting(), g.read_placement()[0])
+        )
         wanted = [t for t in topics if f.flow.matches(t) and t not in deleting]
         # one thread hop for every topic's partition count, then the topics planned (the target
         # topics created) CONCURRENT_SETUPS at a time: with hundreds of topics, one after the other
@@ -372,7 +457,8 @@ class Mirror:
                 partitions.extend((t, p) for p in range(plan.mirrored_partitions))
         if g.consumer_id not in members:
             members = sorted({*members, g.consumer_id})  # our registration is on its way
-        mine = assign(partitions, members, g.consumer_id)
+        f.partitions = partitions
+        mine = placement.owned(partitions, members, overrides, g.consumer_id)
         before = set(f.copiers)
         await self._stop_copiers(f, sorted(before - mine), release=True)
         f.pending &= mine
@@ -575,6 +661,7 @@ class Mirror:
             self.metrics.committed,
             self.metrics.record_age,
             self.metrics.replication_latency,
+            self.metrics.byte_rate,
         ):
             try:
                 gauge.remove(f.flow.name, tp[0], str(tp[1]))

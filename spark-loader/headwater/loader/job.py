@@ -36,6 +36,11 @@ Configuration (``loader.properties``)::
     audit.sasl.username = loader              # audit.<name> for audit.bootstrap.servers (default: the same)
 
 Any ``spark.*`` property is passed to the Spark session.
+
+Transactions: the load reads read_committed (KIP-98). Each run's ranges end at the last stable
+offsets, so a transaction still open when the run starts is loaded by a later run, whole, once it
+committed; an aborted transaction's records and the transaction markers are never loaded (their
+offsets are read past, so the next run starts after them).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from headwater.client.raw import READ_COMMITTED
 from headwater.client.security import ClientSecurity, SecurityConfigError, cluster_properties, cluster_security
 from headwater.loader.lock import LockGuard
 from headwater.loader.offsets import EARLIEST, DataLoss, OffsetRange, resolve, to_json
@@ -224,6 +230,7 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
         missing_start=EARLIEST,
         fail_on_data_loss=config.fail_on_data_loss,
         security=config.security,
+        isolation=READ_COMMITTED,  # ends at the LSO: an open transaction is loaded by a later run
     )
     planned = plan.ranges
     for loss in plan.losses:
@@ -262,6 +269,7 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
             .option("endingOffsets", to_json(mine, "end"))
             .option("minPartitions", config.min_partitions)
             .option("failOnDataLoss", "true")  # the plan above is final: offsets gone since then fail the run
+            .option("kafka.isolation.level", "read_committed")  # the plan's ends are LSOs too
             .option("headwater.test.read.delay.ms", config.read_delay_ms)
             .options(**config.read_options)
             .options(**{f"kafka.{k}": v for k, v in config.security_properties.items()})

@@ -3,6 +3,10 @@
 Specs, as Spark's Kafka source takes them: ``"earliest"``, ``"latest"``, or JSON
 ``{"topic": {"0": 23, "1": -2}}`` where -2 means earliest and -1 latest. A range is
 ``[start, end)`` of one topic-partition; one Spark input partition reads one range.
+
+Isolation (Kafka's ``isolation.level``): ``latest`` is the high watermark for read_uncommitted and
+the last stable offset (the first offset of the oldest open transaction) for read_committed, as a
+Kafka consumer's ``endOffsets`` answers; an explicit end beyond it cannot be read and fails.
 """
 
 from __future__ import annotations
@@ -15,10 +19,21 @@ from dataclasses import dataclass
 
 from headwater.client.admin import Admin
 from headwater.client.consumer import Consumer
+from headwater.client.raw import READ_COMMITTED, READ_UNCOMMITTED
 from headwater.client.security import ClientSecurity
 
 EARLIEST = -2
 LATEST = -1
+#: Kafka's ``isolation.level`` values (Spark's ``kafka.isolation.level``) and the Fetch field's
+ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
+
+
+def isolation_level(value: str | None, option: str = "kafka.isolation.level") -> int:
+    """The Fetch/ListOffsets isolation_level of an ``isolation.level`` value (default read_uncommitted)."""
+    raw = (value or "read_uncommitted").strip().lower()
+    if raw not in ISOLATION_LEVELS:
+        raise OffsetSpecError(f"{option}: {raw!r} is not read_uncommitted or read_committed")
+    return ISOLATION_LEVELS[raw]
 
 
 @dataclass(frozen=True)
@@ -114,7 +129,7 @@ class DataLossError(RuntimeError):
 
 
 def plan_range(
-    topic: str, partition: int, start: int, end: int, earliest: int, latest: int
+    topic: str, partition: int, start: int, end: int, earliest: int, latest: int, end_name: str = "log end offset"
 ) -> tuple[OffsetRange, DataLoss | None]:
     """The range ``[start, end)`` of one topic-partition whose log holds ``[earliest, latest)``,
     and the data lost before it, if any.
@@ -130,7 +145,7 @@ def plan_range(
     e = latest if end == LATEST else earliest if end == EARLIEST else end
     if e > latest:
         raise OffsetSpecError(
-            f"endingOffsets: {tp} ends at {e}, beyond its log end offset {latest}: cannot read offsets that do not exist"
+            f"endingOffsets: {tp} ends at {e}, beyond its {end_name} {latest}: cannot read offsets that do not exist"
         )
     if start == EARLIEST:
         s, loss = earliest, None
@@ -164,9 +179,11 @@ async def _resolve(
     ending: str | dict[str, dict[int, int]],
     missing_start: int | None,
     security: ClientSecurity | None = None,
+    isolation: int = READ_UNCOMMITTED,
 ) -> Plan:
+    end_name = "last stable offset" if isolation == READ_COMMITTED else "log end offset"
     async with Admin(bootstrap, security=security) as admin:
-        consumer = Consumer("", cluster=admin.cluster)
+        consumer = Consumer("", cluster=admin.cluster, isolation_level=isolation)
         if subscribe is not None:
             topics = subscribe
         else:
@@ -181,7 +198,7 @@ async def _resolve(
                 latest = await consumer.latest_offset(topic, p)
                 start = _offset_for(starting, "startingOffsets", topic, p, missing_start)
                 end = _offset_for(ending, "endingOffsets", topic, p)
-                r, loss = plan_range(topic, p, start, end, earliest, latest)
+                r, loss = plan_range(topic, p, start, end, earliest, latest, end_name)
                 ranges.append(r)
                 if loss:
                     losses.append(loss)
@@ -198,8 +215,10 @@ def resolve(
     missing_start: int | None = None,
     fail_on_data_loss: bool = True,
     security: ClientSecurity | None = None,
+    isolation: int = READ_UNCOMMITTED,
 ) -> Plan:
-    """The ranges to read, with end offsets fixed now (the high watermark when ``latest``).
+    """The ranges to read, with end offsets fixed now (when ``latest``: the high watermark, or
+    the last stable offset for ``isolation`` read_committed).
 
     ``missing_start``: the start of a partition that JSON ``starting`` does not name (the loader
     passes EARLIEST for partitions never loaded); None makes that an error, as in Spark.
@@ -208,7 +227,7 @@ def resolve(
     """
     if (subscribe is None) == (pattern is None):
         raise OffsetSpecError("exactly one of subscribe and subscribePattern must be set")
-    plan = asyncio.run(_resolve(bootstrap, subscribe, pattern, starting, ending, missing_start, security))
+    plan = asyncio.run(_resolve(bootstrap, subscribe, pattern, starting, ending, missing_start, security, isolation))
     if plan.losses and fail_on_data_loss:
         raise DataLossError(plan.losses)
     return plan

@@ -8,7 +8,14 @@
           .option("endingOffsets", "latest")
           .option("minPartitions", 8)
           .option("failOnDataLoss", "true")                  # default; false: skip what is gone
+          .option("kafka.isolation.level", "read_committed") # default read_uncommitted, as Kafka's
           .load())
+
+``kafka.isolation.level`` as a Kafka consumer's ``isolation.level``: read_committed resolves
+``latest`` to each partition's last stable offset (an open transaction holds the range there) and
+leaves out the records of aborted transactions (the Fetch's ``aborted_transactions``, see
+:func:`headwater.client.raw.committed_batches`); the transaction markers are never rows at either
+level. Their offsets are skipped, so a range holds fewer rows than offsets.
 
 A secured cluster takes Kafka's client security properties with Spark's ``kafka.`` prefix
 (``kafka.security.protocol``, ``kafka.ssl.ca.location`` / ``kafka.ssl.truststore.location``,
@@ -43,7 +50,15 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from headwater.client.security import ClientSecurity, cluster_security
-from headwater.loader.offsets import DataLoss, DataLossError, OffsetRange, parse_spec, resolve, split
+from headwater.loader.offsets import (
+    DataLoss,
+    DataLossError,
+    OffsetRange,
+    isolation_level,
+    parse_spec,
+    resolve,
+    split,
+)
 
 log = logging.getLogger("headwater.loader.source")
 
@@ -96,6 +111,7 @@ class HeadwaterReader(DataSourceReader):
         if raw not in ("true", "false"):
             raise ValueError(f"option failOnDataLoss: {raw!r} is not true or false")
         self.fail_on_data_loss = raw == "true"
+        self.isolation = isolation_level(opts.get("kafka.isolation.level"))
         plan = resolve(
             bootstrap,
             subscribe=[t.strip() for t in subscribe.split(",") if t.strip()] if subscribe else None,
@@ -104,6 +120,7 @@ class HeadwaterReader(DataSourceReader):
             ending=parse_spec("endingOffsets", opts.get("endingoffsets"), "latest"),
             fail_on_data_loss=self.fail_on_data_loss,
             security=self.security,
+            isolation=self.isolation,
         )
         for loss in plan.losses:
             log.warning("failOnDataLoss=false: %s; reading on from offset %d", loss.describe(), loss.log_start)
@@ -120,7 +137,14 @@ class HeadwaterReader(DataSourceReader):
         assert isinstance(partition, RangePartition)
         r = partition.range
         yield from read_range(
-            self.bootstrap, r, self.max_bytes, self.delay_ms, self.fail_on_data_loss, self.bounds, self.security
+            self.bootstrap,
+            r,
+            self.max_bytes,
+            self.delay_ms,
+            self.fail_on_data_loss,
+            self.bounds,
+            self.security,
+            self.isolation,
         )
 
 
@@ -170,8 +194,10 @@ def read_range(
     fail_on_data_loss: bool = True,
     bounds: ReadBounds = ReadBounds(),
     security: ClientSecurity | None = None,
+    isolation: int = 0,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow record batches of every record in ``r`` (one per fetch).
+    """Arrow record batches of every record in ``r`` (one per fetch); with ``isolation``
+    read_committed (1), the records of aborted transactions are left out.
 
     Offsets that retention removes while the range is read are a :class:`DataLossError` (or, with
     ``fail_on_data_loss`` false, skipped with a warning naming them), as in Spark's Kafka source.
@@ -209,6 +235,7 @@ def read_range(
                             max_bytes=max_bytes,
                             max_wait_ms=0,
                             timeout=timeout,
+                            isolation_level=isolation,
                         ),
                         "fetch",
                     )
@@ -232,19 +259,20 @@ def read_range(
                     raise _Retriable(f"error {failed[(r.topic, r.partition)].name}")
                 part = got[(r.topic, r.partition)]
                 if not part.batches:
-                    if part.high_watermark >= r.end:
+                    if part.end_offset >= r.end:
                         log.info(
-                            "%s: no records in [%d, %d) below the high watermark %d: the cleaner removed them "
+                            "%s: no records in [%d, %d) below the end %d: the cleaner removed them "
                             "(a compacted tail); the range is done",
                             tp,
                             offset,
                             r.end,
-                            part.high_watermark,
+                            part.end_offset,
                         )
                         break
+                    end_name = "last stable offset" if part.last_stable_offset >= 0 else "high watermark"
                     raise _Retriable(
-                        f"no data at offset {offset} and the high watermark {part.high_watermark} is below "
-                        f"the range end {r.end} (a leader behind the one the range was planned on?)"
+                        f"no data at offset {offset} and the {end_name} {part.end_offset} is below the range end "
+                        f"{r.end} (a leader behind the one the range was planned on?)"
                     )
             except _Retriable as e:
                 failures += 1
@@ -263,7 +291,7 @@ def read_range(
                 continue
             failures = 0
             cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
-            for _, b in part.batches:
+            for _, b in part.committed():  # no marker, no aborted transaction's records
                 for h, records in iter_batches(b):
                     ts_type = 1 if h.attributes & 0x08 else 0
                     for rec in records:

@@ -19,6 +19,8 @@ from headwater.broker.storage.log import Log, LogConfig
 from headwater.broker.storage.log_manager import LogManager
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.compression import Codec
+from headwater.protocol.records.control import encode_marker
+from headwater.protocol.records.header import BatchHeader, read_header
 from headwater.protocol.records.record import Record, encode_batch
 from tests.unit.storage.storage_helpers import T0, open_log, read_all, segment_files
 
@@ -56,6 +58,15 @@ def view(records: list[Record]) -> dict[str, tuple[int, str | None]]:
     for r in records:
         assert r.key is not None
         out[r.key.decode()] = (r.offset, None if r.value is None else r.value.decode())
+    return out
+
+
+def batch_headers(lg: Log) -> list[BatchHeader]:
+    """Every batch header of the log, control batches included."""
+    out: list[BatchHeader] = []
+    for seg in lg.segments:
+        for b in seg.walk(0):
+            out.append(read_header(seg.read_bytes(b.position, b.size)))
     return out
 
 
@@ -246,3 +257,66 @@ def test_a_dirty_segment_older_than_max_compaction_lag_is_cleaned_below_the_dirt
     assert stats is not None and stats.records_removed == 3  # the older k0..k2 records went
     assert view(read_all(lg))["k0"][1] == "again"
     manager.shutdown()
+
+
+def test_the_cleaner_never_cleans_at_or_past_the_first_unstable_offset(manager: LogManager) -> None:
+    """Kafka 2.3's first uncleanable offset includes the first unstable one (issue 41): a record of
+    an open transaction may still be aborted, so it must not make an older record of its key go,
+    and nothing from the open transaction on is cleaned until it ends."""
+    lg = manager.create_log("c", 0, compacted())
+    lg.append(keyed(("k1", "committed")), 0)  # offset 0
+    for i in range(10):
+        lg.append(keyed((f"x{i % 3}", f"a{i}")), 0)
+    open_txn = encode_batch(
+        [(b"k1", b"open", T0, ())], producer_id=7000, producer_epoch=0, base_sequence=0, transactional=True
+    )
+    open_at = lg.append(open_txn, 0).first_offset
+    for i in range(10):
+        lg.append(keyed((f"x{i % 3}", f"b{i}")), 0)
+    lg.roll()
+    assert lg.last_stable_offset(lg.log_end_offset) == open_at
+    stats = clean(manager)
+    assert stats is not None and stats.first_uncleanable <= open_at
+    records = read_all(lg)
+    assert (0, b"k1", b"committed") in [(r.offset, r.key, r.value) for r in records]  # the open one may abort
+    assert [r.offset for r in records if r.offset >= open_at] == list(range(open_at, lg.log_end_offset))
+
+
+def test_an_aborted_transaction_neither_removes_the_committed_value_nor_survives_a_cleaning(
+    manager: LogManager,
+) -> None:
+    """Kafka's cleaner leaves aborted records out of the offset map and removes them (issue 41):
+    here an aborted ``k1`` used to make the committed ``k1`` go and stay itself, so a read_committed
+    consumer lost ``k1``. The ABORT marker is kept (with its .txnindex entry). (An aborted batch
+    that is one of its producer's five newest stays whole, as any such batch: hidden by its marker.)"""
+    lg = manager.create_log("c", 0, compacted())
+    lg.append(keyed(("k1", "committed")), 0)  # offset 0
+    aborted = encode_batch(
+        [(b"k1", b"aborted", T0, ()), (b"k2", b"aborted", T0, ())],
+        producer_id=7000,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+    )
+    first = lg.append(aborted, 0).first_offset
+    marker_at = lg.append(encode_marker(7000, 0, False, 0, T0), 0, coordinator=True).first_offset
+    for seq in range(2, 7):  # five committed transactions: the aborted batch is no longer among its newest
+        y = [(f"y{seq}".encode(), b"committed", T0, ())]
+        lg.append(encode_batch(y, producer_id=7000, producer_epoch=0, base_sequence=seq, transactional=True), 0)
+        lg.append(encode_marker(7000, 0, True, 0, T0), 0, coordinator=True)
+    for i in range(10):
+        lg.append(keyed((f"x{i % 3}", f"a{i}")), 0)
+    lg.roll()
+    assert lg.last_stable_offset(lg.log_end_offset) == lg.log_end_offset
+    stats = clean(manager)
+    assert stats is not None and stats.first_uncleanable == lg.log_end_offset
+    data = [(r.offset, r.key, r.value) for r in read_all(lg) if r.key is not None and r.key.startswith(b"k")]
+    assert data == [(0, b"k1", b"committed")]  # the aborted records are gone, the committed k1 stays
+    assert first > 0 and any(a.last_offset == marker_at for a in lg.aborted)  # the marker's entry stays
+    assert marker_at in [h.base_offset for h in batch_headers(lg) if h.is_control]
+    # recovery from the log alone (the aborted batch before its marker is gone) rebuilds the same index
+    end = lg.log_end_offset
+    manager.abort()
+    reopened = open_log(Path(manager.log_dirs[0]), compacted(), clock=manager.clock, topic="c", needs_recovery=True)
+    assert reopened.log_end_offset == end and reopened.last_stable_offset(end) == end
+    assert [(r.offset, r.key, r.value) for r in read_all(reopened) if r.key == b"k1"] == [(0, b"k1", b"committed")]

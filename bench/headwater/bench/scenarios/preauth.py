@@ -14,8 +14,10 @@ Measured: the broker's resident memory (``/proc/<pid>/status`` VmRSS) once every
 connection is accepted (its open descriptors say so) and after the client's run beside them,
 against the same broker just before the first attack (the largest growth seen); and a
 SCRAM-SHA-512 client's produce latency (confluent-kafka, acks=1, one 100-byte record per request,
-waited for before the next) without and with the attackers connected, alternating in five blocks
-per run (the attackers connect, and are closed, five times) so the machine's drift hits both alike.
+waited for before the next) without and with the attackers connected, alternating in ten blocks
+per run (the attackers connect, and are closed, ten times; four in ``--quick``) so the machine's
+drift hits both alike; and the broker's own CPU per request in each phase (``/proc/<pid>/stat``),
+which other processes' bursts of CPU -- what sets the p99 on a shared machine -- hardly move.
 Ratio: p99 with / p99 without, same broker, same run.
 
 Goals (issue 37): the attack costs the broker < 64 MiB, and the SCRAM client keeps its produce p99.
@@ -30,6 +32,7 @@ import statistics
 import struct
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from headwater.bench.context import Bench, GeneratorError
@@ -43,8 +46,9 @@ ANNOUNCERS = 100
 QUICK_IDLE = 200
 QUICK_ANNOUNCERS = 20
 RECORDS = 10_000  # latency samples per phase, full plan
-BLOCKS = 5  # without / with alternate this many times per run
+BLOCKS = 10  # without / with alternate this many times per run (1,000 requests each)
 QUICK_RECORDS = 500
+QUICK_BLOCKS = 4
 USER, PASSWORD = "bench", "bench-secret"
 MIB = 1 << 20
 
@@ -58,6 +62,12 @@ def _rss(pid: int) -> int:
 
 def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _cpu_s(pid: int) -> float:
+    """The process's user + system CPU seconds so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _raise_fd_limit(needed: int) -> None:
@@ -119,9 +129,74 @@ def _attack(port_sasl: int, port_plain: int, idle: int, announcers: int) -> list
     return socks
 
 
-def _one_run(bench: Bench, run: int, idle: int, announcers: int, records: int, rows: dict[str, Row]) -> None:
+@dataclass
+class Phases:
+    """What :func:`alternate` measured: the client's latencies and the broker's CPU seconds per phase."""
+
+    without: list[float] = field(default_factory=list)
+    with_attack: list[float] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=lambda: {"without": 0.0, "with": 0.0})
+    grown: int = 0  # the largest RSS growth seen, bytes
+    alive: int = 0  # attacking connections still open when the first "with" phase ended
+
+    def cpu_ms(self, phase: str) -> float:
+        n = len(self.with_attack if phase == "with" else self.without)
+        return self.cpu[phase] * 1000 / n
+
+
+def alternate(
+    pid: int, sasl_port: int, plain_port: int, topic: str, idle: int, announcers: int, records: int, blocks: int
+) -> Phases:
+    """The SCRAM client's requests without and with the attackers, alternating in ``blocks``, on the
+    broker process ``pid`` (Headwater's or Kafka's: only its sockets, ``/proc`` and the wire are used)."""
+    bootstrap = f"127.0.0.1:{sasl_port}"
+    _latencies_ms(bootstrap, topic, max(100, records // 4))  # warm: the broker's steady state
+    before, fds = _rss(pid), _fds(pid)
+    m = Phases()
+    socks: list[socket.socket] = []
+
+    def measured(phase: str) -> list[float]:
+        started = _cpu_s(pid)
+        out = _latencies_ms(bootstrap, topic, records // blocks)
+        m.cpu[phase] += _cpu_s(pid) - started
+        return out
+
+    try:
+        # the phases alternate in blocks, so the machine's drift (other processes' bursts of CPU,
+        # which set the p99 on a shared machine) hits both alike
+        for block in range(blocks):
+            m.without += measured("without")
+            socks = _attack(sasl_port, plain_port, idle, announcers)
+            _wait(lambda: _fds(pid) >= fds + idle + announcers - 8, "the broker to accept every attacker")
+            time.sleep(0.5)  # the announcers' bytes are read as soon as they are accepted
+            m.grown = max(m.grown, _rss(pid) - before)
+            m.with_attack += measured("with")
+            m.grown = max(m.grown, _rss(pid) - before)
+            if block == 0:
+                m.alive = sum(1 for s in socks if _open(s))
+            for s in socks:
+                s.close()
+            socks = []
+            _wait(lambda: _fds(pid) < fds + 8, "the broker to close the attackers' connections")
+    finally:
+        for s in socks:
+            s.close()
+    return m
+
+
+def add_user(zk: str) -> None:
+    """The SCRAM user, written to ZooKeeper as Kafka's kafka-configs writes it (either broker reads it)."""
     from headwater.cli.main import main as cli_main
 
+    user = ["--entity-type", "users", "--entity-name", USER]
+    add = ["--add-config", f"SCRAM-SHA-512=[iterations=4096,password={PASSWORD}]"]
+    if cli_main(["configs", "--zookeeper", zk, "--alter", *user, *add]) != 0:
+        raise GeneratorError("could not write the SCRAM user to ZooKeeper")
+
+
+def _one_run(
+    bench: Bench, run: int, idle: int, announcers: int, records: int, blocks: int, rows: dict[str, Row]
+) -> None:
     workdir = bench.workdir / f"preauth-{run}"
     zk = f"{bench.zk_connect}/bench-preauth-{run}"
     broker = LocalBroker(workdir, 0, zk)
@@ -134,53 +209,30 @@ def _one_run(bench: Bench, run: int, idle: int, announcers: int, records: int, r
         }
     )
     broker.start(timeout=120)
-    socks: list[socket.socket] = []
     try:
-        user = ["--entity-type", "users", "--entity-name", USER]
-        add = ["--add-config", f"SCRAM-SHA-512=[iterations=4096,password={PASSWORD}]"]
-        if cli_main(["configs", "--zookeeper", zk, "--alter", *user, *add]) != 0:
-            raise GeneratorError("could not write the SCRAM user to ZooKeeper")
-        bootstrap = f"127.0.0.1:{sasl_port}"
+        add_user(zk)
         topic = bench.topic(f"preauth-{run}")
-        _latencies_ms(bootstrap, topic, max(100, records // 4))  # warm: the broker's steady state
-        pid = broker.pid
-        before, fds = _rss(pid), _fds(pid)
-        without: list[float] = []
-        with_attack: list[float] = []
-        grown = 0
-        alive = 0
-        # the phases alternate in blocks, so the machine's drift hits both alike
-        for block in range(BLOCKS):
-            without += _latencies_ms(bootstrap, topic, records // BLOCKS)
-            socks = _attack(sasl_port, broker.port, idle, announcers)
-            _wait(lambda: _fds(pid) >= fds + idle + announcers - 8, "the broker to accept every attacker")
-            time.sleep(0.5)  # the announcers' bytes are read as soon as they are accepted
-            grown = max(grown, _rss(pid) - before)
-            with_attack += _latencies_ms(bootstrap, topic, records // BLOCKS)
-            grown = max(grown, _rss(pid) - before)
-            if block == 0:
-                alive = sum(1 for s in socks if _open(s))
-            for s in socks:
-                s.close()
-            socks = []
-            _wait(lambda: _fds(pid) < fds + 8, "the broker to close the attackers' connections")
-        rows["rss"].figure("MiB", "MiB").add(grown / MIB)
-        rows["rss"].figure("KiB per attacking connection", "KiB").add(grown / 1024 / (idle + announcers))
-        rows["rss"].figure("attacking connections still open", "").add(alive)
-        lat = rows["latency"]
-        lat.figure("p99 ms with", "ms").add(_p99(with_attack))
-        lat.figure("p99 ms without", "ms").add(_p99(without))
-        lat.figure("p50 ms with", "ms").add(statistics.median(with_attack))
-        lat.figure("p50 ms without", "ms").add(statistics.median(without))
-        lat.figure("p99 ratio", "x").add(_p99(with_attack) / _p99(without))
-        bench.log(
-            f"[preauth] run {run}: RSS +{grown / MIB:.1f} MiB for {idle}+{announcers} connections "
-            f"({alive} still open); produce p99 {_p99(without):.2f} ms without, {_p99(with_attack):.2f} ms with"
-        )
+        m = alternate(broker.pid, sasl_port, broker.port, topic, idle, announcers, records, blocks)
     finally:
-        for s in socks:
-            s.close()
         broker.stop()
+    rows["rss"].figure("MiB", "MiB").add(m.grown / MIB)
+    rows["rss"].figure("KiB per attacking connection", "KiB").add(m.grown / 1024 / (idle + announcers))
+    rows["rss"].figure("attacking connections still open", "").add(m.alive)
+    lat = rows["latency"]
+    lat.figure("p99 ms with", "ms").add(_p99(m.with_attack))
+    lat.figure("p99 ms without", "ms").add(_p99(m.without))
+    lat.figure("p50 ms with", "ms").add(statistics.median(m.with_attack))
+    lat.figure("p50 ms without", "ms").add(statistics.median(m.without))
+    lat.figure("p99 ratio", "x").add(_p99(m.with_attack) / _p99(m.without))
+    # what a request costs the broker itself (its CPU over the phase, login included, per request):
+    # the machine's scheduling noise, which moves the p99, hardly moves this
+    lat.figure("broker CPU ms per request with", "ms").add(m.cpu_ms("with"))
+    lat.figure("broker CPU ms per request without", "ms").add(m.cpu_ms("without"))
+    bench.log(
+        f"[preauth] run {run}: RSS +{m.grown / MIB:.1f} MiB for {idle}+{announcers} connections "
+        f"({m.alive} still open); produce p99 {_p99(m.without):.2f} ms without, {_p99(m.with_attack):.2f} ms with; "
+        f"broker CPU {m.cpu_ms('without'):.3f} / {m.cpu_ms('with'):.3f} ms per request without / with"
+    )
 
 
 def _wait(check: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
@@ -230,7 +282,7 @@ def run(bench: Bench) -> list[Row]:
     _raise_fd_limit(idle + announcers + 1024)
     try:
         for run_index in range(bench.plan.runs):
-            _one_run(bench, run_index, idle, announcers, records, rows)
+            _one_run(bench, run_index, idle, announcers, records, QUICK_BLOCKS if quick else BLOCKS, rows)
     except (GeneratorError, RuntimeError, OSError) as e:
         for r in rows.values():
             if not r.figures:

@@ -9,7 +9,9 @@ A compacted log has a *clean* head, already compacted, and a *dirty* tail writte
   directory (the same text format as ``recovery-point-offset-checkpoint``: a version line, a
   count line, then ``topic partition offset`` lines).
 - The first uncleanable offset is the active segment's base offset, or the base of the first
-  segment holding a record younger than ``min.compaction.lag.ms``.
+  segment holding a record younger than ``min.compaction.lag.ms``, or offsets at or above the high
+  watermark or the last stable offset (Kafka 2.3's first unstable offset: the log manager passes
+  the smaller of the two as ``high_watermark``), whichever is first.
 - A log is cleaned when dirty bytes / (clean + dirty bytes) reaches ``min.cleanable.dirty.ratio``,
   or, whatever the ratio, when a dirty segment's first batch is older than ``max.compaction.lag.ms``
   (KIP-354; :func:`max_compaction_delay`). On a compacted log the active segment also rolls once
@@ -18,7 +20,12 @@ A compacted log has a *clean* head, already compacted, and a *dirty* tail writte
 One cleaning: an offset map (key -> its last offset) is built over the dirty section; then every
 segment below the first uncleanable offset is rewritten, grouped so that a group stays within
 ``segment.bytes``, keeping a record when no later record of its key is in the dirty section.
-Records without a key are kept. A tombstone (null value) is kept while it may still be needed:
+Records without a key are kept. Transactions (issue 41, as Kafka 2.3's cleaner): the records of
+an aborted transaction (a transactional batch of a producer between the first offset and the
+ABORT marker of an entry of the log's aborted-transaction index) are left out of the offset map --
+so they never make an older, committed record of their key go -- and removed, unless their batch
+is one of its producer's newest (below); markers are kept (and with them the index entries).
+A tombstone (null value) is kept while it may still be needed:
 it goes only once it is in the clean head (it survived one cleaning already) and its batch's
 timestamp is older than ``delete.retention.ms``, so a consumer reading from the start sees a
 deletion for at least that long. A batch whose records all stay is copied byte for byte; a batch
@@ -153,14 +160,33 @@ def _batches(seg: Segment) -> Iterator[tuple[bytes, BatchHeader, list[Record]]]:
         yield data, header, records
 
 
-def build_offset_map(segments: Sequence[Segment], first_dirty: int, first_uncleanable: int) -> dict[bytes, int]:
-    """key -> the offset of its last record in [first_dirty, first_uncleanable)."""
+class AbortedRanges:
+    """The aborted transactions of a log: producer id -> [(first offset, ABORT marker offset)]."""
+
+    def __init__(self, aborted: Sequence[tuple[int, int, int]] = ()) -> None:
+        self.by_producer: dict[int, list[tuple[int, int]]] = {}
+        for producer_id, first, last in aborted:
+            self.by_producer.setdefault(producer_id, []).append((first, last))
+
+    def holds(self, header: BatchHeader) -> bool:
+        """Whether the batch is data of an aborted transaction."""
+        if header.is_control or not header.is_transactional:
+            return False
+        ranges = self.by_producer.get(header.producer_id)
+        return ranges is not None and any(first <= header.base_offset < last for first, last in ranges)
+
+
+def build_offset_map(
+    segments: Sequence[Segment], first_dirty: int, first_uncleanable: int, aborted: AbortedRanges | None = None
+) -> dict[bytes, int]:
+    """key -> the offset of its last record in [first_dirty, first_uncleanable), aborted
+    transactions' records left out."""
     latest: dict[bytes, int] = {}
     for seg in segments:
         if seg.next_offset <= first_dirty or seg.base_offset >= first_uncleanable:
             continue
         for _, header, records in _batches(seg):
-            if header.is_control:
+            if header.is_control or (aborted is not None and aborted.holds(header)):
                 continue
             for r in records:
                 if r.key is not None and first_dirty <= r.offset < first_uncleanable:
@@ -188,8 +214,14 @@ class _Keep:
     """The rule deciding which records survive one cleaning."""
 
     def __init__(
-        self, offset_map: dict[bytes, int], first_dirty: int, tombstone_horizon_ms: int, protected: set[int]
+        self,
+        offset_map: dict[bytes, int],
+        first_dirty: int,
+        tombstone_horizon_ms: int,
+        protected: set[int],
+        aborted: AbortedRanges | None = None,
     ) -> None:
+        self.aborted = aborted or AbortedRanges()
         self.offset_map = offset_map
         self.first_dirty = first_dirty
         self.tombstone_horizon_ms = tombstone_horizon_ms
@@ -209,7 +241,10 @@ def _filtered_batch(
 ) -> bytes | None:
     if header.is_control:
         return data
-    kept = [r for r in records if keep.record(r, header.max_timestamp, stats)]
+    if keep.aborted.holds(header):
+        kept: list[Record] = []
+    else:
+        kept = [r for r in records if keep.record(r, header.max_timestamp, stats)]
     stats.records_kept += len(kept)
     stats.records_removed += len(records) - len(kept)
     if len(kept) == len(records):
@@ -272,8 +307,11 @@ class Cleaning:
         protected: set[int],
         high_watermark: int | None = None,
         io_bytes_per_second: float = float("inf"),
+        aborted: Sequence[tuple[int, int, int]] = (),
     ) -> None:
         self.lg, self.fs = lg, fs
+        #: (producer id, first offset, ABORT marker offset) of the log's aborted transactions
+        self.aborted = AbortedRanges(aborted)
         self.started = time.monotonic()
         self.segments = lg.segments
         first_dirty, end = cleanable_section(
@@ -294,8 +332,8 @@ class Cleaning:
         for seg in self.segments:
             if self.stats.first_dirty < seg.next_offset and seg.base_offset < self.stats.first_uncleanable:
                 self.throttle.consumed(seg.size)
-        offset_map = build_offset_map(self.segments, self.stats.first_dirty, self.stats.first_uncleanable)
-        self.keep = _Keep(offset_map, self.stats.first_dirty, self.tombstone_horizon_ms, self.protected)
+        offset_map = build_offset_map(self.segments, self.stats.first_dirty, self.stats.first_uncleanable, self.aborted)
+        self.keep = _Keep(offset_map, self.stats.first_dirty, self.tombstone_horizon_ms, self.protected, self.aborted)
 
     def write(self, named_after: Segment, group: Sequence[Segment]) -> str | None:
         """Write the group's surviving batches to ``<base>.log.cleaned`` (fsynced; ``base`` is

@@ -450,6 +450,9 @@ class LogManager:
             hw = self.high_watermark_of(tp) if self.high_watermark_of is not None else lg.log_end_offset
             if hw is None:
                 continue
+            # Kafka 2.3: nothing from the first unstable offset on (an open transaction's record
+            # may still be aborted; it must not make an older record of its key go)
+            hw = lg.last_stable_offset(hw)
             first_dirty = min(self._first_dirty.get(tp, 0), lg.log_end_offset)
             segments = lg.segments
             start, end = cleanable_section(
@@ -477,6 +480,7 @@ class LogManager:
             protected={b.last_offset for e in lg.producer_state.producers.values() for b in e.batches},
             high_watermark=hw,
             io_bytes_per_second=self.cleaner_io_bytes_per_second,
+            aborted=[(a.producer_id, a.first_offset, a.last_offset) for a in lg.aborted],
         )
         log.info("cleaning %s-%d: dirty ratio %.2f from offset %d", tp[0], tp[1], ratio, job.stats.first_dirty)
         return tp, ratio, job

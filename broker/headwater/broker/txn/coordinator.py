@@ -87,6 +87,9 @@ class TxnHost(Protocol):
 LOAD_READ_BYTES = 1 << 20
 WRITE_TIMEOUT_MS = 5000
 MAX_EPOCH = 32767  # Short.MaxValue
+#: how long AddPartitionsToTxn waits for the previous transaction's markers before it answers
+#: CONCURRENT_TRANSACTIONS (the client retries that answer)
+COMPLETION_WAIT_S = 5.0
 _TO_CLIENT = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -117,6 +120,8 @@ class TxnMetadata:
     last_update_ms: int = -1
     start_ms: int = -1
     pending: bool = field(default=False, compare=False)  # a write or a fence is in flight
+    #: set when the markers and Complete record of the last EndTxn are written (or given up on)
+    completed: asyncio.Event | None = field(default=None, compare=False, repr=False)
 
     def value(self) -> TxnValue:
         return TxnValue(
@@ -333,7 +338,28 @@ class TransactionCoordinator:
         task.add_done_callback(self._tasks.discard)
 
     def _spawn_completion(self, m: TxnMetadata, commit: bool) -> None:
-        self._spawn(self._complete(m, commit))
+        done = m.completed = asyncio.Event()
+
+        async def complete() -> None:
+            try:
+                await self._complete(m, commit)
+            finally:
+                done.set()
+
+        self._spawn(complete())
+
+    async def _settle(self, transactional_id: str) -> None:
+        """Wait (at most COMPLETION_WAIT_S) for the completion of the id's last EndTxn. A producer
+        begins its next transaction as soon as EndTxn answered; answered CONCURRENT_TRANSACTIONS
+        meanwhile, librdkafka backs off ~60-80 ms, the Java client 100 ms (retry.backoff.ms), which
+        would cost each short transaction that much."""
+        m = self.txns.get(transactional_id)
+        done = m.completed if m is not None else None
+        if done is not None and not done.is_set():
+            try:
+                await asyncio.wait_for(done.wait(), COMPLETION_WAIT_S)
+            except TimeoutError:
+                pass
 
     async def _complete(self, m: TxnMetadata, commit: bool) -> None:
         """Markers to every partition of a prepared transaction, then CompleteCommit/CompleteAbort."""
@@ -459,6 +485,9 @@ class TransactionCoordinator:
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: set[TopicPartition]
     ) -> ErrorCode:
         m, code = self._known(transactional_id, producer_id, producer_epoch)
+        if code == ErrorCode.CONCURRENT_TRANSACTIONS:  # the previous transaction may be completing
+            await self._settle(transactional_id)
+            m, code = self._known(transactional_id, producer_id, producer_epoch)
         if m is None:
             return code
         if m.state == TxnState.ONGOING and partitions <= m.partitions:
