@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,14 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    tmp = tmp_path_factory.mktemp("security-matrix")
+    with secured_cluster(zookeeper, tmp_path_factory.mktemp("security-matrix")) as c:
+        yield c
+
+
+@contextmanager
+def secured_cluster(zookeeper: ZooKeeperServer, tmp: Path) -> Iterator[Cluster]:
+    """The matrix's 3-broker cluster (also tests/java/test_security.py's): a listener per protocol,
+    INTERNAL over TLS with client certificates, the SCRAM user known to every broker."""
     ca = TestCA(tmp / "ca")
     zk_connect = f"{zookeeper.connect}/security-matrix-{int(time.time() * 1000)}"
     jaas = f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{PLAIN_USER}="{PLAIN_PW}";'

@@ -8,6 +8,7 @@ cluster (``cluster``) to keep the run short.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import queue
@@ -75,16 +76,94 @@ class Driver:
 
     def run(self, *args: str, timeout: float = 120) -> dict[str, Any]:
         """Run one command; its last JSON line."""
-        proc = subprocess.run(self.command(*args), capture_output=True, text=True, timeout=timeout)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-        assert proc.returncode == 0 and lines, f"Driver {args[:3]} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
-        return dict(json.loads(lines[-1]))
+        return self.run_all(*args, timeout=timeout)[-1]
+
+    def run_all(self, *args: str, timeout: float = 120) -> list[dict[str, Any]]:
+        """Run one command (in this version's ``Driver serve`` JVM, started once per session); every
+        JSON line it printed (at least one)."""
+        server = _SERVERS.get(self.version)
+        if server is None or server.proc.poll() is not None:
+            server = _SERVERS[self.version] = Server(self.command("serve"))
+        return server.run(args, timeout)
 
     def admin(self, bootstrap: str, op: str, *args: str) -> dict[str, Any]:
         return self.run("admin", bootstrap, op, *args)
 
     def member(self, bootstrap: str, topic: str, group: str, *configs: str) -> Member:
         return Member(self.command("member", bootstrap, topic, group, *configs))
+
+
+class Server:
+    """``Driver serve``: one JVM running the commands it is sent, one at a time (the JVM's start and
+    the client's class loading paid once, not once a command)."""
+
+    def __init__(self, cmd: list[str]) -> None:
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stderr: collections.deque[str] = collections.deque(maxlen=200)
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, args=(self.proc.stdout, self.lines.put), daemon=True).start()
+        threading.Thread(target=self._read, args=(self.proc.stderr, self.stderr.append), daemon=True).start()
+
+    @staticmethod
+    def _read(stream: Any, put: Callable[[str], None]) -> None:
+        for line in stream:
+            put(line)
+
+    def run(self, args: tuple[str, ...], timeout: float) -> list[dict[str, Any]]:
+        assert all("\t" not in a and "\n" not in a for a in args), args
+        with self.lock:
+            self.stderr.clear()
+            assert self.proc.stdin is not None
+            self.proc.stdin.write("\t".join(args) + "\n")
+            self.proc.stdin.flush()
+            out: list[dict[str, Any]] = []
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    line = self.lines.get(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    if time.monotonic() < deadline and self.proc.poll() is None:
+                        continue
+                    self.close()
+                    raise AssertionError(
+                        f"Driver {args[:3]}: no answer in {timeout:.0f}s (exit {self.proc.poll()}):\n"
+                        + "".join(self.stderr)[-4000:]
+                    ) from None
+                if not line.startswith("{"):
+                    continue
+                event = dict(json.loads(line))
+                if "served" not in event:
+                    out.append(event)
+                    continue
+                assert event["served"] and out, (
+                    f"Driver {args[:3]} failed: {event.get('trace', '')[-4000:]}" + ("".join(self.stderr)[-2000:])
+                )
+                return out
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+                self.proc.wait(30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+#: version -> its ``Driver serve`` process (closed at the end of the session)
+_SERVERS: dict[str, Server] = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _driver_servers() -> Iterator[None]:
+    yield
+    for server in _SERVERS.values():
+        server.close()
+    _SERVERS.clear()
 
 
 class Member:

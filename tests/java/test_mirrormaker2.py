@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from headwater.bench.versus_more import mm2_properties
+from headwater.bench.peers import mm2_command, mm2_properties, stop
 from headwater.testing import java
 from headwater.testing.zookeeper import ZooKeeperServer
 from tests.cluster.harness import Cluster
@@ -52,13 +52,7 @@ def test_dedicated_mm2_copies_dc1_to_agg(dc1: Cluster, cluster: Cluster, tmp_pat
     props = mm2_properties(
         tmp_path / "mm2.properties", dc1.bootstrap, cluster.bootstrap, "orders", replication_factor=3
     )
-    cmd = java.java_command(
-        "org.apache.kafka.connect.mirror.MirrorMaker",
-        [str(props), "--clusters", "agg"],
-        "streams-mm2",
-        heap="768m",
-        quick_start=False,
-    )
+    cmd = mm2_command(props)
     log = open(tmp_path / "mm2.log", "wb")  # noqa: SIM115 - closed below
     mm2 = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -98,10 +92,5 @@ def test_dedicated_mm2_copies_dc1_to_agg(dc1: Cluster, cluster: Cluster, tmp_pat
         for p in (0, 1):  # never ahead of what g1 committed on dc1 (1:1 copies: the same offsets)
             assert 0 < translated[f"dc1.orders-{p}"] <= committed[f"orders-{p}"], (translated, committed)
     finally:
-        mm2.terminate()
-        try:
-            mm2.wait(60)
-        except subprocess.TimeoutExpired:
-            mm2.kill()
-            mm2.wait(10)
+        stop(mm2)
         log.close()

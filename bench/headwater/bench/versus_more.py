@@ -27,18 +27,15 @@ tool, both over Headwater brokers (the "kafka" side there is MM2 / Spark's sourc
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from headwater.bench import peers
 from headwater.testing import java
 from headwater.testing.cluster import LocalCluster
 from headwater.testing.kafka import KafkaCluster
@@ -385,98 +382,6 @@ def leaders(bootstrap: str) -> dict[tuple[str, int], int]:
 # --- MirrorMaker 2 and headwater mirror ------------------------------------------------------
 
 
-def _hw(bootstrap: str, topic: str) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "versus-watch"})
-    try:
-        md = c.list_topics(topic, timeout=10).topics.get(topic)
-        if md is None or md.error is not None or not md.partitions:
-            return 0
-        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in md.partitions)
-    finally:
-        c.close()
-
-
-def copy_timed(
-    cmd: list[str], log_path: Path, dest: str, topic: str, count: int, deadline_s: float
-) -> tuple[float, float]:
-    """Start ``cmd``; (records/s from the first record seen in ``dest``'s ``topic`` to the last,
-    seconds from the process start to the last)."""
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    started = time.perf_counter()
-    try:
-        first = 0.0
-        first_count = 0
-        seen = 0
-        deadline = time.monotonic() + deadline_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {log_path.read_text()[-1500:]}")
-            try:
-                seen = _hw(dest, topic)
-            except Exception:  # the topic is being created: not yet
-                seen = 0
-            now = time.perf_counter()
-            if seen and not first:
-                first, first_count = now, seen
-            if seen >= count:
-                e2e = now - started
-                if seen <= first_count or now <= first:
-                    return seen / e2e, e2e
-                return (seen - first_count) / (now - first), e2e
-            time.sleep(0.05)
-        raise RuntimeError(f"{topic} in {dest} holds {seen:,} of {count:,} after {deadline_s:.0f}s ({log_path})")
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
-
-
-def mm2_properties(path: Path, src: str, dst: str, topic: str, replication_factor: int = 1) -> Path:
-    """MirrorMaker 2 dedicated mode copying ``topic`` from dc1 (``src``) to agg (``dst``); its own internal
-    topics with one replica, the mirrored ones with ``replication_factor``."""
-    rf1 = [
-        f"{p}.replication.factor = 1"
-        for p in (
-            "offset.storage",
-            "config.storage",
-            "status.storage",
-            "heartbeats.topic",
-            "checkpoints.topic",
-            "offset-syncs.topic",
-        )
-    ]
-    path.write_text(
-        "\n".join(
-            [
-                "clusters = dc1, agg",
-                f"dc1.bootstrap.servers = {src}",
-                f"agg.bootstrap.servers = {dst}",
-                "dc1->agg.enabled = true",
-                f"dc1->agg.topics = {topic}",
-                "dc1->agg.groups = .*",
-                "agg->dc1.enabled = false",
-                f"replication.factor = {replication_factor}",
-                "sync.topic.acls.enabled = false",
-                "emit.heartbeats.interval.seconds = 1",
-                "emit.checkpoints.interval.seconds = 1",
-                "refresh.topics.interval.seconds = 5",
-                "refresh.groups.interval.seconds = 5",
-                "tasks.max = 2",
-                *rf1,
-                "",
-            ]
-        )
-    )
-    return path
-
-
 def mirrors(
     system: str, workdir: Path, zk: ZooKeeperServer, name: str, count: int, rows: dict[str, Any], log: Log
 ) -> None:
@@ -488,15 +393,11 @@ def mirrors(
     ):
         _create(dc1.bootstrap, topic, 1, 1)
         fill(dc1.bootstrap, topic, count, 100)
-        props = mm2_properties(workdir / f"{name}-mm2.properties", dc1.bootstrap, agg.bootstrap, topic)
-        cmd = java.java_command(
-            "org.apache.kafka.connect.mirror.MirrorMaker",
-            [str(props), "--clusters", "agg"],
-            "streams-mm2",
-            heap="768m",
-            quick_start=False,
+        props = peers.mm2_properties(workdir / f"{name}-mm2.properties", dc1.bootstrap, agg.bootstrap, topic)
+        got = peers.copy_timed(
+            peers.mm2_command(props), workdir / f"{name}-mm2.log", agg.bootstrap, f"dc1.{topic}", count, deadline
         )
-        rate, e2e = copy_timed(cmd, workdir / f"{name}-mm2.log", agg.bootstrap, f"dc1.{topic}", count, deadline)
+        rate, e2e = got.rate, got.e2e
         rows["mm2"].values[system].append(rate)
         rows["mm2e"].values[system].append(e2e)
         log(f"{system} MM2: {rate:,.0f} rec/s, {e2e:.1f}s end to end")
@@ -516,8 +417,10 @@ def mirrors(
             "group.id": f"versus-{name}",
         }
         config.write_text("".join(f"{k} = {v}\n" for k, v in mirror.items()))
-        cmd = [sys.executable, "-m", "headwater.cli.main", "mirror", "-c", str(config)]
-        rate, e2e = copy_timed(cmd, workdir / f"{name}-mirror.log", agg.bootstrap, topic, count, deadline)
+        got = peers.copy_timed(
+            peers.mirror_command(config), workdir / f"{name}-mirror.log", agg.bootstrap, topic, count, deadline
+        )
+        rate, e2e = got.rate, got.e2e
         rows["tm"].values["headwater"].append(rate)
         rows["tme"].values["headwater"].append(e2e)
         rows["tm"].values["kafka"].append(rows["mm2"].values["headwater"][-1])
@@ -527,65 +430,19 @@ def mirrors(
 
 # --- Spark: format("kafka") and format("headwater") --------------------------------------------
 
-SPARK = textwrap.dedent(
-    """
-    import json, sys, time
-    from pyspark.sql import SparkSession
-    bootstrap, topic, jars, out, fmt = sys.argv[1:6]
-    spark = (SparkSession.builder.master("local[2]").appName("versus-spark")
-             .config("spark.jars", jars).config("spark.ui.enabled", "false").getOrCreate())
-    if fmt == "headwater":
-        from headwater.loader.source import HeadwaterDataSource
-        spark.dataSource.register(HeadwaterDataSource)
-    times = []
-    for i in range(2):
-        t = time.perf_counter()
-        df = (spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-              .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
-        df.select("partition", "offset", "key", "value").write.mode("overwrite").parquet(f"{out}-{i}")
-        times.append(time.perf_counter() - t)
-    rows = spark.read.parquet(f"{out}-1").count()
-    print(json.dumps({"seconds": times, "rows": rows}))
-    spark.stop()
-    """
-)
-
 SPARK_SIZE = 1024
-
-
-def spark_read(bootstrap: str, topic: str, fmt: str, out: Path, count: int) -> float:
-    jars = java.classpath("spark-kafka").replace(os.pathsep, ",")
-    env = {
-        **os.environ,
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", SPARK, bootstrap, topic, jars, str(out), fmt],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"Spark format({fmt}) exited {proc.returncode}: {proc.stderr[-2000:]}")
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
-    if res["rows"] != count:
-        raise RuntimeError(f"Spark format({fmt}) wrote {res['rows']} rows of {count}")
-    return float(res["seconds"][-1])
 
 
 def spark(system: str, bootstrap: str, workdir: Path, count: int, rows: dict[str, Any], log: Log) -> None:
     topic = "versus-spark"
     _create(bootstrap, topic, 4, 1)
     fill(bootstrap, topic, count, SPARK_SIZE)
-    seconds = spark_read(bootstrap, topic, "kafka", workdir / f"spark-{system}-kafka", count)
+    seconds = peers.spark_read(bootstrap, topic, "kafka", workdir / f"spark-{system}-kafka", count).seconds[-1]
     rows["sk"].values[system].append(count / seconds)
     log(f"{system} Spark format(kafka): {count / seconds:,.0f} rec/s ({seconds:.1f}s)")
     if system != "headwater":
         return
-    own = spark_read(bootstrap, topic, "headwater", workdir / "spark-headwater-headwater", count)
+    own = peers.spark_read(bootstrap, topic, "headwater", workdir / "spark-headwater-headwater", count).seconds[-1]
     rows["ts"].values["headwater"].append(count / own)
     rows["ts"].values["kafka"].append(count / seconds)
     log(f"headwater Spark format(headwater): {count / own:,.0f} rec/s ({own:.1f}s)")

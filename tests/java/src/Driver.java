@@ -14,6 +14,8 @@
  *       resume | position | exit (each acknowledged with {"event":"done","command":...})
  *   admin <bootstrap> <op> [args]  one AdminClient call, prints {"op":..,"result":..} or {"op":..,
  *       "error":<exception class>,"message":..}
+ *   roundtrip <bootstrap> <topic> <count> <value-bytes> [cfg]  produce, then consume (two lines)
+ *   serve  the commands above from stdin, one JVM for many (see serve())
  *
  * Methods whose names changed between 2.3 and 4.x are called by reflection (`call`), so the one source
  * compiles against both.
@@ -43,6 +45,31 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 public class Driver {
     public static void main(String[] argv) throws Exception {
+        if (argv[0].equals("serve")) serve();
+        else dispatch(argv);
+        System.out.flush();
+        System.exit(0);
+    }
+
+    /** Commands from stdin, one a line (its arguments separated by tabs), each run as `java Driver
+     *  <args>` would run it, followed by {"served":true} or, when it threw, {"served":false,"error":..,
+     *  "trace":..}: one JVM start for many commands. Ends at the end of stdin. */
+    static void serve() throws Exception {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        for (String line; (line = in.readLine()) != null; ) {
+            if (line.isEmpty()) continue;
+            try {
+                dispatch(line.split("\t", -1));
+                emit(map("served", true));
+            } catch (Throwable t) {
+                java.io.StringWriter trace = new java.io.StringWriter();
+                t.printStackTrace(new java.io.PrintWriter(trace));
+                emit(map("served", false, "error", t.getClass().getSimpleName(), "trace", trace.toString()));
+            }
+        }
+    }
+
+    static void dispatch(String[] argv) throws Exception {
         String cmd = argv[0];
         String bootstrap = argv[1];
         List<String> rest = new ArrayList<>(Arrays.asList(argv).subList(2, argv.length));
@@ -59,12 +86,15 @@ public class Driver {
         switch (cmd) {
             case "produce": produce(cfg, rest.get(0), Integer.parseInt(rest.get(1)), Integer.parseInt(rest.get(2))); break;
             case "consume": consume(cfg, rest.get(0), Integer.parseInt(rest.get(1))); break;
+            case "roundtrip": {  // topic count size: produce, then read every partition back from the start
+                produce(cfg, rest.get(0), Integer.parseInt(rest.get(1)), Integer.parseInt(rest.get(2)));
+                consume(cfg, rest.get(0), Integer.parseInt(rest.get(1)));
+                break;
+            }
             case "member": member(cfg, rest.get(0), rest.get(1)); break;
             case "admin": admin(cfg, rest); break;
             default: throw new IllegalArgumentException(cmd);
         }
-        System.out.flush();
-        System.exit(0);
     }
 
     // ---- producer ----------------------------------------------------------------------------

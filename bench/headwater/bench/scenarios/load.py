@@ -14,13 +14,25 @@ The warehouse is then read with pyarrow (hive partitioning): it must hold every 
 (partition, offset) once. The issue's goal, 10 GB of 1 KB records in at most 10 minutes on two
 cores, is 10 GiB / 600 s = 17.1 MiB/s of record values; both rows report their ratio to it, and the
 start-up-included row also projects the time for 10 GiB (start-up once, plus the load's rate).
+Each of ``--runs`` runs loads into a fresh warehouse (verified, then removed).
+
+Spark's own Kafka source runs beside it in the same run (issue 39): ``spark.read.format("kafka")``
+(spark-sql-kafka-0-10 from the pinned jars, ``make java-deps``) in a fresh PySpark process on
+``local[*]``, reading the same topic (earliest to latest, headers included) and writing the loader's
+Parquet layout (every column of the source plus ``date``, ``partitionBy("date")``), read back to check
+every (partition, offset) once (:func:`headwater.bench.peers.spark_read`). Two rows, as for the
+loader: process start to exit, and the read+write alone (timed inside the session; the loader's
+interval also holds its read-back count and publish). Their ratio column is ``headwater load`` /
+Spark's source (medians); the note holds the CPU ratio of the two process trees. The loader and
+Spark alternate; without the jars the Spark rows say so in one line and the loader's still run.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import signal
+import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -29,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from headwater.bench import peers
 from headwater.bench.context import MIB, Bench, GeneratorError, Target
 from headwater.bench.generators import Workload, why_not
-from headwater.bench.procmon import cpu_seconds
 from headwater.bench.report import Goal, Row
 from headwater.bench.scenarios.consume import fill
 
@@ -82,42 +94,8 @@ def _follow(stream: IO[bytes], log: Path, run: LoadRun, started: float) -> None:
                 run.published_at = now
 
 
-def _tree(root: int) -> list[int]:
-    """``root`` and its descendants, from /proc. The JVM is the driver's child; Spark's Python
-    worker daemons are the JVM's children but each in its own process group (PySpark's daemon
-    calls setpgid), so neither getrusage(RUSAGE_CHILDREN) nor the process group finds them all."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo += children.get(pid, [])
-    return out
-
-
-def _tree_cpu(root: int, last: dict[int, float], stop: threading.Event) -> None:
-    """Sample the CPU seconds of ``root``'s tree every half second; a process that exits keeps
-    its last sample, so up to half a second of each is missed (Spark reuses its Python workers)."""
-    while True:
-        for pid in _tree(root):
-            try:
-                last[pid] = cpu_seconds(pid)
-            except OSError:
-                continue
-        if stop.wait(0.5):
-            return
-
-
 def _load_once(bench: Bench, source: Target, topic: str, warehouse: Path, timeout: float) -> LoadRun:
+    """One ``headwater load`` process (local[*]) of ``topic`` into ``warehouse``."""
     config = bench.workdir / "load.properties"
     props = {
         "bootstrap.servers": source.bootstrap,
@@ -141,27 +119,19 @@ def _load_once(bench: Bench, source: Target, topic: str, warehouse: Path, timeou
     assert proc.stdout is not None
     reader = threading.Thread(target=_follow, args=(proc.stdout, log, run, started), daemon=True)
     reader.start()
-    cpu: dict[int, float] = {}
-    stop = threading.Event()
-    sampler = threading.Thread(target=_tree_cpu, args=(proc.pid, cpu, stop), daemon=True)
-    sampler.start()
+    cpu = peers.TreeCpu(proc.pid)
     try:
-        code = proc.wait(timeout)
+        with cpu:
+            code = proc.wait(timeout)
         run.wall = time.perf_counter() - started
     except subprocess.TimeoutExpired:
         raise GeneratorError(f"headwater load did not finish in {timeout:.0f} s (log: {log})") from None
     finally:
         if proc.poll() is None:
-            for pid in _tree(proc.pid):  # the driver, its JVM and the JVM's Python workers
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            peers.kill_tree(proc.pid)  # the driver, its JVM and the JVM's Python workers
             proc.wait(30)
-        stop.set()
-        sampler.join(30)
         reader.join(30)
-        run.cpu = sum(cpu.values())
+        run.cpu = cpu.seconds
     if code != 0:
         tail = [ln for ln in run.lines if ln.strip()][-1:] or ["no output"]
         raise GeneratorError(f"headwater load exited {code}: {tail[0][:300]}")
@@ -211,7 +181,22 @@ def run(bench: Bench) -> list[Row]:
         primary="MiB/s",
         goal=Goal(GOAL_TEXT, GOAL_MIB_S),
     )
-    rows = [kcat_row, whole, inner]
+    spark = f'Spark\'s format("kafka") (spark-sql-kafka-0-10 {peers.pinned("spark.version")})'
+    spark_whole = Row(
+        "8",
+        "the same topic, the loader's Parquet layout (every column, partitionBy date), local[*]: process start to exit",
+        spark,
+        primary="MiB/s",
+        ratio_style="times",
+    )
+    spark_inner = Row(
+        "8",
+        "the same, from the read's start to the Parquet written (the load itself)",
+        spark,
+        primary="MiB/s",
+        ratio_style="times",
+    )
+    rows = [kcat_row, whole, inner, spark_whole, spark_inner]
     why = why_not(bench, "rdkafka-c") and why_not(bench, "confluent")
     try:
         import pyarrow.dataset  # noqa: F401
@@ -223,6 +208,7 @@ def run(bench: Bench) -> list[Row]:
             r.unavailable = why
             bench.add(r)
         return rows
+    no_jars = peers.jars_missing("Spark's Kafka source")
     try:
         topic = bench.topic("load")
         bench.create_topic(source, topic, PARTITIONS)
@@ -232,34 +218,83 @@ def run(bench: Bench) -> list[Row]:
         kcat_row.figure("MiB/s").add(kcat.mib_per_s)
         kcat_row.figure("records/s").add(kcat.records_per_s)
         bench.add(kcat_row)
-        warehouse = bench.workdir / "warehouse"
-        bench.log(f"headwater load (local[*]) of {count:,} records into {warehouse}")
         timeout = max(600.0, count * SIZE / MIB / 2 + 300)  # down to 2 MiB/s on a busy machine
-        with bench.watch(source) as usage:
-            got = _load_once(bench, source, topic, warehouse, timeout)
-        if got.announced != count:
-            raise GeneratorError(f"headwater load announced {got.announced:,} records, {count:,} were written")
-        _verify(warehouse, topic, count)
-        client = got.cpu / got.wall if got.wall > 0 else 0.0
-        broker = usage.broker_cpu / got.wall if got.wall > 0 else 0.0
-        startup = got.wall - got.interval
-        inner_rate = mib / got.interval
-        projected = startup + GOAL_BYTES / MIB / inner_rate
-        for row, seconds in ((whole, got.wall), (inner, got.interval)):
-            row.figure("MiB/s").add(mib / seconds)
-            row.figure("records/s").add(count / seconds)
-            row.ratio_override = (mib / seconds) / kcat.mib_per_s
+        loads: list[LoadRun] = []
+        sparks: list[peers.SparkRun] = []
+        broker: list[float] = []
+        for i in range(bench.plan.runs):  # headwater load, then Spark's source, alternating
+            warehouse = bench.workdir / f"warehouse-{i}"
+            bench.log(f"headwater load (local[*]) of {count:,} records into {warehouse}")
+            with bench.watch(source) as usage:
+                got = _load_once(bench, source, topic, warehouse, timeout)
+            if got.announced != count:
+                raise GeneratorError(f"headwater load announced {got.announced:,} records, {count:,} were written")
+            _verify(warehouse, topic, count)
+            shutil.rmtree(warehouse, ignore_errors=True)
+            loads.append(got)
+            broker.append(usage.broker_cpu / got.wall if got.wall > 0 else 0.0)
+            for row, seconds in ((whole, got.wall), (inner, got.interval)):
+                row.figure("MiB/s").add(mib / seconds)
+                row.figure("records/s").add(count / seconds)
+            whole.figure("CPU s").add(got.cpu)
+            if no_jars is None:
+                out = bench.workdir / f"spark-kafka-{i}"
+                bench.log(f"Spark's format(kafka) (local[*]) of {count:,} records into {out}-0")
+                ran = peers.spark_read(
+                    source.bootstrap,
+                    topic,
+                    "kafka",
+                    out,
+                    count,
+                    layout="loader",
+                    master="local[*]",
+                    reads=1,
+                    timeout=timeout,
+                )
+                shutil.rmtree(f"{out}-0", ignore_errors=True)
+                sparks.append(ran)
+                for row, seconds in ((spark_whole, ran.wall), (spark_inner, ran.seconds[-1])):
+                    row.figure("MiB/s").add(mib / seconds)
+                    row.figure("records/s").add(count / seconds)
+                spark_whole.figure("CPU s").add(ran.cpu)
+        for row in (whole, inner):
+            row.ratio_override = row.value / kcat.mib_per_s
             row.baseline = "kcat consuming the source"
+        wall = statistics.median(r.wall for r in loads)
+        interval = statistics.median(r.interval for r in loads)
+        startup = wall - interval
+        projected = startup + GOAL_BYTES / MIB / inner.value
+        client = statistics.median(r.cpu / r.wall for r in loads if r.wall > 0)
         whole.note = (
-            f"{got.wall:.1f} s, of which {startup:.1f} s outside the load; busy: broker {broker:.0%}, "
+            f"{wall:.1f} s, of which {startup:.1f} s outside the load; busy: broker {statistics.median(broker):.0%}, "
             f"load (driver, JVM, workers) {client:.0%} of a core; projected for 10 GiB: {projected / 60:.1f} min"
         )
-        inner.note = f"{got.interval:.1f} s; warehouse verified with pyarrow: {count:,} rows, each offset once"
+        inner.note = f"{interval:.1f} s; warehouse verified with pyarrow: {count:,} rows, each offset once, every run"
         bench.add(whole)
         bench.add(inner)
+        if no_jars is not None:
+            spark_whole.unavailable = spark_inner.unavailable = no_jars
+        else:
+            # the ratio asked for: headwater load / Spark's source, medians of this run
+            spark_whole.ratio_override = whole.value / spark_whole.value
+            spark_inner.ratio_override = inner.value / spark_inner.value
+            spark_whole.baseline = spark_inner.baseline = "ratio: headwater load / Spark's source"
+            cpu = whole.figures["CPU s"].median / spark_whole.figures["CPU s"].median
+            spark_whole.note = (
+                f"{statistics.median(r.wall for r in sparks):.1f} s; headwater load / Spark's source: "
+                f"{cpu:.2f}x the CPU (process trees, start to exit)"
+            )
+            spark_inner.note = (
+                f"{statistics.median(r.seconds[-1] for r in sparks):.1f} s (one read in a fresh session, as "
+                "headwater load's; its interval also holds the read-back count and the publish); "
+                f"read back: {count:,} rows, each offset once, every run"
+            )
+        bench.add(spark_whole)
+        bench.add(spark_inner)
     except (GeneratorError, RuntimeError, OSError) as e:
         for r in rows:
-            if not r.figures:
+            if not r.figures and not r.unavailable:
                 r.unavailable = f"failed: {e}"
+            if not any(x is r for x in bench.report.rows):
                 bench.add(r)
     return rows
