@@ -11,8 +11,11 @@ from collections.abc import Callable
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
 
+from headwater.protocol.apis import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from headwater.protocol.errors import ErrorCode
 from headwater.protocol.records.compression import Codec
 from headwater.protocol.records.header import LOG_OVERHEAD, read_header
+from tests.broker.wire import Wire
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic, segment_bytes
 
@@ -83,3 +86,49 @@ def test_followers_keep_the_leaders_stamped_and_recompressed_batches(
     finally:
         cons.close()
     assert sorted(seen) == sorted(reports)
+
+
+def test_describe_configs_on_another_broker_shows_an_alteration_at_once(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    """Kafka 2.3 answers a TOPIC DescribeConfigs from the topic's config znode, so a describe sent to
+    any broker right after IncrementalAlterConfigs returned shows the new value (the Java AdminClient
+    sends the two to whichever broker it likes). Each round alters through broker 0 and describes
+    through broker 1 at once, before broker 1 can have applied the change notification."""
+    c = cluster_factory(2)
+    create_topic(c, "described", partitions=1, rf=2, min_isr=1)
+    first, second = sorted(c.brokers)
+    alter, describe = Wire(c.brokers[first].bootstrap), Wire(c.brokers[second].bootstrap)
+    try:
+        for i in range(10):
+            value = str(3_600_000 + i)
+            resp = alter.request(
+                INCREMENTAL_ALTER_CONFIGS,
+                0,
+                {
+                    "resources": [
+                        {
+                            "resource_type": 2,
+                            "resource_name": "described",
+                            "configs": [{"name": "retention.ms", "config_operation": 0, "value": value}],
+                        }
+                    ],
+                    "validate_only": False,
+                },
+            )
+            assert resp["responses"][0]["error_code"] == ErrorCode.NONE, resp
+            got = describe.request(
+                DESCRIBE_CONFIGS,
+                1,
+                {
+                    "resources": [
+                        {"resource_type": 2, "resource_name": "described", "configuration_keys": ["retention.ms"]}
+                    ],
+                    "include_synonyms": False,
+                },
+            )["results"][0]
+            assert got["error_code"] == ErrorCode.NONE, got
+            assert [(e["name"], e["value"]) for e in got["configs"]] == [("retention.ms", value)], (i, got)
+    finally:
+        alter.close()
+        describe.close()

@@ -26,14 +26,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from headwater.acls import CLUSTER_NAME
 from headwater.broker import dynamic_config
+from headwater.broker.config_admin import read_topic_overrides
 from headwater.broker.dynamic_config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG
 from headwater.broker.topic_configs import MAX_LONG, TOPIC_CONFIG_DEFS, broker_synonyms
-from headwater.protocol.errors import ErrorCode
+from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
@@ -125,6 +127,22 @@ def _denied(broker: HandlerServices, ctx: RequestContext, rtype: int, rname: str
     return None
 
 
+async def _topic_overrides(broker: HandlerServices, topic: str, cached: Mapping[str, str]) -> Mapping[str, str] | None:
+    """The topic's overrides as ZooKeeper holds them now, as Kafka 2.3's AdminManager reads them on
+    every DescribeConfigs: an alteration made through any broker shows at once, not after this
+    broker's ``/config/changes`` notification. None: the topic is gone. ZooKeeper unreachable: the
+    overrides this broker last applied (the answer stays served through an outage)."""
+    try:
+        overrides, _ = await read_topic_overrides(broker.zk, topic)
+    except KafkaError as e:
+        if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return None
+        return cached
+    except Exception:  # ZooKeeper unreachable or its session lost
+        return cached
+    return overrides
+
+
 async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
     results = []
     for res in request["resources"]:
@@ -147,11 +165,16 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                 out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 out["error_message"] = f"Topic {rname} does not exist"
                 continue
+            overrides = await _topic_overrides(broker, rname, info.config)
+            if overrides is None:
+                out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                out["error_message"] = f"Topic {rname} does not exist"
+                continue
             defaults = topic_defaults(broker)
             for name in sorted(TOPIC_CONFIG_DEFS):
                 if keys is not None and name not in keys:
                     continue
-                override = info.config.get(name)
+                override = overrides.get(name)
                 default = defaults[name]
                 synonyms = []
                 if override is not None:
