@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -127,18 +128,24 @@ def _denied(broker: HandlerServices, ctx: RequestContext, rtype: int, rname: str
     return None
 
 
+#: how long a describe waits for the config znode before answering from the broker's metadata
+ZK_READ_TIMEOUT_S = 5.0
+
+
 async def _topic_overrides(broker: HandlerServices, topic: str, cached: Mapping[str, str]) -> Mapping[str, str] | None:
     """The topic's overrides as ZooKeeper holds them now, as Kafka 2.3's AdminManager reads them on
     every DescribeConfigs: an alteration made through any broker shows at once, not after this
-    broker's ``/config/changes`` notification. None: the topic is gone. ZooKeeper unreachable: the
-    overrides this broker last applied (the answer stays served through an outage)."""
+    broker's ``/config/changes`` notification. None: the topic is gone. ZooKeeper unreachable (or
+    slower than ZK_READ_TIMEOUT_S): the overrides this broker last applied (the answer stays served through an outage)."""
+    if not broker.zk.client.connected:
+        return cached
     try:
-        overrides, _ = await read_topic_overrides(broker.zk, topic)
+        overrides, _ = await asyncio.wait_for(read_topic_overrides(broker.zk, topic), ZK_READ_TIMEOUT_S)
     except KafkaError as e:
         if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             return None
         return cached
-    except Exception:  # ZooKeeper unreachable or its session lost
+    except Exception:  # ZooKeeper unreachable, slow, or its session lost
         return cached
     return overrides
 
