@@ -14,7 +14,8 @@
 #                      heartbeats; AlterConfigs: their configs kept in step, sync.topic.configs)
 #   audit     every cluster: Read on page-views, clicks, __audit, heartbeats
 #   loader    agg: Read on page-views, clicks; Create, Write on __audit (warehouse-tier events)
-#   activity  dc1, dc2: Create, Write on page-views, clicks, __audit (the auditing producer)
+#   activity  dc1, dc2: Create, Write on page-views, clicks, __audit (the auditing producer);
+#                      IdempotentWrite on the cluster (it is idempotent: Kafka 2.3's InitProducerId)
 # deploy/ansible grants the services the same ACLs from an inventory (headwater_service_acls in
 # roles/headwater/defaults/main.yml, applied with `headwater acls --from-file`).
 set -euo pipefail
@@ -73,6 +74,7 @@ for cluster in dc1 dc2 agg; do
     for topic in page-views clicks __audit; do
       acl "$zk" activity --operation Create --operation Write --topic "$topic"
     done
+    acl "$zk" activity --operation IdempotentWrite --cluster
   fi
   echo "lab-init: $cluster: users ${users[*]} (SCRAM-SHA-512) and their ACLs are in place"
 done

@@ -7,8 +7,9 @@ referrer, the session and the user agent (about 300-450 bytes), a click the elem
 180-250 bytes). Every event is stamped with its send time (``sent_ms``, also the record's CreateTime)
 so any consumer can tell how long it took to arrive.
 
-Records go through Headwater's auditing producer (acks=all), so the audit service sees the producer
-tier of every window. The rate is records per second for the whole process, page views four to one
+Records go through Headwater's auditing producer (acks=all, idempotent), so the audit service sees
+the producer tier of every window, and a produce retried after a broker died (its answer lost, its
+records appended) is not appended twice: the datacenter tier's count equals the producer's. The rate is records per second for the whole process, page views four to one
 over clicks.
 """
 
@@ -145,6 +146,7 @@ async def run_activity(
         application="lab-activity",
         window_ms=window_ms,
         acks="all",
+        enable_idempotence=True,  # a retry after a broker's kill -9 must not double a record
         linger_ms=5,
         compression="lz4",
         client_id=f"lab-activity-{datacenter}",
