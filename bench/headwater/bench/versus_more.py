@@ -40,6 +40,7 @@ from headwater.testing import java
 from headwater.testing.cluster import LocalCluster
 from headwater.testing.kafka import KafkaCluster
 from headwater.testing.zookeeper import ZooKeeperServer
+from headwater.zk import paths as zkpaths
 
 Log = Callable[[str], None]
 MIB = 1 << 20
@@ -248,7 +249,7 @@ def failover(
         electable = {tp for tp, isr in before_isr.items() if set(isr) - {controller}}
         # where the time goes: ZooKeeper's part (the victim's session expires, its /controller
         # ephemeral goes) and the system's own (a survivor takes over, elects, tells the brokers)
-        gone = _znode_gone(f"{zk.connect}/{name}", "/controller")
+        gone = _znode_gone(f"{zk.connect}/{name}", zkpaths.CONTROLLER)
         try:
             killed = time.monotonic()
             victim.kill9()
