@@ -8,9 +8,8 @@ import asyncio
 
 from confluent_kafka import Producer
 
-from headwater.client.cluster import Cluster
-from headwater.client.raw import fetch_raw
 from headwater.protocol.records.record import decode_batch
+from tests.mirror.util import raw_batches
 
 
 def write_transactions(
@@ -55,26 +54,9 @@ def stored_log(bootstrap: str, topic: str, partition: int) -> tuple[list[tuple[i
     aborted records kept (a read_uncommitted fetch, decoded batch by batch) -- and the log end
     offset (past the last marker)."""
 
-    async def main() -> tuple[list[tuple[int, bytes]], int]:
-        cluster = Cluster(bootstrap)
-        try:
-            await cluster.refresh([topic])
-            out: list[tuple[int, bytes]] = []
-            offset = 0
-            while True:
-                got, failed = await fetch_raw(cluster, [(topic, partition, offset)], max_wait_ms=0)
-                assert not failed, failed
-                part = got[(topic, partition)]
-                if not part.batches:
-                    return out, offset
-                for h, b in part.batches:
-                    if not h.is_control:
-                        out.extend((r.offset, bytes(r.value or b"")) for r in decode_batch(b)[1])
-                    offset = h.next_offset
-        finally:
-            await cluster.close()
-
-    return asyncio.run(main())
+    batches = raw_batches(bootstrap, topic, partition)
+    out = [(r.offset, bytes(r.value or b"")) for h, b in batches if not h.is_control for r in decode_batch(b)[1]]
+    return out, batches[-1][0].next_offset if batches else 0
 
 
 def committed_view(log: list[tuple[int, bytes]], below: int | None = None) -> list[bytes]:
