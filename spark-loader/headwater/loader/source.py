@@ -46,19 +46,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.types import StructType
 
-from headwater.client.security import ClientSecurity, cluster_security
-from headwater.loader.offsets import (
-    DataLoss,
-    DataLossError,
-    OffsetRange,
-    isolation_level,
-    parse_spec,
-    resolve,
-    split,
-)
+from headwater.client.security import ClientSecurity
+from headwater.loader.offsets import DataLoss, DataLossError, OffsetRange, split
 
 log = logging.getLogger("headwater.loader.source")
 
@@ -66,6 +65,8 @@ SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
     "timestampType int, headers array<struct<key: string, value: binary>>"
 )
+#: ``includeHeaders=false``: Spark's Kafka columns without ``headers``
+SCHEMA_NO_HEADERS = SCHEMA.rsplit(", headers", 1)[0]
 ARROW_SCHEMA = pa.schema(
     [
         ("key", pa.binary()),
@@ -87,47 +88,59 @@ class RangePartition(InputPartition):
 
 
 class HeadwaterDataSource(DataSource):
+    """``format("headwater")``: batch and streaming reads, batch and streaming writes.
+
+    Found by name without ``spark.dataSource.register``: the ``pyspark_headwater`` module exposes
+    it as ``DefaultSource`` (Spark 4 imports every ``pyspark_*`` module on the Python path).
+    """
+
     @classmethod
     def name(cls) -> str:
         return "headwater"
 
     def schema(self) -> str:
-        return SCHEMA
+        from headwater.loader.options import boolean
+
+        include = boolean({k.lower(): v for k, v in self.options.items()}, "includeHeaders", True)
+        return SCHEMA if include else SCHEMA_NO_HEADERS
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return HeadwaterReader(dict(self.options))
 
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from headwater.loader.stream import HeadwaterStreamReader
+
+        return HeadwaterStreamReader(dict(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from headwater.loader.sink import HeadwaterWriter
+
+        return HeadwaterWriter(dict(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from headwater.loader.sink import HeadwaterStreamWriter
+
+        return HeadwaterStreamWriter(dict(self.options), schema)
+
 
 class HeadwaterReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
+        from headwater.loader.options import SourceOptions, plan_batch
+
+        o = SourceOptions.parse(options)
         opts = {k.lower(): v for k, v in options.items()}
-        bootstrap = opts.get("kafka.bootstrap.servers")
-        if not bootstrap:
-            raise ValueError("option kafka.bootstrap.servers is required")
-        subscribe = opts.get("subscribe")
-        self.bootstrap = bootstrap
-        self.security = cluster_security(opts, "kafka.", inherit=False)
-        raw = opts.get("failondataloss", "true").strip().lower()
-        if raw not in ("true", "false"):
-            raise ValueError(f"option failOnDataLoss: {raw!r} is not true or false")
-        self.fail_on_data_loss = raw == "true"
-        self.isolation = isolation_level(opts.get("kafka.isolation.level"))
-        plan = resolve(
-            bootstrap,
-            subscribe=[t.strip() for t in subscribe.split(",") if t.strip()] if subscribe else None,
-            pattern=opts.get("subscribepattern"),
-            starting=parse_spec("startingOffsets", opts.get("startingoffsets"), "earliest"),
-            ending=parse_spec("endingOffsets", opts.get("endingoffsets"), "latest"),
-            fail_on_data_loss=self.fail_on_data_loss,
-            security=self.security,
-            isolation=self.isolation,
-        )
-        for loss in plan.losses:
+        self.bootstrap = o.bootstrap
+        self.security = o.security
+        self.fail_on_data_loss = o.fail_on_data_loss
+        self.isolation = o.isolation
+        self.include_headers = o.include_headers
+        ranges, losses = plan_batch(o)
+        for loss in losses:
             log.warning("failOnDataLoss=false: %s; reading on from offset %d", loss.describe(), loss.log_start)
-        self.ranges = plan.ranges
-        self.min_partitions = int(opts.get("minpartitions", "0") or 0)
-        self.max_bytes = int(opts.get("fetch.max.bytes", str(4 * 1024 * 1024)))
-        self.delay_ms = int(opts.get("headwater.test.read.delay.ms", "0"))
+        self.ranges = ranges
+        self.min_partitions = o.min_partitions
+        self.max_bytes = o.max_bytes
+        self.delay_ms = o.delay_ms
         self.bounds = ReadBounds.from_options(opts)
 
     def partitions(self) -> list[InputPartition]:
@@ -136,7 +149,7 @@ class HeadwaterReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
         r = partition.range
-        yield from read_range(
+        batches = read_range(
             self.bootstrap,
             r,
             self.max_bytes,
@@ -146,6 +159,7 @@ class HeadwaterReader(DataSourceReader):
             self.security,
             self.isolation,
         )
+        yield from (batches if self.include_headers else (b.drop_columns(["headers"]) for b in batches))
 
 
 class PartitionReadError(RuntimeError):
