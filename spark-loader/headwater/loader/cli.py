@@ -25,6 +25,23 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="HH:MM",
         help="stay up and run the load every day at this UTC time (each run a child process)",
     )
+    p.add_argument(
+        "--continuous",
+        action="store_true",
+        help="stay up and load as a Spark streaming query: a published run every --trigger interval "
+        "(stream.trigger.interval, default 1 minute), offsets in Spark's checkpoint, the same exactly-once commits",
+    )
+    p.add_argument(
+        "--trigger",
+        metavar="INTERVAL",
+        help="with --continuous: how often a run starts, as Spark spells it ('5 minutes', '1 hour') or 'hourly'",
+    )
+    p.add_argument(
+        "--available-now",
+        action="store_true",
+        help="load what is there now as a streaming query (Trigger.AvailableNow, in runs of at most "
+        "maxOffsetsPerTrigger offsets), then stop",
+    )
     p.set_defaults(func=_run)
 
 
@@ -52,6 +69,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"headwater load: configuration error: {e}", file=sys.stderr)
         return 2
     setup_logging(args.log_level)
+    if args.continuous or args.available_now or args.trigger:
+        return _run_stream(args, props, config)
     if args.schedule:
         from headwater.loader.schedule import parse_time, run_schedule
 
@@ -74,6 +93,32 @@ def _run(args: argparse.Namespace) -> int:
         print(f"headwater load: {e} (see docs/loader.md, 'After a data-loss failure')", file=sys.stderr)
         return 1
     except (LockTimeoutError, LockLostError) as e:
+        print(f"headwater load: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_stream(args: argparse.Namespace, props: dict[str, str], config: object) -> int:
+    from headwater.loader.continuous import CheckpointAheadError, StreamSettings, run_continuous
+    from headwater.loader.lock import LockLostError, LockTimeoutError, warehouse_lock
+    from headwater.loader.offsets import DataLossError
+
+    if args.schedule or (args.trigger and not args.continuous) or (args.continuous and args.available_now):
+        print(
+            "headwater load: --trigger goes with --continuous; --schedule, --continuous and --available-now "
+            "exclude each other",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        settings = StreamSettings.from_properties(props, args.trigger, args.available_now)
+    except ValueError as e:
+        print(f"headwater load: configuration error: {e}", file=sys.stderr)
+        return 2
+    try:
+        with warehouse_lock(config.warehouse, config.lock_zookeeper, config.lock_timeout_ms) as guard:  # type: ignore[attr-defined]
+            run_continuous(config, settings, guard)  # type: ignore[arg-type]
+    except (DataLossError, CheckpointAheadError, LockTimeoutError, LockLostError) as e:
         print(f"headwater load: {e}", file=sys.stderr)
         return 1
     return 0

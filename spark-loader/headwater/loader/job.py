@@ -54,6 +54,7 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,6 +252,24 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
         len({r.topic for r in ranges}),
         config.warehouse,
     )
+    return _stage_and_publish(spark, wh, config, run, planned, reached, plan.losses, guard)
+
+
+def _stage_and_publish(
+    spark: Any,
+    wh: Warehouse,
+    config: LoaderConfig,
+    run: int,
+    planned: list[OffsetRange],
+    reached: dict[str, dict[int, int]],
+    lost: list[DataLoss],
+    guard: LockGuard | None = None,
+    read: Callable[[str, list[OffsetRange]], Any] | None = None,
+) -> dict[str, Any]:
+    """Stage, check, claim and publish run ``run`` of the ranges ``planned``: the one commit path of
+    the nightly load and of ``--continuous`` (:mod:`headwater.loader.continuous`), whose ``read``
+    gives a topic's records of a micro-batch instead of a batch read of the ranges."""
+    ranges = [r for r in planned if r.size > 0]
     token = uuid.uuid4().hex[:12]  # this process's staging: no other loader's is ever touched by this run
     from pyspark.sql import functions as F
 
@@ -262,7 +281,9 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
         started = time.monotonic()
         mine = [r for r in planned if r.topic == topic]
         df = (
-            spark.read.format("headwater")
+            read(topic, mine)
+            if read
+            else spark.read.format("headwater")
             .option("kafka.bootstrap.servers", config.bootstrap)
             .option("subscribe", topic)
             .option("startingOffsets", to_json(mine, "start"))
@@ -274,8 +295,7 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
             .options(**config.read_options)
             .options(**{f"kafka.{k}": v for k, v in config.security_properties.items()})
             .load()
-            .withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
-        )
+        ).withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
         out = _staging_of(run, topic, token)
         df.write.partitionBy("date").parquet(wh.path(out))
         staged = wh.files_under(out)
@@ -300,7 +320,7 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
             time.monotonic() - started,
         )
     audit = _audit_counts(spark, wh, [_staging_of(run, t, token) for t in sorted(records) if records[t]], run, config)
-    losses = [_gap_event(loss, run, config) for loss in plan.losses]
+    losses = [_gap_event(loss, run, config) for loss in lost]
     manifest: dict[str, Any] = {
         "run": run,
         "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

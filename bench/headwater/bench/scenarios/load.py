@@ -46,6 +46,7 @@ from headwater.bench.context import MIB, Bench, GeneratorError, Target
 from headwater.bench.generators import Workload, why_not
 from headwater.bench.report import Goal, Row
 from headwater.bench.scenarios.consume import fill
+from headwater.bench.stream_read import stream_read
 
 SIZE = 1024
 FILL = 1_000_000  # records, full plan: ~1 GB of record values
@@ -196,7 +197,14 @@ def run(bench: Bench) -> list[Row]:
         primary="MiB/s",
         ratio_style="times",
     )
-    rows = [kcat_row, whole, inner, spark_whole, spark_inner]
+    stream_row = Row(  # issue 44: the streaming reader, as a ratio to the batch load (inner) of this run
+        "8",
+        "readStream.format(headwater), AvailableNow in 4 micro-batches -> the loader's Parquet layout: the query alone",
+        'readStream.format("headwater")',
+        primary="MiB/s",
+        goal=Goal(">= 0.7x the batch load ('loading' -> 'published')", 0.7, on="ratio"),
+    )
+    rows = [kcat_row, whole, inner, spark_whole, spark_inner, stream_row]
     why = why_not(bench, "rdkafka-c") and why_not(bench, "confluent")
     try:
         import pyarrow.dataset  # noqa: F401
@@ -222,6 +230,7 @@ def run(bench: Bench) -> list[Row]:
         loads: list[LoadRun] = []
         sparks: list[peers.SparkRun] = []
         broker: list[float] = []
+        stream_ratios: list[float] = []
         for i in range(bench.plan.runs):  # headwater load, then Spark's source, alternating
             warehouse = bench.workdir / f"warehouse-{i}"
             bench.log(f"headwater load (local[*]) of {count:,} records into {warehouse}")
@@ -237,6 +246,12 @@ def run(bench: Bench) -> list[Row]:
                 row.figure("MiB/s").add(mib / seconds)
                 row.figure("records/s").add(count / seconds)
             whole.figure("CPU s").add(got.cpu)
+            bench.log(f"readStream.format(headwater) of {count:,} records (AvailableNow, 4 micro-batches)")
+            streamed = stream_read(source.bootstrap, topic, bench.workdir / f"stream-{i}", count, timeout=timeout)
+            shutil.rmtree(bench.workdir / f"stream-{i}", ignore_errors=True)
+            stream_row.figure("MiB/s").add(mib / streamed.seconds)
+            stream_row.figure("records/s").add(count / streamed.seconds)
+            stream_ratios.append((mib / streamed.seconds) / (mib / got.interval))
             if no_jars is None:
                 out = bench.workdir / f"spark-kafka-{i}"
                 bench.log(f"Spark's format(kafka) (local[*]) of {count:,} records into {out}-0")
@@ -272,6 +287,14 @@ def run(bench: Bench) -> list[Row]:
         inner.note = f"{interval:.1f} s; warehouse verified with pyarrow: {count:,} rows, each offset once, every run"
         bench.add(whole)
         bench.add(inner)
+        stream_row.ratio_override = stream_row.value / inner.value
+        stream_row.baseline = "ratio: the streaming reader / the batch load ('loading' -> 'published'), medians"
+        stream_row.note = (
+            "run by run: "
+            + ", ".join(f"{r:.2f}" for r in stream_ratios)
+            + f"; read back: {count:,} rows, each offset once"
+        )
+        bench.add(stream_row)
         if no_jars is not None:
             spark_whole.unavailable = spark_inner.unavailable = no_jars
         else:
