@@ -1,9 +1,9 @@
 """The ``headwater`` Spark data source: a Kafka cluster read by fixed offset ranges.
 
-    spark.dataSource.register(HeadwaterDataSource)
+    # no register call needed: pyspark_headwater.DefaultSource is found by Spark 4 itself
     df = (spark.read.format("headwater")
           .option("kafka.bootstrap.servers", "agg-broker1:9092")
-          .option("subscribe", "page-views,clicks")          # or subscribePattern
+          .option("subscribe", "page-views,clicks")          # or subscribePattern, assign
           .option("startingOffsets", "earliest")             # latest, or {"t": {"0": 23}}
           .option("endingOffsets", "latest")
           .option("minPartitions", 8)
@@ -22,6 +22,11 @@ A secured cluster takes Kafka's client security properties with Spark's ``kafka.
 ``kafka.sasl.mechanism``, ``kafka.sasl.username``, ``kafka.sasl.password`` or
 ``kafka.sasl.jaas.config``); a secret may be ``file:/path`` or ``env:NAME`` (resolved where it is
 read; Spark redacts option values that mention a password in plans and logs).
+
+Every option as Spark's Kafka source spells it (``startingTimestamp``, ``startingOffsetsByTimestamp``,
+``endingOffsetsByTimestamp``, ``includeHeaders``, ...) is parsed and checked in
+:mod:`headwater.loader.options`; streaming reads are :mod:`headwater.loader.stream`, writes
+:mod:`headwater.loader.sink`.
 
 Columns as Spark's Kafka source: ``key`` and ``value`` (binary), ``topic``, ``partition``,
 ``offset``, ``timestamp``, ``timestampType`` (0 CreateTime, 1 LogAppendTime) and ``headers``
