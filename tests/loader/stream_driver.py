@@ -33,14 +33,23 @@ def main(argv: list[str]) -> int:
     for kv in extra:
         k, v = kv.split("=", 1)
         reader = reader.option(k, v)
-    q = (
-        reader.load()
-        .writeStream.format("parquet")
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start(out)
-    )
-    q.awaitTermination()
+    for attempt in range(1, 4):
+        q = (
+            reader.load()
+            .writeStream.format("parquet")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start(out)
+        )
+        try:
+            q.awaitTermination()
+            break
+        except Exception as e:
+            # Spark gives the query's planner process 10 s (fixed) to start and connect back; on a
+            # loaded machine it may not. The query resumes from its checkpoint.
+            if "failed to connect back" not in str(e) or attempt == 3:
+                raise
+            print(f"attempt {attempt}: {str(e).splitlines()[0]}; restarting the query", flush=True)
     print(f"caught up: {q.lastProgress and q.lastProgress['sources'][0]['endOffset']}", flush=True)
     spark.stop()
     return 0

@@ -73,6 +73,7 @@ def test_rate_limit_shares_the_cap_in_proportion() -> None:
     assert rate_limit(start, latest, 1000) == latest
 
 
+@pytest.mark.timeout(900)  # Spark (session start-up on first use, micro-batches): slow on a loaded machine
 def test_stream_max_offsets_per_trigger_available_now_and_restart(
     spark: Any, kafka: BrokerProcess, tmp_path: Path
 ) -> None:
@@ -110,6 +111,7 @@ def test_stream_max_offsets_per_trigger_available_now_and_restart(
     _check_rows(spark.read.parquet(str(out)).collect(), {**sent, **more}, "stream-views")
 
 
+@pytest.mark.timeout(900)  # Spark (session start-up on first use, micro-batches): slow on a loaded machine
 def test_stream_starts_latest_by_default_and_takes_new_partitions(spark: Any, kafka: BrokerProcess) -> None:
     """startingOffsets defaults to latest for a stream, as Spark's; a topic created later that matches
     subscribePattern is read from its start."""
@@ -143,6 +145,7 @@ def test_stream_starts_latest_by_default_and_takes_new_partitions(spark: Any, ka
         q.stop()
 
 
+@pytest.mark.timeout(900)  # Spark (session start-up on first use, micro-batches): slow on a loaded machine
 def test_spark_kafka_options(spark: Any, kafka: BrokerProcess) -> None:
     """assign, the timestamp options, includeHeaders, and a clear error naming each bad option."""
     sent = produce(kafka.bootstrap, "opts", 90)
@@ -237,6 +240,7 @@ def test_spark_kafka_options(spark: Any, kafka: BrokerProcess) -> None:
                 q.stop()
 
 
+@pytest.mark.timeout(900)  # Spark (session start-up on first use, micro-batches): slow on a loaded machine
 def test_writer_round_trip_batch_and_stream(spark: Any, kafka: BrokerProcess, tmp_path: Path) -> None:
     """write.format("headwater") and writeStream.format("headwater"): what is written reads back
     exactly (key, value, partition, headers), through the idempotent producer; bad columns fail."""

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+import pytest
 from confluent_kafka import Producer
 
 from tests.harness.broker import BrokerProcess
@@ -95,6 +96,8 @@ def _check_exactly_once(
         assert int(r["timestamp"].timestamp() * 1000) == ts  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # two Spark drivers, each its own JVM
 def test_readstream_killed_mid_stream_then_restarted_writes_every_record_once(
     broker_factory: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:
@@ -135,6 +138,8 @@ def test_readstream_killed_mid_stream_then_restarted_writes_every_record_once(
     _check_exactly_once(_sink_rows(out), sent, "stream-kill")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # two Spark drivers, each its own JVM
 def test_continuous_load_killed_after_publishing_then_restarted_loads_every_record_once(
     broker_factory: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:

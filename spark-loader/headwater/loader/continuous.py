@@ -53,6 +53,7 @@ log = logging.getLogger("headwater.loader.continuous")
 
 CHECKPOINT = "_headwater/checkpoint"
 TRIGGERS = {"hourly": "1 hour", "minutely": "1 minute"}
+PLANNER_ATTEMPTS = 3
 
 
 class CheckpointAheadError(RuntimeError):
@@ -211,14 +212,26 @@ def run_continuous(config: LoaderConfig, settings: StreamSettings, guard: LockGu
             if settings.available_now
             else writer.trigger(processingTime=settings.interval)
         )
-        query = writer.queryName("headwater-load").start()
-        log.info(
-            "streaming load of %s into %s: checkpoint %s, %s",
-            pattern,
-            config.warehouse,
-            checkpoint,
-            "until caught up (Trigger.AvailableNow)" if settings.available_now else f"a run every {settings.interval}",
-        )
-        query.awaitTermination()
+        for attempt in range(1, PLANNER_ATTEMPTS + 1):
+            query = writer.queryName("headwater-load").start()
+            log.info(
+                "streaming load of %s into %s: checkpoint %s, %s",
+                pattern,
+                config.warehouse,
+                checkpoint,
+                "until caught up (Trigger.AvailableNow)"
+                if settings.available_now
+                else f"a run every {settings.interval}",
+            )
+            try:
+                query.awaitTermination()
+                return
+            except Exception as e:
+                # Spark gives the query's Python planner process a fixed 10 s to start and connect
+                # back (PythonWorkerFactory); a loaded machine can miss it. The query resumes from
+                # its checkpoint, so starting it again is safe; any other failure ends the load.
+                if "failed to connect back" not in str(e) or attempt == PLANNER_ATTEMPTS:
+                    raise
+                log.warning("the query's planner process did not start in time (attempt %d): restarting it", attempt)
     finally:
         spark.stop()
