@@ -153,14 +153,14 @@ def test_continuous_load_killed_after_publishing_then_restarted_loads_every_reco
         "spark.master = local[2]\nspark.ui.enabled = false\nmaxOffsetsPerTrigger = 200\n"
     )
     cmd = [sys.executable, "-m", "headwater.cli.main", "load", "-c", str(config), "--available-now"]
-    killed = subprocess.run(
+    killed = subprocess.Popen(
         [*cmd, "--override", "headwater.test.kill.after=commit"],
         env=_env(),
-        capture_output=True,
-        timeout=600,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    out1 = killed.stdout.decode(errors="replace") + killed.stderr.decode(errors="replace")
+    out1 = killed.communicate(timeout=900)[0].decode(errors="replace")
     assert killed.returncode == -signal.SIGKILL, out1[-4000:]
     with contextlib.suppress(ProcessLookupError):
         os.killpg(killed.pid, signal.SIGKILL)  # its JVM, if it outlived the driver
@@ -168,7 +168,7 @@ def test_continuous_load_killed_after_publishing_then_restarted_loads_every_reco
     assert sorted(p.name for p in manifests.glob("*.json")) == ["00000000000000000001.json"]
     assert not list((warehouse / "_headwater" / "checkpoint" / "commits").glob("[0-9]*"))  # Spark never knew
 
-    again = subprocess.run(cmd, env=_env(), capture_output=True, timeout=600, start_new_session=True)
+    again = subprocess.run(cmd, env=_env(), capture_output=True, timeout=900, start_new_session=True)
     out2 = again.stdout.decode(errors="replace") + again.stderr.decode(errors="replace")
     assert again.returncode == 0, out2[-4000:]
     assert "batch 0: nothing new for the warehouse (published already)" in out2
