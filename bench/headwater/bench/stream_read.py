@@ -31,12 +31,18 @@ CHILD = textwrap.dedent(
     spark = (SparkSession.builder.master(master).appName("bench-headwater-stream")
              .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC").getOrCreate())
     t = time.perf_counter()
-    q = (spark.readStream.format("headwater").option("kafka.bootstrap.servers", bootstrap)
-         .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", cap)
-         .load().withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
-         .writeStream.format("parquet").partitionBy("date").option("checkpointLocation", checkpoint)
-         .trigger(availableNow=True).start(out))
-    q.awaitTermination()
+    for attempt in range(3):  # a planner process that missed Spark's fixed 10 s connect-back: again
+        q = (spark.readStream.format("headwater").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", cap)
+             .load().withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
+             .writeStream.format("parquet").partitionBy("date").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start(out))
+        try:
+            q.awaitTermination()
+            break
+        except Exception as e:
+            if "failed to connect back" not in str(e) or attempt == 2:
+                raise
     seconds = time.perf_counter() - t
     batches = sum(1 for p in q.recentProgress if p["numInputRows"])
     got = spark.read.parquet(out)
