@@ -425,6 +425,12 @@ def test_a_batch_kept_for_its_producer_loses_its_records_but_keeps_an_empty_head
     assert s.codec == Codec.NONE and s.max_timestamp == T0 + 5
     got = {r.key: r.value for r in read_all(lg) if r.key and r.key.startswith(b"k")}
     assert got == {b"k1": b"committed", b"k5": b"new"}
+    # a follower of the compacted log takes the empty headers as the leader serves them
+    follower = manager.create_log("c", 1, compacted())
+    stored = b"".join(seg.read_bytes(0, seg.size) for seg in lg.segments)
+    follower.append_as_follower(stored)
+    assert follower.log_end_offset == lg.log_end_offset
+    assert [h.records_count for h in batch_headers(follower)] == [h.records_count for h in batch_headers(lg)]
     # the producers' state is rebuilt from the empty headers: the next sequence follows on
     end = lg.log_end_offset
     manager.abort()
