@@ -289,7 +289,7 @@ def test_an_aborted_transaction_neither_removes_the_committed_value_nor_survives
     """Kafka's cleaner leaves aborted records out of the offset map and removes them (issue 41):
     here an aborted ``k1`` used to make the committed ``k1`` go and stay itself, so a read_committed
     consumer lost ``k1``. The ABORT marker is kept (with its .txnindex entry). (An aborted batch
-    that is one of its producer's five newest stays whole, as any such batch: hidden by its marker.)"""
+    that holds its producer's last sequence keeps an empty header: the test below.)"""
     lg = manager.create_log("c", 0, compacted())
     lg.append(keyed(("k1", "committed")), 0)  # offset 0
     aborted = encode_batch(

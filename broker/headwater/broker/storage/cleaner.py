@@ -24,7 +24,7 @@ Records without a key are kept. Transactions (issue 41, as Kafka 2.3's cleaner):
 an aborted transaction (a transactional batch of a producer between the first offset and the
 ABORT marker of an entry of the log's aborted-transaction index) are left out of the offset map --
 so they never make an older, committed record of their key go -- and removed, unless their batch
-is one of its producer's newest (below). A marker goes as Kafka 2.3's CleanedTransactionMetadata
+holds its producer's last sequence (below). A marker goes as Kafka 2.3's CleanedTransactionMetadata
 lets it: once no batch of its transaction is left before it (an earlier cleaning removed the
 aborted records, or compaction all the committed ones: :class:`TransactionsSeen`), and, like a
 tombstone, once its timestamp is older than ``delete.retention.ms``; never while it is its
@@ -38,9 +38,9 @@ deletion for at least that long. A batch whose records all stay is copied byte f
 that loses some is rebuilt with its base offset, last offset (kept even when its last record
 goes), codec, producer fields and partition leader epoch, and only the surviving records at
 their original offsets: offsets are never reassigned, gaps are normal. A batch that loses every
-record disappears, unless it is one of its idempotent producer's five newest batches (the
-producer state rebuilt from the log needs its sequence): that one stays as a header with no
-records (:func:`empty_batch`, Kafka's ``RETAIN_EMPTY``; Kafka keeps only the producer's last).
+record disappears, unless it holds its idempotent producer's last sequence (the producer state
+rebuilt from the log needs it): that one stays as a header with no records (:func:`empty_batch`,
+Kafka 2.3's ``RETAIN_EMPTY`` for the batch at a producer's last data offset).
 
 Crash safety -- the swap (file names beside the segments, base = the group's first base offset)::
 
@@ -310,7 +310,7 @@ class _Keep:
         self.offset_map = offset_map
         self.first_dirty = first_dirty
         self.tombstone_horizon_ms = tombstone_horizon_ms
-        self.protected = protected  # last offsets of idempotent producers' newest batches
+        self.protected = protected  # last offsets of the batches holding producers' last sequences
         #: producer id -> epoch, for producers whose last entry in the log is a marker (it stays)
         self.last_markers: dict[int, int] = {}
         self.seen = TransactionsSeen()
