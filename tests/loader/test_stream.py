@@ -260,13 +260,12 @@ def test_spark_kafka_options(spark: Any, kafka: BrokerProcess) -> None:
         with pytest.raises(Exception, match=message.replace("(", r"\(").replace(")", r"\)")):
             read(**options)
 
-    stream = spark.readStream.format("headwater").option("kafka.bootstrap.servers", kafka.bootstrap)
     for options, message in [
         ({"subscribe": "opts", "endingOffsets": "latest"}, "option endingOffsets is not valid in streaming queries"),
         ({"subscribe": "opts", "maxOffsetsPerTrigger": "0"}, "option maxOffsetsPerTrigger: 0 must be >= 1"),
         ({"subscribe": "opts", "maxTriggerDelay": "soon"}, "option maxTriggerDelay: 'soon' is not a duration"),
     ]:
-        s = stream
+        s = spark.readStream.format("headwater").option("kafka.bootstrap.servers", kafka.bootstrap)  # option() mutates
         for k, v in options.items():
             s = s.option(k, v)
         with pytest.raises(Exception, match=message):
