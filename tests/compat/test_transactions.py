@@ -184,7 +184,7 @@ CASES = [
     # the group coordinator's kill: kafka-python hangs there as for its transaction coordinator
     # (above); not run
     if (client, fault) != ("kafka-python", "group-coordinator")
-] + [pytest.param("headwater", "transaction-coordinator")]  # Headwater's own client (issue 41): one fault
+] + [pytest.param("headwater", f) for f in FAULTS]  # Headwater's own client (issue 41)
 
 
 @pytest.mark.parametrize(("client", "fault"), CASES)
