@@ -122,6 +122,28 @@ def test_consume_transform_produce_with_send_offsets(cluster: LocalCluster) -> N
     assert [o.offset for o in offsets] == [n // 2, n // 2], "the group's offsets committed with the outputs"
 
 
+def test_abort_without_flush_fails_the_records_not_sent(cluster: LocalCluster) -> None:
+    """Records still queued when abort_transaction() is called are failed, not sent (Java's
+    abortUndrainedBatches), and the abort returns: nothing of the transaction is visible."""
+    create_topics(cluster.bootstrap, "hw-undrained")
+
+    async def run() -> None:
+        async with Producer(cluster.bootstrap, transactional_id="hw-undrained-app", linger_ms=10_000) as p:
+            await p.init_transactions()
+            p.begin_transaction()
+            futs = [await p.send("hw-undrained", f"a{i}".encode(), partition=i % 2) for i in range(10)]
+            await p.abort_transaction()
+            for f in futs:
+                with pytest.raises(KafkaError, match="aborted"):
+                    await f
+            p.begin_transaction()
+            await p.send("hw-undrained", b"kept", partition=0)
+            await p.commit_transaction()
+
+    asyncio.run(run())
+    assert read_all(cluster.bootstrap, "hw-undrained", 2, "read_committed") == [b"kept"]
+
+
 def test_second_producer_fences_the_first(cluster: LocalCluster) -> None:
     create_topics(cluster.bootstrap, "hw-fence")
 

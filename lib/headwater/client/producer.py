@@ -782,8 +782,13 @@ class Producer:
                 self._stale_topics.add(tp[0])
                 continue
             txn = self.transaction
-            if txn is not None:
-                if batch.encoded is None and (self._producer_id < 0 or not txn.need_partition(tp)):
+            if txn is not None and batch.encoded is None:
+                if not txn.sending():  # aborting or failed: never sent (Java's abortUndrainedBatches)
+                    error = txn.undrained_error()
+                    while queue and queue[0].encoded is None:
+                        self._fail(queue.popleft(), error)
+                    continue
+                if self._producer_id < 0 or not txn.need_partition(tp):
                     continue  # AddPartitionsToTxn first: it wakes the sender when answered
             elif self.idempotent and batch.encoded is None and self._producer_id < 0:
                 self._init_producer_id()  # wakes the sender when it has one

@@ -106,7 +106,10 @@ class TransactionManager:
         if self.state is S.FATAL_ERROR:
             return
         code = error.code if isinstance(error, KafkaError) else None
-        if code is not None and int(code) in FENCED_CODES | FATAL_CODES:
+        # fenced is fatal whenever it is heard; the other fatal codes only from a live transaction
+        # (a batch failed by an abort carries INVALID_TXN_STATE: the abort goes on)
+        fatal = FENCED_CODES | (FATAL_CODES if self.sending() else set())
+        if code is not None and int(code) in fatal:
             self.last_error = self._fatal_error(code)
             self._transition(S.FATAL_ERROR)
         elif self.state in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION, S.ABORTABLE_ERROR):
@@ -236,6 +239,17 @@ class TransactionManager:
         self.started = False
         self.last_error = None
         self._transition(S.IN_TRANSACTION)
+
+    def sending(self) -> bool:
+        """Whether new batches may be sent: the transaction is open or committing."""
+        return self.state is S.IN_TRANSACTION or self.state is S.COMMITTING_TRANSACTION
+
+    def undrained_error(self) -> KafkaError:
+        """What a batch not yet sent fails with when the transaction is aborted or failed."""
+        if isinstance(self.last_error, KafkaError) and self.state is S.FATAL_ERROR:
+            return self.last_error
+        why = f": {self.last_error}" if self.last_error is not None else ""
+        return KafkaError(ErrorCode.INVALID_TXN_STATE, f"not sent: the transaction is being aborted{why}")
 
     def need_partition(self, tp: TP) -> bool:
         """Whether a batch of ``tp`` may be sent now; else AddPartitionsToTxn is (being) sent."""
