@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import re
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -39,11 +40,12 @@ from headwater.protocol.frames import decode_response, encode_request
 from headwater.protocol.records.record import Record, iter_batches
 from headwater.testing import java
 from headwater.testing.cluster import LocalBroker, metadata_broker_ids
-from headwater.testing.kafka import KafkaBroker
+from headwater.testing.kafka import JARS, KafkaBroker, broker_jdk
 from headwater.testing.zookeeper import ZooKeeperServer
 from headwater.zk import paths
+from headwater.zk.config import decode_entity_config
 from headwater.zk.controller import decode_controller
-from headwater.zk.topics import PartitionState, decode_partition_state
+from headwater.zk.topics import PartitionState, decode_assignment, decode_partition_state
 from tests.harness.broker import BrokerProcess
 
 #: Kafka's ``Request.DebuggingConsumerId``: a fetch that may read a follower, up to its log end.
@@ -66,23 +68,29 @@ SETTINGS: dict[str, object] = {
     "default.replication.factor": 3,
 }
 
-#: Lines of the Kafka brokers' logs that are no difference of Headwater's, each with its reason; a
-#: regular expression per line.
+#: Lines of the Kafka brokers' logs that are no difference of Headwater's, each with its reason (a
+#: regular expression searched in the line).
 ALLOWED: dict[str, str] = {
-    # a kill -9 or a stop of a broker, or leadership moving away from a follower's leader: the
-    # follower's fetcher loses its connection (Kafka logs it at WARN, with the exception)
-    r"Connection to node \d+ \(.*\) could not be established": "a broker the test stopped or killed",
-    r"Error in response for fetch request .*java\.io\.IOException: Connection to \d+ was disconnected": (
-        "the follower's leader was stopped or killed by the test"
-    ),
-    r"Error sending fetch request .*java\.io\.IOException: Connection to \d+ was disconnected": (
-        "the follower's leader was stopped or killed by the test"
-    ),
-    r"Client session timed out": "the test paused the broker (make_controller) or ZooKeeper was slow",
     r"No meta\.properties file under dir": "a broker's first start (Kafka writes it then)",
     r"Attempting to send response via channel for which there is no open connection": (
         "a client (the writer, a probe of the test) closed its connection before the answer"
     ),
+    r"Client was shutdown before response was read": "a follower's fetcher stopped (leader change, shutdown)",
+    r"Client session timed out, have not heard from server": "the test paused the broker (make_controller)",
+    r"Retrying controlled shutdown after the previous attempt failed": (
+        "the last Kafka broker of the cluster stopping at teardown has nowhere to move its leaders"
+    ),
+}
+
+#: Lines allowed when they concern a broker the test stopped or killed since :meth:`MixedCluster.mark`
+#: (``{id}``: that broker's id): its peers and the controller lose their connections to it.
+ALLOWED_DOWN: dict[str, str] = {
+    r"Connection to node {id} \(.*\) could not be established": "the broker is down",
+    r"Connection to 127\.0\.0\.1:\d+ \(id: {id} rack: null\) failed": "the broker is down",
+    r"Connection to {id} was disconnected before the response was read": "the broker went down mid-request",
+    r"connection to broker \S+ \(id: {id} rack: null\) was unsuccessful": "the controller's link to it",
+    r"fails to send request .* to broker \S+ \(id: {id} rack: null\)": "the controller's link to it",
+    r"leaderId={id}, fetcherId=\d+\] Error (in response for|sending) fetch request": "a follower of it",
 }
 
 #: A line allowed when the same broker's line before it matches the second pattern (``{tp}``: the
@@ -128,8 +136,9 @@ class MixedCluster:
             i: HeadwaterBroker(workdir, i, self.zk_connect, **settings) for i in headwater_ids
         }
         self.zk = KazooClient(hosts=self.zk_connect, timeout=10)
-        # Kafka's own ``log.dirs`` lives under kafka-<id>/; Headwater's under broker-<id>-logs
-        self._log_marks: dict[int, int] = {}
+        #: where each Kafka log file stood at :meth:`mark`, and the brokers downed since
+        self._log_marks: dict[Path, int] = {}
+        self.downed: set[int] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -205,12 +214,19 @@ class MixedCluster:
     # -- faults ----------------------------------------------------------------------------------
 
     def kill9(self, broker_id: int) -> None:
+        self.downed.add(broker_id)
         self.broker(broker_id).kill9()
+
+    def stop_broker(self, broker_id: int) -> None:
+        """SIGTERM: a controlled shutdown through whichever controller there is."""
+        self.downed.add(broker_id)
+        self.broker(broker_id).stop()
 
     def restart(self, broker_id: int, timeout: float = 120.0) -> None:
         """Start a stopped or killed broker again on its log directory; wait until every broker
         knows it."""
         b = self.broker(broker_id)
+        self.downed.add(broker_id)
         b.stop(timeout=5)
         b.start(wait=False)
         if isinstance(b, KafkaBroker):
@@ -236,6 +252,36 @@ class MixedCluster:
                 b.proc.send_signal(18)  # type: ignore[union-attr]  # SIGCONT
         self.wait_metadata(timeout)
 
+    def kafka_tool(self, main_class: str, *args: str, timeout: float = 120.0) -> str:
+        """Run one of Kafka 2.3.1's own admin tools (``kafka.admin.ReassignPartitionsCommand``) from
+        the pinned jars, as ``kafka-run-class.sh`` does; its output. Fails on a non-zero exit."""
+        cmd = [
+            str(broker_jdk() / "bin" / "java"),
+            "-Xmx192m",
+            "-Dzookeeper.sasl.client=false",
+            f"-Dlog4j.configuration={self._tool_log4j().as_uri()}",
+            "-cp",
+            java.classpath(JARS),
+            main_class,
+            *args,
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"{main_class} {' '.join(args)} exited {proc.returncode}:\n{out}"
+        return out
+
+    def _tool_log4j(self) -> Path:
+        f = self.workdir / "tools-log4j.properties"
+        if not f.exists():
+            f.write_text(
+                "log4j.rootLogger=WARN, stderr\n"
+                "log4j.appender.stderr=org.apache.log4j.ConsoleAppender\n"
+                "log4j.appender.stderr.Target=System.err\n"
+                "log4j.appender.stderr.layout=org.apache.log4j.PatternLayout\n"
+                "log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
+            )
+        return f
+
     # -- ZooKeeper's view ------------------------------------------------------------------------
 
     def controller(self) -> int | None:
@@ -248,6 +294,18 @@ class MixedCluster:
     def state(self, topic: str, partition: int) -> PartitionState:
         data, _ = self.zk.get(paths.partition_state_path(topic, partition))
         return decode_partition_state(topic, partition, data)
+
+    def assignment(self, topic: str) -> dict[int, list[int]]:
+        data, _ = self.zk.get(paths.topic_path(topic))
+        return {p: list(r) for p, r in decode_assignment(topic, data).partitions.items()}
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        path = paths.topic_config_path(topic)
+        return decode_entity_config(path, self.zk.get(path)[0])
+
+    def broker_config(self, broker_id: int) -> dict[str, str]:
+        path = paths.broker_config_path(str(broker_id))
+        return decode_entity_config(path, self.zk.get(path)[0]) if self.zk.exists(path) else {}
 
     @staticmethod
     def wait_for(cond: Callable[[], object], timeout: float, what: str) -> None:
@@ -317,35 +375,60 @@ class MixedCluster:
 
     # -- what Kafka's code said ------------------------------------------------------------------
 
+    def mark(self) -> None:
+        """From here on, :meth:`kafka_problems` reads only new lines, and allows lines about the
+        brokers downed after this."""
+        self.downed.clear()
+        for k in self.kafka.values():
+            for f in (k.dir / "server.log", k.output):
+                self._log_marks[f] = f.stat().st_size if f.exists() else 0
+
     def kafka_log_lines(self) -> Iterator[tuple[int, str]]:
-        """Each (broker id, line) of the Kafka brokers' server.log and console output."""
+        """Each (broker id, line) of the Kafka brokers' server.log since :meth:`mark`, then what else
+        their JVMs printed (the console's lines that are not log4j's: those are in server.log)."""
         for i, k in self.kafka.items():
             for f in (k.dir / "server.log", k.output):
                 try:
-                    text = f.read_text(errors="replace")
+                    with open(f, "rb") as fh:
+                        fh.seek(self._log_marks.get(f, 0))
+                        text = fh.read().decode(errors="replace")
                 except OSError:
                     continue
                 for line in text.splitlines():
+                    if f == k.output and re.match(r"\[\d{4}-", line):
+                        continue
                     yield i, line
 
     def kafka_problems(self, allowed: Mapping[str, str] | None = None) -> list[str]:
-        """ERROR and WARN lines (and exception lines) of the Kafka brokers not allowed with a reason."""
+        """The Kafka brokers' ERROR, WARN and FATAL lines and any line naming an exception, since
+        :meth:`mark`, that :data:`ALLOWED`, :data:`ALLOWED_DOWN`, :data:`ALLOWED_AFTER` and
+        ``allowed`` (pattern: reason) do not explain. An exception's own line right under a line
+        explained is explained with it."""
         allow = [re.compile(p) for p in {**ALLOWED, **(allowed or {})}]
+        allow += [re.compile(p.format(id=d)) for p in ALLOWED_DOWN for d in sorted(self.downed)]
         out = []
-        previous: dict[int, str] = {}
+        previous: dict[int, tuple[str, bool]] = {}
         for i, line in self.kafka_log_lines():
-            before, previous[i] = previous.get(i, ""), line
-            if not (re.match(r"\[[^\]]*\] (ERROR|WARN|FATAL)", line) or "Exception" in line):
-                continue
-            if any(a.search(line) for a in allow):
-                continue
-            if any(
-                (m := re.search(p, line)) and re.search(after.format(tp=re.escape(m["tp"])), before)
-                for p, (after, _) in ALLOWED_AFTER.items()
-            ):
-                continue
-            out.append(f"kafka-{i}: {line}")
+            before, before_explained = previous.get(i, ("", True))
+            explained = self._explained(line, before, before_explained, allow)
+            previous[i] = (line, explained)
+            if not explained:
+                out.append(f"kafka-{i}: {line}")
         return list(dict.fromkeys(out))
+
+    @staticmethod
+    def _explained(line: str, before: str, before_explained: bool, allow: list[re.Pattern[str]]) -> bool:
+        if not (re.match(r"\[[^\]]*\] (ERROR|WARN|FATAL)", line) or "Exception" in line):
+            return True  # nothing to explain
+        if any(a.search(line) for a in allow):
+            return True
+        if any(
+            (m := re.search(p, line)) and re.search(after.format(tp=re.escape(m["tp"])), before)
+            for p, (after, _) in ALLOWED_AFTER.items()
+        ):
+            return True
+        # ``java.io.IOException: ...`` printed under the log line it belongs to
+        return bool(re.match(r"(java|org|kafka|scala)\.\S+: ", line)) and before_explained
 
 
 class AckedWriter:
@@ -353,7 +436,7 @@ class AckedWriter:
     until :meth:`close`; ``acked`` maps (topic, partition) to {offset: value} of what the cluster
     acknowledged; ``failed`` counts the records it did not."""
 
-    def __init__(self, bootstrap: str, topics: list[str], pause_s: float = 0.01, **config: Any) -> None:
+    def __init__(self, bootstrap: str, topics: list[str], pause_s: float = 0.02, **config: Any) -> None:
         self.topics = topics
         self.pause_s = pause_s
         self.acked: dict[tuple[str, int], dict[int, bytes]] = {}
@@ -394,7 +477,8 @@ class AckedWriter:
                 except BufferError:
                     pass
             i += 1
-            self.producer.poll(self.pause_s)
+            self.producer.poll(0)
+            self._stop.wait(self.pause_s)
         self.producer.flush(120)
 
     def close(self) -> None:
