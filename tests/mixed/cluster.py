@@ -27,6 +27,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -217,22 +218,27 @@ class MixedCluster:
         self.downed.add(broker_id)
         self.broker(broker_id).kill9()
 
-    def stop_broker(self, broker_id: int) -> None:
-        """SIGTERM: a controlled shutdown through whichever controller there is."""
-        self.downed.add(broker_id)
-        self.broker(broker_id).stop()
+    def stop_broker(self, *broker_ids: int) -> None:
+        """SIGTERM to each (at once): a controlled shutdown through whichever controller there is;
+        returns when all exited."""
+        self.downed.update(broker_ids)
+        with ThreadPoolExecutor(len(broker_ids)) as pool:
+            list(pool.map(lambda i: self.broker(i).stop(), broker_ids))
 
-    def restart(self, broker_id: int, timeout: float = 120.0) -> None:
-        """Start a stopped or killed broker again on its log directory; wait until every broker
-        knows it."""
-        b = self.broker(broker_id)
-        self.downed.add(broker_id)
-        b.stop(timeout=5)
-        b.start(wait=False)
-        if isinstance(b, KafkaBroker):
-            b.wait_ready({broker_id}, timeout)
-        else:
-            b.wait_ready(timeout)
+    def restart(self, *broker_ids: int, timeout: float = 120.0) -> None:
+        """Start stopped or killed brokers again (at once) on their log directories; wait until
+        every broker knows them."""
+        self.downed.update(broker_ids)
+        for i in broker_ids:
+            b = self.broker(i)
+            b.stop(timeout=5)
+            b.start(wait=False)
+        for i in broker_ids:
+            b = self.broker(i)
+            if isinstance(b, KafkaBroker):
+                b.wait_ready({i}, timeout)
+            else:
+                b.wait_ready(timeout)
         self.wait_metadata(timeout)
 
     def make_controller(self, broker_id: int, timeout: float = 60.0) -> None:
@@ -428,7 +434,7 @@ class MixedCluster:
         ):
             return True
         # ``java.io.IOException: ...`` printed under the log line it belongs to
-        return bool(re.match(r"(java|org|kafka|scala)\.\S+: ", line)) and before_explained
+        return bool(re.match(r"(java|org|kafka|scala)\.[\w.$]+(: |$)", line)) and before_explained
 
 
 class AckedWriter:

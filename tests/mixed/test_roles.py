@@ -56,13 +56,11 @@ def test_followers_cross(mixed: MixedCluster) -> None:
     create(mixed, "h-leads", [4, 1, 2])  # Headwater leader, Kafka followers
     with AckedWriter(mixed.bootstrap, ["k-leads", "h-leads"]) as writer:
         writer.wait_acked(200)
-        mixed.stop_broker(3)  # a controlled shutdown through the Kafka controller
-        mixed.stop_broker(1)
+        mixed.stop_broker(3, 1)  # controlled shutdowns through the Kafka controller
         mixed.wait_for(lambda: not in_isr(mixed, "k-leads", 3), 60, "Headwater 3 out of k-leads' ISR")
         mixed.wait_for(lambda: not in_isr(mixed, "h-leads", 1), 60, "Kafka 1 out of h-leads' ISR")
         writer.wait_acked(200)  # written while they are away: they must fetch it to rejoin
-        mixed.restart(3)
-        mixed.restart(1)
+        mixed.restart(3, 1)
         # the Kafka leader takes the Headwater follower back and the Headwater leader the Kafka one
         mixed.wait_for(lambda: in_isr(mixed, "k-leads", 3), 90, "Headwater 3 back in k-leads' ISR (Kafka leader 2)")
         mixed.wait_for(lambda: in_isr(mixed, "h-leads", 1), 90, "Kafka 1 back in h-leads' ISR (Headwater leader 4)")
