@@ -26,6 +26,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -78,6 +79,15 @@ ALLOWED: dict[str, str] = {
     ),
     r"Client was shutdown before response was read": "a follower's fetcher stopped (leader change, shutdown)",
     r"Client session timed out, have not heard from server": "the test paused the broker (make_controller)",
+    r"Error for partition \S+ at offset 0 \(kafka\.server\.ReplicaFetcherThread\)": (
+        "a new partition's follower fetched before its leader had made the partition (the controller"
+        " sends each replica its LeaderAndIsr at once; with UNKNOWN_TOPIC_OR_PARTITION Kafka retries)"
+    ),
+    r"failed to record follower \d+'s position -1 since the replica is not recognized": (
+        "a new replica (a reassignment's) fetched before its leader applied the LeaderAndIsr naming it: the"
+        " controller sends both at once, and a Headwater controller reaches itself without a network hop;"
+        " Kafka answers empty and the follower fetches again"
+    ),
     r"Retrying controlled shutdown after the previous attempt failed": (
         "the last Kafka broker of the cluster stopping at teardown has nowhere to move its leaders"
     ),
@@ -94,7 +104,7 @@ ALLOWED_DOWN: dict[str, str] = {
     r"leaderId={id}, fetcherId=\d+\] Error (in response for|sending) fetch request": "a follower of it",
 }
 
-#: A line allowed when the same broker's line before it matches the second pattern (``{tp}``: the
+#: A line allowed when one of the same broker's 50 lines before it matches the second pattern (``{tp}``: the
 #: partition of the first): Kafka's follower meeting a leader that already has the next leader
 #: epoch (FENCED_LEADER_EPOCH) parks the partition until its own LeaderAndIsr comes, as it does
 #: with a Kafka leader: the controller sends both, in no particular order.
@@ -413,23 +423,25 @@ class MixedCluster:
         allow = [re.compile(p) for p in {**ALLOWED, **(allowed or {})}]
         allow += [re.compile(p.format(id=d)) for p in ALLOWED_DOWN for d in sorted(self.downed)]
         out = []
-        previous: dict[int, tuple[str, bool]] = {}
+        previous_explained: dict[int, bool] = {}
+        recent: dict[int, deque[str]] = {}
         for i, line in self.kafka_log_lines():
-            before, before_explained = previous.get(i, ("", True))
-            explained = self._explained(line, before, before_explained, allow)
-            previous[i] = (line, explained)
+            lines = recent.setdefault(i, deque(maxlen=50))
+            explained = self._explained(line, lines, previous_explained.get(i, True), allow)
+            previous_explained[i] = explained
+            lines.append(line)
             if not explained:
                 out.append(f"kafka-{i}: {line}")
         return list(dict.fromkeys(out))
 
     @staticmethod
-    def _explained(line: str, before: str, before_explained: bool, allow: list[re.Pattern[str]]) -> bool:
+    def _explained(line: str, recent: deque[str], before_explained: bool, allow: list[re.Pattern[str]]) -> bool:
         if not (re.match(r"\[[^\]]*\] (ERROR|WARN|FATAL)", line) or "Exception" in line):
             return True  # nothing to explain
         if any(a.search(line) for a in allow):
             return True
         if any(
-            (m := re.search(p, line)) and re.search(after.format(tp=re.escape(m["tp"])), before)
+            (m := re.search(p, line)) and any(re.search(after.format(tp=re.escape(m["tp"])), b) for b in recent)
             for p, (after, _) in ALLOWED_AFTER.items()
         ):
             return True
@@ -438,15 +450,20 @@ class MixedCluster:
 
 
 class AckedWriter:
-    """librdkafka (acks=all) writing to ``topics`` on a thread, a record every ``pause_s`` per topic,
-    until :meth:`close`; ``acked`` maps (topic, partition) to {offset: value} of what the cluster
-    acknowledged; ``failed`` counts the records it did not."""
+    """librdkafka (acks=all) writing to ``topics`` on a thread, a record per topic every ``pause_s``
+    with at most ``max_in_flight`` unanswered (so that the final flush is short however slow the
+    cluster is), until :meth:`close`; ``acked`` maps (topic, partition) to {offset: value} of what the
+    cluster acknowledged; ``failed`` counts the records it did not."""
 
-    def __init__(self, bootstrap: str, topics: list[str], pause_s: float = 0.02, **config: Any) -> None:
+    def __init__(
+        self, bootstrap: str, topics: list[str], pause_s: float = 0.01, max_in_flight: int = 100, **config: Any
+    ) -> None:
         self.topics = topics
         self.pause_s = pause_s
+        self.max_in_flight = max_in_flight
         self.acked: dict[tuple[str, int], dict[int, bytes]] = {}
         self.failed = 0
+        self.produced = 0
         self._stop = threading.Event()
         self.producer = Producer(
             {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "message.timeout.ms": 120000, **config}
@@ -477,12 +494,14 @@ class AckedWriter:
     def _run(self) -> None:
         i = 0
         while not self._stop.is_set():
-            for t in self.topics:
-                try:
-                    self.producer.produce(t, value=f"{t}-{i}".encode(), on_delivery=self._done)
-                except BufferError:
-                    pass
-            i += 1
+            if self.produced - self.count() - self.failed < self.max_in_flight:
+                for t in self.topics:
+                    try:
+                        self.producer.produce(t, value=f"{t}-{i}".encode(), on_delivery=self._done)
+                        self.produced += 1
+                    except BufferError:
+                        pass
+                i += 1
             self.producer.poll(0)
             self._stop.wait(self.pause_s)
         self.producer.flush(120)

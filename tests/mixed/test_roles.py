@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from headwater.zk import paths
 from tests.mixed.cluster import AckedWriter, MixedCluster
 
 
@@ -48,6 +49,23 @@ def assert_kafka_quiet(mixed: MixedCluster) -> None:
     assert not problems, "Kafka logged:\n" + "\n".join(problems[:40])
 
 
+def test_zookeeper_documents_match(mixed: MixedCluster) -> None:
+    """A Headwater broker registers in /brokers/ids with the document a Kafka 2.3.1 broker writes:
+    the same keys, version and value types (only the values that are each broker's own differ)."""
+
+    def registration(broker: int) -> dict[str, object]:
+        data, _ = mixed.zk.get(paths.broker_path(broker))
+        return dict(json.loads(data))
+
+    kafka, headwater = registration(1), registration(3)
+    assert sorted(headwater) == sorted(kafka)
+    assert {k: type(v) for k, v in headwater.items()} == {k: type(v) for k, v in kafka.items()}
+    same = ("version", "jmx_port", "listener_security_protocol_map", "host")
+    assert {k: headwater[k] for k in same} == {k: kafka[k] for k in same}
+    assert headwater["endpoints"] == [f"PLAINTEXT://127.0.0.1:{mixed.broker(3).port}"]
+    assert_kafka_quiet(mixed)
+
+
 def test_followers_cross(mixed: MixedCluster) -> None:
     """A Headwater follower replicates from a Kafka leader and rejoins the ISR after a restart; a
     Kafka follower does the same from a Headwater leader (under a Kafka controller)."""
@@ -55,16 +73,16 @@ def test_followers_cross(mixed: MixedCluster) -> None:
     create(mixed, "k-leads", [2, 3, 4])  # Kafka leader, Headwater followers
     create(mixed, "h-leads", [4, 1, 2])  # Headwater leader, Kafka followers
     with AckedWriter(mixed.bootstrap, ["k-leads", "h-leads"]) as writer:
-        writer.wait_acked(200)
+        writer.wait_acked(100)
         mixed.stop_broker(3, 1)  # controlled shutdowns through the Kafka controller
         mixed.wait_for(lambda: not in_isr(mixed, "k-leads", 3), 60, "Headwater 3 out of k-leads' ISR")
         mixed.wait_for(lambda: not in_isr(mixed, "h-leads", 1), 60, "Kafka 1 out of h-leads' ISR")
-        writer.wait_acked(200)  # written while they are away: they must fetch it to rejoin
+        writer.wait_acked(100)  # written while they are away: they must fetch it to rejoin
         mixed.restart(3, 1)
         # the Kafka leader takes the Headwater follower back and the Headwater leader the Kafka one
         mixed.wait_for(lambda: in_isr(mixed, "k-leads", 3), 90, "Headwater 3 back in k-leads' ISR (Kafka leader 2)")
         mixed.wait_for(lambda: in_isr(mixed, "h-leads", 1), 90, "Kafka 1 back in h-leads' ISR (Headwater leader 4)")
-        writer.wait_acked(200)
+        writer.wait_acked(100)
     assert writer.failed == 0
     mixed.assert_replicas_hold("k-leads", 0, writer.acked[("k-leads", 0)], [2, 3, 4])
     mixed.assert_replicas_hold("h-leads", 0, writer.acked[("h-leads", 0)], [4, 1, 2])
