@@ -6,12 +6,12 @@ reads every replica's own copy (a debugging-consumer fetch from each broker) and
 acknowledged record at its offset in each, and ends with what Kafka's code logged: no ERROR, WARN
 or exception line beyond the reasons in tests.mixed.cluster.ALLOWED.
 
-Times on this 2-core machine shared with other test runs (load average 60-130), five runs: the
-cluster's start 15-42 s; test_zookeeper_documents_match <0.1 s; test_followers_cross 43-89 s
+Times on this 2-core machine shared with other test runs (load average 60-150), 4-6 runs each:
+the cluster's start 15-41 s; test_zookeeper_documents_match <0.1 s; test_followers_cross 43-89 s
 (median 64); test_kafka_controller_elects_headwater_leader 29-62 s (median 46);
-test_headwater_controller_elects_kafka_leader 18-31 s (median 24);
-test_headwater_controller_drives_kafka 40-114 s (median 87, slow: two restarts of a Kafka JVM and
-two runs of Kafka's tools); the module 3.2-5.1 min.
+test_headwater_controller_elects_kafka_leader 18-31 s (median 26);
+test_headwater_controller_drives_kafka 40-114 s (median 86, slow: two restarts of a Kafka JVM and
+two runs of Kafka's tools); the module 3.5-4.8 min.
 """
 
 from __future__ import annotations
