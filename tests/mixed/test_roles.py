@@ -6,12 +6,12 @@ reads every replica's own copy (a debugging-consumer fetch from each broker) and
 acknowledged record at its offset in each, and ends with what Kafka's code logged: no ERROR, WARN
 or exception line beyond the reasons in tests.mixed.cluster.ALLOWED.
 
-Times on this 2-core machine shared with other test runs (load average 60-150), 4-6 runs each:
+Times on this 2-core machine shared with other test runs (load average 60-150), 6-8 runs each:
 the cluster's start 15-41 s; test_zookeeper_documents_match <0.1 s; test_followers_cross 43-89 s
-(median 64); test_kafka_controller_elects_headwater_leader 29-62 s (median 46);
-test_headwater_controller_elects_kafka_leader 18-31 s (median 26);
-test_headwater_controller_drives_kafka 40-114 s (median 86, slow: two restarts of a Kafka JVM and
-two runs of Kafka's tools); the module 3.5-4.8 min.
+(median 60); test_kafka_controller_elects_headwater_leader 29-62 s (median 46);
+test_headwater_controller_elects_kafka_leader 18-35 s (median 28);
+test_headwater_controller_drives_kafka 40-114 s (median 86, slow: a restart of a Kafka JVM and
+three runs of Kafka's tools); the module 3.5-5.2 min (median 4.5, five runs).
 """
 
 from __future__ import annotations
