@@ -79,10 +79,10 @@ class PartitionSpec:
             # The last header of that name wins, as Kafka's Headers.lastHeader (map_from_entries
             # keeps the last duplicate under spark.sql.mapKeyDedupPolicy=LAST_WIN only, so filter).
             raw = F.try_element_at(F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name)), F.lit(-1))
-            text = F.decode(raw["value"], "UTF-8")
+            text = raw["value"].cast("string")  # decode() fails the job on bytes that are not UTF-8
             ms = text.try_cast("bigint")
         else:
-            text = F.get_json_object(F.decode(F.col("value"), "UTF-8"), name)
+            text = F.get_json_object(F.col("value").cast("string"), name)
             ms = text.try_cast("bigint")
         parsed = F.when(ms.isNotNull(), F.timestamp_millis(ms))
         if kind == "value":
