@@ -70,7 +70,7 @@ from headwater.client.security import ClientSecurity, SecurityConfigError, clust
 from headwater.loader.bounds import Deadline, RunBounds, parse_bounds, rounds, share
 from headwater.loader.lock import LockGuard
 from headwater.loader.offsets import EARLIEST, DataLoss, OffsetRange, resolve, to_json
-from headwater.loader.partitioning import PartitionSpec, parse_partitioning, touched
+from headwater.loader.partitioning import PartitionSpec, dashboard_link, parse_partitioning, touched
 from headwater.loader.warehouse import LEGACY_STAGING, STAGING_PREFIX, Warehouse, run_name
 
 log = logging.getLogger("headwater.loader")
@@ -112,6 +112,7 @@ class LoaderConfig:
     audit_signing_key: bytes | None = field(default=None, repr=False)
     partitioning: PartitionSpec = field(default_factory=PartitionSpec)  # output.partition.*, output.timezone
     bounds: RunBounds = field(default_factory=RunBounds)  # max.records.per.run, max.duration.per.run
+    dashboard_url: str | None = None  # audit.dashboard.url: logged links to the newest partition loaded
 
 
 def parse_config(props: dict[str, str]) -> LoaderConfig:
@@ -190,6 +191,7 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         audit_signing_key=audit_signing_key,
         partitioning=partitioning,
         bounds=bounds,
+        dashboard_url=props.get("audit.dashboard.url", "").strip() or None,
     )
 
 
@@ -552,8 +554,25 @@ def _publish(
     wh.commit(run)
     _test_kill(config, "commit")
     log.info("run %d published: %d rename(s); next run starts at its end offsets", run, len(manifest["files"]))
+    _log_newest(run, manifest, config)
     _drop_staging(wh, run)
     _publish_audit(wh, run, manifest, config)
+
+
+def _log_newest(run: int, manifest: dict[str, Any], config: LoaderConfig) -> None:
+    """One line per topic: the newest partition directory the run wrote (``date=.../hour=...``),
+    with the audit dashboard's page of that hour or day when ``audit.dashboard.url`` is set."""
+    zone = manifest.get("partitioning", {}).get("timezone", "UTC")
+    for topic, dirs in sorted(manifest.get("partitions", {}).items()):
+        if not dirs:
+            continue
+        newest = f"{topic}/run={run_name(run)}/{max(dirs)}"
+        link = (
+            f" (audit dashboard: {dashboard_link(config.dashboard_url, topic, max(dirs), zone)})"
+            if config.dashboard_url
+            else ""
+        )
+        log.info("run %d: newest partition loaded: %s%s", run, newest, link)
 
 
 def _test_kill(config: LoaderConfig, step: str) -> None:

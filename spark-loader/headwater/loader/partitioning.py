@@ -40,7 +40,9 @@ __all__ = [
     "GRANULARITIES",
     "PartitionConfigError",
     "PartitionSpec",
+    "dashboard_link",
     "parse_partitioning",
+    "partition_start_ms",
     "touched",
 ]
 
@@ -143,3 +145,25 @@ def touched(files: list[str], staging: str) -> list[str]:
         if parts and all("=" in p for p in parts):
             out.add("/".join(parts))
     return sorted(out)
+
+
+def partition_start_ms(directory: str, timezone: str = "UTC") -> int:
+    """The first instant (ms since the epoch) of a partition directory, ``date=YYYY-MM-DD`` or
+    ``date=YYYY-MM-DD/hour=HH``, read in ``timezone`` (a repeated local hour: its first instance)."""
+    import datetime
+
+    fields = dict(part.split("=", 1) for part in directory.split("/"))
+    day = datetime.date.fromisoformat(fields["date"])
+    local = datetime.datetime(
+        day.year, day.month, day.day, int(fields.get("hour", 0)), tzinfo=zoneinfo.ZoneInfo(timezone)
+    )
+    return int(local.timestamp() * 1000)
+
+
+def dashboard_link(base_url: str, topic: str, directory: str, timezone: str = "UTC") -> str:
+    """The audit dashboard's page of ``topic`` from the start of a partition directory (the
+    producer, cluster and warehouse tiers' counts of its windows side by side)."""
+    from urllib.parse import urlencode
+
+    query = urlencode({"topic": topic, "from": partition_start_ms(directory, timezone)})
+    return f"{base_url.rstrip('/')}/topic?{query}"
