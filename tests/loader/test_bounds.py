@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import itertools
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -77,6 +79,42 @@ def test_settings_and_their_errors() -> None:
     ]:
         with pytest.raises(LoaderConfigError, match=f"^{re.escape(key)}: {re.escape(message)}"):
             parse_config({**base, key: value})
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (["--max-duration-per-run", "4hours"], "max.duration.per.run: '4hours' is not a duration"),
+        (["--max-records-per-run", "-3"], "max.records.per.run: '-3' is not a whole number of records"),
+        (["--partition-granularity", "week"], "output.partition.granularity: 'week' is not hour or day"),
+        (["--timezone", "Mars/Olympus"], "output.timezone: 'Mars/Olympus' is not an IANA time zone name"),
+    ],
+)
+def test_cli_flags_set_the_properties_and_bad_values_are_one_line_and_exit_code_2(
+    tmp_path: Path, flags: list[str], line: str
+) -> None:
+    """~1 s each (no Spark: the configuration is refused before a session starts)."""
+    config = tmp_path / "loader.properties"
+    config.write_text(f"bootstrap.servers = 127.0.0.1:1\ntopics = t\nwarehouse.path = {tmp_path / 'wh'}\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "headwater.cli.main",
+            "load",
+            "-c",
+            str(config),
+            "--override",
+            "max.records.per.run=5",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    [printed] = proc.stderr.strip().splitlines()
+    assert printed.startswith(f"headwater load: configuration error: {line}"), printed
 
 
 def _produce(bootstrap: str, per_partition: dict[int, int], first: int = 0) -> set[bytes]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from headwater.cli.service import add_service_arguments, overrides_of, setup_logging
@@ -81,6 +82,13 @@ def _run(args: argparse.Namespace) -> int:
         except ValueError as e:
             print(f"headwater load: {e}", file=sys.stderr)
             return 2
+        if not 0 < config.bounds.max_duration_ms < config.run_timeout_ms:
+            logging.getLogger("headwater.loader").warning(
+                "max.duration.per.run is %s: a backlog the load cannot read within loader.run.timeout.ms "
+                "(%d ms) is stopped unpublished every night; set it below that (docs/loader.md, 'Bounded catch-up')",
+                f"{config.bounds.max_duration_ms} ms" if config.bounds.max_duration_ms else "not set",
+                config.run_timeout_ms,
+            )
         argv = ["-c", args.config, "--log-level", args.log_level]
         for o in [*args.override, *(f"{k}={v}" for k, v in _flag_overrides(args).items())]:
             argv += ["--override", o]
