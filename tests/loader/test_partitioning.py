@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -147,7 +148,7 @@ def _hour_dir(ms: int) -> str:
 
 
 def test_hourly_load_by_origin_created_puts_late_records_in_their_own_hour_and_the_manifest_lists_the_hours(
-    spark: Any, broker_factory: Callable[..., BrokerProcess], tmp_path: Path
+    spark: Any, broker_factory: Callable[..., BrokerProcess], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """~8 s: one broker, two runs of one topic (2 partitions, 44 records)."""
     b = broker_factory(0, num_partitions=2, auto_create_topics_enable="true")
@@ -164,12 +165,20 @@ def test_hourly_load_by_origin_created_puts_late_records_in_their_own_hour_and_t
             "warehouse.path": str(root),
             "output.partition.granularity": "hour",
             "output.partition.time.field": "header:origin.created",
+            "audit.dashboard.url": "http://127.0.0.1:8080/",
         }
     )
+    caplog.set_level(logging.INFO, "headwater.loader")
     one = job._load(spark, config)
     assert one is not None
     assert one["partitions"] == {topic: sorted({_hour_dir(ms) for ms in first})}
     assert one["partitioning"] == {"granularity": "hour", "timezone": "UTC", "time_field": "header:origin.created"}
+    # The log links the newest hour loaded to the audit dashboard's page of the topic from that hour.
+    newest = max(first) // hour * hour
+    assert (
+        f"run 1: newest partition loaded: {topic}/run=00000000000000000001/{_hour_dir(newest)} "
+        f"(audit dashboard: http://127.0.0.1:8080/topic?topic={topic}&from={newest})"
+    ) in caplog.messages
 
     # Run 2: only late records, into hours run 1 wrote already (and one it did not).
     late = [RECENT_MS - 2 * hour + 60_000, RECENT_MS - 30 * hour + 1, RECENT_MS - 50 * hour]
