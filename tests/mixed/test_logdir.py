@@ -215,6 +215,27 @@ def segments(snapshot: dict[str, str]) -> dict[str, str]:
     return {name: h for name, h in snapshot.items() if name.endswith(".log")}
 
 
+CHECKPOINTS = (
+    "recovery-point-offset-checkpoint",
+    "replication-offset-checkpoint",
+    "log-start-offset-checkpoint",
+    "cleaner-offset-checkpoint",
+)
+
+
+def shared_state(log_dir: Path) -> dict[str, object]:
+    """The four checkpoints (parsed: Kafka's format, or the parse fails) and every partition's
+    leader-epoch-checkpoint: what a broker that only served reads must leave as it found them."""
+    state: dict[str, object] = {name: checkpoint(log_dir, name) for name in CHECKPOINTS}
+    for f in sorted(log_dir.glob("*/leader-epoch-checkpoint")):
+        if f.parent.name.endswith("-delete"):  # a deleted topic's (Headwater removes it at start)
+            continue
+        lines = f.read_text().splitlines()
+        assert lines[0] == "0" and int(lines[1]) == len(lines) - 2, f"{f}: {lines[:3]}"
+        state[f.parent.name] = [tuple(map(int, line.split(" "))) for line in lines[2:]]
+    return state
+
+
 def meta_properties(log_dir: Path) -> dict[str, str]:
     lines = (log_dir / "meta.properties").read_text().splitlines()
     return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
@@ -261,7 +282,8 @@ def test_kafka_serves_a_log_dir_headwater_wrote(brokers: tuple[LocalBroker, Smal
     hw.start()
     written = write_workload(hw.bootstrap, log_dir)
     assert hw.stop() == 0
-    left = files(log_dir)
+    left, shared = files(log_dir), shared_state(log_dir)
+    assert checkpoint(log_dir, "recovery-point-offset-checkpoint")[("plain", 0)] == 150
     assert meta_properties(log_dir) == {"version": "0", "broker.id": "0", "cluster.id": meta_cluster_id(hw)}
 
     kafka.start(timeout=120)
@@ -270,6 +292,7 @@ def test_kafka_serves_a_log_dir_headwater_wrote(brokers: tuple[LocalBroker, Smal
     assert kafka.stop() in KAFKA_CLEAN_EXIT
     after = files(log_dir)
     assert kafka_complaints(kafka.dir / "server.log") == []
+    assert shared_state(log_dir) == shared
     assert segments(after) == segments(left), "Kafka changed a segment"
     assert {n: h for n, h in after.items() if n.endswith((".index", ".timeindex", ".txnindex"))} == {
         n: h for n, h in left.items() if n.endswith((".index", ".timeindex", ".txnindex"))
@@ -287,7 +310,8 @@ def test_headwater_serves_a_log_dir_kafka_wrote(brokers: tuple[LocalBroker, Smal
     kafka.start(timeout=120)
     written = write_workload(kafka.bootstrap, log_dir)
     assert kafka.stop() in KAFKA_CLEAN_EXIT
-    left = files(log_dir)
+    left, shared = files(log_dir), shared_state(log_dir)
+    assert checkpoint(log_dir, "recovery-point-offset-checkpoint")[("plain", 0)] == 150
     assert any(n.endswith(".deleted") for n in left), "Kafka left no .deleted segment to finish"
     assert any(n.split("/")[0].endswith("-delete") for n in left), "Kafka left no deleted topic's dir"
     assert meta_properties(log_dir) == {"version": "0", "broker.id": "0"}
@@ -298,6 +322,7 @@ def test_headwater_serves_a_log_dir_kafka_wrote(brokers: tuple[LocalBroker, Smal
     assert hw.stop() == 0
     after = files(log_dir)
     assert headwater_complaints(hw.tail(10**7)) == []
+    assert shared_state(log_dir) == shared
     assert not [n for n in after if n.endswith(".deleted") or n.split("/")[0].endswith("-delete")]
     kept = {n: h for n, h in segments(left).items() if not n.split("/")[0].endswith("-delete")}
     assert segments(after) == kept, "Headwater changed a segment"
