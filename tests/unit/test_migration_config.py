@@ -17,5 +17,5 @@ def test_the_2_3_protocol_is_accepted_and_known(version: str) -> None:
 
 @pytest.mark.parametrize("version", ["2.2", "2.1-IV2", "2.4"])
 def test_another_protocol_is_refused(version: str) -> None:
-    with pytest.raises(ConfigError, match="set 2.3 on every Kafka broker first"):
+    with pytest.raises(ConfigError, match=r"set 2\.3 on every Kafka broker first"):
         config_from_props({"zookeeper.connect": "127.0.0.1:2181", "inter.broker.protocol.version": version})
