@@ -78,7 +78,12 @@ from headwater.broker.storage.cleaner import SWAP_SUFFIX, cleaned_files, swap_ta
 from headwater.broker.storage.clock import Clock
 from headwater.broker.storage.fs import FileSystem
 from headwater.broker.storage.index import INT32_MAX, IndexCorruptError
-from headwater.broker.storage.leader_epoch import CheckpointError, LeaderEpochCache, read_checkpoint
+from headwater.broker.storage.leader_epoch import (
+    CheckpointError,
+    EmptyCheckpointError,
+    LeaderEpochCache,
+    read_checkpoint,
+)
 from headwater.broker.storage.producer_state import (
     SNAPSHOT_SUFFIX,
     SNAPSHOTS_KEPT,
@@ -542,7 +547,9 @@ class Log:
                 log.warning("%s no leader-epoch-checkpoint: rebuilding it from the log", self._ident)
         except CheckpointError as e:
             entries, rebuild = [], True
-            log.warning("%s invalid leader-epoch-checkpoint (%s): rebuilding it from the log", self._ident, e)
+            # Kafka creates the file empty with the log: only worth a warning when the log is not
+            if not isinstance(e, EmptyCheckpointError) or self._next_offset > self._segments[0].base_offset:
+                log.warning("%s invalid leader-epoch-checkpoint (%s): rebuilding it from the log", self._ident, e)
         cache = self.leader_epoch_cache = LeaderEpochCache(self._fs, self._dir, entries, defer_sync=self._file_changed)
         walk_from = 0 if rebuild else recovered_from
         changed = False

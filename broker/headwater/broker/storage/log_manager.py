@@ -101,7 +101,10 @@ def format_checkpoint(offsets: Mapping[TopicPartition, int]) -> bytes:
 
 
 def parse_checkpoint(data: bytes) -> dict[TopicPartition, int]:
-    """The entries of a checkpoint file; ValueError if it is malformed."""
+    """The entries of a checkpoint file; ValueError if it is malformed. An empty file has none:
+    Kafka 2.3 creates its checkpoints empty (the cleaner's before anything was cleaned)."""
+    if not data:
+        return {}
     lines = data.decode().splitlines()
     if len(lines) < 2 or lines[0].strip() != str(CHECKPOINT_VERSION):
         raise ValueError(f"unknown checkpoint version or header {lines[:2]}")
