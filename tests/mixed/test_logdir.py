@@ -64,7 +64,7 @@ KAFKA_CLEAN_EXIT = (0, 143)
 
 GROUP = "logdir-group"
 COMMITS = {("plain", 0): 100, ("plain", 1): 42, ("compacted", 0): 7}
-TOPICS = {"plain": 2, "compacted": 1, "txn": 1}
+TOPICS = {"plain": 2, "compacted": 1, "txn": 1, "empty": 1}
 
 
 class SmallKafka(KafkaBroker):
@@ -142,6 +142,7 @@ def write_workload(bootstrap: str, log_dir: Path) -> Written:
                 },
             ),
             NewTopic("txn", 1, 1, config=small),
+            NewTopic("empty", 1, 1),  # never written: Kafka leaves its leader-epoch-checkpoint empty
             NewTopic("gone", 1, 1),
         ]
     )
