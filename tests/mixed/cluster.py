@@ -23,9 +23,12 @@ from __future__ import annotations
 import itertools
 import re
 import socket
+import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -39,11 +42,12 @@ from headwater.protocol.frames import decode_response, encode_request
 from headwater.protocol.records.record import Record, iter_batches
 from headwater.testing import java
 from headwater.testing.cluster import LocalBroker, metadata_broker_ids
-from headwater.testing.kafka import KafkaBroker
+from headwater.testing.kafka import JARS, KafkaBroker, broker_jdk
 from headwater.testing.zookeeper import ZooKeeperServer
 from headwater.zk import paths
+from headwater.zk.config import decode_entity_config
 from headwater.zk.controller import decode_controller
-from headwater.zk.topics import PartitionState, decode_partition_state
+from headwater.zk.topics import PartitionState, decode_assignment, decode_partition_state
 from tests.harness.broker import BrokerProcess
 
 #: Kafka's ``Request.DebuggingConsumerId``: a fetch that may read a follower, up to its log end.
@@ -66,26 +70,41 @@ SETTINGS: dict[str, object] = {
     "default.replication.factor": 3,
 }
 
-#: Lines of the Kafka brokers' logs that are no difference of Headwater's, each with its reason; a
-#: regular expression per line.
+#: Lines of the Kafka brokers' logs that are no difference of Headwater's, each with its reason (a
+#: regular expression searched in the line).
 ALLOWED: dict[str, str] = {
-    # a kill -9 or a stop of a broker, or leadership moving away from a follower's leader: the
-    # follower's fetcher loses its connection (Kafka logs it at WARN, with the exception)
-    r"Connection to node \d+ \(.*\) could not be established": "a broker the test stopped or killed",
-    r"Error in response for fetch request .*java\.io\.IOException: Connection to \d+ was disconnected": (
-        "the follower's leader was stopped or killed by the test"
-    ),
-    r"Error sending fetch request .*java\.io\.IOException: Connection to \d+ was disconnected": (
-        "the follower's leader was stopped or killed by the test"
-    ),
-    r"Client session timed out": "the test paused the broker (make_controller) or ZooKeeper was slow",
     r"No meta\.properties file under dir": "a broker's first start (Kafka writes it then)",
     r"Attempting to send response via channel for which there is no open connection": (
         "a client (the writer, a probe of the test) closed its connection before the answer"
     ),
+    r"Client was shutdown before response was read": "a follower's fetcher stopped (leader change, shutdown)",
+    r"Client session timed out, have not heard from server": "the test paused the broker (make_controller)",
+    r"Error for partition \S+ at offset 0 \(kafka\.server\.ReplicaFetcherThread\)": (
+        "a new partition's follower fetched before its leader had made the partition (the controller"
+        " sends each replica its LeaderAndIsr at once; with UNKNOWN_TOPIC_OR_PARTITION Kafka retries)"
+    ),
+    r"failed to record follower \d+'s position -1 since the replica is not recognized": (
+        "a new replica (a reassignment's) fetched before its leader applied the LeaderAndIsr naming it: the"
+        " controller sends both at once, and a Headwater controller reaches itself without a network hop;"
+        " Kafka answers empty and the follower fetches again"
+    ),
+    r"Retrying controlled shutdown after the previous attempt failed": (
+        "the last Kafka broker of the cluster stopping at teardown has nowhere to move its leaders"
+    ),
 }
 
-#: A line allowed when the same broker's line before it matches the second pattern (``{tp}``: the
+#: Lines allowed when they concern a broker the test stopped or killed since :meth:`MixedCluster.mark`
+#: (``{id}``: that broker's id): its peers and the controller lose their connections to it.
+ALLOWED_DOWN: dict[str, str] = {
+    r"Connection to node {id} \(.*\) could not be established": "the broker is down",
+    r"Connection to 127\.0\.0\.1:\d+ \(id: {id} rack: null\) failed": "the broker is down",
+    r"Connection to {id} was disconnected before the response was read": "the broker went down mid-request",
+    r"connection to broker \S+ \(id: {id} rack: null\) was unsuccessful": "the controller's link to it",
+    r"fails to send request .* to broker \S+ \(id: {id} rack: null\)": "the controller's link to it",
+    r"leaderId={id}, fetcherId=\d+\] Error (in response for|sending) fetch request": "a follower of it",
+}
+
+#: A line allowed when one of the same broker's 50 lines before it matches the second pattern (``{tp}``: the
 #: partition of the first): Kafka's follower meeting a leader that already has the next leader
 #: epoch (FENCED_LEADER_EPOCH) parks the partition until its own LeaderAndIsr comes, as it does
 #: with a Kafka leader: the controller sends both, in no particular order.
@@ -128,8 +147,9 @@ class MixedCluster:
             i: HeadwaterBroker(workdir, i, self.zk_connect, **settings) for i in headwater_ids
         }
         self.zk = KazooClient(hosts=self.zk_connect, timeout=10)
-        # Kafka's own ``log.dirs`` lives under kafka-<id>/; Headwater's under broker-<id>-logs
-        self._log_marks: dict[int, int] = {}
+        #: where each Kafka log file stood at :meth:`mark`, and the brokers downed since
+        self._log_marks: dict[Path, int] = {}
+        self.downed: set[int] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -205,18 +225,30 @@ class MixedCluster:
     # -- faults ----------------------------------------------------------------------------------
 
     def kill9(self, broker_id: int) -> None:
+        self.downed.add(broker_id)
         self.broker(broker_id).kill9()
 
-    def restart(self, broker_id: int, timeout: float = 120.0) -> None:
-        """Start a stopped or killed broker again on its log directory; wait until every broker
-        knows it."""
-        b = self.broker(broker_id)
-        b.stop(timeout=5)
-        b.start(wait=False)
-        if isinstance(b, KafkaBroker):
-            b.wait_ready({broker_id}, timeout)
-        else:
-            b.wait_ready(timeout)
+    def stop_broker(self, *broker_ids: int) -> None:
+        """SIGTERM to each (at once): a controlled shutdown through whichever controller there is;
+        returns when all exited."""
+        self.downed.update(broker_ids)
+        with ThreadPoolExecutor(len(broker_ids)) as pool:
+            list(pool.map(lambda i: self.broker(i).stop(), broker_ids))
+
+    def restart(self, *broker_ids: int, timeout: float = 120.0) -> None:
+        """Start stopped or killed brokers again (at once) on their log directories; wait until
+        every broker knows them."""
+        self.downed.update(broker_ids)
+        for i in broker_ids:
+            b = self.broker(i)
+            b.stop(timeout=5)
+            b.start(wait=False)
+        for i in broker_ids:
+            b = self.broker(i)
+            if isinstance(b, KafkaBroker):
+                b.wait_ready({i}, timeout)
+            else:
+                b.wait_ready(timeout)
         self.wait_metadata(timeout)
 
     def make_controller(self, broker_id: int, timeout: float = 60.0) -> None:
@@ -236,6 +268,36 @@ class MixedCluster:
                 b.proc.send_signal(18)  # type: ignore[union-attr]  # SIGCONT
         self.wait_metadata(timeout)
 
+    def kafka_tool(self, main_class: str, *args: str, timeout: float = 120.0) -> str:
+        """Run one of Kafka 2.3.1's own admin tools (``kafka.admin.ReassignPartitionsCommand``) from
+        the pinned jars, as ``kafka-run-class.sh`` does; its output. Fails on a non-zero exit."""
+        cmd = [
+            str(broker_jdk() / "bin" / "java"),
+            "-Xmx192m",
+            "-Dzookeeper.sasl.client=false",
+            f"-Dlog4j.configuration={self._tool_log4j().as_uri()}",
+            "-cp",
+            java.classpath(JARS),
+            main_class,
+            *args,
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"{main_class} {' '.join(args)} exited {proc.returncode}:\n{out}"
+        return out
+
+    def _tool_log4j(self) -> Path:
+        f = self.workdir / "tools-log4j.properties"
+        if not f.exists():
+            f.write_text(
+                "log4j.rootLogger=WARN, stderr\n"
+                "log4j.appender.stderr=org.apache.log4j.ConsoleAppender\n"
+                "log4j.appender.stderr.Target=System.err\n"
+                "log4j.appender.stderr.layout=org.apache.log4j.PatternLayout\n"
+                "log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
+            )
+        return f
+
     # -- ZooKeeper's view ------------------------------------------------------------------------
 
     def controller(self) -> int | None:
@@ -248,6 +310,18 @@ class MixedCluster:
     def state(self, topic: str, partition: int) -> PartitionState:
         data, _ = self.zk.get(paths.partition_state_path(topic, partition))
         return decode_partition_state(topic, partition, data)
+
+    def assignment(self, topic: str) -> dict[int, list[int]]:
+        data, _ = self.zk.get(paths.topic_path(topic))
+        return {p: list(r) for p, r in decode_assignment(topic, data).partitions.items()}
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        path = paths.topic_config_path(topic)
+        return decode_entity_config(path, self.zk.get(path)[0])
+
+    def broker_config(self, broker_id: int) -> dict[str, str]:
+        path = paths.broker_config_path(str(broker_id))
+        return decode_entity_config(path, self.zk.get(path)[0]) if self.zk.exists(path) else {}
 
     @staticmethod
     def wait_for(cond: Callable[[], object], timeout: float, what: str) -> None:
@@ -317,47 +391,79 @@ class MixedCluster:
 
     # -- what Kafka's code said ------------------------------------------------------------------
 
+    def mark(self) -> None:
+        """From here on, :meth:`kafka_problems` reads only new lines, and allows lines about the
+        brokers downed after this."""
+        self.downed.clear()
+        for k in self.kafka.values():
+            for f in (k.dir / "server.log", k.output):
+                self._log_marks[f] = f.stat().st_size if f.exists() else 0
+
     def kafka_log_lines(self) -> Iterator[tuple[int, str]]:
-        """Each (broker id, line) of the Kafka brokers' server.log and console output."""
+        """Each (broker id, line) of the Kafka brokers' server.log since :meth:`mark`, then what else
+        their JVMs printed (the console's lines that are not log4j's: those are in server.log)."""
         for i, k in self.kafka.items():
             for f in (k.dir / "server.log", k.output):
                 try:
-                    text = f.read_text(errors="replace")
+                    with open(f, "rb") as fh:
+                        fh.seek(self._log_marks.get(f, 0))
+                        text = fh.read().decode(errors="replace")
                 except OSError:
                     continue
                 for line in text.splitlines():
+                    if f == k.output and re.match(r"\[\d{4}-", line):
+                        continue
                     yield i, line
 
     def kafka_problems(self, allowed: Mapping[str, str] | None = None) -> list[str]:
-        """ERROR and WARN lines (and exception lines) of the Kafka brokers not allowed with a reason."""
+        """The Kafka brokers' ERROR, WARN and FATAL lines and any line naming an exception, since
+        :meth:`mark`, that :data:`ALLOWED`, :data:`ALLOWED_DOWN`, :data:`ALLOWED_AFTER` and
+        ``allowed`` (pattern: reason) do not explain. An exception's own line right under a line
+        explained is explained with it."""
         allow = [re.compile(p) for p in {**ALLOWED, **(allowed or {})}]
+        allow += [re.compile(p.format(id=d)) for p in ALLOWED_DOWN for d in sorted(self.downed)]
         out = []
-        previous: dict[int, str] = {}
+        previous_explained: dict[int, bool] = {}
+        recent: dict[int, deque[str]] = {}
         for i, line in self.kafka_log_lines():
-            before, previous[i] = previous.get(i, ""), line
-            if not (re.match(r"\[[^\]]*\] (ERROR|WARN|FATAL)", line) or "Exception" in line):
-                continue
-            if any(a.search(line) for a in allow):
-                continue
-            if any(
-                (m := re.search(p, line)) and re.search(after.format(tp=re.escape(m["tp"])), before)
-                for p, (after, _) in ALLOWED_AFTER.items()
-            ):
-                continue
-            out.append(f"kafka-{i}: {line}")
+            lines = recent.setdefault(i, deque(maxlen=50))
+            explained = self._explained(line, lines, previous_explained.get(i, True), allow)
+            previous_explained[i] = explained
+            lines.append(line)
+            if not explained:
+                out.append(f"kafka-{i}: {line}")
         return list(dict.fromkeys(out))
+
+    @staticmethod
+    def _explained(line: str, recent: deque[str], before_explained: bool, allow: list[re.Pattern[str]]) -> bool:
+        if not (re.match(r"\[[^\]]*\] (ERROR|WARN|FATAL)", line) or "Exception" in line):
+            return True  # nothing to explain
+        if any(a.search(line) for a in allow):
+            return True
+        if any(
+            (m := re.search(p, line)) and any(re.search(after.format(tp=re.escape(m["tp"])), b) for b in recent)
+            for p, (after, _) in ALLOWED_AFTER.items()
+        ):
+            return True
+        # ``java.io.IOException: ...`` printed under the log line it belongs to
+        return bool(re.match(r"(java|org|kafka|scala)\.[\w.$]+(: |$)", line)) and before_explained
 
 
 class AckedWriter:
-    """librdkafka (acks=all) writing to ``topics`` on a thread, a record every ``pause_s`` per topic,
-    until :meth:`close`; ``acked`` maps (topic, partition) to {offset: value} of what the cluster
-    acknowledged; ``failed`` counts the records it did not."""
+    """librdkafka (acks=all) writing to ``topics`` on a thread, a record per topic every ``pause_s``
+    with at most ``max_in_flight`` unanswered (so that the final flush is short however slow the
+    cluster is), until :meth:`close`; ``acked`` maps (topic, partition) to {offset: value} of what the
+    cluster acknowledged; ``failed`` counts the records it did not."""
 
-    def __init__(self, bootstrap: str, topics: list[str], pause_s: float = 0.01, **config: Any) -> None:
+    def __init__(
+        self, bootstrap: str, topics: list[str], pause_s: float = 0.01, max_in_flight: int = 100, **config: Any
+    ) -> None:
         self.topics = topics
         self.pause_s = pause_s
+        self.max_in_flight = max_in_flight
         self.acked: dict[tuple[str, int], dict[int, bytes]] = {}
         self.failed = 0
+        self.produced = 0
         self._stop = threading.Event()
         self.producer = Producer(
             {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "message.timeout.ms": 120000, **config}
@@ -388,13 +494,16 @@ class AckedWriter:
     def _run(self) -> None:
         i = 0
         while not self._stop.is_set():
-            for t in self.topics:
-                try:
-                    self.producer.produce(t, value=f"{t}-{i}".encode(), on_delivery=self._done)
-                except BufferError:
-                    pass
-            i += 1
-            self.producer.poll(self.pause_s)
+            if self.produced - self.count() - self.failed < self.max_in_flight:
+                for t in self.topics:
+                    try:
+                        self.producer.produce(t, value=f"{t}-{i}".encode(), on_delivery=self._done)
+                        self.produced += 1
+                    except BufferError:
+                        pass
+                i += 1
+            self.producer.poll(0)
+            self._stop.wait(self.pause_s)
         self.producer.flush(120)
 
     def close(self) -> None:
