@@ -15,7 +15,9 @@ from one), and a ``cluster.id``, where present, must be the cluster's in ZooKeep
 InconsistentClusterIdException: a dir of another cluster). After loading
 (:func:`write_missing`), every online dir without the file gets one; an existing file is never
 rewritten, so a dir Kafka 2.3 wrote keeps its file byte for byte and a rollback to Kafka finds it
-as it left it. A file that cannot be parsed stops the broker, as it stops Kafka.
+as it left it. A file that cannot be parsed stops the broker, as it stops Kafka; one that cannot be
+read or written (an I/O error) is logged and left to the log manager, which takes a failing dir
+offline (Kafka's offline dirs).
 
 Written atomically (``meta.properties.tmp``, fsync, rename, fsync the dir); a leftover ``.tmp`` is
 deleted when read, as Kafka does.
@@ -25,11 +27,14 @@ Concurrency: called from the broker's start-up only, before anything else uses t
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from headwater.broker.storage.fs import FileSystem, read_file, write_file_atomically
+
+log = logging.getLogger(__name__)
 
 META_PROPERTIES = "meta.properties"
 VERSION = 0
@@ -91,6 +96,9 @@ def check_log_dirs(fs: FileSystem, log_dirs: Sequence[str], broker_id: int, clus
             metadata = read_broker_metadata(fs, d)
         except ValueError as e:
             raise InconsistentBrokerMetadata(str(e)) from None
+        except OSError as e:  # an unreadable dir: the log manager takes it offline (Kafka's offline dir)
+            log.error("cannot read %s under %s: %s", META_PROPERTIES, d, e)
+            continue
         if metadata is not None:
             found[d] = metadata
     ids = {m.broker_id for m in found.values()}
@@ -117,5 +125,8 @@ def write_missing(fs: FileSystem, log_dirs: Sequence[str], broker_id: int, clust
     """Write meta.properties into each of ``log_dirs`` that has none."""
     for d in log_dirs:
         path = os.path.join(d, META_PROPERTIES)
-        if not fs.exists(path):
-            write_file_atomically(fs, path, format_properties(BrokerMetadata(broker_id, cluster_id)))
+        try:
+            if not fs.exists(path):
+                write_file_atomically(fs, path, format_properties(BrokerMetadata(broker_id, cluster_id)))
+        except OSError as e:  # the dir fails at its next write, where the log manager notices it
+            log.error("cannot write %s under %s: %s", META_PROPERTIES, d, e)
