@@ -274,6 +274,9 @@ class MixedCluster:
         cmd = [
             str(broker_jdk() / "bin" / "java"),
             "-Xmx192m",
+            # a short-lived command: start fast rather than run fast (C1 only, the serial collector)
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
             "-Dzookeeper.sasl.client=false",
             f"-Dlog4j.configuration={self._tool_log4j().as_uri()}",
             "-cp",
