@@ -64,6 +64,13 @@ MIGRATION: dict[str, object] = {
 #: Kafka's log lines of a rolling restart beyond the fixture's reasons (tests.mixed.cluster.ALLOWED,
 #: ALLOWED_DOWN for the broker each step stops, ALLOWED_AFTER), each with its reason.
 ROLLING: dict[str, str] = {}
+#: Allowed in the step that stops broker ``{id}`` (a Kafka controller among them)
+STOPPED: dict[str, str] = {
+    r"\[RequestSendThread controllerId={id}\] Controller {id} (epoch \d+ )?fails to send (a )?request": (
+        "the stopped broker was the controller: its send threads are interrupted mid-request by its own "
+        "shutdown (java.lang.InterruptedException under it), to any broker"
+    ),
+}
 ACL = AclBinding(
     ResourceType.TOPIC,
     ORDERS,
@@ -93,11 +100,12 @@ def replace(cluster: MixedCluster, broker_id: int, to_headwater: bool) -> list[s
     are allowed: it is)."""
     old = cluster.broker(broker_id)
     problems = cluster.kafka_problems(ROLLING)  # since the last step (or the start)
+    allowed = {**ROLLING, **{p.format(id=broker_id): why for p, why in STOPPED.items()}}
     cluster.mark()
     cluster.downed.add(broker_id)
     code = old.stop(timeout=60)
     assert code in (0, 143), f"broker {broker_id} did not stop cleanly: {code}"  # 143: a JVM's SIGTERM
-    problems += cluster.kafka_problems(ROLLING)  # the stopped Kafka broker's own lines among them
+    problems += cluster.kafka_problems(allowed)  # the stopped Kafka broker's own lines among them
     carried = dict(old.properties)  # server.properties as the operator keeps it
     new: KafkaBroker | LocalBroker
     if to_headwater:
@@ -120,7 +128,7 @@ def replace(cluster: MixedCluster, broker_id: int, to_headwater: bool) -> list[s
         new.start(timeout=120)
     cluster.wait_metadata(120)
     wait_full_isr(cluster)
-    return problems + cluster.kafka_problems(ROLLING)
+    return problems + cluster.kafka_problems(allowed)
 
 
 def fenced_pair(cluster: MixedCluster, problem: str) -> bool:
