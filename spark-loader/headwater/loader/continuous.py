@@ -202,7 +202,7 @@ def run_continuous(config: LoaderConfig, settings: StreamSettings, guard: LockGu
                     sum(r.size for r in planned),
                     sum(1 for r in planned if r.size),
                 )
-                _stage_and_publish(spark, wh, config, run, planned, now_reached, [], guard, read)
+                _stage_and_publish(spark, wh, config, run, planned, now_reached, [], guard, read_topic=read)
             finally:
                 cached.unpersist()
 
