@@ -202,12 +202,53 @@ ROWS = [
         group="preauth",
     ),
     Row("ac", "broker CPU per produce request beside them (login included)", "ms", None, False, group="preauth"),
+    Row("am", "broker RSS beside 1,000 idle unauthenticated connections (VmRSS)", "MiB", "rss", False, group="preauth"),
+    Row("ag", "broker RSS growth with them open (VmRSS vs just before)", "MiB", None, False, group="preauth"),
+    Row(
+        "qoff",
+        "produce 200 B in batches of 50, acks=1: broker CPU, client quotas off",
+        "ms/MiB",
+        None,
+        False,
+        group="quotas",
+    ),
+    Row(
+        "qon",
+        "the same, quotas on (clients/<default>: every request measured, none throttled)",
+        "ms/MiB",
+        None,
+        False,
+        group="quotas",
+    ),
+    Row("qpr", "quotas on / off, produce broker CPU (issue 42: <= 1.05 on each)", "x", None, False, group="quotas"),
+    Row("qcr", "quotas on / off, consume broker CPU per MiB", "x", None, False, group="quotas"),
+    Row(
+        "qq",
+        "quiet producer's p99 beside a noisy one at 5x its 1 MiB/s quota / alone (issue 42: <= 2 on each)",
+        "x",
+        None,
+        False,
+        group="quotas",
+    ),
     Row("tm", "headwater mirror / MM2, first to last record", "rec/s", None, table="tool", group="mm2"),
     Row("tme", "headwater mirror / MM2, process start to last record", "s", None, False, table="tool", group="mm2"),
     Row("ts", "format(headwater) / Spark format(kafka) -> Parquet", "rec/s", None, table="tool", group="spark"),
 ]
 #: what ``--only`` selects with ``--versus kafka`` (default: every group)
-GROUPS = ("core", "large", "java", "failover", "mm2", "spark", "preauth", "tls", "stored", "large1m", "tuned")
+GROUPS = (
+    "core",
+    "large",
+    "java",
+    "failover",
+    "mm2",
+    "spark",
+    "preauth",
+    "quotas",
+    "tls",
+    "stored",
+    "large1m",
+    "tuned",
+)
 
 
 @dataclass
@@ -527,6 +568,10 @@ def run(plan: Plan, out: Path, workdir: Path | None = None, log: Callable[[str],
                 if "preauth" in plan.groups:
                     name = f"versus-preauth-{system}{next(n)}"
                     _tried(say, system, "preauth", more.preauth, system, wd, zk, name, plan.quick, rows, say)
+                if "quotas" in plan.groups:
+                    name = f"versus-quotas-{system}{next(n)}"
+                    q_args = (system, wd, zk, name, plan.produce_count, plan.produce_seconds, i, rows, say)
+                    _tried(say, system, "quotas", extra.quotas, *q_args, plan.latency_seconds if plan.quick else None)
                 if "failover" in plan.groups:
                     name = f"versus-failover-{system}{next(n)}"
                     _tried(say, system, "failover", more.failover, system, wd, zk, name, plan.partitions, rows, say)
