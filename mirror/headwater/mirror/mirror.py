@@ -687,7 +687,10 @@ class Mirror:
                 try:
                     await self._commit(f, tp, c)
                 except FencedError as e:
-                    log.error("%s: %s: stopping the copier of %s-%d", f.flow.name, e, *tp)
+                    # the expected end of a copier whose partition moved in a rebalance (released
+                    # by this member or taken over by another): nothing is lost, the new owner
+                    # resumes from the offsets committed so far
+                    log.warning("%s: %s: handing %s-%d over, stopping its copier", f.flow.name, e, *tp)
                     c.stop.set()
                     f.changed.set()
                 except Exception as e:
