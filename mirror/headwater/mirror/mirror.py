@@ -171,6 +171,7 @@ class Mirror:
                     max_bytes=self.config.fetch_max_bytes,
                     max_wait_ms=self.config.fetch_max_wait_ms,
                     in_flight=self.config.fetch_max_in_flight,
+                    isolation_level=self.config.isolation,
                 )
                 state = FlowState(flow, group, source, Admin("", cluster=source), fetcher)
                 self.flows.append(state)
@@ -185,6 +186,7 @@ class Mirror:
                     on_data_loss=self.config.on_data_loss,
                     reset_to_latest=self.config.auto_offset_reset == "latest",
                     signing_key=self.config.audit_signing_key,
+                    isolation_level=self.config.isolation,
                 )
                 state.heartbeats = self.heartbeats
                 self._start_checkpoint_tasks(state, stop)
