@@ -340,8 +340,11 @@ def quotas(
             )
         if on:
             set_quotas(False)
-        rows["qpr"].values[system].append(cpu["on"][0] / cpu["off"][0])
-        rows["qcr"].values[system].append(cpu["on"][1] / cpu["off"][1])
+        # a ratio only where both CPU figures were measured (the kernel counts CPU in 10 ms ticks:
+        # a small run may show none)
+        for key, i in (("qpr", 0), ("qcr", 1)):
+            if cpu["on"][i] > 0 and cpu["off"][i] > 0:
+                rows[key].values[system].append(cpu["on"][i] / cpu["off"][i])
         if cli_main([*clients, "--entity-name", "noisy", "--add-config", f"producer_byte_rate={q.NOISY_QUOTA}"]):
             raise RuntimeError("could not set the noisy client's quota")
         time.sleep(2.0)
