@@ -34,6 +34,7 @@ Configuration (``loader.properties``)::
     sasl.username = loader
     sasl.password = file:/etc/headwater/loader.password   # or env:NAME; never logged
     audit.sasl.username = loader              # audit.<name> for audit.bootstrap.servers (default: the same)
+    schema.registry.url = http://registry:8080/apis/ccompat/v7   # typed tables (headwater.loader.schemas)
 
 Any ``spark.*`` property is passed to the Spark session.
 
@@ -59,6 +60,7 @@ from typing import Any
 
 from headwater.client.raw import READ_COMMITTED
 from headwater.client.security import ClientSecurity, SecurityConfigError, cluster_properties, cluster_security
+from headwater.loader import schemas
 from headwater.loader.lock import LockGuard
 from headwater.loader.offsets import EARLIEST, DataLoss, OffsetRange, resolve, to_json
 from headwater.loader.warehouse import LEGACY_STAGING, STAGING_PREFIX, Warehouse, run_name
@@ -100,6 +102,8 @@ class LoaderConfig:
     audit_security: ClientSecurity = field(default_factory=ClientSecurity)  # audit.<name> over <name>
     #: signs the warehouse tier's count and gap events (the audit service's audit.signing.key)
     audit_signing_key: bytes | None = field(default=None, repr=False)
+    #: schema.registry.url: topics with a registered value schema land typed (headwater.loader.schemas)
+    schema_registry: str | None = None
 
 
 def parse_config(props: dict[str, str]) -> LoaderConfig:
@@ -172,6 +176,7 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         security_properties=cluster_properties(props),
         audit_security=audit_security,
         audit_signing_key=audit_signing_key,
+        schema_registry=props.get("schema.registry.url", "").strip() or None,
     )
 
 
@@ -255,6 +260,9 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
     from pyspark.sql import functions as F
 
     files: list[list[str]] = []
+    staged_dirs: list[str] = []
+    tables: dict[str, dict[str, int]] = {}  # typed topics: rows per table version and dead letters
+    registry = schemas.Registry(config.schema_registry) if config.schema_registry else None
     records: dict[str, int] = {}
     by_partition: dict[str, dict[str, int]] = {}
     sizes: dict[str, int] = {}
@@ -276,15 +284,20 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
             .load()
             .withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
         )
-        out = _staging_of(run, topic, token)
-        df.write.partitionBy("date").parquet(wh.path(out))
-        staged = wh.files_under(out)
-        files.extend(_moves(run, topic, token))
+        typed = schemas.plan_topic(registry, topic) if registry else None
+        if typed is None:  # no registered value schema: binary key and value, as ever
+            names = [topic]
+            df.write.partitionBy("date").parquet(wh.path(_staging_of(run, topic, token)))
+        else:
+            tables[topic] = schemas.write_typed(df, typed, lambda t: wh.path(_staging_of(run, t, token)), ["date"])
+            names = sorted(tables[topic])
+        outs = [_staging_of(run, t, token) for t in names]
+        staged = [f for out in outs for f in wh.files_under(out)]
+        files.extend(m for t in names for m in _moves(run, t, token))
+        staged_dirs.extend(out for out in outs if wh.files_under(out))
         # No data file at all: every record of the ranges was compacted away (nothing to check or count).
         counts = (
-            _check_read(spark.read.parquet(wh.path(out)), mine)
-            if staged
-            else {r.partition: 0 for r in mine if r.size > 0}
+            _check_read(_offsets_of(spark, wh, outs), mine) if staged else {r.partition: 0 for r in mine if r.size > 0}
         )
         records[topic] = sum(counts.values())
         by_partition[topic] = {str(p): n for p, n in sorted(counts.items())}
@@ -299,7 +312,7 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
             to_json(mine, "end"),
             time.monotonic() - started,
         )
-    audit = _audit_counts(spark, wh, [_staging_of(run, t, token) for t in sorted(records) if records[t]], run, config)
+    audit = _audit_counts(spark, wh, staged_dirs, run, config)
     losses = [_gap_event(loss, run, config) for loss in plan.losses]
     manifest: dict[str, Any] = {
         "run": run,
@@ -314,6 +327,8 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
         "losses": losses,
         "audit": audit + losses,
     }
+    if tables:
+        manifest["tables"] = tables
     if guard:
         guard.check()
     wh.claim(run, manifest)
@@ -389,6 +404,16 @@ def _check_read(df: Any, ranges: list[OffsetRange]) -> dict[int, int]:
     return counts
 
 
+def _offsets_of(spark: Any, wh: Warehouse, outs: list[str]) -> Any:
+    """The partition and offset of every row staged for one topic (its tables and dead letters)."""
+    df = None
+    for out in outs:
+        if wh.files_under(out):
+            part = spark.read.parquet(wh.path(out)).select("partition", "offset")
+            df = part if df is None else df.unionByName(part)
+    return df
+
+
 def _ranges_json(ranges: list[OffsetRange]) -> dict[str, dict[str, list[int]]]:
     out: dict[str, dict[str, list[int]]] = {}
     for r in ranges:
@@ -405,7 +430,8 @@ def _audit_counts(spark: Any, wh: Warehouse, staged: list[str], run: int, config
 
     df = None
     for out in staged:
-        part = spark.read.parquet(wh.path(out)).select("topic", "timestamp", "headers")
+        dead = F.lit(int(schemas.is_deadletter(out.split("/", 1)[0]))).alias("dead")
+        part = spark.read.parquet(wh.path(out)).select("topic", "timestamp", "headers", dead)
         df = part if df is None else df.unionByName(part)
     if df is None:
         return []
@@ -416,7 +442,11 @@ def _audit_counts(spark: Any, wh: Warehouse, staged: list[str], run: int, config
     )
     dc = F.coalesce(F.decode(hdr["origin.dc"], "UTF-8"), F.lit("unknown"))
     window = (F.floor(created / config.audit_window_ms) * config.audit_window_ms).cast("bigint")
-    rows = df.groupBy("topic", dc.alias("dc"), window.alias("w")).count().collect()
+    rows = (
+        df.groupBy("topic", dc.alias("dc"), window.alias("w"))
+        .agg(F.count("*").alias("count"), F.sum("dead").alias("dead"))
+        .collect()
+    )
     events = []
     for r in rows:
         guid = uuid.uuid5(uuid.NAMESPACE_URL, f"headwater-load/{config.warehouse}/{run}/{r.topic}/{r.dc}/{r.w}").hex
@@ -433,6 +463,8 @@ def _audit_counts(spark: Any, wh: Warehouse, staged: list[str], run: int, config
                 guid=guid,
             )
         )
+        if r.dead:  # of the count, how many landed in <topic>@deadletter (headwater.loader.schemas)
+            events[-1]["dead_lettered"] = int(r.dead)
     return sorted(events, key=lambda e: (e["topic"], e["window_start"], e["datacenter"]))
 
 
