@@ -3,11 +3,11 @@
 ``deploy/registry/pom.xml`` pins Apicurio Registry's published application jar
 (``io.apicurio:apicurio-registry-app``) and builds it into a runnable Quarkus application;
 ``fetch()`` (``python -m headwater.testing.registry fetch``, the Makefile's ``registry-deps``) runs
-Maven once and keeps ``target/quarkus-app`` as ``build/registry/quarkus-app`` with a stamp of the
+Maven once and keeps the runner jar and its ``lib/`` under ``build/registry/app`` with a stamp of the
 project's hash; while the stamp matches, later runs start no Maven. Without Maven Central it says
 so in one line and exits 0: the tests that need the registry then skip with that line.
 
-:class:`RegistryProcess` runs it (``java -jar quarkus-run.jar``, in-memory storage, a port of its
+:class:`RegistryProcess` runs it (``java -jar``, in-memory storage, a port of its
 own on 127.0.0.1), waits for its readiness check, and stops it by pid. Its Confluent-compatible API
 is :attr:`RegistryProcess.url` (what confluent-kafka's ``SchemaRegistryClient`` and the loader's
 ``schema.registry.url`` take).
@@ -32,7 +32,7 @@ from headwater.testing.java import REPO, java_home
 
 PROJECT = Path(os.environ.get("HEADWATER_REGISTRY_PROJECT", REPO / "deploy" / "registry"))
 CACHE = Path(os.environ.get("HEADWATER_REGISTRY_CACHE", REPO / "build" / "registry"))
-APP = CACHE / "quarkus-app"
+APP = CACHE / "app"  # the runner jar and its lib/
 STAMP = CACHE / ".fetched"
 UNREACHABLE = CACHE / ".unreachable"
 #: Apicurio Registry's Confluent-compatible API under its root
@@ -52,7 +52,12 @@ def fingerprint() -> str:
 
 
 def cached() -> bool:
-    return STAMP.exists() and STAMP.read_text().split()[0] == fingerprint() and (APP / "quarkus-run.jar").exists()
+    return STAMP.exists() and STAMP.read_text().split()[0] == fingerprint() and _runner() is not None
+
+
+def _runner() -> Path | None:
+    """The application's jar (Quarkus's legacy-jar packaging, as Apicurio's own build sets it)."""
+    return next(iter(sorted(APP.glob("*-runner.jar"))), None) or next(iter(APP.glob("quarkus-run.jar")), None)
 
 
 def unavailable() -> str | None:
@@ -87,7 +92,13 @@ def fetch(force: bool = False) -> int:
         sys.stdout.write(proc.stdout[-4000:])
         return proc.returncode
     shutil.rmtree(APP, ignore_errors=True)
-    shutil.copytree(PROJECT / "target" / "quarkus-app", APP)
+    target = PROJECT / "target"
+    if (target / "quarkus-app").is_dir():  # fast-jar packaging
+        shutil.copytree(target / "quarkus-app", APP)
+    else:
+        shutil.copytree(target / "lib", APP / "lib")
+        for jar in target.glob("*-runner.jar"):
+            shutil.copy2(jar, APP / jar.name)
     shutil.rmtree(PROJECT / "target", ignore_errors=True)
     STAMP.write_text(f"{fingerprint()} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
     print(f"registry-deps: built in {time.monotonic() - started:.0f}s; later runs use the cache", flush=True)
@@ -140,7 +151,7 @@ class RegistryProcess:
             "-Dquarkus.http.host=127.0.0.1",
             "-Djava.io.tmpdir=" + str(self.workdir),
             "-jar",
-            str(APP / "quarkus-run.jar"),
+            str(_runner()),
         ]
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir)
