@@ -110,13 +110,12 @@ def test_typed_tables_schema_versions_dead_letters_and_audit(
         producer.produce(topic, value=value, key=f"k{i}".encode(), timestamp=ts, headers=_headers(i, ts))
         sent.append((topic, ts, "dc1" if i % 2 else "dc2"))
 
-    # Avro: v1, v2 (adds an optional field) and, once the subject allows it, v3 (changes a type).
+    # Avro: v1, v2 (adds an optional field) and v3 (changes a type; Apicurio Registry has no
+    # compatibility rule unless one is configured, so it registers the incompatible version).
     orders: list[dict[str, Any]] = []
     encoded: list[bytes] = []
     ctx = SerializationContext("orders", MessageField.VALUE)
     for version, schema, n in ((1, ORDER_V1, 4), (2, ORDER_V2, 3), (3, ORDER_V3, 3)):
-        if version == 3:
-            client.set_compatibility("orders-value", "NONE")  # the registry would refuse it otherwise
         ser = AvroSerializer(client, json.dumps(schema))
         for _ in range(n):
             i = len(orders)
