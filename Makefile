@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 .PHONY: test deps system-deps lint typecheck unit compat dev clean wheel java-deps registry-deps librdkafka-txn-tests
 
-# tests/integration (containers) runs in a second pytest beside the rest: scripts/run-tests.sh.
+# two pytest lanes side by side (containers, bench, mixed clusters beside the rest): scripts/run-tests.sh.
 test: deps lint typecheck integration-deps java-deps registry-deps
 	@BIN=$(BIN) bash scripts/run-tests.sh
 

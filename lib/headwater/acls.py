@@ -143,15 +143,14 @@ class AclCache:
         self.acls: dict[Resource, list[Acl]] = {}
 
     def matching(self, type_: str, name: str) -> list[Acl]:
+        """The ACLs of the literal resource, the wildcard and every prefixed resource that is a
+        prefix of ``name``: dictionary lookups (one per prefix length), so a request's cost does not
+        grow with the number of resources that have ACLs."""
+        candidates = [Resource(type_, name), Resource(type_, WILDCARD)] if name != WILDCARD else [Resource(type_, name)]
+        candidates += [Resource(type_, name[:i], "PREFIXED") for i in range(1, len(name) + 1)]
         out: list[Acl] = []
-        for res, acls in self.acls.items():
-            if res.type != type_:
-                continue
-            if res.pattern == "PREFIXED":
-                if name.startswith(res.name):
-                    out.extend(acls)
-            elif res.name in (name, WILDCARD):
-                out.extend(acls)
+        for res in candidates:
+            out.extend(self.acls.get(res, ()))
         return out
 
     def authorize(self, principal: str, host: str, op: str, type_: str, name: str) -> bool:

@@ -116,3 +116,60 @@ def test_kill9_while_cleaning_leaves_a_log_that_reads_correctly(broker_factory: 
     _wait_for_log(b, f"cleaned {topic}-0", 0)
     records = read_from_start(b.bootstrap, topic)
     assert latest_by_key(records) == expected and len(records) < 150 * KEYS
+
+
+def test_transactional_compacted_topic_loses_markers_and_aborted_records_and_reads_to_its_end(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    """A compacted topic with transactions, through librdkafka: the first cleaning removes the
+    aborted records and the committed ones overwritten by plain records; past delete.retention.ms a
+    later cleaning drops the markers of those transactions (Kafka 2.3's rule: no batch of theirs
+    left). The producer's newest batch, aborted, stays as an empty header (its sequence) with its
+    marker. A read_committed and a read_uncommitted consumer both read to the end through the empty
+    header and see the committed and plain records only."""
+    from tests.compat.test_transactions import read_all
+    from tests.mirror.util import raw_batches
+
+    b = broker_factory(
+        0,
+        log_cleaner_backoff_ms=200,
+        transaction_state_log_num_partitions=1,
+        transaction_state_log_replication_factor=1,
+        transaction_state_log_min_isr=1,
+    )
+    topic = "ledger"
+    _create(b.bootstrap, topic)
+    txn = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "ledger-app", "linger.ms": 0})
+    txn.init_transactions(60)
+
+    def transaction(values: list[tuple[str, str]], commit: bool) -> None:
+        txn.begin_transaction()
+        for k, v in values:
+            txn.produce(topic, key=k.encode(), value=v.encode(), partition=0)
+        assert txn.flush(30) == 0
+        (txn.commit_transaction if commit else txn.abort_transaction)(30)
+
+    transaction([(f"a-{i}", "aborted") for i in range(5)], commit=False)
+    transaction([(f"c-{i}", "committed") for i in range(5)], commit=True)
+    _produce(b.bootstrap, topic, [(f"c-{i}", "plain") for i in range(5)])  # supersedes the committed ones
+    transaction([("last", "aborted")], commit=False)  # the producer's newest batch
+    _produce(b.bootstrap, topic, [(f"filler-{i}", "x" * 40) for i in range(120)])  # rolls past the markers
+
+    def markers() -> list[int]:
+        return [h.base_offset for h, _ in raw_batches(b.bootstrap, topic, 0) if h.is_control]
+
+    before = markers()
+    assert len(before) == 3
+    cleanings = _wait_for_log(b, f"cleaned {topic}-0", 0)
+    time.sleep(DELETE_RETENTION_MS / 1000)  # the retention itself, not a wait for a condition
+    _produce(b.bootstrap, topic, [(f"later-{i}", "y" * 40) for i in range(120)])
+    deadline = time.monotonic() + TIMEOUT_S
+    while markers() != before[2:]:
+        assert time.monotonic() < deadline, f"markers {markers()} of {before} outlived delete.retention.ms"
+        cleanings = _wait_for_log(b, f"cleaned {topic}-0", cleanings)
+    empty = [h for h, _ in raw_batches(b.bootstrap, topic, 0) if h.records_count == 0]
+    assert len(empty) == 1 and empty[0].producer_id >= 0 and empty[0].is_transactional
+    want = sorted(["plain"] * 5 + ["x" * 40] * 120 + ["y" * 40] * 120)
+    for isolation in ("read_committed", "read_uncommitted"):
+        got = sorted(v.decode() for v in read_all(b.bootstrap, topic, 1, isolation))
+        assert got == want, isolation

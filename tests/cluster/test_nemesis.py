@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 
 from headwater.client.consumer import Consumer as HeadwaterConsumer
 from headwater.client.raw import READ_COMMITTED
@@ -30,6 +30,7 @@ from headwater.protocol.records.record import iter_batches
 from headwater.testing.zookeeper_ensemble import ZooKeeperEnsemble
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic, read_all
+from tests.harness.records import read_partition
 
 TOPIC = "nemesis"
 
@@ -158,35 +159,6 @@ class TxnWriter:
             p = None  # a fresh producer: its init_transactions settles this transaction
         if p is not None:
             self._dropped.append(p)
-
-
-def _read_committed(c: Cluster, timeout: float = 120) -> list[bytes]:
-    """Every value a read_committed consumer (librdkafka) reads from partition 0, in order."""
-    cons = Consumer(
-        {
-            "bootstrap.servers": c.bootstrap,
-            "group.id": "verify-committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
-    )
-    cons.assign([TopicPartition(TOPIC, 0, 0)])
-    out: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            assert time.monotonic() < deadline, "the read_committed consumer did not reach the end"
-            msg = cons.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    return out
-                continue
-            out.append(msg.value())
-    finally:
-        cons.close()
 
 
 def _lso_and_hw(c: Cluster) -> tuple[int, int]:
@@ -335,7 +307,7 @@ def test_nemesis_acks_all_loses_nothing(nemesis_cluster: tuple[Cluster, ZooKeepe
         c.wait_for(lso_at_hw, 90, "the LSO at the high watermark")
     except AssertionError as e:
         raise AssertionError(f"{e}; last (LSO, high watermark): {stable[-1:]}") from None
-    seen = _read_committed(c)
+    seen = [v for _, _, v in read_partition(c.bootstrap, TOPIC, 0, 120, "read_committed")]
     counts: dict[bytes, int] = {}
     for v in seen:
         counts[v] = counts.get(v, 0) + 1

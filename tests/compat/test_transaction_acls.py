@@ -103,5 +103,25 @@ def test_transactional_ids_need_write_and_markers_need_cluster_action(
             "orders": ErrorCode.OPERATION_NOT_ATTEMPTED,
             "__consumer_offsets": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
         }
+        # Kafka 2.3's KafkaApis: a refused topic (or an internal one) TOPIC_AUTHORIZATION_FAILED, a
+        # partition the cluster does not have UNKNOWN_TOPIC_OR_PARTITION (after the topic check: an
+        # unknown topic she may not write is refused), the others OPERATION_NOT_ATTEMPTED
+        add["topics"] = [
+            {"name": "orders", "partitions": [0, 7]},
+            {"name": "secret", "partitions": [0]},
+            {"name": "__consumer_offsets", "partitions": [0]},
+        ]
+        resp = as_bob(sasl, ADD_PARTITIONS_TO_TXN, 1, add, user="alice")
+        codes = {
+            (r["name"], p["partition_index"]): p["partition_error_code"]
+            for r in resp["results"]
+            for p in r["results_by_partition"]
+        }
+        assert codes == {
+            ("orders", 0): ErrorCode.OPERATION_NOT_ATTEMPTED,
+            ("orders", 7): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            ("secret", 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            ("__consumer_offsets", 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        }
     finally:
         broker.stop()

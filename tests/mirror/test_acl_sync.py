@@ -25,7 +25,7 @@ from confluent_kafka.admin import (
 
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
-from tests.mirror.util import MirrorProcess, wait_for, zk_connect
+from tests.mirror.util import MirrorProcess, flow_props, wait_for, zk_connect
 
 AUTHORIZER = {"authorizer_class_name": "kafka.security.auth.SimpleAclAuthorizer"}
 _CLI = (sys.executable, "-m", "headwater.cli.main")
@@ -93,12 +93,7 @@ def test_topic_acls_copied_to_the_target_as_mm2_copies_them(
     (tmp_path / "acls.json").write_text(json.dumps(initial))
     _acls(zk, "--from-file", str(tmp_path / "acls.json"))
     props = {
-        "clusters": "dc1, agg",
-        "dc1.zookeeper.connect": zk_connect(src),
-        "dc1.bootstrap.servers": src.bootstrap,
-        "agg.bootstrap.servers": dst.bootstrap,
-        "dc1->agg.enabled": "true",
-        "dc1->agg.topics": "orders, ord.*",
+        **flow_props(src, dst, "orders, ord.*"),
         "replication.policy.class": "DefaultReplicationPolicy",
         "sync.topic.acls.enabled": "true",
         "sync.topic.acls.interval.seconds": 1,

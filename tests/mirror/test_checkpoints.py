@@ -22,7 +22,7 @@ from headwater.testing import java
 from headwater.testing.zookeeper import free_port
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
-from tests.mirror.util import MirrorProcess, produce_keyed, read_topic, wait_for, zk_connect
+from tests.mirror.util import MirrorProcess, flow_props, produce_keyed, read_topic, wait_for
 
 LAG_MAX = 10
 TOTAL = 2000
@@ -143,12 +143,7 @@ def test_group_fails_over_to_agg_with_translated_offsets(
 
     metrics_port = free_port()
     props = {
-        "clusters": "dc1, agg",
-        "dc1.zookeeper.connect": zk_connect(src),
-        "dc1.bootstrap.servers": src.bootstrap,
-        "agg.bootstrap.servers": dst.bootstrap,
-        "dc1->agg.enabled": "true",
-        "dc1->agg.topics": "orders",
+        **flow_props(src, dst, "orders"),
         "replication.policy.class": policy,
         "offset.lag.max": LAG_MAX,
         "emit.checkpoints.interval.seconds": 1,

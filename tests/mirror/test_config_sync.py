@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
-from tests.mirror.util import MirrorProcess, wait_for, zk_connect
+from tests.mirror.util import MirrorProcess, flow_props, wait_for
 
 #: MM2's default list, plus the aggregate cluster's own retention
 EXCLUDE = (
@@ -59,12 +59,7 @@ def test_topic_configs_copied_and_kept_in_step(cluster_factory: Callable[..., Cl
     create_topic(src, "orders", partitions=1, rf=1, min_isr=1, configs=source_configs)
     dc1, agg = AdminClient({"bootstrap.servers": src.bootstrap}), AdminClient({"bootstrap.servers": dst.bootstrap})
     props = {
-        "clusters": "dc1, agg",
-        "dc1.zookeeper.connect": zk_connect(src),
-        "dc1.bootstrap.servers": src.bootstrap,
-        "agg.bootstrap.servers": dst.bootstrap,
-        "dc1->agg.enabled": "true",
-        "dc1->agg.topics": "orders",
+        **flow_props(src, dst, "orders"),
         "sync.topic.configs.interval.seconds": "1",
         "config.properties.exclude": EXCLUDE,
         "emit.checkpoints.enabled": "false",

@@ -126,6 +126,9 @@ def test_heartbeat_age_is_computed_when_scraped() -> None:
 def test_settings_for_loss_and_heartbeats() -> None:
     c = parse(BASE)
     assert c.on_data_loss == "report" and c.heartbeats_interval_s == 1.0
+    assert c.isolation_level == "read_committed" and c.isolation == 1
+    c = parse({**BASE, "isolation.level": "read_uncommitted"})
+    assert c.isolation_level == "read_uncommitted" and c.isolation == 0 and "isolation.level" not in c.unknown
     assert c.flows[0].matches("heartbeats") and not c.flows[0].matches("clicks")  # mirrored whatever the list says
     c = parse({**BASE, "mirror.on.data.loss": "stop", "emit.heartbeats.interval.seconds": "0.5"})
     assert c.on_data_loss == "stop" and c.heartbeats_interval_s == 0.5
@@ -133,6 +136,7 @@ def test_settings_for_loss_and_heartbeats() -> None:
     assert c.heartbeats_interval_s is None and not c.flows[0].matches("heartbeats")
     for change, message in [
         ({"mirror.on.data.loss": "ignore"}, "mirror.on.data.loss: 'ignore' is not report or stop"),
+        ({"isolation.level": "committed"}, "isolation.level: 'committed' is not read_committed or read_uncommitted"),
         ({"emit.heartbeats.interval.seconds": "soon"}, "emit.heartbeats.interval.seconds: 'soon' is not a number"),
         ({"emit.heartbeats.interval.seconds": "0"}, "is not between 0.1 and 3600"),
     ]:

@@ -18,7 +18,7 @@ from headwater.mirror.heartbeats import Heartbeat, decode_heartbeat
 from headwater.testing import java
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
-from tests.mirror.util import MirrorProcess, read_topic, wait_for, zk_connect
+from tests.mirror.util import MirrorProcess, flow_props, read_topic, wait_for, zk_connect
 
 JAVA_SRC = Path(__file__).parent.parent / "java" / "src"
 
@@ -47,12 +47,7 @@ def test_mm2_heartbeats_in_the_target_and_mirrored_as_dc1_heartbeats(
         "fetch.max.wait.ms": 100,
     }
     props = {
-        "clusters": "dc1, agg",
-        "dc1.zookeeper.connect": zk_connect(src),
-        "dc1.bootstrap.servers": src.bootstrap,
-        "agg.bootstrap.servers": dst.bootstrap,
-        "dc1->agg.enabled": "true",
-        "dc1->agg.topics": "orders",
+        **flow_props(src, dst, "orders"),
         "replication.policy.class": "DefaultReplicationPolicy",
         "emit.heartbeats.interval.seconds": 0.5,
         "emit.checkpoints.enabled": "false",

@@ -17,16 +17,12 @@ from headwater.protocol.records.header import CRC_OFFSET
 from headwater.testing.zookeeper import free_port
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
-from tests.mirror.util import MirrorProcess, produce_keyed, raw_batches, read_topic, wait_for, zk_connect
+from tests.mirror.util import MirrorProcess, flow_props, produce_keyed, raw_batches, read_topic, wait_for, zk_connect
 
 
 def _props(src: Cluster, dst: Cluster, **extra: object) -> dict[str, object]:
     return {
-        "clusters": "dc1, agg",
-        "dc1.zookeeper.connect": zk_connect(src),
-        "dc1.bootstrap.servers": src.bootstrap,
-        "agg.bootstrap.servers": dst.bootstrap,
-        "dc1->agg.enabled": "true",
+        **flow_props(src, dst),
         "offset.commit.interval.ms": 500,
         "fetch.max.wait.ms": 100,
         **extra,

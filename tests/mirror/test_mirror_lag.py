@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from headwater.testing.zookeeper import free_port
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
-from tests.mirror.util import MirrorProcess, produce_keyed, read_topic, wait_for, zk_connect
+from tests.mirror.util import MirrorProcess, flow_props, produce_keyed, read_topic, wait_for
 
 TOPIC = "clicks"
 LABELS = {"flow": "dc1->agg", "topic": TOPIC, "partition": "0"}
@@ -41,12 +41,7 @@ def test_the_lag_counts_what_the_target_acknowledged_not_what_was_fetched(
     assert produce_keyed(src.bootstrap, TOPIC, 10, prefix="a") == 10
     port = free_port()
     props = {
-        "clusters": "dc1, agg",
-        "dc1.zookeeper.connect": zk_connect(src),
-        "dc1.bootstrap.servers": src.bootstrap,
-        "agg.bootstrap.servers": dst.bootstrap,
-        "dc1->agg.enabled": "true",
-        "dc1->agg.topics": TOPIC,
+        **flow_props(src, dst, TOPIC),
         "offset.commit.interval.ms": 500,
         "fetch.max.wait.ms": 100,
         "metrics.port": port,

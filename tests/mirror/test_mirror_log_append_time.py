@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from headwater.protocol.records.header import CRC_OFFSET, TIMESTAMP_TYPE_BIT
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
-from tests.mirror.util import MirrorProcess, produce_keyed, raw_batches, wait_for, zk_connect
+from tests.mirror.util import MirrorProcess, flow_props, produce_keyed, raw_batches, wait_for
 
 TOPIC = "stamped"
 N = 300
@@ -52,12 +52,7 @@ def test_a_log_append_time_topic_is_created_in_the_target_and_copied_with_its_ti
     assert all(ts >= before for *_, ts in source)
 
     props = {
-        "clusters": "dc1, agg",
-        "dc1.zookeeper.connect": zk_connect(src),
-        "dc1.bootstrap.servers": src.bootstrap,
-        "agg.bootstrap.servers": dst.bootstrap,
-        "dc1->agg.enabled": "true",
-        "dc1->agg.topics": TOPIC,
+        **flow_props(src, dst, TOPIC),
         "offset.commit.interval.ms": 500,
         "fetch.max.wait.ms": 100,
     }

@@ -17,7 +17,7 @@ from headwater.testing.zookeeper import free_port
 from headwater.zk.paths import consumer_owner_path, mirror_placement_path
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
-from tests.mirror.util import AckedWriter, MirrorProcess, read_topic, wait_for, zk_connect
+from tests.mirror.util import AckedWriter, MirrorProcess, flow_props, read_topic, wait_for, zk_connect
 
 TOPIC = "loads"
 PARTITIONS = 24
@@ -61,12 +61,7 @@ def test_the_hot_partitions_process_gives_away_its_cold_ones(
                 cold.produce(TOPIC, partition=p, value=f"cold-{p}-{i}".encode())
     assert cold.flush(30) == 0
     props = {
-        "clusters": "dc1, agg",
-        "dc1.zookeeper.connect": zk_connect(src),
-        "dc1.bootstrap.servers": src.bootstrap,
-        "agg.bootstrap.servers": dst.bootstrap,
-        "dc1->agg.enabled": "true",
-        "dc1->agg.topics": TOPIC,
+        **flow_props(src, dst, TOPIC),
         "offset.commit.interval.ms": 500,
         "fetch.max.wait.ms": 100,
         "placement.rebalance.interval.seconds": 1,

@@ -19,7 +19,7 @@ from headwater.mirror.metrics import MirrorMetrics, ThrottleReport
 from headwater.testing.zookeeper import free_port
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic
-from tests.mirror.util import MirrorProcess, produce_keyed, read_topic, wait_for, zk_connect
+from tests.mirror.util import MirrorProcess, flow_props, produce_keyed, read_topic, wait_for, zk_connect
 
 QUOTA = 10_000  # bytes/s; the 3000 records below are ~180 kB uncompressed: past the ~10 s burst allowance
 
@@ -49,12 +49,7 @@ def test_a_mirror_held_by_its_produce_quota_copies_everything_and_reports_the_th
     assert produce_keyed(src.bootstrap, "clicks", 3000, compression="none") == 3000
     port = free_port()
     props = {
-        "clusters": "dc1, agg",
-        "dc1.zookeeper.connect": zk_connect(src),
-        "dc1.bootstrap.servers": src.bootstrap,
-        "agg.bootstrap.servers": dst.bootstrap,
-        "dc1->agg.enabled": "true",
-        "dc1->agg.topics": "clicks",
+        **flow_props(src, dst, "clicks"),
         "offset.commit.interval.ms": 500,
         "fetch.max.wait.ms": 100,
         "metrics.port": port,

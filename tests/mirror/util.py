@@ -29,6 +29,21 @@ def zk_connect(c: Cluster) -> str:
     return f"{c.zk_host}:{c.zk_port}{c.chroot}"
 
 
+def flow_props(src: Cluster, dst: Cluster, topics: str | None = None) -> dict[str, Any]:
+    """The mirror properties of one flow ``dc1->agg`` from ``src`` to ``dst`` (of ``topics``, when
+    given); a test adds its own settings to the dict."""
+    props: dict[str, Any] = {
+        "clusters": "dc1, agg",
+        "dc1.zookeeper.connect": zk_connect(src),
+        "dc1.bootstrap.servers": src.bootstrap,
+        "agg.bootstrap.servers": dst.bootstrap,
+        "dc1->agg.enabled": "true",
+    }
+    if topics is not None:
+        props["dc1->agg.topics"] = topics
+    return props
+
+
 class MirrorProcess:
     """``headwater mirror`` (or another service: ``command``) as a child process; its output goes to
     a log file."""

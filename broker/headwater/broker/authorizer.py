@@ -750,7 +750,8 @@ TABLE: dict[int, Rule] = {
         ((("Write", "TransactionalId"), ("Write", "Topic")),),
         "TRANSACTIONAL_ID_AUTHORIZATION_FAILED / TOPIC_AUTHORIZATION_FAILED per partition",
         BEFORE,
-        "a refused topic makes the other partitions OPERATION_NOT_ATTEMPTED (txn/authorization.py)",
+        "a refused topic makes the partitions the cluster lacks UNKNOWN_TOPIC_OR_PARTITION and the others "
+        "OPERATION_NOT_ATTEMPTED (txn/authorization.py)",
         txn_authorization.add_partitions_to_txn,
     ),
     25: Rule(

@@ -44,6 +44,8 @@ header and one that was already in the target is not copied back -- active/activ
 IdentityReplicationPolicy, see :mod:`headwater.mirror.copier`),
 ``mirror.on.data.loss`` (``report``: a gap below the source's log start is reported, then the copier
 resumes there; ``stop``: reported, then that partition stops; see :mod:`headwater.mirror.gaps`),
+``isolation.level`` (``read_committed``: aborted and open transactions are not copied, see
+:mod:`headwater.mirror.fetcher`; ``read_uncommitted``: every record, markers left out),
 MM2's ``emit.heartbeats.enabled`` (true) and ``emit.heartbeats.interval.seconds`` (1; see
 :mod:`headwater.mirror.heartbeats`), MM2's ``emit.offset-syncs.enabled`` (true), ``offset.lag.max``
 (100), ``emit.checkpoints.enabled`` (true), ``emit.checkpoints.interval.seconds`` (60), ``groups``
@@ -111,6 +113,7 @@ _GLOBAL_SETTINGS = {
     "repartition",
     "provenance.header.enabled",
     "mirror.on.data.loss",
+    "isolation.level",
     "emit.heartbeats.enabled",
     "emit.heartbeats.interval.seconds",
     "emit.checkpoints.enabled",
@@ -325,6 +328,9 @@ class MirrorConfig:
     #: stamp and check the provenance header (copier.py): active/active under IdentityReplicationPolicy
     provenance_header: bool = False
     on_data_loss: str = "report"
+    #: how the sources are read: read_committed (KIP-98: aborted and open transactions never
+    #: copied; the default) or read_uncommitted (every record, as MM2 with a consumer default)
+    isolation_level: str = "read_committed"
     heartbeats_interval_s: float | None = 1.0  # None: no heartbeats
     #: MM2's offset syncs and checkpoints (headwater.mirror.checkpoints); None: not emitted
     offset_lag_max: int | None = 100
@@ -362,6 +368,11 @@ class MirrorConfig:
 
     def checkpoints_topic(self, source: str) -> str:
         return checkpoints_topic(source, self.internal_separator)
+
+    @property
+    def isolation(self) -> int:
+        """``isolation.level`` as the Fetch and ListOffsets field (0 read_uncommitted, 1 read_committed)."""
+        return 1 if self.isolation_level == "read_committed" else 0
 
     def group_for(self, flow: Flow) -> str:
         """The ZooKeeper consumer group of a flow in its source cluster: ``group.id``, suffixed with
@@ -514,6 +525,9 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
     on_data_loss = props.get("mirror.on.data.loss", "report")
     if on_data_loss not in ("report", "stop"):
         raise MirrorConfigError(f"mirror.on.data.loss: {on_data_loss!r} is not report or stop")
+    isolation_level = props.get("isolation.level", "read_committed")
+    if isolation_level not in ("read_committed", "read_uncommitted"):
+        raise MirrorConfigError(f"isolation.level: {isolation_level!r} is not read_committed or read_uncommitted")
     interval_s = _seconds(props, "emit.heartbeats.interval.seconds", "1", 3600)
     checkpoints_enabled = _bool("emit.checkpoints.enabled", props.get("emit.checkpoints.enabled", "true"))
     syncs_enabled = _bool("emit.offset-syncs.enabled", props.get("emit.offset-syncs.enabled", "true"))
@@ -580,6 +594,7 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         always_repartition=repartition == "always",
         provenance_header=_bool("provenance.header.enabled", props.get("provenance.header.enabled", "false")),
         on_data_loss=on_data_loss,
+        isolation_level=isolation_level,
         heartbeats_interval_s=interval_s if heartbeats else None,
         offset_lag_max=offset_lag_max if syncs_enabled else None,
         checkpoints_interval_s=checkpoints_interval_s if checkpoints_enabled else None,

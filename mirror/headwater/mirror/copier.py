@@ -2,7 +2,7 @@
 
 ::
 
-    fetch (raw, read_committed) from the source leader, ahead of the produce (fetch_ahead.py: the
+    fetch (raw, read_committed unless ``isolation.level`` says otherwise) from the source leader, ahead of the produce (fetch_ahead.py: the
     next fetches are on the wire while these batches are produced; parts taken in offset order)
       -> the batches of aborted transactions and the control batches (markers) left out
          (headwater.client.raw.committed_batches); the offsets move past them all the same
@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from headwater.client.cluster import Cluster
-from headwater.client.consumer import EARLIEST, LATEST, Consumer
+from headwater.client.consumer import Consumer
 from headwater.client.errors import (
     KafkaAuthenticationError,
     KafkaConnectionError,
@@ -45,7 +45,7 @@ from headwater.client.errors import (
     UnknownTopicError,
 )
 from headwater.client.partitioner import murmur2, to_positive
-from headwater.client.raw import READ_COMMITTED, as_plain_batch, produce_raw
+from headwater.client.raw import as_plain_batch, produce_raw
 from headwater.mirror.config import HEARTBEATS_TOPIC, MirrorConfig
 from headwater.mirror.copies import ScanBudget, TargetCopies, scan_target, skip_copied
 from headwater.mirror.fetch_ahead import FetchAhead
@@ -271,9 +271,12 @@ class Copier:
 
     async def reset_offset(self) -> int:
         """The source offset ``auto.offset.reset`` points at (earliest or latest)."""
-        consumer = Consumer("", cluster=self.flow.source, isolation_level=READ_COMMITTED)  # latest: the LSO
-        when = EARLIEST if self.config.auto_offset_reset == "earliest" else LATEST
-        return (await consumer.offsets_before(self.tp[0], self.tp[1], when, 1))[0]
+        # latest: the LSO under read_committed, the high watermark under read_uncommitted -- with
+        # ListOffsets v2+ (v0, offsets_before, has no isolation level: it answered the high watermark)
+        consumer = Consumer("", cluster=self.flow.source, isolation_level=self.config.isolation)
+        if self.config.auto_offset_reset == "earliest":
+            return await consumer.earliest_offset(*self.tp)
+        return await consumer.latest_offset(*self.tp)
 
     def describe(self) -> str:
         """What the copier was doing, for the supervisor's ERROR line."""

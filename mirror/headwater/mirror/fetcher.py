@@ -18,11 +18,13 @@ each copier with its partition's part of the response; requests that arrive mean
 next round. A busy partition therefore waits at most one long poll, and a round returns as soon
 as any partition in it has data (min_bytes = 1).
 
-Isolation: every fetch is read_committed (KIP-98): the source answers only below each partition's
+Isolation: ``isolation.level`` (default read_committed, KIP-98): the source answers only below each partition's
 last stable offset and names the aborted transactions in what it returns, which the copier leaves
 out (:func:`headwater.client.raw.committed_batches`), so a transaction's data reaches the target
 only once it committed, and an aborted one never does. An open transaction holds the partition's
-copy at its first offset until it ends (as for any read_committed consumer).
+copy at its first offset until it ends (as for any read_committed consumer). With
+``read_uncommitted`` the fetches go to the high watermark and every data record is copied
+(aborted and open transactions' too; the markers are still left out).
 
 ``fetch.max.in.flight`` (default 2) lets a broker have more than one round outstanding -- for a
 WAN link, where the round trip rather than the long poll bounds the rate (issue 22): the next

@@ -17,7 +17,10 @@ error to :meth:`GapReporter.out_of_range`, which
 
 A needed offset *above* the log end (the topic was deleted and re-created, or an unclean leader
 election truncated the log) loses nothing the mirror can name: it is logged at ERROR and the copier
-resumes per ``auto.offset.reset``. An offset back in range (the error came from a leader that
+resumes per ``auto.offset.reset``; ``latest`` is where the flow's ``isolation.level`` reads up to:
+the last stable offset under ``read_committed`` (the default: resuming at the high watermark would
+skip the records of a transaction still open there, copied once it commits), the high watermark
+under ``read_uncommitted``. An offset back in range (the error came from a leader that
 changed meanwhile) is fetched again as it is.
 
 A gap's guid is derived from the hop, the partition and the range, so a mirror that crashes after
@@ -38,6 +41,7 @@ from typing import Any
 from headwater.client.audit import AUDIT_TOPIC, HEADER_SIGNATURE, sign_event
 from headwater.client.cluster import Cluster
 from headwater.client.consumer import EARLIEST, LATEST, Consumer
+from headwater.client.raw import READ_COMMITTED
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.writer import SourceWriter
 from headwater.service.supervisor import FatalError
@@ -107,6 +111,7 @@ class DataLossError(FatalError):
 Offsets = Callable[[str, int], Awaitable[tuple[int, int]]]  # (topic, partition) -> (log start, log end)
 Publish = Callable[[str, bytes, bytes], Awaitable[None]]  # (topic, key, value), acknowledged when it returns
 Lost = Callable[[str, int], None]  # (topic, records): the records-lost counter
+Latest = Callable[[str, int], Awaitable[int]]  # (topic, partition) -> the end at the flow's isolation level
 
 
 class GapReporter:
@@ -123,6 +128,7 @@ class GapReporter:
         lost: Lost,
         reset_to_latest: bool = False,
         clock: Callable[[], float] = time.time,
+        latest: Latest | None = None,
     ) -> None:
         if on_data_loss not in ON_DATA_LOSS:
             raise ValueError(f"mirror.on.data.loss: {on_data_loss!r} is not report or stop")
@@ -133,6 +139,7 @@ class GapReporter:
         self.lost = lost
         self.reset_to_latest = reset_to_latest
         self.clock = clock
+        self.latest = latest  # None: the log end of ``offsets``
         self.reported: list[Gap] = []
 
     async def out_of_range(self, topic: str, partition: int, needed: int) -> int:
@@ -167,7 +174,12 @@ class GapReporter:
                 raise DataLossError(f"{gap.describe()}; mirror.on.data.loss = stop: {topic}-{partition} stopped")
             return log_start
         if needed > log_end:
-            resume = log_end if self.reset_to_latest else log_start
+            if not self.reset_to_latest:
+                resume = log_start
+            elif self.latest is not None:
+                resume = await self.latest(topic, partition)
+            else:
+                resume = log_end
             log.error(
                 "%s: %s-%d: offset %d is beyond the source's log end %d (topic re-created, or the log truncated): "
                 "nothing the mirror can name is lost; resuming at %d",
@@ -205,8 +217,12 @@ def reporter_for(
     on_data_loss: str,
     reset_to_latest: bool,
     signing_key: bytes | None = None,
+    isolation_level: int = READ_COMMITTED,
 ) -> GapReporter:
-    """A flow's reporter wired to its source cluster (ListOffsets, ``__audit``) and the mirror's metrics."""
+    """A flow's reporter wired to its source cluster (ListOffsets, ``__audit``) and the mirror's
+    metrics. The log end it compares with is the high watermark (a source answers
+    OFFSET_OUT_OF_RANGE only above it); it resumes ``latest`` at the end for ``isolation_level``
+    (the last stable offset under read_committed)."""
     flow = f"{source}->{target}"
 
     async def offsets(topic: str, partition: int) -> tuple[int, int]:
@@ -214,6 +230,11 @@ def reporter_for(
         start = (await consumer.offsets_before(topic, partition, EARLIEST, 1))[0]
         end = (await consumer.offsets_before(topic, partition, LATEST, 1))[0]
         return start, end
+
+    async def latest(topic: str, partition: int) -> int:
+        # ListOffsets v2+ (v0, offsets_before, has no isolation level: it answers the high watermark)
+        consumer = Consumer("", cluster=cluster, isolation_level=isolation_level)
+        return await consumer.latest_offset(topic, partition)
 
     async def publish(topic: str, key: bytes, value: bytes) -> None:
         # signed as audited producers sign their count events, when the audit service checks them
@@ -231,4 +252,5 @@ def reporter_for(
         publish=publish,
         lost=lost,
         reset_to_latest=reset_to_latest,
+        latest=latest,
     )

@@ -171,6 +171,7 @@ class Mirror:
                     max_bytes=self.config.fetch_max_bytes,
                     max_wait_ms=self.config.fetch_max_wait_ms,
                     in_flight=self.config.fetch_max_in_flight,
+                    isolation_level=self.config.isolation,
                 )
                 state = FlowState(flow, group, source, Admin("", cluster=source), fetcher)
                 self.flows.append(state)
@@ -185,6 +186,7 @@ class Mirror:
                     on_data_loss=self.config.on_data_loss,
                     reset_to_latest=self.config.auto_offset_reset == "latest",
                     signing_key=self.config.audit_signing_key,
+                    isolation_level=self.config.isolation,
                 )
                 state.heartbeats = self.heartbeats
                 self._start_checkpoint_tasks(state, stop)
@@ -687,7 +689,10 @@ class Mirror:
                 try:
                     await self._commit(f, tp, c)
                 except FencedError as e:
-                    log.error("%s: %s: stopping the copier of %s-%d", f.flow.name, e, *tp)
+                    # the expected end of a copier whose partition moved in a rebalance (released
+                    # by this member or taken over by another): nothing is lost, the new owner
+                    # resumes from the offsets committed so far
+                    log.warning("%s: %s: handing %s-%d over, stopping its copier", f.flow.name, e, *tp)
                     c.stop.set()
                     f.changed.set()
                 except Exception as e:

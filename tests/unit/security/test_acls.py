@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from headwater.acls import Acl, AclCache, AclError, Resource, decode_acls, encode_acls, operation
 
@@ -68,3 +70,29 @@ def test_wire_codes_and_filters() -> None:
     match = AclFilter(2, "orders-eu", MATCH, None, None, ANY, ANY)  # which ACLs apply to topic orders-eu
     assert match.matches(res, acl) and not match.matches(Resource("Topic", "orders"), acl)
     assert not AclFilter(ANY, None, ANY, "User:bob", None, ANY, ANY).matches(res, acl)
+
+
+_NAMES = st.text(alphabet="ab.*", min_size=1, max_size=4)
+
+
+@given(
+    resources=st.lists(
+        st.tuples(st.sampled_from(["Topic", "Group"]), _NAMES, st.sampled_from(["LITERAL", "PREFIXED"])), max_size=12
+    ),
+    type_=st.sampled_from(["Topic", "Group"]),
+    name=_NAMES,
+)
+def test_matching_by_lookup_finds_what_a_scan_of_every_resource_finds(
+    resources: list[tuple[str, str, str]], type_: str, name: str
+) -> None:
+    """``matching`` looks the literal name, the wildcard and each prefix up; a scan of every
+    resource with ACLs (what it did before) must find the same ACLs."""
+    c = AclCache()
+    c.acls = {Resource(t, n, p): [Acl(f"User:{t}{n}{p}", "Allow", "Read")] for t, n, p in resources}
+    scanned = [
+        a
+        for res, acls in c.acls.items()
+        if res.type == type_ and (name.startswith(res.name) if res.pattern == "PREFIXED" else res.name in (name, "*"))
+        for a in acls
+    ]
+    assert sorted(map(repr, c.matching(type_, name))) == sorted(map(repr, scanned))

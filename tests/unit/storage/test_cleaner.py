@@ -17,6 +17,7 @@ from headwater.broker.storage.clock import ManualClock
 from headwater.broker.storage.fs import OsFileSystem
 from headwater.broker.storage.log import Log, LogConfig
 from headwater.broker.storage.log_manager import LogManager
+from headwater.broker.storage.txn_index import read_txn_index
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.compression import Codec
 from headwater.protocol.records.control import encode_marker
@@ -288,7 +289,7 @@ def test_an_aborted_transaction_neither_removes_the_committed_value_nor_survives
     """Kafka's cleaner leaves aborted records out of the offset map and removes them (issue 41):
     here an aborted ``k1`` used to make the committed ``k1`` go and stay itself, so a read_committed
     consumer lost ``k1``. The ABORT marker is kept (with its .txnindex entry). (An aborted batch
-    that is one of its producer's five newest stays whole, as any such batch: hidden by its marker.)"""
+    that holds its producer's last sequence keeps an empty header: the test below.)"""
     lg = manager.create_log("c", 0, compacted())
     lg.append(keyed(("k1", "committed")), 0)  # offset 0
     aborted = encode_batch(
@@ -320,3 +321,120 @@ def test_an_aborted_transaction_neither_removes_the_committed_value_nor_survives
     reopened = open_log(Path(manager.log_dirs[0]), compacted(), clock=manager.clock, topic="c", needs_recovery=True)
     assert reopened.log_end_offset == end and reopened.last_stable_offset(end) == end
     assert [(r.offset, r.key, r.value) for r in read_all(reopened) if r.key == b"k1"] == [(0, b"k1", b"committed")]
+
+
+def _txn(pid: int, epoch: int, seq: int, *records: tuple[bytes, bytes], ts: int = T0) -> bytes:
+    return encode_batch(
+        [(k, v, ts, ()) for k, v in records],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        transactional=True,
+    )
+
+
+def _on_disk_aborted(lg: Log) -> list[int]:
+    """The ABORT marker offsets of every segment's .txnindex file."""
+    return sorted(a.last_offset for seg in lg.segments for a in read_txn_index(OsFileSystem(), lg.dir, seg.base_offset))
+
+
+def test_markers_go_after_delete_retention_ms_once_their_transaction_has_no_data_left(manager: LogManager) -> None:
+    """Kafka 2.3's cleaner (CleanedTransactionMetadata): a marker may go once no batch of its
+    transaction is left before it -- an ABORT marker after the cleaning that removed its aborted
+    records, a COMMIT marker after its records were all superseded -- and, as a tombstone, only
+    past ``delete.retention.ms``; the ABORT marker's aborted-transaction entry goes with it (memory
+    and .txnindex: an entry without its marker would hide the producer's later records from
+    read_committed consumers). A marker that is its producer's last entry stays (its epoch fences
+    zombies after a restart), as do markers whose transactions still have records."""
+    clock = manager.clock
+    assert isinstance(clock, ManualClock)
+    lg = manager.create_log("c", 0, compacted())
+    lg.append(keyed(("k1", "committed")), 0)
+    lg.append(_txn(7000, 0, 0, (b"k1", b"aborted"), (b"k2", b"aborted")), 0)
+    abort_at = lg.append(encode_marker(7000, 0, False, 0, T0), 0, coordinator=True).first_offset
+    lg.append(_txn(7000, 0, 2, (b"k3", b"superseded")), 0)
+    superseded_commit_at = lg.append(encode_marker(7000, 0, True, 0, T0), 0, coordinator=True).first_offset
+    kept_commits = []
+    for seq in range(3, 8):  # five more committed transactions: the k3 batch is not among the newest five
+        lg.append(_txn(7000, 0, seq, (f"y{seq}".encode(), b"committed")), 0)
+        kept_commits.append(lg.append(encode_marker(7000, 0, True, 0, T0), 0, coordinator=True).first_offset)
+    lg.append(_txn(7001, 0, 0, (b"k4", b"aborted")), 0)  # 7001 is fenced: its abort comes with epoch 1
+    fence_at = lg.append(encode_marker(7001, 1, False, 0, T0), 0, coordinator=True).first_offset
+    lg.append(keyed(("k3", "plain")), 0)
+    for i in range(10):
+        lg.append(keyed((f"x{i % 3}", f"a{i}")), 0)
+    lg.roll()
+
+    assert clean(manager) is not None  # the aborted and superseded records go; every marker stays
+    markers = [h.base_offset for h in batch_headers(lg) if h.is_control]
+    assert {abort_at, superseded_commit_at, fence_at, *kept_commits} <= set(markers)
+    assert _on_disk_aborted(lg) == [abort_at, fence_at]
+
+    clock.advance(61_000)  # past delete.retention.ms; more writes make the log dirty again
+    for i in range(10):
+        lg.append(keyed((f"x{i % 3}", f"b{i}"), ts=T0 + 61_000), 0)
+    lg.roll()
+    assert clean(manager) is not None
+    markers = [h.base_offset for h in batch_headers(lg) if h.is_control]
+    assert abort_at not in markers and superseded_commit_at not in markers, "markers of transactions with no data"
+    assert fence_at in markers, "a producer's last entry (its fencing epoch) stays"
+    assert set(kept_commits) <= set(markers), "markers of transactions with records stay"
+    assert [a.last_offset for a in lg.aborted] == [fence_at] and _on_disk_aborted(lg) == [fence_at]
+    view_now = {r.key: r.value for r in read_all(lg) if r.key and r.key[:1] in (b"k", b"y")}
+    assert view_now == {
+        b"k1": b"committed",
+        b"k3": b"plain",
+        **{f"y{s}".encode(): b"committed" for s in range(3, 8)},
+    }
+    # recovery from the log alone rebuilds the same aborted-transaction index
+    end = lg.log_end_offset
+    manager.abort()
+    reopened = open_log(Path(manager.log_dirs[0]), compacted(), clock=manager.clock, topic="c", needs_recovery=True)
+    assert reopened.log_end_offset == end and [a.last_offset for a in reopened.aborted] == [fence_at]
+
+
+def test_a_batch_kept_for_its_producer_loses_its_records_but_keeps_an_empty_header(manager: LogManager) -> None:
+    """Kafka 2.3's BatchRetention.RETAIN_EMPTY: a batch whose records all go but that holds its
+    producer's last sequence (needed to rebuild the producer's state) is written as a header alone
+    (no records, codec none, its base and last offset, producer id, epoch and base sequence, max
+    timestamp); here an aborted batch and a superseded one, each its producer's newest."""
+    lg = manager.create_log("c", 0, compacted())
+    lg.append(keyed(("k1", "committed")), 0)
+    aborted_at = lg.append(_txn(7000, 0, 0, (b"k1", b"aborted"), (b"k2", b"aborted")), 0).first_offset
+    lg.append(encode_marker(7000, 0, False, 0, T0), 0, coordinator=True)
+    idempotent = encode_batch(
+        [(b"k5", b"old", T0 + 5, ())], producer_id=7002, producer_epoch=3, base_sequence=0, compression=Codec.GZIP
+    )
+    superseded_at = lg.append(idempotent, 0).first_offset
+    lg.append(keyed(("k5", "new")), 0)
+    for i in range(10):
+        lg.append(keyed((f"x{i % 3}", f"a{i}")), 0)
+    lg.roll()
+    assert clean(manager) is not None
+    headers = {h.base_offset: h for h in batch_headers(lg)}
+    a, s = headers[aborted_at], headers[superseded_at]
+    assert (a.records_count, a.last_offset, a.producer_id, a.base_sequence) == (0, aborted_at + 1, 7000, 0)
+    assert a.is_transactional and a.codec == Codec.NONE
+    assert (s.records_count, s.last_offset, s.producer_id, s.producer_epoch, s.base_sequence) == (
+        0,
+        superseded_at,
+        7002,
+        3,
+        0,
+    )
+    assert s.codec == Codec.NONE and s.max_timestamp == T0 + 5
+    got = {r.key: r.value for r in read_all(lg) if r.key and r.key.startswith(b"k")}
+    assert got == {b"k1": b"committed", b"k5": b"new"}
+    # a follower of the compacted log takes the empty headers as the leader serves them
+    follower = manager.create_log("c", 1, compacted())
+    stored = b"".join(seg.read_bytes(0, seg.size) for seg in lg.segments)
+    follower.append_as_follower(stored)
+    assert follower.log_end_offset == lg.log_end_offset
+    assert [h.records_count for h in batch_headers(follower)] == [h.records_count for h in batch_headers(lg)]
+    # the producers' state is rebuilt from the empty headers: the next sequence follows on
+    end = lg.log_end_offset
+    manager.abort()
+    reopened = open_log(Path(manager.log_dirs[0]), compacted(), clock=manager.clock, topic="c", needs_recovery=True)
+    assert reopened.log_end_offset == end
+    assert reopened.producer_state.producers[7002].batches[-1].last_seq == 0
+    assert reopened.producer_state.producers[7002].epoch == 3

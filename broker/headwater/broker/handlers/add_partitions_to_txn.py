@@ -6,7 +6,9 @@ COORDINATOR_NOT_AVAILABLE, INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH,
 CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE. A partition the cluster does not have gets
 UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED (nothing is added), as Kafka does;
 so does an internal topic (``__consumer_offsets``, ``__transaction_state``: a producer adds them only
-through AddOffsetsToTxn), with TOPIC_AUTHORIZATION_FAILED whoever asks, as Kafka 2.3's KafkaApis.
+through AddOffsetsToTxn), with TOPIC_AUTHORIZATION_FAILED whoever asks, as Kafka 2.3's KafkaApis;
+and so does a topic the authorizer refused (its partitions TOPIC_AUTHORIZATION_FAILED, added to the
+answer by txn/authorization.py; the unknown partitions of the others still UNKNOWN_TOPIC_OR_PARTITION).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from headwater.broker.replica_manager import INTERNAL_TOPICS
+from headwater.broker.txn.authorization import NOT_ATTEMPTED
 from headwater.broker.txn.authorization import add_partitions_answer as answer
 from headwater.protocol.errors import ErrorCode
 from headwater.protocol.schema import Message
@@ -27,7 +30,8 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
     wanted = {(t["name"], p) for t in request["topics"] for p in t["partitions"]}
     internal = {tp for tp in wanted if tp[0] in INTERNAL_TOPICS}
     unknown = {tp for tp in wanted if tp not in internal and broker.cache.partition(*tp) is None}
-    if internal or unknown:
+    # NOT_ATTEMPTED: the authorizer refused another topic of the request (txn/authorization.py)
+    if internal or unknown or request.get(NOT_ATTEMPTED):
         codes = {
             tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED
             if tp in internal

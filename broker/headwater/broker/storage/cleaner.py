@@ -24,7 +24,13 @@ Records without a key are kept. Transactions (issue 41, as Kafka 2.3's cleaner):
 an aborted transaction (a transactional batch of a producer between the first offset and the
 ABORT marker of an entry of the log's aborted-transaction index) are left out of the offset map --
 so they never make an older, committed record of their key go -- and removed, unless their batch
-is one of its producer's newest (below); markers are kept (and with them the index entries).
+holds its producer's last sequence (below). A marker goes as Kafka 2.3's CleanedTransactionMetadata
+lets it: once no batch of its transaction is left before it (an earlier cleaning removed the
+aborted records, or compaction all the committed ones: :class:`TransactionsSeen`), and, like a
+tombstone, once its timestamp is older than ``delete.retention.ms``; never while it is its
+producer's last entry (no data batch of the producer's epoch since: the marker's epoch fences
+zombies after a restart). An ABORT marker's aborted-transaction entry goes with it (memory and
+``.txnindex``, written before the swap).
 A tombstone (null value) is kept while it may still be needed:
 it goes only once it is in the clean head (it survived one cleaning already) and its batch's
 timestamp is older than ``delete.retention.ms``, so a consumer reading from the start sees a
@@ -32,8 +38,9 @@ deletion for at least that long. A batch whose records all stay is copied byte f
 that loses some is rebuilt with its base offset, last offset (kept even when its last record
 goes), codec, producer fields and partition leader epoch, and only the surviving records at
 their original offsets: offsets are never reassigned, gaps are normal. A batch that loses every
-record disappears, unless it is one of its idempotent producer's five newest batches (the
-producer state rebuilt from the log needs it): those stay whole.
+record disappears, unless it holds its idempotent producer's last sequence (the producer state
+rebuilt from the log needs it): that one stays as a header with no records (:func:`empty_batch`,
+Kafka 2.3's ``RETAIN_EMPTY`` for the batch at a producer's last data offset).
 
 Crash safety -- the swap (file names beside the segments, base = the group's first base offset)::
 
@@ -55,13 +62,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from headwater.broker.storage.fs import FileSystem, write_all
 from headwater.broker.storage.segment import Segment
+from headwater.protocol.records import header as _h
+from headwater.protocol.records.control import ABORT, COMMIT
 from headwater.protocol.records.header import TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader
 from headwater.protocol.records.record import Record, RecordInput, decode_batch, encode_batch
 
@@ -81,6 +91,7 @@ class CleanStats:
     records_kept: int = 0
     records_removed: int = 0
     tombstones_removed: int = 0
+    markers_removed: int = 0
     segments_before: int = 0
     segments_after: int = 0
     seconds: float = 0.0
@@ -92,7 +103,9 @@ class CleanableLog(Protocol):
     @property
     def segments(self) -> tuple[Segment, ...]: ...
 
-    def swap_cleaned(self, old: Sequence[Segment], cleaned_path: str | None) -> None: ...
+    def swap_cleaned(
+        self, old: Sequence[Segment], cleaned_path: str | None, *, dropped_aborts: Collection[int] = ()
+    ) -> None: ...
 
 
 def cleanable_section(
@@ -176,6 +189,78 @@ class AbortedRanges:
         return ranges is not None and any(first <= header.base_offset < last for first, last in ranges)
 
 
+class TransactionsSeen:
+    """Which transactions still have batches, met in offset order over one cleaning (Kafka 2.3's
+    CleanedTransactionMetadata): a marker may go only when no batch of its transaction was met
+    before it in this cleaning, i.e. an earlier cleaning removed them all."""
+
+    def __init__(self, aborted: Sequence[tuple[int, int, int]] = ()) -> None:
+        self.pending = sorted(aborted, key=lambda a: a[1])  # by first offset
+        self.next = 0
+        self.ongoing_aborted: dict[int, bool] = {}  # producer id -> a batch of it was met
+        self.ongoing_committed: set[int] = set()
+
+    def _reach(self, offset: int) -> None:
+        while self.next < len(self.pending) and self.pending[self.next][1] <= offset:
+            self.ongoing_aborted[self.pending[self.next][0]] = False
+            self.next += 1
+
+    def data(self, header: BatchHeader) -> bool:
+        """A data batch: whether its records are aborted ones (to remove)."""
+        self._reach(header.last_offset)
+        if not header.is_transactional:
+            return False
+        if header.producer_id in self.ongoing_aborted:
+            self.ongoing_aborted[header.producer_id] = True
+            return True
+        self.ongoing_committed.add(header.producer_id)
+        return False
+
+    def marker(self, header: BatchHeader, records: list[Record]) -> bool:
+        """A control batch: whether it may go (no batch of its transaction is left)."""
+        self._reach(header.last_offset)
+        if not records or records[0].key is None or len(records[0].key) < 4:
+            return True  # an empty control batch: already cleaned
+        kind = int.from_bytes(records[0].key[2:4], "big", signed=True)
+        pid = header.producer_id
+        if kind == ABORT:
+            return not self.ongoing_aborted.pop(pid, False)
+        if kind == COMMIT:
+            if pid in self.ongoing_committed:
+                self.ongoing_committed.discard(pid)
+                return False
+            return True
+        return False
+
+
+def empty_batch(header: BatchHeader) -> bytes:
+    """The header alone of a batch whose records all went but which must stay (Kafka 2.3's
+    ``BatchRetention.RETAIN_EMPTY``, ``DefaultRecordBatch.writeEmptyHeader``): its base and last
+    offset, producer id, epoch and base sequence, partition leader epoch, timestamp type,
+    transactional and control bits and max timestamp; no records, codec none, no first timestamp."""
+    attributes = header.attributes & (_h.TIMESTAMP_TYPE_BIT | _h.TRANSACTIONAL_BIT | _h.CONTROL_BIT)
+    out = bytearray(_h.HEADER_SIZE)
+    _h.HEADER.pack_into(
+        out,
+        0,
+        header.base_offset,
+        _h.HEADER_SIZE - _h.LOG_OVERHEAD,
+        header.partition_leader_epoch,
+        2,
+        0,  # crc, set below
+        attributes,
+        header.last_offset_delta,
+        _h.NO_TIMESTAMP,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        0,
+    )
+    struct.pack_into(">I", out, _h.CRC_OFFSET, _h.compute_crc(out, 0, len(out)))
+    return bytes(out)
+
+
 def build_offset_map(
     segments: Sequence[Segment], first_dirty: int, first_uncleanable: int, aborted: AbortedRanges | None = None
 ) -> dict[bytes, int]:
@@ -225,7 +310,12 @@ class _Keep:
         self.offset_map = offset_map
         self.first_dirty = first_dirty
         self.tombstone_horizon_ms = tombstone_horizon_ms
-        self.protected = protected  # last offsets of idempotent producers' newest batches
+        self.protected = protected  # last offsets of the batches holding producers' last sequences
+        #: producer id -> epoch, for producers whose last entry in the log is a marker (it stays)
+        self.last_markers: dict[int, int] = {}
+        self.seen = TransactionsSeen()
+        #: offsets of the ABORT markers this cleaning removed (their index entries go too)
+        self.dropped_aborts: set[int] = set()
 
     def record(self, r: Record, batch_max_timestamp: int, stats: CleanStats) -> bool:
         if r.key is not None and self.offset_map.get(r.key, -1) > r.offset:
@@ -240,8 +330,18 @@ def _filtered_batch(
     data: bytes, header: BatchHeader, records: list[Record], keep: _Keep, stats: CleanStats
 ) -> bytes | None:
     if header.is_control:
+        may_go = keep.seen.marker(header, records)
+        if (
+            may_go
+            and header.max_timestamp < keep.tombstone_horizon_ms
+            and keep.last_markers.get(header.producer_id) != header.producer_epoch
+        ):
+            if records and records[0].key is not None and records[0].key[2:4] == ABORT.to_bytes(2, "big"):
+                keep.dropped_aborts.add(header.base_offset)
+            stats.markers_removed += 1
+            return None
         return data
-    if keep.aborted.holds(header):
+    if keep.seen.data(header):
         kept: list[Record] = []
     else:
         kept = [r for r in records if keep.record(r, header.max_timestamp, stats)]
@@ -251,9 +351,7 @@ def _filtered_batch(
         return data
     if not kept:
         if header.producer_id >= 0 and header.last_offset in keep.protected:
-            stats.records_kept += len(records)
-            stats.records_removed -= len(records)
-            return data
+            return empty_batch(header)  # its producer's sequence stays in the log
         return None
     return encode_batch(
         [RecordInput(r.key, r.value, r.timestamp, r.headers) for r in kept],
@@ -308,8 +406,11 @@ class Cleaning:
         high_watermark: int | None = None,
         io_bytes_per_second: float = float("inf"),
         aborted: Sequence[tuple[int, int, int]] = (),
+        last_markers: dict[int, int] | None = None,
     ) -> None:
         self.lg, self.fs = lg, fs
+        self.aborted_list = list(aborted)
+        self.last_markers = dict(last_markers or {})
         #: (producer id, first offset, ABORT marker offset) of the log's aborted transactions
         self.aborted = AbortedRanges(aborted)
         self.started = time.monotonic()
@@ -334,6 +435,8 @@ class Cleaning:
                 self.throttle.consumed(seg.size)
         offset_map = build_offset_map(self.segments, self.stats.first_dirty, self.stats.first_uncleanable, self.aborted)
         self.keep = _Keep(offset_map, self.stats.first_dirty, self.tombstone_horizon_ms, self.protected, self.aborted)
+        self.keep.seen = TransactionsSeen(self.aborted_list)
+        self.keep.last_markers = self.last_markers
 
     def write(self, named_after: Segment, group: Sequence[Segment]) -> str | None:
         """Write the group's surviving batches to ``<base>.log.cleaned`` (fsynced; ``base`` is
@@ -368,7 +471,8 @@ class Cleaning:
         try:
             if any(s.size != self.sizes.get(id(s)) for s in old):
                 raise ValueError("a planned segment changed during the cleaning")
-            self.lg.swap_cleaned(old, cleaned)
+            assert self.keep is not None
+            self.lg.swap_cleaned(old, cleaned, dropped_aborts=self.keep.dropped_aborts)
         except ValueError:
             # the log changed meanwhile (retention or a truncation removed some of these segments)
             if cleaned is not None:

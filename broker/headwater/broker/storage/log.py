@@ -69,7 +69,7 @@ import os
 import random
 import struct
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -1334,14 +1334,27 @@ class Log:
         low = self._lowest_truncation
         self._lowest_truncation = offset if low is None else min(low, offset)
 
-    def swap_cleaned(self, old: Sequence[Segment], cleaned_path: str | None) -> None:
+    def swap_cleaned(
+        self, old: Sequence[Segment], cleaned_path: str | None, *, dropped_aborts: Collection[int] = ()
+    ) -> None:
         """Replace consecutive segments ``old`` (never the active one) by the cleaned segment file
         ``cleaned_path`` (written and fsynced as ``<old[0] base>.log.cleaned``), or drop them when
-        None (nothing in them survived). The crash-safe order is in cleaner.py's docstring."""
+        None (nothing in them survived). The crash-safe order is in cleaner.py's docstring.
+        ``dropped_aborts``: offsets of ABORT markers the cleaning removed; their aborted-transaction
+        entries go first (memory and the group's .txnindex, before the swap: an entry whose marker
+        is gone would hide the producer's later records from read_committed readers, a marker
+        without its entry hides nothing)."""
         i = self._segments.index(old[0])
         if self._segments[i : i + len(old)] != list(old) or i + len(old) >= len(self._segments):
             raise ValueError(f"{self._ident} cannot swap {old}: not consecutive inactive segments")
         base = old[0].base_offset
+        end = self._segments[i + len(old)].base_offset
+        gone = [a for a in self.aborted if base <= a.last_offset < end and a.last_offset in dropped_aborts]
+        if gone:
+            self.aborted = [a for a in self.aborted if a not in gone]
+            for seg in old:
+                nxt = self._segments[self._segments.index(seg) + 1].base_offset
+                self._write_txn_index(seg.base_offset, nxt)
         try:
             swap = old[0].log_path + SWAP_SUFFIX
             if cleaned_path is not None:

@@ -477,10 +477,13 @@ class LogManager:
             delete_retention_ms=cfg.delete_retention_ms,
             segment_bytes=cfg.segment_bytes,
             log_start=lg.log_start_offset,
-            protected={b.last_offset for e in lg.producer_state.producers.values() for b in e.batches},
+            # Kafka 2.3's cleaner keeps (empty) only the batch holding each producer's last sequence
+            protected={e.batches[-1].last_offset for e in lg.producer_state.producers.values() if e.batches},
             high_watermark=hw,
             io_bytes_per_second=self.cleaner_io_bytes_per_second,
             aborted=[(a.producer_id, a.first_offset, a.last_offset) for a in lg.aborted],
+            # a producer whose last entry is a marker (no data batch since its epoch): its markers stay
+            last_markers={pid: e.epoch for pid, e in lg.producer_state.producers.items() if not e.batches},
         )
         log.info("cleaning %s-%d: dirty ratio %.2f from offset %d", tp[0], tp[1], ratio, job.stats.first_dirty)
         return tp, ratio, job

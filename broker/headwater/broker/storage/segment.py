@@ -270,7 +270,8 @@ class Segment:
             if not crc_matches(buf, rel, h):
                 problem = "CRC-32C mismatch"
                 break
-            if h.records_count <= 0 or h.records_count > h.last_offset_delta + 1:  # fewer: compacted
+            # fewer: compacted; none: a header the cleaner kept for its producer (RETAIN_EMPTY)
+            if h.records_count < 0 or h.records_count > h.last_offset_delta + 1:
                 problem = f"{h.records_count} records but a last offset delta of {h.last_offset_delta}"
                 break
             last = h.base_offset + h.last_offset_delta

@@ -9,7 +9,8 @@ API                    needs (else)
 FindCoordinator kt 1   Describe on the TransactionalId (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 AddPartitionsToTxn     Write on the TransactionalId (TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every
                        partition), then Write on each Topic (TOPIC_AUTHORIZATION_FAILED on those,
-                       OPERATION_NOT_ATTEMPTED on the others: nothing is added)
+                       UNKNOWN_TOPIC_OR_PARTITION on the others the cluster does not have,
+                       OPERATION_NOT_ATTEMPTED on the rest: nothing is added)
 AddOffsetsToTxn        Write on the TransactionalId, then Read on the Group (GROUP_AUTHORIZATION_FAILED)
 EndTxn                 Write on the TransactionalId
 WriteTxnMarkers        ClusterAction on the Cluster (CLUSTER_AUTHORIZATION_FAILED on every partition)
@@ -43,6 +44,10 @@ class Authorizer(Protocol):
 
 
 TXN_DENIED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+#: a key the AddPartitionsToTxn check adds to the request when it refused a topic: the handler then
+#: adds nothing (Kafka 2.3's KafkaApis checks every partition before calling the coordinator)
+NOT_ATTEMPTED = "_others_not_attempted"
 Result = tuple[Message | None, Message, Callable[[Message], Message] | None]
 
 
@@ -87,10 +92,18 @@ def add_partitions_to_txn(az: Authorizer, ctx: RequestContext, body: Message) ->
         denied = {t for t, _ in tps if not az.allowed(ctx, "Write", "Topic", t)}
         if not denied:
             return None, body, None
-        codes = {
-            tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied else ErrorCode.OPERATION_NOT_ATTEMPTED
-            for tp in tps
-        }
+        # the handler answers the partitions of the permitted topics (UNKNOWN_TOPIC_OR_PARTITION for
+        # those the cluster does not have, OPERATION_NOT_ATTEMPTED for the others: it adds nothing);
+        # the refused topics' partitions are TOPIC_AUTHORIZATION_FAILED, added after
+        permitted = [t for t in body["topics"] if t["name"] not in denied]
+        refused = [t for t in body["topics"] if t["name"] in denied]
+
+        def post(resp: Message) -> Message:
+            codes = dict.fromkeys([(t["name"], p) for t in refused for p in t["partitions"]], TOPIC_DENIED)
+            resp["results"] = list(resp["results"]) + add_partitions_answer(refused, codes)["results"]
+            return resp
+
+        return None, {**body, "topics": permitted, NOT_ATTEMPTED: True}, post
     return add_partitions_answer(body["topics"], codes), body, None
 
 

@@ -192,9 +192,15 @@ def validate_batches(
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch of {h.size} bytes is truncated at byte {n}")
         if not crc_matches(buf, pos, h):
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch at byte {pos} fails its CRC-32C check")
-        if h.records_count <= 0 or (
-            h.last_offset_delta != h.records_count - 1
-            and not (compacted and h.records_count <= h.last_offset_delta + 1)
+        # a compacted log's leader may hold a batch with no records left (the cleaner keeps its
+        # header for its producer's sequence: Kafka's RETAIN_EMPTY); a follower takes it as is
+        if (
+            h.records_count < 0
+            or (h.records_count == 0 and not compacted)
+            or (
+                h.last_offset_delta != h.records_count - 1
+                and not (compacted and h.records_count <= h.last_offset_delta + 1)
+            )
         ):
             raise KafkaError(
                 ErrorCode.CORRUPT_MESSAGE,
