@@ -34,7 +34,7 @@ Configuration (``loader.properties``)::
     sasl.username = loader
     sasl.password = file:/etc/headwater/loader.password   # or env:NAME; never logged
     audit.sasl.username = loader              # audit.<name> for audit.bootstrap.servers (default: the same)
-    schema.registry.url = http://registry:8080/apis/ccompat/v7   # typed tables (headwater.loader.schemas)
+    schema.registry.url = http://registry:8080/apis/ccompat/v6   # typed tables (headwater.loader.schemas)
 
 Any ``spark.*`` property is passed to the Spark session.
 

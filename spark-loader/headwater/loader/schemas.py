@@ -4,7 +4,7 @@ A producer using confluent-kafka's ``AvroSerializer`` or ``JSONSerializer`` (or 
 Confluent's wire format: magic byte ``0``, the schema's 4-byte big-endian id, then the encoded
 value) registers its schema under the subject ``<topic>-value`` (TopicNameStrategy). With
 ``schema.registry.url`` set, the loader asks the registry (Confluent's REST API: Apicurio Registry's
-``/apis/ccompat/v7``, Confluent's or Karapace's root) for every version of each loaded topic's
+``/apis/ccompat/v6``, or Confluent's own root) for every version of each loaded topic's
 value subject, once per run:
 
 - a topic without that subject keeps today's binary ``key`` / ``value`` columns;
