@@ -113,10 +113,23 @@ class Registry:
                     "version": int(got["version"]),
                     "id": int(got["id"]),
                     "schema": got["schema"],
-                    "schemaType": (got.get("schemaType") or "AVRO").upper(),
+                    "schemaType": (got.get("schemaType") or _sniff(got["schema"])).upper(),
                 }
             )
         return out
+
+
+def _sniff(text: str) -> str:
+    """The type of a schema whose registry answer has no ``schemaType`` (Confluent's API leaves it
+    out for Avro; Apicurio Registry 2.0's ccompat leaves it out for every type): JSON Schema when it
+    says so (``$schema``) or describes an object by ``properties``, else Avro."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return "PROTOBUF"  # Protobuf's text is not JSON
+    if isinstance(doc, dict) and ("$schema" in doc or "properties" in doc or doc.get("type") == "object"):
+        return "JSON"
+    return "AVRO"
 
 
 # -- schemas to Arrow (Spark) types ---------------------------------------------------------------
