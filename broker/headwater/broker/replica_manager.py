@@ -157,6 +157,21 @@ class ReplicaManager:
         part.check_leader_epoch(leader_epoch)
         return part, log_
 
+    def local_replica(self, topic: str, index: int) -> tuple[Partition, Log]:
+        """This broker's replica of the partition, leader or follower (Kafka's debugging consumer,
+        replica id -2, reads it). Raises KafkaError as :meth:`leader_partition`, NOT_LEADER_FOR_PARTITION
+        when this broker holds no replica of it."""
+        if (topic, index) in self.offline_partitions:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{index} is offline on broker {self.broker_id}")
+        part = self.partitions.get((topic, index))
+        if part is None or part.log is None:
+            known = self.broker.cache.partition(topic, index) is not None
+            raise KafkaError(
+                ErrorCode.NOT_LEADER_FOR_PARTITION if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"broker {self.broker_id} holds no replica of {topic}-{index}",
+            )
+        return part, part.log
+
     def now_ms(self) -> int:
         return self.broker.clock.monotonic_ms()
 

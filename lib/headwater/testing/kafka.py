@@ -95,8 +95,17 @@ def version() -> str:
 class KafkaBroker:
     """One ``kafka.Kafka`` process; ``overrides`` are its server.properties."""
 
-    def __init__(self, workdir: Path, broker_id: int, zk_connect: str, overrides: Mapping[str, object] | None = None):
+    def __init__(
+        self,
+        workdir: Path,
+        broker_id: int,
+        zk_connect: str,
+        overrides: Mapping[str, object] | None = None,
+        heap: list[str] | None = None,
+    ):
         self.workdir = workdir
+        #: the JVM's heap flags (Kafka's own 1G unless a test on a small machine asks for less)
+        self.heap = list(heap or HEAP)
         self.broker_id = broker_id
         self.port = free_port()
         self.dir = workdir / f"kafka-{broker_id}"
@@ -131,7 +140,7 @@ class KafkaBroker:
         log4j.write_text(_LOG4J.format(log=self.dir / "server.log"))
         return [
             str(broker_jdk() / "bin" / "java"),
-            *HEAP,
+            *self.heap,
             *JVM_PERFORMANCE,
             f"-Dlog4j.configuration={log4j.as_uri()}",
             f"-Dkafka.logs.dir={self.dir}",

@@ -38,7 +38,7 @@ import logging
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -464,7 +464,7 @@ def decoder(plan: TopicSchemas) -> Callable[[Iterator[pa.RecordBatch]], Iterator
 
 
 def write_typed(
-    df: Any, plan: TopicSchemas, staging: Callable[[str], str], partition_cols: list[str]
+    df: Any, plan: TopicSchemas, staging: Callable[[str], str], partition_cols: Sequence[str]
 ) -> dict[str, int]:
     """Decode ``df`` (the source's columns and ``partition_cols``) once and write each table version
     with rows, and the dead letters, as Parquet at ``staging(table)``; returns rows per table."""
@@ -488,7 +488,9 @@ def write_typed(
             else:
                 name = table_name(plan.topic, t)
                 cols = [*META[:1], F.col(f"v{t}").alias("value"), *META[1:], "schema_id"]
-            rows.select(*cols, *partition_cols).write.partitionBy(*partition_cols).parquet(staging(name))
+            rows.select(*cols, *partition_cols).write.mode("append").partitionBy(*partition_cols).parquet(
+                staging(name)
+            )  # append: a run bounded by max.duration.per.run writes a topic in rounds
             written[name] = n
             log.info("%s: %d record(s) into %s", plan.topic, n, name)
         return written

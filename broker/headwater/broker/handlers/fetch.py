@@ -61,6 +61,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Kafka's ``Request.DebuggingConsumerId``: may read a follower's replica, up to its log end offset.
+DEBUGGING_CONSUMER_ID = -2
+
 
 async def handle(broker: HandlerServices, ctx: RequestContext, request: Message) -> Message:
     sessions = broker.replicas.fetch_sessions
@@ -324,8 +327,12 @@ def _read_one(
     read_committed: bool = False,
 ) -> None:
     name, index = e.key
+    debugging = replica_id == DEBUGGING_CONSUMER_ID
     try:
-        part, log_ = broker.replicas.leader_partition(name, index, e.current_leader_epoch)
+        if debugging:
+            part, log_ = broker.replicas.local_replica(name, index)
+        else:
+            part, log_ = broker.replicas.leader_partition(name, index, e.current_leader_epoch)
     except KafkaError as err:
         out["error_code"] = err.code
         return
@@ -347,7 +354,7 @@ def _read_one(
         data = log_.read(
             e.fetch_offset,
             max(limit, 0),
-            max_offset=None if replica_id >= 0 else lso if read_committed else hw,
+            max_offset=None if replica_id >= 0 or debugging else lso if read_committed else hw,
             min_one_batch=total == 0,
         )
     except KafkaError as err:
