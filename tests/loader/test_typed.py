@@ -97,7 +97,6 @@ def _rows(root: Path, table: str) -> list[dict[str, Any]]:
     )
 
 
-@pytest.mark.slow  # 366 s once on a machine at load average 30-100 (Spark, the registry, a broker)
 def test_typed_tables_schema_versions_dead_letters_and_audit(
     broker_factory: Callable[..., BrokerProcess], registry: reg.RegistryProcess, spark: Any, tmp_path: Path
 ) -> None:
