@@ -7,8 +7,9 @@ log the other implementation wrote (offset commit and group metadata records); t
 transactional producer and ``__transaction_state``.
 
 Times on this 2-core machine shared with other test runs (load average 30-70), 3 runs: the cluster's
-start 17-25 s; test_group_coordinator_crosses 62-78 s; test_transaction_coordinator_crosses 59-61 s
-(both slow: two kills or shutdowns and two restarts of brokers, one a Kafka JVM); the module ~2.5-3 min.
+start 11-25 s; test_group_coordinator_crosses 49-78 s (median 62); test_transaction_coordinator_crosses
+52-61 s (median 59) (both slow: two kills or shutdowns and two restarts of brokers, one a Kafka JVM);
+the module 2.1-3 min.
 """
 
 from __future__ import annotations
