@@ -1,5 +1,6 @@
 """Stock clients' transactions (KIP-98) against one 3-broker cluster per module: confluent-kafka,
-kafka-python and aiokafka each run one consume-transform-produce loop (tests/compat/txn_app.py) with
+kafka-python, aiokafka and Headwater's own client each run one consume-transform-produce loop
+(tests/compat/txn_app.py) with
 ``send_offsets_to_transaction`` through kill -9 of the transaction coordinator, of an output leader
 and of the application; transactional producers commit, abort and are fenced. read_committed
 consumers must see every committed record exactly once and no aborted one (a read_uncommitted
@@ -184,7 +185,7 @@ CASES = [
     # the group coordinator's kill: kafka-python hangs there as for its transaction coordinator
     # (above); not run
     if (client, fault) != ("kafka-python", "group-coordinator")
-]
+] + [pytest.param("headwater", f) for f in FAULTS]  # Headwater's own client (issue 41)
 
 
 @pytest.mark.parametrize(("client", "fault"), CASES)

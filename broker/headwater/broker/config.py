@@ -275,6 +275,7 @@ def _per_ip_overrides(value: str) -> dict[str, int]:
 
 
 _HANDLED_ELSEWHERE = {
+    "inter.broker.protocol.version",  # 2.3 only (checked in config_from_props)
     "listeners",
     "advertised.listeners",
     "listener.security.protocol.map",
@@ -420,6 +421,13 @@ def config_from_props(props: dict[str, str]) -> BrokerConfig:
             pass  # headwater.zk.security reads them below
         elif key not in _HANDLED_ELSEWHERE and key not in BROKER_DEFAULT_PROPERTIES and not is_security_property(key):
             unknown.append(key)
+    ibp = props.get("inter.broker.protocol.version", "2.3")
+    if not re.fullmatch(r"2\.3(-IV\d+)?(\.\d+)?", ibp.strip()):
+        # the inter-broker protocol Headwater speaks to Kafka brokers (docs/operations.md, migrating)
+        raise ConfigError(
+            f"inter.broker.protocol.version={ibp}: Headwater speaks the 2.3 inter-broker protocol; "
+            "set 2.3 on every Kafka broker first (a rolling restart), then replace them"
+        )
     if "zookeeper.connect" not in props:
         raise ConfigError("zookeeper.connect is required (for example zookeeper.connect=localhost:2181)")
     values.setdefault("broker_id", 0)

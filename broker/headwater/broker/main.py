@@ -12,6 +12,7 @@ import uvloop
 
 from headwater.broker.config import ConfigError, load_config
 from headwater.broker.server import BrokerIdInUse, KafkaBroker
+from headwater.broker.storage.broker_metadata import InconsistentBrokerMetadata
 
 log = logging.getLogger("headwater.broker")
 
@@ -44,7 +45,7 @@ async def _run(broker: KafkaBroker) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await broker.start()
-    except BrokerIdInUse as e:
+    except (BrokerIdInUse, InconsistentBrokerMetadata) as e:
         log.error("%s", e)
         await broker.stop()
         return 2

@@ -51,6 +51,7 @@ from headwater.broker.replica_manager import ReplicaManager
 from headwater.broker.replication_quota import ReplicationQuota
 from headwater.broker.request import RequestContext
 from headwater.broker.sasl import SaslGate
+from headwater.broker.storage import broker_metadata
 from headwater.broker.storage.cleaner import CleanStats
 from headwater.broker.storage.clock import Clock, SystemClock
 from headwater.broker.storage.fs import FileSystem, OsFileSystem
@@ -161,6 +162,8 @@ class KafkaBroker:
         await self.zk.start()
         self.cluster_id = await self._cluster_id()
         cfg = self.config
+        # meta.properties: a dir of another broker or cluster stops the start (Kafka's check)
+        await asyncio.to_thread(broker_metadata.check_log_dirs, self.fs, cfg.log_dirs, self.broker_id, self.cluster_id)
         self.log_manager = await asyncio.to_thread(
             lambda: LogManager(
                 cfg.log_dirs,
@@ -175,6 +178,8 @@ class KafkaBroker:
                 producer_id_expiration_ms=cfg.transactional_id_expiration_ms,
             )
         )
+        online = [d for d in self.log_manager.log_dirs if d not in self.log_manager.offline_dirs]
+        await asyncio.to_thread(broker_metadata.write_missing, self.fs, online, self.broker_id, self.cluster_id)
         self.log_manager.high_watermark_of = self.replicas.high_watermark_of  # retention stops at the HW
         self.log_manager.on_cleaned = self._count_cleaning
         self.log_manager.on_dir_failure = self._on_log_dir_failure
@@ -309,6 +314,8 @@ class KafkaBroker:
 
     def _on_zk_state(self, state: str) -> None:
         log.info("ZooKeeper session state: %s", state)
+        if state == KazooState.LOST and self.stopping.is_set():
+            return  # the broker closed its own session at the end of a shutdown: nothing is lost
         if state == KazooState.LOST:
             self._session_lost = True
             self.replicas.on_session_lost()

@@ -195,6 +195,10 @@ class AuditingProducer:
         self._open: dict[BatchOutcome, WindowKey] = {}  # batches not settled: their first record's window
         self._corrections: dict[BatchOutcome, Counter[WindowKey]] = {}
         self._counts: Counter[WindowKey] = Counter()  # acknowledged, not yet published
+        # a transactional producer (transactional_id): acknowledged in the open transaction; its
+        # events are written in the transaction at commit_transaction, dropped by abort_transaction
+        self.transactional = getattr(producer, "transaction", None) is not None
+        self._txn_counts: Counter[WindowKey] = Counter()
         self._fixed_headers = ((HEADER_HOST, self.host.encode()), (HEADER_DC, self.datacenter.encode()))
         self._fixed_size = sum(len(k) + len(v) + 4 for k, v in self._fixed_headers)
         # The origin headers of the current millisecond and topic, built once and shared by its records
@@ -224,6 +228,8 @@ class AuditingProducer:
         self._ensure_publisher()
 
     def _ensure_publisher(self) -> None:
+        if self.transactional:  # events go out in the transactions they count (commit_transaction)
+            return
         if self.enabled and self._publisher is None and not self._closed:
             self._publish_lock = asyncio.Lock()
             self._publisher = asyncio.create_task(self._publish_loop(), name="headwater-audit-publisher")
@@ -333,16 +339,17 @@ class AuditingProducer:
         if first // w != last // w:  # the batch straddles a window's end (rare: per record then)
             by_window = Counter((topic, ts // w) for ts in timestamps)
         with self._lock:
+            counts = self._txn_counts if self.transactional else self._counts
             self._open.pop(outcome, None)
             if by_window is None:
-                self._counts[(topic, first // w)] += len(timestamps)
+                counts[(topic, first // w)] += len(timestamps)
             else:
-                self._counts.update(by_window)
+                counts.update(by_window)
             moves = self._corrections.pop(outcome, None)
             if moves:
-                self._counts.update(moves)
-                for k in [k for k, n in self._counts.items() if n == 0]:
-                    del self._counts[k]
+                counts.update(moves)
+                for k in [k for k, n in counts.items() if n == 0]:
+                    del counts[k]
 
     def failed(self, outcome: BatchOutcome) -> None:
         with self._lock:
@@ -363,6 +370,60 @@ class AuditingProducer:
 
     async def flush(self, timeout: float | None = None) -> None:
         await self.producer.flush(timeout)
+
+    # -- transactions (a producer with transactional_id) -------------------------------------------
+
+    async def init_transactions(self) -> None:
+        await self.producer.init_transactions()
+
+    def begin_transaction(self) -> None:
+        self.producer.begin_transaction()
+        with self._lock:
+            self._txn_counts.clear()
+
+    async def send_offsets_to_transaction(self, offsets: Any, group_id: str) -> None:
+        await self.producer.send_offsets_to_transaction(offsets, group_id)
+
+    async def commit_transaction(self) -> None:
+        """Flush, write the transaction's count events *in the transaction*, commit. The events
+        become visible to a read_committed reader exactly when the records they count do, and are
+        aborted with them: the audit's producer tier counts committed records only."""
+        p = self.producer
+        await p.flush()
+        with self._lock:
+            counts = Counter(self._txn_counts)
+        futures = []
+        if self.enabled:
+            for k, n in sorted(counts.items()):
+                if n > 0:
+                    value, headers = self._event_record(k, n)
+                    futures.append(await p.send(self.audit_topic, value, k[0], headers))
+        await p.commit_transaction()
+        for f in futures:
+            await f  # settled by the commit's flush (a failure raised from commit_transaction)
+        with self._lock:
+            self._published.update(counts)
+            self._txn_counts.clear()
+
+    async def abort_transaction(self) -> None:
+        """Abort: the transaction's records are not counted (read_committed readers never see them)."""
+        await self.producer.abort_transaction()
+        with self._lock:
+            self._txn_counts.clear()
+
+    def _event_record(self, k: WindowKey, n: int) -> tuple[bytes, Headers]:
+        event = count_event(
+            topic=k[0],
+            window_start=k[1] * self.window_ms,
+            window_ms=self.window_ms,
+            count=n,
+            datacenter=self.datacenter,
+            host=self.host,
+            application=self.application,
+        )
+        value = json.dumps(event).encode()
+        signed = ((HEADER_SIGNATURE, sign_event(value, self._signing_key)),) if self._signing_key else ()
+        return value, signed
 
     # -- counts and events -----------------------------------------------------------------------
 

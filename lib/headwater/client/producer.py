@@ -48,6 +48,7 @@ from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError, Unk
 from headwater.client.partitioner import DefaultPartitioner, Partitioner
 from headwater.client.record_future import BatchOutcome, RecordFuture, RecordMetadata
 from headwater.client.security import ClientSecurity
+from headwater.client.transactions import TransactionManager
 from headwater.protocol.apis import INIT_PRODUCER_ID, PRODUCE
 from headwater.protocol.errors import ErrorCode, KafkaError
 from headwater.protocol.records.compression import Codec, codec_from_name
@@ -187,7 +188,11 @@ class Producer:
         cluster: Cluster | None = None,
         security: ClientSecurity | Mapping[str, str] | None = None,
         enable_idempotence: bool = False,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60000,
     ) -> None:
+        if transactional_id is not None:
+            enable_idempotence = True  # as Kafka: a transactional producer is idempotent
         self.acks = parse_acks(acks if acks is not None else ("all" if enable_idempotence else 1))
         if enable_idempotence and self.acks != -1:
             raise ValueError("enable_idempotence needs acks=all")
@@ -251,6 +256,10 @@ class Producer:
         self._producer_epoch = -1
         self._next_sequence: dict[tuple[str, int], int] = {}
         self._pid_task: asyncio.Task[None] | None = None
+        #: transactions (``transactional_id``): the state machine and the coordinator's requests
+        self.transaction: TransactionManager | None = (
+            None if transactional_id is None else TransactionManager(self, transactional_id, transaction_timeout_ms)
+        )
 
     @property
     def closing(self) -> bool:
@@ -306,6 +315,8 @@ class Producer:
         """
         if self._closing:
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
+        if self.transaction is not None:
+            self.transaction.check_can_send()
         # bytes and a null key skip the default serializer's call (once per record, it shows)
         ks, vs = self._key_serializer, self._value_serializer
         kb = None if key is None and ks is to_bytes else ks(key)
@@ -422,6 +433,8 @@ class Producer:
         Every record gets ``hdrs`` and timestamp ``ts``. A record too large for a request stops it too
         (:meth:`prepare` says why).
         """
+        if self.transaction is not None:
+            self.transaction.check_can_send()
         if self._sender is None or self._send_lock.locked():
             return 0
         hsize = sum([len(k) + len(v or b"") + 4 for k, v in hdrs]) if hdrs else 0
@@ -649,6 +662,44 @@ class Producer:
         if pending:
             raise KafkaTimeoutError(f"flush did not complete within {timeout:g}s ({len(pending)} batches pending)")
 
+    def _fail_queued(self, tps: set[tuple[str, int]], error: BaseException) -> None:
+        """Fail the queued batches of ``tps`` (their AddPartitionsToTxn failed)."""
+        with self._lock:
+            for tp in tps:
+                queue = self._queues.pop(tp, None)
+                for b in queue or ():
+                    self._fail(b, error)
+
+    # -- transactions (Kafka's KafkaProducer transactional API) ------------------------------------
+
+    def _txn(self) -> TransactionManager:
+        if self.transaction is None:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE, "the producer has no transactional_id")
+        return self.transaction
+
+    async def init_transactions(self) -> None:
+        """Find the transaction coordinator and take the transactional id's producer id and a new
+        epoch (InitProducerId): fences older producers of the id, aborting their open transaction."""
+        txn = self._txn()
+        await self.start()
+        await txn.init_transactions()
+
+    def begin_transaction(self) -> None:
+        self._txn().begin_transaction()
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[tuple[str, int], int], group_id: str) -> None:
+        """Commit ``group_id``'s offsets ((topic, partition) -> the next offset to read) in the open
+        transaction: AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator."""
+        await self._txn().send_offsets_to_transaction(offsets, group_id)
+
+    async def commit_transaction(self) -> None:
+        """Flush, then EndTxn(commit). Raises when a record failed (then abort_transaction)."""
+        await self._txn().commit_transaction()
+
+    async def abort_transaction(self) -> None:
+        """Flush (the records settle), then EndTxn(abort): read_committed consumers never see them."""
+        await self._txn().abort_transaction()
+
     async def close(self, timeout: float | None = None) -> None:
         """Flush, stop the sender and close the connections. Records not delivered in ``timeout`` fail."""
         if self._closed:
@@ -670,7 +721,8 @@ class Producer:
             # taken before the cancel: a cancelled request's ``finally`` drops its batches from
             # ``_inflight`` (a flush that timed out leaves requests in flight)
             inflight = list(self._inflight.values())
-            tasks = [t for t in (self._sender, self._refresh_task, self._pid_task, *self._tasks) if t is not None]
+            add = None if self.transaction is None else self.transaction._add_task
+            tasks = [t for t in (self._sender, self._refresh_task, self._pid_task, add, *self._tasks) if t is not None]
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -729,7 +781,16 @@ class Producer:
             if leader < 0:
                 self._stale_topics.add(tp[0])
                 continue
-            if self.idempotent and batch.encoded is None and self._producer_id < 0:
+            txn = self.transaction
+            if txn is not None and batch.encoded is None:
+                if not txn.sending():  # aborting or failed: never sent (Java's abortUndrainedBatches)
+                    error = txn.undrained_error()
+                    while queue and queue[0].encoded is None:
+                        self._fail(queue.popleft(), error)
+                    continue
+                if self._producer_id < 0 or not txn.need_partition(tp):
+                    continue  # AddPartitionsToTxn first: it wakes the sender when answered
+            elif self.idempotent and batch.encoded is None and self._producer_id < 0:
                 self._init_producer_id()  # wakes the sender when it has one
                 continue
             queue.popleft()
@@ -789,6 +850,7 @@ class Producer:
             producer_id=self._producer_id,
             producer_epoch=self._producer_epoch,
             base_sequence=seq,
+            transactional=self.transaction is not None,
         )
         self._next_sequence[tp] = (seq + len(b.records)) % _SEQUENCE_SPACE
         b.producer_id = self._producer_id
@@ -822,6 +884,8 @@ class Producer:
 
     def _reset_producer_id(self, batch: _Batch) -> None:
         """Take a new producer id for the batches after ``batch`` (unless that already happened)."""
+        if self.transaction is not None:  # the transaction must be aborted (a new id would break it)
+            return
         if self.idempotent and batch.producer_id >= 0 and batch.producer_id == self._producer_id:
             log.info("resetting idempotent producer id %d after a failed batch", self._producer_id)
             self._producer_id = -1
@@ -851,7 +915,7 @@ class Producer:
         for b in batches:
             topics.setdefault(b.topic, []).append({"partition_index": b.partition, "records": b.encoded})
         body = {
-            "transactional_id": None,
+            "transactional_id": None if self.transaction is None else self.transaction.transactional_id,
             "acks": self.acks,
             "timeout_ms": self.request_timeout_ms,
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
@@ -890,7 +954,7 @@ class Producer:
                         self._complete(b, p["base_offset"], p.get("log_append_time_ms", -1))
                     elif code is ErrorCode.DUPLICATE_SEQUENCE_NUMBER and self.idempotent:
                         self._complete(b, -1, -1)  # written before; its offset is not known
-                    elif code is ErrorCode.UNKNOWN_PRODUCER_ID and self.idempotent:
+                    elif code is ErrorCode.UNKNOWN_PRODUCER_ID and self.idempotent and self.transaction is None:
                         self._reset_producer_id(b)
                         b.encoded = None  # encoded again under the new producer id, from sequence 0
                         error = KafkaError(code, f"producing to {b.topic}-{b.partition}: {code.name}")
@@ -942,6 +1006,8 @@ class Producer:
         self._finish(batch)
 
     def _fail(self, batch: _Batch, error: BaseException) -> None:
+        if self.transaction is not None:
+            self.transaction.fail(error)  # abortable, or fatal when fenced
         if batch.encoded is not None:
             self._reset_producer_id(batch)
         if batch.counted and self.batch_counter is not None:

@@ -27,6 +27,12 @@ Configuration (``loader.properties``)::
     loader.lock.timeout.ms = 3600000          # how long to wait for another load's lock
     loader.run.timeout.ms = 21600000          # --schedule stops a run that takes longer
     failOnDataLoss = true                     # as Spark's Kafka source: offsets gone fail the run
+    output.partition.granularity = day        # or hour (headwater.loader.partitioning)
+    output.timezone = UTC                     # the zone of the date= and hour= directories
+    output.partition.time.field = timestamp   # or header:origin.created, value:$.created
+    max.records.per.run = 0                   # bounded catch-up (headwater.loader.bounds); 0: none
+    max.duration.per.run = 0                  # e.g. 4h: no new round after that, publish what was read
+    max.records.per.round = 10000000          # how often a duration-bounded run looks at the clock
     audit.cluster.alias = agg                 # the loaded cluster's alias in gap events (hop agg->warehouse)
     security.protocol = SASL_SSL              # Kafka's client security names for the loaded cluster
     ssl.ca.location = /etc/headwater/ca.pem   # (or ssl.truststore.location, a PEM file)
@@ -45,6 +51,7 @@ offsets are read past, so the next run starts after them).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -54,13 +61,16 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from headwater.client.raw import READ_COMMITTED
 from headwater.client.security import ClientSecurity, SecurityConfigError, cluster_properties, cluster_security
+from headwater.loader.bounds import Deadline, RunBounds, parse_bounds, rounds, share
 from headwater.loader.lock import LockGuard
 from headwater.loader.offsets import EARLIEST, DataLoss, OffsetRange, resolve, to_json
+from headwater.loader.partitioning import PartitionSpec, dashboard_link, parse_partitioning, touched
 from headwater.loader.warehouse import LEGACY_STAGING, STAGING_PREFIX, Warehouse, run_name
 
 log = logging.getLogger("headwater.loader")
@@ -100,6 +110,9 @@ class LoaderConfig:
     audit_security: ClientSecurity = field(default_factory=ClientSecurity)  # audit.<name> over <name>
     #: signs the warehouse tier's count and gap events (the audit service's audit.signing.key)
     audit_signing_key: bytes | None = field(default=None, repr=False)
+    partitioning: PartitionSpec = field(default_factory=PartitionSpec)  # output.partition.*, output.timezone
+    bounds: RunBounds = field(default_factory=RunBounds)  # max.records.per.run, max.duration.per.run
+    dashboard_url: str | None = None  # audit.dashboard.url: logged links to the newest partition loaded
 
 
 def parse_config(props: dict[str, str]) -> LoaderConfig:
@@ -147,6 +160,10 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         audit_signing_key = signing_key(props.get("audit.signing.key") or None)
     except SigningKeyError as e:
         raise LoaderConfigError(str(e)) from None
+    try:
+        partitioning, bounds = parse_partitioning(props), parse_bounds(props)
+    except ValueError as e:
+        raise LoaderConfigError(str(e)) from None
     window = integer("audit.window.ms", 60000)
     if window <= 0:
         raise LoaderConfigError(f"audit.window.ms: {window} must be positive")
@@ -172,6 +189,9 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         security_properties=cluster_properties(props),
         audit_security=audit_security,
         audit_signing_key=audit_signing_key,
+        partitioning=partitioning,
+        bounds=bounds,
+        dashboard_url=props.get("audit.dashboard.url", "").strip() or None,
     )
 
 
@@ -201,8 +221,11 @@ def run(config: LoaderConfig, guard: LockGuard | None = None) -> dict[str, Any] 
         spark.stop()
 
 
-def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> dict[str, Any] | None:
-    """One run, under the warehouse's lock (``guard`` is checked before each publishing step)."""
+def _load(
+    spark: Any, config: LoaderConfig, guard: LockGuard | None = None, clock: Callable[[], float] = time.monotonic
+) -> dict[str, Any] | None:
+    """One run, under the warehouse's lock (``guard`` is checked before each publishing step);
+    ``clock`` (seconds) measures ``max.duration.per.run``."""
     wh = Warehouse(spark, config.warehouse)
     _recover(wh, config, guard)
     run, reached = _resume(wh)
@@ -243,41 +266,66 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
     if not ranges and not plan.losses:
         log.info("nothing new since run %s: nothing written", run - 1 if run > 1 else "(none)")
         return None
+    # Bounded catch-up (headwater.loader.bounds): the plan cut to max.records.per.run, read in
+    # rounds when max.duration.per.run is set; `read` holds where each partition's read got to.
+    bounds = config.bounds
+    capped = share(planned, bounds.max_records)
+    steps = rounds(capped, bounds.round_records if bounds.max_duration_ms else 0)
+    deadline = Deadline(bounds.max_duration_ms, clock)
     log.info(
-        "run %d: loading %d record(s) from %d partition(s) of %d topic(s) into %s (end offsets fixed now)",
+        "run %d: loading %d record(s) from %d partition(s) of %d topic(s) into %s (end offsets fixed now)%s",
         run,
-        sum(r.size for r in ranges),
+        sum(r.size for r in capped),
         len(ranges),
         len({r.topic for r in ranges}),
         config.warehouse,
+        f"; {sum(r.size for r in planned)} are waiting, max.records.per.run={bounds.max_records}"
+        if bounds.max_records and sum(r.size for r in planned) > bounds.max_records
+        else "",
     )
     token = uuid.uuid4().hex[:12]  # this process's staging: no other loader's is ever touched by this run
-    from pyspark.sql import functions as F
+    read = {(r.topic, r.partition): r.start for r in planned}
+    for i, step in enumerate(steps):
+        if i and deadline.passed():
+            log.warning(
+                "run %d: max.duration.per.run (%d ms) reached after %d of %d round(s) (%.0f s): publishing "
+                "what was read, the next run continues from there",
+                run,
+                bounds.max_duration_ms,
+                i,
+                len(steps),
+                deadline.elapsed(),
+            )
+            break
+        for topic in sorted({r.topic for r in step if r.size > 0}):
+            started = time.monotonic()
+            mine = [r for r in step if r.topic == topic]
+            df = _read_topic(spark, config, topic, mine)
+            df.write.mode("append").partitionBy(*config.partitioning.columns).parquet(
+                wh.path(_staging_of(run, topic, token))
+            )
+            read.update({(r.topic, r.partition): r.end for r in mine})
+            log.info(
+                "run %d: %s: offsets %s -> %s written (round %d of %d, %.1fs)",
+                run,
+                topic,
+                to_json(mine, "start"),
+                to_json(mine, "end"),
+                i + 1,
+                len(steps),
+                time.monotonic() - started,
+            )
+    done = [dataclasses.replace(r, end=read[(r.topic, r.partition)]) for r in planned]
+    left = sum(r.size for r in planned) - sum(r.size for r in done)
 
     files: list[list[str]] = []
     records: dict[str, int] = {}
     by_partition: dict[str, dict[str, int]] = {}
     sizes: dict[str, int] = {}
-    for topic in sorted({r.topic for r in ranges}):
-        started = time.monotonic()
-        mine = [r for r in planned if r.topic == topic]
-        df = (
-            spark.read.format("headwater")
-            .option("kafka.bootstrap.servers", config.bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", to_json(mine, "start"))
-            .option("endingOffsets", to_json(mine, "end"))
-            .option("minPartitions", config.min_partitions)
-            .option("failOnDataLoss", "true")  # the plan above is final: offsets gone since then fail the run
-            .option("kafka.isolation.level", "read_committed")  # the plan's ends are LSOs too
-            .option("headwater.test.read.delay.ms", config.read_delay_ms)
-            .options(**config.read_options)
-            .options(**{f"kafka.{k}": v for k, v in config.security_properties.items()})
-            .load()
-            .withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
-        )
+    partitions: dict[str, list[str]] = {}
+    for topic in sorted({r.topic for r in done if r.size > 0}):
+        mine = [r for r in done if r.topic == topic]
         out = _staging_of(run, topic, token)
-        df.write.partitionBy("date").parquet(wh.path(out))
         staged = wh.files_under(out)
         files.extend(_moves(run, topic, token))
         # No data file at all: every record of the ranges was compacted away (nothing to check or count).
@@ -289,28 +337,32 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
         records[topic] = sum(counts.values())
         by_partition[topic] = {str(p): n for p, n in sorted(counts.items())}
         sizes[topic] = sum(int(wh.fs.getFileStatus(wh._p(rel)).getLen()) for rel in staged)
+        partitions[topic] = touched(staged, out)
         log.info(
-            "run %d: %s: %d record(s), %d byte(s) of Parquet, offsets %s -> %s (%.1fs)",
+            "run %d: %s: %d record(s), %d byte(s) of Parquet in %s, offsets %s -> %s",
             run,
             topic,
             records[topic],
             sizes[topic],
+            ", ".join(partitions[topic]) or "no file",
             to_json(mine, "start"),
             to_json(mine, "end"),
-            time.monotonic() - started,
         )
     audit = _audit_counts(spark, wh, [_staging_of(run, t, token) for t in sorted(records) if records[t]], run, config)
     losses = [_gap_event(loss, run, config) for loss in plan.losses]
     manifest: dict[str, Any] = {
         "run": run,
         "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "ranges": _ranges_json(planned),
+        "ranges": _ranges_json(done),
         "reached": {t: {str(p): o for p, o in parts.items()} for t, parts in reached.items()},
         "files": files,
         "staging": token,
         "records": records,
         "partition_records": by_partition,
         "bytes": sizes,
+        "partitioning": config.partitioning.describe(),
+        "partitions": partitions,
+        "bounded": _bounded(bounds, planned, capped, done) if left else None,
         "losses": losses,
         "audit": audit + losses,
     }
@@ -319,6 +371,39 @@ def _load(spark: Any, config: LoaderConfig, guard: LockGuard | None = None) -> d
     wh.claim(run, manifest)
     _publish(wh, run, manifest, config, guard)
     return manifest
+
+
+def _read_topic(spark: Any, config: LoaderConfig, topic: str, mine: list[OffsetRange]) -> Any:
+    """One topic's ranges (every partition, empty ones too) as a DataFrame with the partition columns."""
+    df = (
+        spark.read.format("headwater")
+        .option("kafka.bootstrap.servers", config.bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", to_json(mine, "start"))
+        .option("endingOffsets", to_json(mine, "end"))
+        .option("minPartitions", config.min_partitions)
+        .option("failOnDataLoss", "true")  # the plan above is final: offsets gone since then fail the run
+        .option("kafka.isolation.level", "read_committed")  # the plan's ends are LSOs too
+        .option("headwater.test.read.delay.ms", config.read_delay_ms)
+        .options(**config.read_options)
+        .options(**{f"kafka.{k}": v for k, v in config.security_properties.items()})
+        .load()
+    )
+    return config.partitioning.add_columns(df)
+
+
+def _bounded(
+    bounds: RunBounds, planned: list[OffsetRange], capped: list[OffsetRange], done: list[OffsetRange]
+) -> dict[str, Any]:
+    """The manifest's ``bounded``: which bound cut the run, and the offsets left for the next runs."""
+    by = "max.duration.per.run" if sum(r.size for r in done) < sum(r.size for r in capped) else "max.records.per.run"
+    return {
+        "by": by,
+        "max_records": bounds.max_records,
+        "max_duration_ms": bounds.max_duration_ms,
+        "planned": sum(r.size for r in planned),
+        "left": sum(r.size for r in planned) - sum(r.size for r in done),
+    }
 
 
 def _resume(wh: Warehouse) -> tuple[int, dict[str, dict[int, int]]]:
@@ -469,8 +554,25 @@ def _publish(
     wh.commit(run)
     _test_kill(config, "commit")
     log.info("run %d published: %d rename(s); next run starts at its end offsets", run, len(manifest["files"]))
+    _log_newest(run, manifest, config)
     _drop_staging(wh, run)
     _publish_audit(wh, run, manifest, config)
+
+
+def _log_newest(run: int, manifest: dict[str, Any], config: LoaderConfig) -> None:
+    """One line per topic: the newest partition directory the run wrote (``date=.../hour=...``),
+    with the audit dashboard's page of that hour or day when ``audit.dashboard.url`` is set."""
+    zone = manifest.get("partitioning", {}).get("timezone", "UTC")
+    for topic, dirs in sorted(manifest.get("partitions", {}).items()):
+        if not dirs:
+            continue
+        newest = f"{topic}/run={run_name(run)}/{max(dirs)}"
+        link = (
+            f" (audit dashboard: {dashboard_link(config.dashboard_url, topic, max(dirs), zone)})"
+            if config.dashboard_url
+            else ""
+        )
+        log.info("run %d: newest partition loaded: %s%s", run, newest, link)
 
 
 def _test_kill(config: LoaderConfig, step: str) -> None:

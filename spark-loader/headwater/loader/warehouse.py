@@ -3,6 +3,7 @@
 Layout under ``warehouse.path``::
 
     <topic>/run=<run>/date=YYYY-MM-DD/part-*.parquet      published data (hive partitioning: run, date)
+    <topic>/run=<run>/date=YYYY-MM-DD/hour=HH/part-*.parquet   the same, hourly (headwater.loader.partitioning)
     <topic>/_staging-<run>-<token>/date=.../part-*.parquet  a run's output before it is published
     _headwater/manifests/<run>.pending                      a publish in progress
     _headwater/manifests/<run>.json                         a published run (written once, never rewritten)
@@ -16,6 +17,9 @@ manifest (JSON) holds::
      "files": [["<topic>/_staging-<run>-<token>", "<topic>/run=<run>"], ...],   # the renames
      "records": {"page-views": 2200}, "partition_records": {"page-views": {"0": 2200}},
      "bytes": {"page-views": 123456}, "staging": "<token>",
+     "partitioning": {"granularity": "hour", "timezone": "UTC", "time_field": "header:origin.created"},
+     "partitions": {"page-views": ["date=2026-11-22/hour=01", "date=2026-11-22/hour=02"]},  # written
+     "bounded": {"by": "max.duration.per.run", "planned": 480, "left": 180, ...} or null,
      "losses": [{...gap event...}],                          # failOnDataLoss=false only
      "audit": [{...count or gap event...}]}
 

@@ -224,10 +224,10 @@ def test_retention_forgets_producers_below_the_log_start(tmp_path: Path) -> None
 
 def test_snapshot_round_trip_and_rejections() -> None:
     e = ProducerEntry(7, 3)
-    e.batches.extend([BatchMetadata(0, 1, 10, 11, T0), BatchMetadata(2, 2, 12, 12, T0 + 1)])
+    e.batches.extend([BatchMetadata(0, 1, 10, 11, T0), BatchMetadata(2, 4, 12, 14, T0 + 1)])
     data = encode_snapshot([e])
     got = decode_snapshot(data)
-    assert got[7].epoch == 3 and list(got[7].batches) == list(e.batches)
+    assert got[7].epoch == 3 and list(got[7].batches) == [e.batches[-1]], "the last batch, as Kafka keeps"
     for bad in (data[:5], data[:-1], data + b"\0", b"\0\3" + data[2:], data[:-1] + bytes([data[-1] ^ 1])):
         with pytest.raises(SnapshotError):
             decode_snapshot(bad)
@@ -315,3 +315,31 @@ def test_a_bad_header_in_an_unchecked_segment_does_not_stop_the_log_opening(
     again = open_log(tmp_path, cfg)  # a clean start: only the active segment is recovered
     assert again.log_end_offset == 20
     assert "producer state rebuilt only up to a bad batch header" in caplog.text
+
+
+def test_the_snapshot_is_kafka_2_3s_version_1() -> None:
+    """The bytes of Kafka 2.3's ProducerStateManager schema (version, crc, then per producer: id,
+    epoch, last sequence, last offset, offset delta, timestamp, coordinator epoch, open transaction's
+    first offset), written by hand; the sequence wraps below the batch's last."""
+    import struct
+
+    from crc32c import crc32c
+
+    entries = struct.pack(">qhiqiqiq", 7, 3, 1, 41, 2, T0, 5, -1) + struct.pack(">qhiqiqiq", 9, 0, -1, -1, 0, -1, 2, 30)
+    body = struct.pack(">i", 2) + entries
+    kafka = struct.pack(">hI", 1, crc32c(body)) + body
+    got = decode_snapshot(kafka)
+    assert list(got[7].batches) == [BatchMetadata(2**31 - 1, 1, 39, 41, T0)] and got[7].coordinator_epoch == 5
+    assert (got[9].epoch, got[9].txn_first_offset, list(got[9].batches)) == (0, 30, [])
+    assert encode_snapshot(got.values()) == kafka
+
+
+def test_headwater_s_earlier_snapshot_version_2_is_still_read() -> None:
+    import struct
+
+    from crc32c import crc32c
+
+    batches = struct.pack(">iiqqq", 0, 1, 10, 11, T0) + struct.pack(">iiqqq", 2, 2, 12, 12, T0 + 1)
+    body = struct.pack(">i", 1) + struct.pack(">qhqii", 7, 3, -1, 4, 2) + batches
+    got = decode_snapshot(struct.pack(">hI", 2, crc32c(body)) + body)
+    assert [b.last_offset for b in got[7].batches] == [11, 12] and got[7].coordinator_epoch == 4

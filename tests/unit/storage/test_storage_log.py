@@ -115,16 +115,16 @@ def test_reopen_serves_the_same_log(tmp_path: Path) -> None:
     assert info.first_offset == 120
 
 
-def test_index_entries_are_sparse_and_point_at_batch_starts(tmp_path: Path) -> None:
+def test_index_entries_are_sparse_and_point_at_batch_starts_by_their_last_offset(tmp_path: Path) -> None:
     log = open_log(tmp_path, LogConfig(index_interval_bytes=1000))
     for i in range(50):
         log.append(batch(2, value_size=150, tag=i), 0)
     seg = log.active_segment
     entries = seg.index.entries()
     assert 5 <= len(entries) < 50
-    for offset, position in entries:
-        got = seg.read_bytes(position, 61)
-        assert read_header(got).base_offset == offset
+    for offset, position in entries:  # Kafka's entries: a batch's last offset → the batch's start
+        got = read_header(seg.read_bytes(position, 61))
+        assert got.base_offset + got.last_offset_delta == offset
     gaps = [b[1] - a[1] for a, b in itertools.pairwise(entries)]
     assert all(g > 1000 for g in gaps)
 

@@ -275,3 +275,24 @@ def test_an_empty_overlapping_segment_is_dropped_alone(tmp_path: Path) -> None:
     assert [r.offset for r in read_all(again)] == list(range(end))
     assert third in [s.base_offset for s in again.segments]
     assert not os.path.exists(os.path.join(log.dir, f"{second + 1:020d}.log"))
+
+
+def test_an_empty_segment_that_overlaps_nothing_is_kept(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Kafka 2.3's cleaner leaves an empty segment where it removed every record of a group of
+    segments (issue 45: seen on a compacted topic Kafka wrote): it is a segment like any other, the
+    log start offset stays at its base and a read from there answers the next segment's records."""
+    log = filled_log(tmp_path)
+    first = int(segment_files(log.dir)[1][:20])
+    end = log.log_end_offset
+    log.close()
+    for name in os.listdir(log.dir):
+        if name[:20].isdigit() and int(name[:20]) < first:
+            os.unlink(os.path.join(log.dir, name))
+    for suffix in (".log", ".index", ".timeindex"):  # the cleaned group's empty segment, as Kafka leaves it
+        open(os.path.join(log.dir, f"{0:020d}{suffix}"), "wb").close()
+    with caplog.at_level(logging.WARNING):
+        again = open_log(tmp_path, SMALL)
+    assert [s.base_offset for s in again.segments][:2] == [0, first]
+    assert again.log_start_offset == 0 and again.log_end_offset == end
+    assert [r.offset for r in read_all(again)] == list(range(first, end))
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -6,15 +6,18 @@ the checks made when it is loaded, is thrown away and rebuilt from the log, neve
 ``<base offset>.index`` — entries of 8 bytes, big-endian::
 
     offset  size  field
-         0     4  relative_offset   -- batch base offset minus the segment's base offset (int32)
+         0     4  relative_offset   -- the batch's LAST offset minus the segment's base offset (int32)
          4     4  position          -- byte position of that batch in the .log file (int32)
 
     An entry is added for the batch that starts after more than ``index.interval.bytes`` (4096)
-    of log were appended since the previous entry. Invariants: the file size is a multiple of 8;
-    relative offsets and positions are both strictly increasing; every entry points at the start
-    of a batch whose base offset is exactly the entry's offset (checked for the last entry on
-    load), and lies before the end of the log. The first batch of a segment needs no entry
-    (a lookup below every entry answers ``(base_offset, 0)``).
+    of log were appended since the previous entry. It names the batch by its last offset, as
+    Kafka's LogSegment does, so the files are Kafka's (Headwater before issue 45 wrote the base
+    offset: still accepted, both lead a lookup to the right batch). Invariants: the file size is a
+    multiple of 8; relative offsets and positions are both strictly increasing; every entry points
+    at the start of a batch holding the entry's offset (checked for the last entry on load), and
+    lies before the end of the log. The first batch of a segment needs no entry (a lookup below
+    every entry answers ``(base_offset, 0)``); a lookup of an offset answers the last entry at or
+    below it, whose batch starts at or before the offset's batch.
 
 ``<base offset>.timeindex`` — entries of 12 bytes, big-endian::
 

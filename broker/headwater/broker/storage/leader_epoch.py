@@ -98,10 +98,15 @@ def format_checkpoint(entries: Sequence[EpochEntry]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+class EmptyCheckpointError(CheckpointError):
+    """A leader-epoch-checkpoint of zero bytes: what Kafka 2.3 creates with a partition's log and
+    leaves until the partition's first batch (rebuilt from the log: nothing to do when it is empty)."""
+
+
 def parse_checkpoint(data: bytes) -> list[EpochEntry]:
     """The entries of a checkpoint file; CheckpointError if it is malformed or breaks an invariant."""
     if not data:
-        raise CheckpointError("empty file")  # Kafka reads it as no entries; we rebuild, to be safe
+        raise EmptyCheckpointError("empty file")  # Kafka reads it as no entries; we rebuild, to be safe
     try:
         lines = data.decode("ascii").splitlines()
         if len(lines) < 2 or lines[0].strip() != str(CHECKPOINT_VERSION):

@@ -11,6 +11,7 @@ On disk (see :mod:`~headwater.broker.storage.segment` and :mod:`~headwater.broke
         00000000000000004821.txnindex   transactions aborted in that segment (txn_index.py)
         ...
         leader-epoch-checkpoint         where each leader epoch starts (see leader_epoch.py)
+        00000000000000000000.log.deleted  (Kafka's) a deleted segment's file: removed at open
 
 Segments cover increasing, non-overlapping offset ranges; the last one is the *active* segment,
 the only one appended to. The log start offset is the first segment's base offset (retention
@@ -77,7 +78,12 @@ from headwater.broker.storage.cleaner import SWAP_SUFFIX, cleaned_files, swap_ta
 from headwater.broker.storage.clock import Clock
 from headwater.broker.storage.fs import FileSystem
 from headwater.broker.storage.index import INT32_MAX, IndexCorruptError
-from headwater.broker.storage.leader_epoch import CheckpointError, LeaderEpochCache, read_checkpoint
+from headwater.broker.storage.leader_epoch import (
+    CheckpointError,
+    EmptyCheckpointError,
+    LeaderEpochCache,
+    read_checkpoint,
+)
 from headwater.broker.storage.producer_state import (
     SNAPSHOT_SUFFIX,
     SNAPSHOTS_KEPT,
@@ -299,13 +305,21 @@ def _refuse_null_keys(records: bytes | bytearray | memoryview, summaries: list[B
 def _finish_interrupted_cleaning(fs: FileSystem, directory: str, ident: str) -> None:
     """A crash mid-swap (cleaner.py): ``.cleaned`` files are dropped; a ``.swap`` file replaces every
     segment whose base offset lies within its offsets, then takes its name."""
-    cleaned, swaps = cleaned_files(fs.listdir(directory))
+    names = fs.listdir(directory)
+    for name in names:
+        if name.endswith(DELETED_SUFFIX):  # Kafka's segments waiting for file.delete.delay.ms
+            log.info("%s deleting %s, a segment file deleted before the last stop", ident, name)
+            fs.unlink(os.path.join(directory, name))
+    cleaned, swaps = cleaned_files(names)
     for name in cleaned:
         log.info("%s deleting %s left by an interrupted cleaning", ident, name)
         fs.unlink(os.path.join(directory, name))
     for name in swaps:
         parsed = parse_segment_file_name(swap_target(name))
-        if parsed is None or parsed[1] != LOG_SUFFIX:
+        if parsed is None or parsed[1] != LOG_SUFFIX:  # Kafka's index swaps: the indexes are rebuilt
+            if parsed is not None:
+                log.info("%s deleting %s left by an interrupted swap", ident, name)
+                fs.unlink(os.path.join(directory, name))
             continue
         base = parsed[0]
         path = os.path.join(directory, name)
@@ -325,6 +339,11 @@ def _finish_interrupted_cleaning(fs: FileSystem, directory: str, ident: str) -> 
         fs.rename(path, os.path.join(directory, swap_target(name)))
         fs.fsync_dir(directory)
         log.info("%s completed the interrupted swap of cleaned segment %s (offsets %d..%d)", ident, name, base, last)
+
+
+#: Kafka renames a segment's files ``<name>.deleted`` and removes them file.delete.delay.ms later
+#: (Headwater deletes at once); what a stop left behind is removed when the log is opened
+DELETED_SUFFIX = ".deleted"
 
 
 class Log:
@@ -421,47 +440,49 @@ class Log:
                 fs.unlink(os.path.join(directory, name))
 
         segments = [Segment.open(fs, directory, b, config.index_interval_bytes) for b in bases]
-        # An empty segment before the last one holds nothing (rolls happen only from a non-empty
-        # segment; it is what a roll that failed half-way left in older versions): drop it alone,
-        # rather than let it look like an overlap that would drop every later segment.
-        empty_overlapping = [seg for seg in segments[:-1] if seg.size == 0]
-        for seg in empty_overlapping:
-            log.warning("%s deleting empty segment %s left by a failed roll", ident, seg.log_path)
-            seg.delete()
-        if empty_overlapping:
-            segments = [s for s in segments if s not in empty_overlapping]
-            bases = [s.base_offset for s in segments]
         if needs_recovery and segments:
             first_to_recover = max(bisect_right(bases, recovery_point) - 1, 0)
         else:
             first_to_recover = len(segments) - 1
         max_batch_bytes = max(config.max_message_bytes, config.segment_bytes)
-        kept = len(segments)
-        recovered = -1  # the last segment recovered
+        ok: list[Segment] = []  # the segments kept, in order
+        drop_from = len(segments)  # segments from this index on are deleted (after a corruption)
+        last_recovered = False  # whether ok[-1] was recovered (the active segment always is)
         for i, seg in enumerate(segments):
-            if i > 0 and seg.base_offset < segments[i - 1].next_offset:
+            if ok and seg.base_offset < ok[-1].next_offset:
+                if seg.size == 0 and i < len(segments) - 1:
+                    # An empty segment inside the previous one's offsets: what a roll that failed
+                    # half-way left in older versions (the log went on in the previous segment).
+                    # Dropped alone, rather than as an overlap that would drop every later segment.
+                    # An empty segment that overlaps nothing is kept: Kafka's cleaner leaves one
+                    # where it removed every record of a group of segments.
+                    log.warning("%s deleting empty segment %s left by a failed roll", ident, seg.log_path)
+                    seg.delete()
+                    continue
                 log.warning(
                     "%s segment %s starts at offset %d, below the previous segment's end %d",
                     ident,
                     seg.log_path,
                     seg.base_offset,
-                    segments[i - 1].next_offset,
+                    ok[-1].next_offset,
                 )
-                kept = i
+                drop_from = i
                 break
             if i >= first_to_recover:
                 if needs_recovery:
                     log.info("%s recovering unflushed segment %s (%d bytes)", ident, seg.log_path, seg.size)
                 truncated = seg.recover(max_batch_bytes)
-                recovered = i
+                last_recovered = True
             else:
                 try:
                     seg.load()
                     truncated = 0
+                    last_recovered = False
                 except (FileNotFoundError, IndexCorruptError, SegmentCorruptError) as e:
                     log.warning("%s rebuilding the indexes of %s: %s", ident, seg.log_path, e)
                     truncated = seg.recover(max_batch_bytes)
-                    recovered = i
+                    last_recovered = True
+            ok.append(seg)
             if truncated:
                 log.warning(
                     "%s recovery truncated %d bytes from %s; the log now ends at offset %d",
@@ -470,9 +491,9 @@ class Log:
                     seg.log_path,
                     seg.next_offset,
                 )
-                kept = i + 1
+                drop_from = i + 1
                 break
-        for seg in segments[kept:]:
+        for seg in segments[drop_from:]:
             log.warning(
                 "%s deleting segment %s (offsets from %d, %d bytes) after the corruption",
                 ident,
@@ -481,8 +502,8 @@ class Log:
                 seg.size,
             )
             seg.delete()
-        segments = segments[:kept]
-        if segments and recovered != kept - 1:  # the active segment is always checked
+        segments = ok
+        if segments and not last_recovered:  # the active segment is always checked
             segments[-1].recover(max_batch_bytes)
         if not segments:
             segments = [Segment.create(fs, directory, 0, config.index_interval_bytes, clock.time_ms())]
@@ -526,7 +547,9 @@ class Log:
                 log.warning("%s no leader-epoch-checkpoint: rebuilding it from the log", self._ident)
         except CheckpointError as e:
             entries, rebuild = [], True
-            log.warning("%s invalid leader-epoch-checkpoint (%s): rebuilding it from the log", self._ident, e)
+            # Kafka creates the file empty with the log: only worth a warning when the log is not
+            if not isinstance(e, EmptyCheckpointError) or self._next_offset > self._segments[0].base_offset:
+                log.warning("%s invalid leader-epoch-checkpoint (%s): rebuilding it from the log", self._ident, e)
         cache = self.leader_epoch_cache = LeaderEpochCache(self._fs, self._dir, entries, defer_sync=self._file_changed)
         walk_from = 0 if rebuild else recovered_from
         changed = False

@@ -15,6 +15,10 @@ Each log dir (``log.dirs``) holds::
                                            shutdown; applied again when the log is opened)
         <topic>-<partition>/               one Log each (see log.py); topic names may contain '-',
                                            the partition is after the LAST '-'
+        <topic>-<partition>.<uuid>-delete/ a deleted partition's log as Kafka leaves it until
+                                           file.delete.delay.ms has passed: removed at start
+        meta.properties                    the broker (and cluster) the dir belongs to
+                                           (broker_metadata.py; checked and written by the broker)
 
 The checkpoints are Kafka's checkpoint text format, one item a line::
 
@@ -74,6 +78,9 @@ LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
 #: threads flushing and closing logs at shutdown (fsync waits on the disk, not the GIL)
 SHUTDOWN_THREADS = 8
 LOCK_FILE = ".lock"
+#: Kafka renames a deleted partition's directory ``<topic>-<partition>.<32 hex digits>-delete`` and
+#: removes it file.delete.delay.ms later; a dir a stop left behind is removed at the next start
+DELETE_DIR_SUFFIX = "-delete"
 CHECKPOINT_VERSION = 0
 
 TopicPartition = tuple[str, int]
@@ -94,7 +101,10 @@ def format_checkpoint(offsets: Mapping[TopicPartition, int]) -> bytes:
 
 
 def parse_checkpoint(data: bytes) -> dict[TopicPartition, int]:
-    """The entries of a checkpoint file; ValueError if it is malformed."""
+    """The entries of a checkpoint file; ValueError if it is malformed. An empty file has none:
+    Kafka 2.3 creates its checkpoints empty (the cleaner's before anything was cleaned)."""
+    if not data:
+        return {}
     lines = data.decode().splitlines()
     if len(lines) < 2 or lines[0].strip() != str(CHECKPOINT_VERSION):
         raise ValueError(f"unknown checkpoint version or header {lines[:2]}")
@@ -235,6 +245,13 @@ class LogManager:
         for name in sorted(fs.listdir(d)):
             path = os.path.join(d, name)
             if not fs.is_dir(path):
+                continue
+            if name.endswith(DELETE_DIR_SUFFIX):  # a deleted partition Kafka had not yet removed
+                log.info("deleting %s: the log of a deleted partition", path)
+                for f in fs.listdir(path):
+                    fs.unlink(os.path.join(path, f))
+                fs.rmdir(path)
+                fs.fsync_dir(d)
                 continue
             tp = parse_topic_partition(name)
             if tp is None:

@@ -44,21 +44,29 @@ whose coordinator epoch is below the one the producer last saw is TRANSACTION_CO
 Snapshot file ``<20-digit offset>.snapshot`` in the partition directory: the state of every
 producer (with batches or an open transaction) after all batches below ``offset`` (a log end offset at the time of writing; the log
 writes one when it rolls a segment and at clean shutdown, keeps the newest two, deletes those
-above the log end at truncation and those below the log start at retention). Big-endian::
+above the log end at truncation and those below the log start at retention). It is Kafka 2.3's
+file (``ProducerStateManager``'s version 1), so Apache Kafka 2.3 loads a log dir Headwater wrote
+without replaying its logs, and Headwater one Kafka wrote. Big-endian::
 
     offset  size  field
-         0     2  version           -- 2 (1: as 2 without the two transaction fields; still read)
+         0     2  version           -- 1
          2     4  crc               -- CRC-32C (Castagnoli) of every byte after this field
          6     4  producer_count
-        10        producer_count times:
+        10        producer_count times, 46 bytes each:
                     8  producer_id
                     2  producer_epoch
-                    8  txn_first_offset   -- v2: first offset of its open transaction, -1: none
-                    4  coordinator_epoch  -- v2: of the last marker written for it, -1: none
-                    4  batch_count   -- 0 .. 5 (v1: 1 .. 5)
-                       batch_count times (oldest first):
-                         4 first_sequence, 4 last_sequence, 8 first_offset, 8 last_offset,
-                         8 max_timestamp
+                    4  last_sequence            -- of its last batch; -1: no batch
+                    8  last_offset              -- of its last batch's last record; -1: no batch
+                    4  offset_delta             -- last_sequence - first sequence of that batch
+                    8  timestamp                -- that batch's max timestamp
+                    4  coordinator_epoch        -- of the last marker written for it, -1: none
+                    8  current_txn_first_offset -- first offset of its open transaction, -1: none
+
+Only the *last* batch of each producer is kept (as in Kafka): after a restart a retried batch
+older than the last one is DUPLICATE_SEQUENCE_NUMBER instead of a duplicate answered with its
+offsets. Version 2 -- Headwater's own layout before it wrote Kafka's (per producer: id, epoch,
+txn_first_offset, coordinator_epoch, then up to five batches of first/last sequence, first/last
+offset, max timestamp) -- is still read.
 
 A snapshot that is short, has another version, fails its CRC or holds trailing bytes is invalid:
 the log ignores it (and deletes it) and rebuilds from an older snapshot or the log start.
@@ -90,13 +98,16 @@ log = logging.getLogger(__name__)
 
 BATCHES_KEPT = 5
 SNAPSHOT_SUFFIX = ".snapshot"
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 1  # Kafka 2.3's
+HEADWATER_SNAPSHOT_VERSION = 2  # Headwater's earlier layout, still read
 SNAPSHOTS_KEPT = 2
 INT32_MAX = 2**31 - 1
 
 _FILE_HEADER = struct.Struct(">hIi")  # version, crc, producer_count
-_PRODUCER_V1 = struct.Struct(">qhi")  # producer_id, producer_epoch, batch_count
-_PRODUCER = struct.Struct(">qhqii")  # producer_id, producer_epoch, txn_first_offset, coordinator_epoch, batch_count
+# producer_id, producer_epoch, last_sequence, last_offset, offset_delta, timestamp, coordinator_epoch,
+# current_txn_first_offset
+_KAFKA_PRODUCER = struct.Struct(">qhiqiqiq")
+_PRODUCER_V2 = struct.Struct(">qhqii")  # producer_id, producer_epoch, txn_first_offset, coordinator_epoch, batch_count
 _BATCH = struct.Struct(">iiqqq")  # first_seq, last_seq, first_offset, last_offset, max_timestamp
 _CRC_START = 6
 
@@ -373,19 +384,35 @@ def parse_snapshot_file_name(name: str) -> int | None:
 
 
 def encode_snapshot(producers: Iterable[ProducerEntry]) -> bytes:
+    """Kafka 2.3's snapshot (version 1) of ``producers``: each one's last batch, epochs and open
+    transaction."""
     body = bytearray()
     count = 0
     for e in sorted(producers, key=lambda p: p.producer_id):
         if not e.batches and e.txn_first_offset < 0:
             continue
         count += 1
-        body += _PRODUCER.pack(e.producer_id, e.epoch, e.txn_first_offset, e.coordinator_epoch, len(e.batches))
-        for b in e.batches:
-            body += _BATCH.pack(*b)
+        if e.batches:
+            b = e.batches[-1]
+            last = (b.last_seq, b.last_offset, b.last_offset - b.first_offset, b.max_timestamp)
+        else:
+            last = (-1, -1, 0, -1)
+        body += _KAFKA_PRODUCER.pack(e.producer_id, e.epoch, *last, e.coordinator_epoch, e.txn_first_offset)
     out = bytearray(_FILE_HEADER.pack(SNAPSHOT_VERSION, 0, count))
     out += body
     struct.pack_into(">I", out, 2, crc32c(memoryview(out)[_CRC_START:]))
     return bytes(out)
+
+
+def _kafka_entry(data: bytes, pos: int) -> ProducerEntry:
+    pid, epoch, last_seq, last_offset, delta, timestamp, coord, txn = _KAFKA_PRODUCER.unpack_from(data, pos)
+    entry = ProducerEntry(pid, epoch, txn_first_offset=txn, coordinator_epoch=coord)
+    if last_seq >= 0 and last_offset >= 0:
+        if not 0 <= delta <= last_offset:
+            raise SnapshotError(f"producer {pid}: offset delta {delta} of a batch ending at offset {last_offset}")
+        first_seq = (last_seq - delta) % (INT32_MAX + 1)  # sequences wrap
+        entry.batches.append(BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset, timestamp))
+    return entry
 
 
 def decode_snapshot(data: bytes) -> dict[int, ProducerEntry]:
@@ -393,7 +420,7 @@ def decode_snapshot(data: bytes) -> dict[int, ProducerEntry]:
     if len(data) < _FILE_HEADER.size:
         raise SnapshotError(f"{len(data)} bytes are too short for a snapshot header")
     version, crc, count = _FILE_HEADER.unpack_from(data, 0)
-    if version not in (1, SNAPSHOT_VERSION):
+    if version not in (SNAPSHOT_VERSION, HEADWATER_SNAPSHOT_VERSION):
         raise SnapshotError(f"unknown snapshot version {version}")
     if crc32c(memoryview(data)[_CRC_START:]) != crc:
         raise SnapshotError("snapshot fails its CRC-32C check")
@@ -401,20 +428,19 @@ def decode_snapshot(data: bytes) -> dict[int, ProducerEntry]:
     out: dict[int, ProducerEntry] = {}
     try:
         for _ in range(count):
-            if version == 1:
-                pid, epoch, n = _PRODUCER_V1.unpack_from(data, pos)
-                txn, coord = -1, -1
-                pos += _PRODUCER_V1.size
+            if version == SNAPSHOT_VERSION:
+                entry = _kafka_entry(data, pos)
+                pos += _KAFKA_PRODUCER.size
             else:
-                pid, epoch, txn, coord, n = _PRODUCER.unpack_from(data, pos)
-                pos += _PRODUCER.size
-            if not (1 if version == 1 else 0) <= n <= BATCHES_KEPT:
-                raise SnapshotError(f"producer {pid} has {n} batches")
-            entry = ProducerEntry(pid, epoch, txn_first_offset=txn, coordinator_epoch=coord)
-            for _ in range(n):
-                entry.batches.append(BatchMetadata(*_BATCH.unpack_from(data, pos)))
-                pos += _BATCH.size
-            out[pid] = entry
+                pid, epoch, txn, coord, n = _PRODUCER_V2.unpack_from(data, pos)
+                pos += _PRODUCER_V2.size
+                if not 0 <= n <= BATCHES_KEPT:
+                    raise SnapshotError(f"producer {pid} has {n} batches")
+                entry = ProducerEntry(pid, epoch, txn_first_offset=txn, coordinator_epoch=coord)
+                for _ in range(n):
+                    entry.batches.append(BatchMetadata(*_BATCH.unpack_from(data, pos)))
+                    pos += _BATCH.size
+            out[entry.producer_id] = entry
     except struct.error as e:
         raise SnapshotError(f"snapshot truncated: {e}") from None
     if pos != len(data):

@@ -206,10 +206,10 @@ class Segment:
         index = OffsetIndex.load(self.fs, self._index.path, self.base_offset, self._size)
         last_offset, last_position = index.last_entry()
         if len(index):
-            at = self._read_walk_header(last_position)
-            if at is None or at[0] != last_offset:
+            at = self._read_walk_header(last_position)  # the entry's batch: its offset within it
+            if at is None or not at[0] <= last_offset <= at[0] + at[3]:
                 raise IndexCorruptError(
-                    f"{index.path}: last entry ({last_offset}, {last_position}) is not a batch start"
+                    f"{index.path}: last entry ({last_offset}, {last_position}) is not the start of its batch"
                 )
         time_index = TimeIndex.load(self.fs, self._time_index.path, self.base_offset)
         self._index.close()
@@ -386,7 +386,7 @@ class Segment:
             self._max_timestamp = max_timestamp
             self._offset_of_max_timestamp = last_offset
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
-            self._index.append(base_offset, position)
+            self._index.append(last_offset, position)  # Kafka's entry: the batch's last offset
             self._time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += size
@@ -491,13 +491,13 @@ class Segment:
         The last time-index entry holds the largest timestamp up to the batch of the last offset-
         index entry (entries are added together); only the batches after that need reading.
         """
-        last_offset, last_position = self._index.last_entry()
+        _, last_position = self._index.last_entry()
         last_time = self._time_index.last_entry()
         if last_time is None:
             self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset - 1
         else:
             self._max_timestamp, self._offset_of_max_timestamp = last_time
-        next_offset = last_offset if len(self._index) else self.base_offset
+        next_offset = self.base_offset  # the entry's batch may start below its (last) offset
         for b in self.walk(last_position):
             if b.base_offset < next_offset:
                 raise SegmentCorruptError(f"{self.log_path}: offset {b.base_offset} out of order at {b.position}")
