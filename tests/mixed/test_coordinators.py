@@ -6,10 +6,10 @@ from a Kafka broker to a Headwater broker and back: each new coordinator loads t
 log the other implementation wrote (offset commit and group metadata records); the same for a
 transactional producer and ``__transaction_state``.
 
-Times on this 2-core machine shared with other test runs (load average 30-70), 3 runs: the cluster's
-start 11-25 s; test_group_coordinator_crosses 49-78 s (median 62); test_transaction_coordinator_crosses
-52-61 s (median 59) (both slow: two kills or shutdowns and two restarts of brokers, one a Kafka JVM);
-the module 2.1-3 min.
+Times on this 2-core machine shared with other test runs (load average 30-70): the cluster's start
+4-25 s; test_group_coordinator_crosses 46-78 s (median 55, 4 runs); test_transaction_coordinator_crosses
+50-59 s (median 52, 3 runs) (both slow: two kills or shutdowns and two restarts of brokers, one a Kafka
+JVM); the module 1.8-2.6 min.
 """
 
 from __future__ import annotations
