@@ -3,10 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test deps system-deps lint typecheck unit compat dev clean wheel java-deps librdkafka-txn-tests
+.PHONY: test deps system-deps lint typecheck unit compat dev clean wheel java-deps registry-deps librdkafka-txn-tests
 
 # two pytest lanes side by side (containers, bench, mixed clusters beside the rest): scripts/run-tests.sh.
-test: deps lint typecheck integration-deps java-deps
+test: deps lint typecheck integration-deps java-deps registry-deps
 	@BIN=$(BIN) bash scripts/run-tests.sh
 
 deps: system-deps $(VENV)/.installed
@@ -38,6 +38,12 @@ compat: deps
 # it says so in one line and the Java tests skip.
 java-deps: $(VENV)/.installed
 	@$(BIN)/python -m headwater.testing.java fetch
+
+# Apicurio Registry (the schema registry of typed warehouse tables: docs/loader.md), built once from
+# Maven Central (deploy/registry/pom.xml) into build/registry; later runs use the cache. Without
+# Maven Central it says so in one line and the registry's tests skip.
+registry-deps: $(VENV)/.installed
+	@$(BIN)/python -m headwater.testing.registry fetch
 
 # librdkafka's transaction tests (0098, 0103, 0129; TESTS=0105 for the mock-only one) against a
 # local 3-broker cluster: clones and builds librdkafka and its tests into build/librdkafka once

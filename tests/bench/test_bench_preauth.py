@@ -45,6 +45,8 @@ def test_versus_preauth_quick_on_headwater(zookeeper: ZooKeeperServer, tmp_path:
         r.key: versus.Row(r.key, r.label, r.unit, r.goal, r.higher_is_better, r.table, r.group) for r in versus.ROWS
     }
     more.preauth("headwater", tmp_path, zookeeper, "versus-quick-preauth", True, rows, print)
-    for key in ("ar", "aw", "ac"):
+    for key in ("ar", "aw", "ac", "am"):
         got = rows[key].values["headwater"]
         assert len(got) == 1 and math.isfinite(got[0]) and got[0] > 0, (key, rows[key].values)
+    # the growth may be 0 (pages already touched), never more than the RSS beside the connections
+    assert 0 <= rows["ag"].values["headwater"][0] < rows["am"].values["headwater"][0], rows["ag"].values

@@ -81,6 +81,16 @@ def test_versus_large_java_and_failover_quick_on_headwater(zookeeper: ZooKeeperS
     _measured(rows, "fo", "fox", "rs", "cs", "idle", "mdt")
 
 
+def test_versus_quotas_quick_on_headwater(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """``--versus kafka --only quotas``'s Headwater side, small: a broker of its own, quotas off and on
+    (written to ZooKeeper's /config/clients as Kafka 2.3's kafka-configs does), the broker's CPU
+    per MiB for each and the quiet producer beside the noisy one; every figure measured. (The Kafka
+    side runs by hand: docs/performance.md.)"""
+    rows = _all_rows()
+    extra.quotas("headwater", tmp_path, zookeeper, "versus-quick-quotas", 50_000, 60, 0, rows, print, 2.0)
+    _measured(rows, "qoff", "qon", "qpr", "qq")  # qcr: a consume of 10 MB may cost under the 10 ms CPU tick
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_versus_mm2_and_spark_quick_on_headwater(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:

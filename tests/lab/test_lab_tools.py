@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from headwater.lab.activity import click, member_id, page_view
-from headwater.lab.check import percentile
+from headwater.lab.check import DatacenterResult, PipelineReport, percentile
 from headwater.lab.outage import OutageReport, flow_partitions, owned_partitions
 from headwater.testing.zookeeper import free_port
 from tests.cluster.harness import Cluster
@@ -44,10 +44,30 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile([3.0], 99) == 3.0
 
 
+def test_the_check_fails_when_a_datacenters_p99_is_above_the_goal() -> None:
+    """``make lab-check`` passes ``--p99-goal-ms 1000`` (issue 22's mirror-latency goal): a complete
+    pipeline whose p99 is above it is not ok; without a goal the latency judges nothing."""
+
+    def dc(name: str, slowest_ms: float) -> DatacenterResult:
+        d = DatacenterResult(name, sent=100, acked=100, arrived=100)
+        d.latencies_ms = [100.0] * 98 + [slowest_ms] * 2  # p99: the 99th of 100
+        return d
+
+    fast, slow = dc("dc1", 900.0), dc("dc2", 1200.0)
+    assert PipelineReport("r", [fast, slow], []).ok  # no goal
+    assert PipelineReport("r", [fast], [], p99_goal_ms=1000).ok
+    report = PipelineReport("r", [fast, slow], [], p99_goal_ms=1000)
+    assert not report.ok
+    assert [d["p99_goal_met"] for d in report.as_dict()["datacenters"]] == [True, False]
+    assert "p99 1200.0 ms, max 1200.0 ms (goal p99 <= 1000 ms: MISSED)" in report.text(), report.text()
+    assert not PipelineReport("r", [DatacenterResult("dc1")], [], p99_goal_ms=1000).ok  # nothing arrived
+
+
 def test_bad_arguments_get_one_line_and_exit_code_2() -> None:
     for argv in (
         ["check", "--source", "dc1"],
         ["check", "--records", "0"],
+        ["check", "--p99-goal-ms", "-1"],
         ["activity", "--datacenter", "dc1", "--bootstrap-server", "x:1", "--rate", "-1"],
         ["outage", "dc3"],
         ["outage", "dc2", "--seconds", "0"],

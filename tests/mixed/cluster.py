@@ -59,6 +59,8 @@ KAFKA_HEAP = ["-Xmx448m", "-Xms448m"]
 SETTINGS: dict[str, object] = {
     "offsets.topic.replication.factor": 3,
     "offsets.topic.num.partitions": 3,
+    # Kafka 2.3 fixes both coordinators' partition counts at start (from ZooKeeper, else these)
+    "transaction.state.log.num.partitions": 3,
     "group.initial.rebalance.delay.ms": 0,
     "auto.create.topics.enable": "false",
     # leadership moves only when a test moves it
@@ -101,6 +103,9 @@ ALLOWED_DOWN: dict[str, str] = {
     r"Connection to {id} was disconnected before the response was read": "the broker went down mid-request",
     r"connection to broker \S+ \(id: {id} rack: null\) was unsuccessful": "the controller's link to it",
     r"fails to send request .* to broker \S+ \(id: {id} rack: null\)": "the controller's link to it",
+    r"fails to send a request to broker \S+ \(id: {id} rack: null\)": (
+        "the controller's send thread to it stopped mid-request (InterruptedException) as the broker left"
+    ),
     r"leaderId={id}, fetcherId=\d+\] Error (in response for|sending) fetch request": "a follower of it",
 }
 

@@ -68,12 +68,14 @@ def _cpu() -> float:
 
 class _Clock:
     """Consumer throughput: the clock starts when the consumer starts fetching (:meth:`start`)
-    and stops at the last record; ``cpu`` is this process' CPU over the same interval."""
+    and stops at the last record; ``cpu`` is this process' CPU over the same interval;
+    ``to_first`` the seconds until the first records arrived (connection, offsets, first fetch)."""
 
     def __init__(self) -> None:
         self.records = self.nbytes = 0
         self.first = self.last = 0.0
         self.cpu0 = self.cpu1 = 0.0
+        self.to_first = 0.0
 
     def start(self) -> None:
         self.first = self.last = time.perf_counter()
@@ -82,6 +84,8 @@ class _Clock:
     def got(self, records: int, nbytes: int) -> None:
         self.last = time.perf_counter()
         self.cpu1 = _cpu()
+        if not self.records:
+            self.to_first = self.last - self.first
         self.records += records
         self.nbytes += nbytes
 
@@ -91,6 +95,7 @@ class _Clock:
             "bytes": self.nbytes,
             "seconds": self.last - self.first,
             "cpu": self.cpu1 - self.cpu0,
+            "to_first": self.to_first,
         }
 
 

@@ -121,6 +121,11 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _cost(key: str, label: str, unit: str, group: str, goal: str | None = None) -> Row:
+    """A row where less is better (seconds, CPU, memory, latency, a cost ratio)."""
+    return Row(key, label, unit, goal, False, group=group)
+
+
 ROWS = [
     Row("p1", "produce, 1 partition, acks=1 RF 1", "rec/s", "produce"),
     Row("p6", "produce, 6 partitions, acks=1 RF 1", "rec/s", "produce"),
@@ -136,33 +141,17 @@ ROWS = [
     Row("lc", "consume, 100 KiB records, 1 partition", "MiB/s", "consume", group="large"),
     Row("jp", "Java ProducerPerformance 2.3.1, 100 B, 6 partitions, acks=1", "rec/s", "produce", group="java"),
     Row("jc", "Java ConsumerPerformance 2.3.1 (fetch.nMsg.sec), 6 partitions", "rec/s", "consume", group="java"),
-    Row("fo", "controller failover after kill -9 (PARTS partitions, RF 3)", "s", "failover", False, group="failover"),
-    Row(
+    _cost("fo", "controller failover after kill -9 (PARTS partitions, RF 3)", "s", "failover", "failover"),
+    _cost(
         "fox",
         "of which after the controller's ZooKeeper session expired (/controller gone -> every partition led)",
         "s",
-        None,
-        False,
-        group="failover",
+        "failover",
     ),
-    Row(
-        "rs",
-        "restart after kill -9 until back in every ISR (PARTS partitions, RF 3)",
-        "s",
-        None,
-        False,
-        group="failover",
-    ),
-    Row("cs", "controlled shutdown, SIGTERM to exit (PARTS partitions, RF 3)", "s", None, False, group="failover"),
-    Row(
-        "idle",
-        "idle CPU per broker, mean of 3 over 10 s (PARTS partitions, RF 3)",
-        "% of a core",
-        None,
-        False,
-        group="failover",
-    ),
-    Row("mdt", "Metadata v7, all topics, round trip (PARTS partitions)", "ms", None, False, group="failover"),
+    _cost("rs", "restart after kill -9 until back in every ISR (PARTS partitions, RF 3)", "s", "failover"),
+    _cost("cs", "controlled shutdown, SIGTERM to exit (PARTS partitions, RF 3)", "s", "failover"),
+    _cost("idle", "idle CPU per broker, mean of 3 over 10 s (PARTS partitions, RF 3)", "% of a core", "failover"),
+    _cost("mdt", "Metadata v7, all topics, round trip (PARTS partitions)", "ms", "failover"),
     Row("mm2", "MirrorMaker 2 dc1 -> agg, 100 B, first to last record", "rec/s", None, group="mm2"),
     Row("mm2e", "MirrorMaker 2 dc1 -> agg, process start to last record", "s", None, False, group="mm2"),
     Row("sk", "Spark format(kafka) -> Parquet, 1 KiB, 4 partitions", "rec/s", None, group="spark"),
@@ -185,29 +174,40 @@ ROWS = [
         "produce",
         group="tuned",
     ),
-    Row(
-        "ar",
-        "SCRAM client's produce p99, 1,000 idle unauthenticated connections / none",
+    _cost("ar", "SCRAM client's produce p99, 1,000 idle unauthenticated connections / none", "x", "preauth"),
+    _cost("aw", "SCRAM client's produce p99 beside 1,000 idle unauthenticated connections", "ms", "preauth"),
+    _cost("ac", "broker CPU per produce request beside them (login included)", "ms", "preauth"),
+    _cost("am", "broker RSS beside 1,000 idle unauthenticated connections (VmRSS)", "MiB", "preauth", "rss"),
+    _cost("ag", "broker RSS growth with them open (VmRSS vs just before)", "MiB", "preauth"),
+    _cost("qoff", "produce 200 B in batches of 50, acks=1: broker CPU, client quotas off", "ms/MiB", "quotas"),
+    _cost("qon", "the same, quotas on (clients/<default>: every request measured, none throttled)", "ms/MiB", "quotas"),
+    _cost("qpr", "quotas on / off, produce broker CPU (issue 42: <= 1.05 on each)", "x", "quotas"),
+    _cost("qcr", "quotas on / off, consume broker CPU per MiB", "x", "quotas"),
+    _cost(
+        "qq",
+        "quiet producer's p99 beside a noisy one at 5x its 1 MiB/s quota / alone (issue 42: <= 2 on each)",
         "x",
-        None,
-        False,
-        group="preauth",
+        "quotas",
     ),
-    Row(
-        "aw",
-        "SCRAM client's produce p99 beside 1,000 idle unauthenticated connections",
-        "ms",
-        None,
-        False,
-        group="preauth",
-    ),
-    Row("ac", "broker CPU per produce request beside them (login included)", "ms", None, False, group="preauth"),
     Row("tm", "headwater mirror / MM2, first to last record", "rec/s", None, table="tool", group="mm2"),
     Row("tme", "headwater mirror / MM2, process start to last record", "s", None, False, table="tool", group="mm2"),
     Row("ts", "format(headwater) / Spark format(kafka) -> Parquet", "rec/s", None, table="tool", group="spark"),
 ]
 #: what ``--only`` selects with ``--versus kafka`` (default: every group)
-GROUPS = ("core", "large", "java", "failover", "mm2", "spark", "preauth", "tls", "stored", "large1m", "tuned")
+GROUPS = (
+    "core",
+    "large",
+    "java",
+    "failover",
+    "mm2",
+    "spark",
+    "preauth",
+    "quotas",
+    "tls",
+    "stored",
+    "large1m",
+    "tuned",
+)
 
 
 @dataclass
@@ -527,6 +527,10 @@ def run(plan: Plan, out: Path, workdir: Path | None = None, log: Callable[[str],
                 if "preauth" in plan.groups:
                     name = f"versus-preauth-{system}{next(n)}"
                     _tried(say, system, "preauth", more.preauth, system, wd, zk, name, plan.quick, rows, say)
+                if "quotas" in plan.groups:
+                    name = f"versus-quotas-{system}{next(n)}"
+                    q_args = (system, wd, zk, name, plan.produce_count, plan.produce_seconds, i, rows, say)
+                    _tried(say, system, "quotas", extra.quotas, *q_args, plan.latency_seconds if plan.quick else None)
                 if "failover" in plan.groups:
                     name = f"versus-failover-{system}{next(n)}"
                     _tried(say, system, "failover", more.failover, system, wd, zk, name, plan.partitions, rows, say)

@@ -258,3 +258,102 @@ def tuned(system: str, bootstrap: str, count: int, seconds: float, rows: dict[st
     res = _produce(bootstrap, topic, count, 100, seconds, *TUNED)
     rows["tp6"].values[system].append(res["acked"] / res["seconds"])
     log(f"{system} tuned p6: {res['acked'] / res['seconds']:,.0f} rec/s")
+
+
+# --- client quotas (issue 42's scenario 12, beside Kafka) --------------------------------------
+
+
+def quotas(
+    system: str,
+    workdir: Path,
+    zk: ZooKeeperServer,
+    name: str,
+    count: int,
+    seconds: float,
+    run: int,
+    rows: dict[str, Any],
+    log: Log,
+    latency_seconds: float | None = None,
+) -> None:
+    """Scenario 12 on one broker of ``system`` (its own chroot): the paper's 200-byte records in
+    batches of 50 (acks=1) produced and read back with client quotas off (no quota entity) and on
+    (``clients/<default>``: 1 TB/s byte rates and ``request_percentage`` 10^9, so every request is
+    measured and checked and none throttled), the order alternating with ``run``, after an unmeasured
+    warm-up; the broker's CPU per MiB each way. Then the quiet producer's p99 alone and beside a noisy
+    one offered 5x its 1 MiB/s quota (``clients/noisy``). Both brokers read the quotas from
+    ZooKeeper's ``/config/clients`` (written by ``headwater configs --zookeeper``, the format of
+    Kafka 2.3's ``kafka-configs.sh --zookeeper``) and apply them on its change notification."""
+    import time
+
+    from headwater.bench.procmon import cpu_seconds
+    from headwater.bench.scenarios import quotas as q
+    from headwater.cli.main import main as cli_main
+    from headwater.testing.cluster import LocalBroker
+
+    zk_connect = f"{zk.connect}/{name}"
+    props: dict[str, object] = {"offsets.topic.replication.factor": 1, "offsets.topic.num.partitions": 3}
+    broker: Any = (
+        KafkaBroker(workdir / name, 0, zk_connect, props)
+        if system == "kafka"
+        else LocalBroker(workdir / name, 0, zk_connect, overrides=props)
+    )
+    clients = ["configs", "--zookeeper", zk_connect, "--alter", "--entity-type", "clients"]
+    batch = (f"batch.num.messages={q.BATCH}", "linger.ms=5")  # scenario 12's Workload(200, batch=50)
+
+    def set_quotas(on: bool) -> None:
+        rates = f"producer_byte_rate={q.UNLIMITED},consumer_byte_rate={q.UNLIMITED}"
+        change = (
+            ["--add-config", f"{rates},request_percentage={q.UNLIMITED_PERCENT}"]
+            if on
+            else ["--delete-config", "producer_byte_rate,consumer_byte_rate,request_percentage"]
+        )
+        if cli_main([*clients, "--entity-default", *change]) != 0:
+            raise RuntimeError("could not change the clients/<default> quota in ZooKeeper")
+        time.sleep(2.0)  # the broker applies the change notification (as scenario 12)
+
+    broker.start(timeout=180)
+    try:
+        warm = "versus-quotas-warm"
+        _create(broker.bootstrap, warm, 1, 1)
+        first = _produce(broker.bootstrap, warm, max(1, count // 3), q.SIZE, seconds, *batch)
+        _consume(broker.bootstrap, warm, first["acked"], seconds)
+        cpu: dict[str, tuple[float, float]] = {}
+        on = False
+        for mode in ("off", "on") if run % 2 == 0 else ("on", "off"):
+            if (mode == "on") != on:
+                set_quotas(mode == "on")
+                on = mode == "on"
+            topic = f"versus-quotas-{mode}"
+            _create(broker.bootstrap, topic, 1, 1)
+            t = cpu_seconds(broker.pid)
+            res = _produce(broker.bootstrap, topic, count, q.SIZE, seconds, *batch)
+            produced = cpu_seconds(broker.pid) - t
+            t = cpu_seconds(broker.pid)
+            c = _consume(broker.bootstrap, topic, res["acked"], seconds)
+            consumed = cpu_seconds(broker.pid) - t
+            mib = res["acked"] * q.SIZE / MIB
+            cpu[mode] = (produced * 1000 / mib, consumed * 1000 / (c["bytes"] / MIB))
+            rows[f"q{mode}"].values[system].append(cpu[mode][0])
+            log(
+                f"{system} quotas {mode}: produce {res['acked'] / res['seconds']:,.0f} rec/s, broker CPU "
+                f"{cpu[mode][0]:.2f} ms/MiB; consume {cpu[mode][1]:.2f} ms/MiB"
+            )
+        if on:
+            set_quotas(False)
+        # a ratio only where both CPU figures were measured (the kernel counts CPU in 10 ms ticks:
+        # a small run may show none)
+        for key, i in (("qpr", 0), ("qcr", 1)):
+            if cpu["on"][i] > 0 and cpu["off"][i] > 0:
+                rows[key].values[system].append(cpu["on"][i] / cpu["off"][i])
+        if cli_main([*clients, "--entity-name", "noisy", "--add-config", f"producer_byte_rate={q.NOISY_QUOTA}"]):
+            raise RuntimeError("could not set the noisy client's quota")
+        time.sleep(2.0)
+        p99 = {}
+        for noisy in (False, True) if run % 2 == 0 else (True, False):
+            topic = f"versus-quotas-latency-{int(noisy)}"
+            _create(broker.bootstrap, topic, 1, 1)
+            p99[noisy] = q._quiet_p99(broker.bootstrap, topic, latency_seconds or q.LATENCY_S, noisy)
+        rows["qq"].values[system].append(p99[True] / p99[False])
+        log(f"{system} quotas: quiet producer's p99 {p99[False]:.1f} ms alone, {p99[True]:.1f} ms beside the noisy one")
+    finally:
+        broker.stop()

@@ -358,6 +358,9 @@ def preauth(
     rows["ar"].values[system].append(ratio)
     rows["aw"].values[system].append(pa._p99(m.with_attack))
     rows["ac"].values[system].append(m.cpu_ms("with"))
+    if "am" in rows:
+        rows["am"].values[system].append((m.before + m.grown) / MIB)
+        rows["ag"].values[system].append(m.grown / MIB)
     log(
         f"{system} preauth: p99 {pa._p99(m.without):.2f} ms without, {pa._p99(m.with_attack):.2f} ms with "
         f"({ratio:.2f}x); broker CPU {m.cpu_ms('without'):.3f} / {m.cpu_ms('with'):.3f} ms per request"

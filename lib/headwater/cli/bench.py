@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "8 Spark loader, 9 mirror across a WAN link, 10 audit counting, 11 TLS and SASL cost, 12 client quotas on vs off, "
         "scale thousands of partitions, zk-outage a ZooKeeper outage, txn transactional vs idempotent produce; "
         "default: all, all but 8, 9, 11, 12, scale, zk-outage, preauth and txn with --quick); with --versus kafka, "
-        "groups: core, large, java, failover, mm2, spark, preauth, tls, stored, large1m, tuned "
+        "groups: core, large, java, failover, mm2, spark, preauth, quotas, tls, stored, large1m, tuned "
         "(default: all)",
     )
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for results.md/.json")

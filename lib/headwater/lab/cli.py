@@ -72,6 +72,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     c.add_argument("--records", type=int, default=200, help="records per datacenter (default 200)")
     c.add_argument("--rate", type=float, default=50.0, help="records per second per datacenter (default 50)")
     c.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the records")
+    c.add_argument(
+        "--p99-goal-ms",
+        type=float,
+        default=0.0,
+        help="fail (exit 1) when a datacenter's p99 is above this (0: no goal; make lab-check: 1000)",
+    )
     c.add_argument("--json", action="store_true", help="print the report as JSON")
     c.add_argument("--log-level", default="WARNING")
     _add_command_config(c)
@@ -408,8 +414,10 @@ def _check(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"headwater lab check: {e}", file=sys.stderr)
         return 2
-    if args.records <= 0 or args.rate <= 0 or args.timeout <= 0:
-        print("headwater lab check: --records, --rate and --timeout must be positive", file=sys.stderr)
+    if args.records <= 0 or args.rate <= 0 or args.timeout <= 0 or not args.p99_goal_ms >= 0:
+        print(
+            "headwater lab check: --records, --rate and --timeout must be positive, --p99-goal-ms >= 0", file=sys.stderr
+        )
         return 2
     security = _security(args, "check")
     setup_logging(args.log_level)
@@ -426,6 +434,7 @@ def _check(args: argparse.Namespace) -> int:
             audit_url=args.audit_url or None,
             progress=_progress,
             security=security,
+            p99_goal_ms=args.p99_goal_ms,
         ),
         args.json,
         (OSError, TimeoutError),

@@ -40,6 +40,7 @@ Configuration (``loader.properties``)::
     sasl.username = loader
     sasl.password = file:/etc/headwater/loader.password   # or env:NAME; never logged
     audit.sasl.username = loader              # audit.<name> for audit.bootstrap.servers (default: the same)
+    schema.registry.url = http://registry:8080/apis/ccompat/v6   # typed tables (headwater.loader.schemas)
 
 Any ``spark.*`` property is passed to the Spark session.
 
@@ -67,6 +68,7 @@ from typing import Any
 
 from headwater.client.raw import READ_COMMITTED
 from headwater.client.security import ClientSecurity, SecurityConfigError, cluster_properties, cluster_security
+from headwater.loader import schemas
 from headwater.loader.bounds import Deadline, RunBounds, parse_bounds, rounds, share
 from headwater.loader.lock import LockGuard
 from headwater.loader.offsets import EARLIEST, DataLoss, OffsetRange, resolve, to_json
@@ -113,6 +115,8 @@ class LoaderConfig:
     partitioning: PartitionSpec = field(default_factory=PartitionSpec)  # output.partition.*, output.timezone
     bounds: RunBounds = field(default_factory=RunBounds)  # max.records.per.run, max.duration.per.run
     dashboard_url: str | None = None  # audit.dashboard.url: logged links to the newest partition loaded
+    #: schema.registry.url: topics with a registered value schema land typed (headwater.loader.schemas)
+    schema_registry: str | None = None
 
 
 def parse_config(props: dict[str, str]) -> LoaderConfig:
@@ -192,6 +196,7 @@ def parse_config(props: dict[str, str]) -> LoaderConfig:
         partitioning=partitioning,
         bounds=bounds,
         dashboard_url=props.get("audit.dashboard.url", "").strip() or None,
+        schema_registry=props.get("schema.registry.url", "").strip() or None,
     )
 
 
@@ -306,6 +311,9 @@ def _stage_and_publish(
     )
     token = uuid.uuid4().hex[:12]  # this process's staging: no other loader's is ever touched by this run
     read = {(r.topic, r.partition): r.start for r in planned}
+    registry = schemas.Registry(config.schema_registry) if config.schema_registry else None
+    typed: dict[str, schemas.TopicSchemas | None] = {}  # per topic, asked once a run
+    tables: dict[str, dict[str, int]] = {}  # typed topics: rows per table version and dead letters
     for i, step in enumerate(steps):
         if i and deadline.passed():
             log.warning(
@@ -326,9 +334,19 @@ def _stage_and_publish(
                 if read_topic
                 else _read_topic(spark, config, topic, mine)
             )
-            df.write.mode("append").partitionBy(*config.partitioning.columns).parquet(
-                wh.path(_staging_of(run, topic, token))
-            )
+            if topic not in typed:
+                typed[topic] = schemas.plan_topic(registry, topic) if registry else None
+            plan_of = typed[topic]
+            if plan_of is None:  # no registered value schema: binary key and value, as ever
+                df.write.mode("append").partitionBy(*config.partitioning.columns).parquet(
+                    wh.path(_staging_of(run, topic, token))
+                )
+            else:
+                wrote = schemas.write_typed(
+                    df, plan_of, lambda t: wh.path(_staging_of(run, t, token)), config.partitioning.columns
+                )
+                for name, n in wrote.items():
+                    tables.setdefault(topic, {})[name] = tables.get(topic, {}).get(name, 0) + n
             read.update({(r.topic, r.partition): r.end for r in mine})
             log.info(
                 "run %d: %s: offsets %s -> %s written (round %d of %d, %.1fs)",
@@ -348,21 +366,22 @@ def _stage_and_publish(
     by_partition: dict[str, dict[str, int]] = {}
     sizes: dict[str, int] = {}
     partitions: dict[str, list[str]] = {}
+    staged_dirs: list[str] = []
     for topic in sorted({r.topic for r in done if r.size > 0}):
         mine = [r for r in done if r.topic == topic]
-        out = _staging_of(run, topic, token)
-        staged = wh.files_under(out)
-        files.extend(_moves(run, topic, token))
+        names = sorted(tables[topic]) if topic in tables else [topic]  # a typed topic's tables
+        outs = [_staging_of(run, t, token) for t in names]
+        staged = [f for out in outs for f in wh.files_under(out)]
+        files.extend(m for t in names for m in _moves(run, t, token))
+        staged_dirs.extend(out for out in outs if wh.files_under(out))
         # No data file at all: every record of the ranges was compacted away (nothing to check or count).
         counts = (
-            _check_read(spark.read.parquet(wh.path(out)), mine)
-            if staged
-            else {r.partition: 0 for r in mine if r.size > 0}
+            _check_read(_offsets_of(spark, wh, outs), mine) if staged else {r.partition: 0 for r in mine if r.size > 0}
         )
         records[topic] = sum(counts.values())
         by_partition[topic] = {str(p): n for p, n in sorted(counts.items())}
         sizes[topic] = sum(int(wh.fs.getFileStatus(wh._p(rel)).getLen()) for rel in staged)
-        partitions[topic] = touched(staged, out)
+        partitions[topic] = sorted({p for out in outs for p in touched(wh.files_under(out), out)})
         log.info(
             "run %d: %s: %d record(s), %d byte(s) of Parquet in %s, offsets %s -> %s",
             run,
@@ -373,7 +392,7 @@ def _stage_and_publish(
             to_json(mine, "start"),
             to_json(mine, "end"),
         )
-    audit = _audit_counts(spark, wh, [_staging_of(run, t, token) for t in sorted(records) if records[t]], run, config)
+    audit = _audit_counts(spark, wh, staged_dirs, run, config)
     losses = [_gap_event(loss, run, config) for loss in lost]
     manifest: dict[str, Any] = {
         "run": run,
@@ -391,6 +410,8 @@ def _stage_and_publish(
         "losses": losses,
         "audit": audit + losses,
     }
+    if tables:
+        manifest["tables"] = tables
     if guard:
         guard.check()
     wh.claim(run, manifest)
@@ -499,6 +520,16 @@ def _check_read(df: Any, ranges: list[OffsetRange]) -> dict[int, int]:
     return counts
 
 
+def _offsets_of(spark: Any, wh: Warehouse, outs: list[str]) -> Any:
+    """The partition and offset of every row staged for one topic (its tables and dead letters)."""
+    df = None
+    for out in outs:
+        if wh.files_under(out):
+            part = spark.read.parquet(wh.path(out)).select("partition", "offset")
+            df = part if df is None else df.unionByName(part)
+    return df
+
+
 def _ranges_json(ranges: list[OffsetRange]) -> dict[str, dict[str, list[int]]]:
     out: dict[str, dict[str, list[int]]] = {}
     for r in ranges:
@@ -515,7 +546,8 @@ def _audit_counts(spark: Any, wh: Warehouse, staged: list[str], run: int, config
 
     df = None
     for out in staged:
-        part = spark.read.parquet(wh.path(out)).select("topic", "timestamp", "headers")
+        dead = F.lit(int(schemas.is_deadletter(out.split("/", 1)[0]))).alias("dead")
+        part = spark.read.parquet(wh.path(out)).select("topic", "timestamp", "headers", dead)
         df = part if df is None else df.unionByName(part)
     if df is None:
         return []
@@ -526,7 +558,11 @@ def _audit_counts(spark: Any, wh: Warehouse, staged: list[str], run: int, config
     )
     dc = F.coalesce(F.decode(hdr["origin.dc"], "UTF-8"), F.lit("unknown"))
     window = (F.floor(created / config.audit_window_ms) * config.audit_window_ms).cast("bigint")
-    rows = df.groupBy("topic", dc.alias("dc"), window.alias("w")).count().collect()
+    rows = (
+        df.groupBy("topic", dc.alias("dc"), window.alias("w"))
+        .agg(F.count("*").alias("count"), F.sum("dead").alias("dead"))
+        .collect()
+    )
     events = []
     for r in rows:
         guid = uuid.uuid5(uuid.NAMESPACE_URL, f"headwater-load/{config.warehouse}/{run}/{r.topic}/{r.dc}/{r.w}").hex
@@ -543,6 +579,8 @@ def _audit_counts(spark: Any, wh: Warehouse, staged: list[str], run: int, config
                 guid=guid,
             )
         )
+        if r.dead:  # of the count, how many landed in <topic>@deadletter (headwater.loader.schemas)
+            events[-1]["dead_lettered"] = int(r.dead)
     return sorted(events, key=lambda e: (e["topic"], e["window_start"], e["datacenter"]))
 
 

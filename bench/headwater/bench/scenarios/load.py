@@ -25,6 +25,14 @@ loader: process start to exit, and the read+write alone (timed inside the sessio
 interval also holds its read-back count and publish). Their ratio column is ``headwater load`` /
 Spark's source (medians); the note holds the CPU ratio of the two process trees. The loader and
 Spark alternate; without the jars the Spark rows say so in one line and the loader's still run.
+
+Typed tables (issue 44): a second topic of the same count holds Avro records of about the same size
+(an id, a name, a timestamp, a count and a 900-character text), written with confluent-kafka's
+``AvroSerializer`` against Apicurio Registry (``make registry-deps``; started for the scenario, in
+memory); ``headwater load`` with ``schema.registry.url`` loads it into ``<topic>@v1`` (typed columns)
+right after each binary load. Its row's ratio is its records/s over the binary load's, the load
+itself (``loading`` -> ``published``), medians of the same run; the goal is 0.7. Without the built
+registry the row says so in one line.
 """
 
 from __future__ import annotations
@@ -95,8 +103,9 @@ def _follow(stream: IO[bytes], log: Path, run: LoadRun, started: float) -> None:
                 run.published_at = now
 
 
-def _load_once(bench: Bench, source: Target, topic: str, warehouse: Path, timeout: float) -> LoadRun:
-    """One ``headwater load`` process (local[*]) of ``topic`` into ``warehouse``."""
+def _load_once(bench: Bench, source: Target, topic: str, warehouse: Path, timeout: float, **extra: str) -> LoadRun:
+    """One ``headwater load`` process (local[*]) of ``topic`` into ``warehouse`` (``extra``:
+    more loader properties, ``_`` for ``.``)."""
     config = bench.workdir / "load.properties"
     props = {
         "bootstrap.servers": source.bootstrap,
@@ -104,6 +113,7 @@ def _load_once(bench: Bench, source: Target, topic: str, warehouse: Path, timeou
         "warehouse.path": str(warehouse),
         "spark.master": "local[*]",
         "spark.ui.enabled": "false",  # no port 4040 taken on a shared machine
+        **{k.replace("_", "."): v for k, v in extra.items()},
     }
     config.write_text("".join(f"{k} = {v}\n" for k, v in props.items()))
     log = bench.workdir / "load.log"
@@ -156,6 +166,55 @@ def _verify(warehouse: Path, topic: str, count: int) -> None:
         raise GeneratorError(f"the warehouse holds {count - distinct:,} duplicate (partition, offset) pairs of {topic}")
 
 
+AVRO_SCHEMA = {
+    "type": "record",
+    "name": "BenchEvent",
+    "namespace": "headwater.bench",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": "string"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "n", "type": "int"},
+        {"name": "text", "type": "string"},
+    ],
+}
+
+
+def _fill_avro(source: Target, topic: str, count: int, registry_url: str) -> int:
+    """``count`` Avro records of about ``SIZE`` bytes into ``topic`` through confluent-kafka's
+    ``AvroSerializer`` (the schema registered under ``<topic>-value``); returns their value bytes."""
+    import datetime
+    import json
+
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    ser = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(AVRO_SCHEMA))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789" * 30
+    now = datetime.datetime.now(datetime.UTC)
+    p = Producer({"bootstrap.servers": source.bootstrap, "linger.ms": 20, "batch.size": 1 << 20, "acks": "1"})
+    total = 0
+    for i in range(count):
+        value = ser(
+            {"id": i, "name": f"member-{i % 1000}", "at": now, "n": i % 97, "text": alphabet[i % 36 :][:900]}, ctx
+        )
+        total += len(value)
+        while True:
+            try:
+                p.produce(topic, value=value, key=str(i % 1000).encode())
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 10_000 == 0:
+            p.poll(0)
+    if p.flush(120) != 0:
+        raise GeneratorError(f"{topic}: Avro records still unsent after 120 s")
+    return total
+
+
 def run(bench: Bench) -> list[Row]:
     assert bench.main is not None
     source = bench.main
@@ -204,7 +263,15 @@ def run(bench: Bench) -> list[Row]:
         primary="MiB/s",
         goal=Goal(">= 0.7x the batch load ('loading' -> 'published')", 0.7, on="ratio"),
     )
-    rows = [kcat_row, whole, inner, spark_whole, spark_inner, stream_row]
+    typed = Row(
+        "8",
+        "headwater load of Avro records (registry, typed columns), from 'loading' to 'published'",
+        "headwater load (PySpark), schema.registry.url",
+        primary="records/s",
+        reference="issue 44: typed Avro loading, as a ratio to the binary load in the same run",
+        goal=Goal(">= 0.7 x the binary load's records/s", 0.7, on="ratio"),
+    )
+    rows = [kcat_row, whole, inner, spark_whole, spark_inner, stream_row, typed]
     why = why_not(bench, "rdkafka-c") and why_not(bench, "confluent")
     try:
         import pyarrow.dataset  # noqa: F401
@@ -217,6 +284,10 @@ def run(bench: Bench) -> list[Row]:
             bench.add(r)
         return rows
     no_jars = peers.jars_missing("Spark's Kafka source")
+    from headwater.testing import registry as schema_registry
+
+    no_registry = schema_registry.unavailable()
+    registry: schema_registry.RegistryProcess | None = None
     try:
         topic = bench.topic("load")
         bench.create_topic(source, topic, PARTITIONS)
@@ -227,6 +298,12 @@ def run(bench: Bench) -> list[Row]:
         kcat_row.figure("records/s").add(kcat.records_per_s)
         bench.add(kcat_row)
         timeout = max(600.0, count * SIZE / MIB / 2 + 300)  # down to 2 MiB/s on a busy machine
+        typed_topic = bench.topic("load-avro")
+        if no_registry is None:
+            registry = schema_registry.RegistryProcess(bench.workdir / "registry").start()
+            bench.create_topic(source, typed_topic, PARTITIONS)
+            bench.log(f"filling {typed_topic}: {count:,} Avro records (AvroSerializer, {registry.url})")
+            typed_bytes = _fill_avro(source, typed_topic, count, registry.url)
         loads: list[LoadRun] = []
         sparks: list[peers.SparkRun] = []
         broker: list[float] = []
@@ -255,6 +332,16 @@ def run(bench: Bench) -> list[Row]:
             except RuntimeError as e:
                 stream_row.unavailable = f"failed: {str(e)[:300]}"
             shutil.rmtree(bench.workdir / f"stream-{i}", ignore_errors=True)
+            if registry is not None:
+                bench.log(f"headwater load (local[*], typed) of {count:,} Avro records into {warehouse}-typed")
+                avro = _load_once(
+                    bench, source, typed_topic, Path(f"{warehouse}-typed"), timeout, schema_registry_url=registry.url
+                )
+                _verify(Path(f"{warehouse}-typed"), f"{typed_topic}@v1", count)
+                shutil.rmtree(f"{warehouse}-typed", ignore_errors=True)
+                typed.figure("records/s").add(count / avro.interval)
+                typed.figure("MiB/s").add(typed_bytes / MIB / avro.interval)
+                typed.figure("binary records/s").add(count / got.interval)
             if no_jars is None:
                 out = bench.workdir / f"spark-kafka-{i}"
                 bench.log(f"Spark's format(kafka) (local[*]) of {count:,} records into {out}-0")
@@ -318,10 +405,26 @@ def run(bench: Bench) -> list[Row]:
             )
         bench.add(spark_whole)
         bench.add(spark_inner)
+        if registry is None:
+            typed.unavailable = no_registry or "the registry did not start"
+        else:
+            typed.ratio_override = typed.value / inner.figures["records/s"].median
+            typed.baseline = "the binary load's records/s (the load itself), this run"
+            ratios = [
+                t / b for t, b in zip(typed.figures["records/s"].samples, typed.figures["binary records/s"].samples)
+            ]
+            typed.note = (
+                f"Avro values {typed_bytes / count:.0f} B on average; typed / binary per run: "
+                f"{min(ratios):.2f}-{max(ratios):.2f}; read back: {count:,} rows in {typed_topic}@v1, each offset once"
+            )
+        bench.add(typed)
     except (GeneratorError, RuntimeError, OSError) as e:
         for r in rows:
             if not r.figures and not r.unavailable:
                 r.unavailable = f"failed: {e}"
             if not any(x is r for x in bench.report.rows):
                 bench.add(r)
+    finally:
+        if registry is not None:
+            registry.stop()
     return rows

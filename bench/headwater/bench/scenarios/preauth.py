@@ -137,6 +137,7 @@ class Phases:
     with_attack: list[float] = field(default_factory=list)
     cpu: dict[str, float] = field(default_factory=lambda: {"without": 0.0, "with": 0.0})
     grown: int = 0  # the largest RSS growth seen, bytes
+    before: int = 0  # the broker's RSS before the first attack, bytes
     alive: int = 0  # attacking connections still open when the first "with" phase ended
 
     def cpu_ms(self, phase: str) -> float:
@@ -152,7 +153,7 @@ def alternate(
     bootstrap = f"127.0.0.1:{sasl_port}"
     _latencies_ms(bootstrap, topic, max(100, records // 4))  # warm: the broker's steady state
     before, fds = _rss(pid), _fds(pid)
-    m = Phases()
+    m = Phases(before=before)
     socks: list[socket.socket] = []
 
     def measured(phase: str) -> list[float]:

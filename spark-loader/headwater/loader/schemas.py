@@ -1,0 +1,498 @@
+"""Typed tables from a schema registry: Confluent's wire format decoded to Spark columns.
+
+A producer using confluent-kafka's ``AvroSerializer`` or ``JSONSerializer`` (or any client with
+Confluent's wire format: magic byte ``0``, the schema's 4-byte big-endian id, then the encoded
+value) registers its schema under the subject ``<topic>-value`` (TopicNameStrategy). With
+``schema.registry.url`` set, the loader asks the registry (Confluent's REST API: Apicurio Registry's
+``/apis/ccompat/v6``, or Confluent's own root) for every version of each loaded topic's
+value subject, once per run:
+
+- a topic without that subject keeps today's binary ``key`` / ``value`` columns;
+- a topic with it lands in **typed tables**: ``value`` is a struct of the schema's fields (Avro
+  through fastavro, JSON Schema through ``json``), the other columns as before (``key`` stays
+  binary, ``schema_id`` says which registered schema wrote the row).
+
+Table versions follow the subject's versions in order, by Avro's rules of schema resolution: a new
+version that only adds optional fields (a union with ``null``, or a default; for JSON Schema a
+property that is not ``required``) or drops fields keeps the table, which gains a nullable column
+(a dropped field's column stays, null in the newer rows); any other change (a field's type changed,
+a new required field without a default) starts the next table version. Avro would promote ``int``
+to ``long``; a table's Parquet files must agree on each column's type, so a promotion starts a new
+version too. Table version ``n`` of a topic is the warehouse directory ``<topic>@v<n>`` (``@``
+cannot appear in a topic name), every version nullable column by column, so ``mergeSchema``
+reads all of a version's runs.
+
+Records that do not decode (no magic byte, a schema id the subject does not hold, bytes the schema
+does not read, a value that does not fit the column types) go to ``<topic>@deadletter``: topic,
+partition, offset, timestamp, the raw key, value and headers, the schema id when there was one,
+and ``reason``. They count in the run like every loaded record (the manifest's ``records``) and in
+the audit's warehouse tier: each count event says how many of its records were dead-lettered
+(``dead_lettered``), so the audit balances and the dead letters show.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+log = logging.getLogger("headwater.loader.schemas")
+
+MAGIC = 0
+TABLE_SEP = "@"  # never in a Kafka topic name ([a-zA-Z0-9._-])
+DEADLETTER = "deadletter"
+
+
+def table_name(topic: str, version: int) -> str:
+    """The warehouse directory of ``topic``'s typed table version ``version``."""
+    return f"{topic}{TABLE_SEP}v{version}"
+
+
+def deadletter_name(topic: str) -> str:
+    return f"{topic}{TABLE_SEP}{DEADLETTER}"
+
+
+def is_deadletter(table: str) -> bool:
+    return table.endswith(TABLE_SEP + DEADLETTER)
+
+
+class RegistryError(RuntimeError):
+    """The registry did not answer as Confluent's API does (one line, naming the URL)."""
+
+
+class SchemaError(ValueError):
+    """A schema the loader cannot map to Spark types (its records are dead-lettered)."""
+
+
+# -- the registry ---------------------------------------------------------------------------------
+
+
+class Registry:
+    """Confluent's schema registry REST API, the calls the loader needs (``urllib``, JSON)."""
+
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def _get(self, path: str) -> Any:
+        req = urllib.request.Request(
+            self.url + path, headers={"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise RegistryError(f"{self.url}{path}: HTTP {e.code} {e.reason}") from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise RegistryError(f"{self.url}{path}: {e}") from None
+
+    def versions(self, subject: str) -> list[dict[str, Any]]:
+        """Every version of ``subject`` (``{"version", "id", "schema", "schemaType"}``), oldest first;
+        [] when the subject is not registered."""
+        q = urllib.parse.quote(subject, safe="")
+        numbers = self._get(f"/subjects/{q}/versions")
+        if not numbers:
+            return []
+        out = []
+        for n in sorted(int(v) for v in numbers):
+            got = self._get(f"/subjects/{q}/versions/{n}")
+            if got is None:  # deleted between the two calls
+                continue
+            out.append(
+                {
+                    "version": int(got["version"]),
+                    "id": int(got["id"]),
+                    "schema": got["schema"],
+                    "schemaType": (got.get("schemaType") or _sniff(got["schema"])).upper(),
+                }
+            )
+        return out
+
+
+def _sniff(text: str) -> str:
+    """The type of a schema whose registry answer has no ``schemaType`` (Confluent's API leaves it
+    out for Avro; Apicurio Registry 2.0's ccompat leaves it out for every type): JSON Schema when it
+    says so (``$schema``) or describes an object by ``properties``, else Avro."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return "PROTOBUF"  # Protobuf's text is not JSON
+    if isinstance(doc, dict) and ("$schema" in doc or "properties" in doc or doc.get("type") == "object"):
+        return "JSON"
+    return "AVRO"
+
+
+# -- schemas to Arrow (Spark) types ---------------------------------------------------------------
+
+
+def _avro_type(schema: Any, named: dict[str, pa.DataType]) -> tuple[pa.DataType, bool]:
+    """(Arrow type, nullable) of a parsed Avro schema (fastavro's canonical form)."""
+    if isinstance(schema, list):  # a union: [null, T] is a nullable T; others are not tables' types
+        branches = [b for b in schema if b != "null"]
+        if len(branches) != 1:
+            raise SchemaError(f"the union {json.dumps(schema)[:80]} has more than one non-null branch")
+        return _avro_type(branches[0], named)[0], True
+    if isinstance(schema, str):
+        prim = {
+            "boolean": pa.bool_(),
+            "int": pa.int32(),
+            "long": pa.int64(),
+            "float": pa.float32(),
+            "double": pa.float64(),
+            "bytes": pa.binary(),
+            "string": pa.string(),
+        }
+        if schema in prim:
+            return prim[schema], False
+        if schema in named:
+            return named[schema], False
+        raise SchemaError(f"Avro type {schema!r} has no column type")
+    logical = schema.get("logicalType")
+    t = schema["type"]
+    if logical in ("timestamp-millis", "timestamp-micros") and t == "long":
+        return pa.timestamp("us", tz="UTC"), False
+    if logical == "date" and t == "int":
+        return pa.date32(), False
+    if logical == "decimal" and t in ("bytes", "fixed"):
+        return pa.decimal128(int(schema["precision"]), int(schema.get("scale", 0))), False
+    if logical == "uuid" and t == "string":
+        return pa.string(), False
+    if t == "record":
+        fields = []
+        for f in schema["fields"]:
+            ft, _ = _avro_type(f["type"], named)
+            fields.append(pa.field(f["name"], ft, nullable=True))
+        out = pa.struct(fields)
+        named[schema["name"]] = out
+        return out, False
+    if t == "enum":
+        named[schema["name"]] = pa.string()
+        return pa.string(), False
+    if t == "fixed":
+        named[schema["name"]] = pa.binary()
+        return pa.binary(), False
+    if t == "array":
+        return pa.list_(_avro_type(schema["items"], named)[0]), False
+    if t == "map":
+        return pa.map_(pa.string(), _avro_type(schema["values"], named)[0]), False
+    if isinstance(t, (str, list, dict)) and not logical:
+        return _avro_type(t, named)
+    raise SchemaError(f"Avro type {json.dumps(schema)[:80]} has no column type")
+
+
+def _json_type(schema: Any) -> tuple[pa.DataType, bool]:
+    """(Arrow type, nullable) of a JSON Schema (the subset serializers write: typed properties)."""
+    if not isinstance(schema, dict):
+        raise SchemaError(f"JSON Schema {json.dumps(schema)[:80]} has no column type")
+    t = schema.get("type")
+    nullable = False
+    if isinstance(t, list):
+        kinds = [k for k in t if k != "null"]
+        nullable = len(kinds) < len(t)
+        if len(kinds) != 1:
+            raise SchemaError(f"JSON Schema type {t} has more than one non-null type")
+        t = kinds[0]
+    if t is None and ("oneOf" in schema or "anyOf" in schema):
+        options = schema.get("oneOf") or schema.get("anyOf") or []
+        kinds = [o for o in options if o.get("type") != "null"]
+        if len(kinds) != 1:
+            raise SchemaError("a oneOf/anyOf of more than one non-null schema has no column type")
+        return _json_type(kinds[0])[0], True
+    simple = {"string": pa.string(), "integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
+    if t in simple:
+        return simple[t], nullable
+    if t == "array":
+        return pa.list_(_json_type(schema.get("items", {}))[0]), nullable
+    if t == "object" or (t is None and "properties" in schema):
+        props = schema.get("properties") or {}
+        if not props:
+            raise SchemaError("a JSON Schema object without properties has no column types")
+        return pa.struct([pa.field(k, _json_type(v)[0], nullable=True) for k, v in props.items()]), nullable
+    raise SchemaError(f"JSON Schema type {t!r} has no column type")
+
+
+def _optional_fields(kind: str, parsed: Any) -> set[str]:
+    """The top-level fields a reader may miss: Avro ones with a default or a null branch, JSON
+    Schema properties that are not ``required``."""
+    if kind == "AVRO":
+        if not (isinstance(parsed, dict) and parsed.get("type") == "record"):
+            return set()
+        return {
+            f["name"]
+            for f in parsed["fields"]
+            if "default" in f or (isinstance(f["type"], list) and "null" in f["type"])
+        }
+    required = set(parsed.get("required") or []) if isinstance(parsed, dict) else set()
+    return {k for k in (parsed.get("properties") or {}) if k not in required} if isinstance(parsed, dict) else set()
+
+
+# -- the plan of one topic ------------------------------------------------------------------------
+
+
+@dataclass
+class TableVersion:
+    version: int
+    value_type: pa.DataType  # the union of its schemas' fields (a struct), every field nullable
+    schema_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class TopicSchemas:
+    """What one run decodes one topic with: every registered value schema and its table version."""
+
+    topic: str
+    subject: str
+    #: schema id -> (kind "AVRO" / "JSON", parsed schema, table version); unusable ones -> reason
+    writers: dict[int, tuple[str, Any, int]]
+    unusable: dict[int, str]
+    tables: dict[int, TableVersion]
+
+    @property
+    def newest(self) -> int:
+        return max(self.tables) if self.tables else 0
+
+
+def _parse(kind: str, text: str) -> tuple[Any, pa.DataType]:
+    if kind == "AVRO":
+        import fastavro
+
+        parsed = fastavro.parse_schema(json.loads(text))
+        return parsed, _avro_type(parsed, {})[0]
+    if kind == "JSON":
+        parsed = json.loads(text)
+        return parsed, _json_type(parsed)[0]
+    raise SchemaError(f"schema type {kind} is not decoded (AVRO and JSON are)")
+
+
+def _extends(table: pa.DataType, new: pa.DataType, optional: set[str]) -> pa.DataType | None:
+    """The table's type with ``new``'s fields added, if Avro's rules keep the table (see the module);
+    None when the change needs a new table version."""
+    if not (pa.types.is_struct(table) and pa.types.is_struct(new)):
+        return table if table.equals(new) else None
+    have = {table.field(i).name: table.field(i) for i in range(table.num_fields)}
+    fields = list(have.values())
+    for i in range(new.num_fields):
+        f = new.field(i)
+        old = have.get(f.name)
+        if old is None:
+            if f.name not in optional:  # the table's older rows have no value for a required field
+                return None
+            fields.append(pa.field(f.name, f.type, nullable=True))
+        elif not old.type.equals(f.type):
+            return None
+    return pa.struct(fields)
+
+
+def plan_topic(registry: Registry, topic: str) -> TopicSchemas | None:
+    """The topic's value schemas and table versions, or None: no subject, binary columns as today."""
+    subject = f"{topic}-value"
+    versions = registry.versions(subject)
+    if not versions:
+        return None
+    writers: dict[int, tuple[str, Any, int]] = {}
+    unusable: dict[int, str] = {}
+    tables: dict[int, TableVersion] = {}
+    current: TableVersion | None = None
+    for v in versions:
+        try:
+            parsed, value_type = _parse(v["schemaType"], v["schema"])
+        except (SchemaError, ValueError, KeyError, TypeError) as e:
+            unusable[v["id"]] = f"{subject} version {v['version']} (schema id {v['id']}): {e}"
+            continue
+        extended = (
+            _extends(current.value_type, value_type, _optional_fields(v["schemaType"], parsed)) if current else None
+        )
+        if current is None or extended is None:
+            current = TableVersion(len(tables) + 1, value_type)
+            tables[current.version] = current
+        else:
+            current.value_type = extended
+        current.schema_ids.append(v["id"])
+        writers[v["id"]] = (v["schemaType"], parsed, current.version)
+    return TopicSchemas(topic, subject, writers, unusable, tables)
+
+
+# -- decoding (in Spark's Python workers) ---------------------------------------------------------
+
+#: the columns every typed table and dead-letter table carries besides value (the source's)
+META = ("key", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+
+
+def extra_fields(plan: TopicSchemas) -> list[pa.Field]:
+    """What decoding adds to the source's columns (value stays raw): ``_table`` (the row's table
+    version, 0 for a dead letter), ``schema_id``, ``reason`` and one ``v<n>`` struct per table version."""
+    fields = [pa.field("_table", pa.int32()), pa.field("schema_id", pa.int32()), pa.field("reason", pa.string())]
+    return fields + [pa.field(f"v{n}", t.value_type) for n, t in sorted(plan.tables.items())]
+
+
+def _fix(t: pa.DataType) -> Callable[[Any], Any] | None:
+    """A converter from a decoded value to what ``pa.array`` takes for ``t``, or None when the value
+    is taken as it is (maps: a dict becomes pairs)."""
+    if pa.types.is_map(t):
+        item = _fix(t.item_type)
+        if item is None:
+            return lambda v: None if v is None else list(v.items())
+        return lambda v: None if v is None else [(k, item(x)) for k, x in v.items()]
+    if pa.types.is_list(t):
+        element = _fix(t.value_type)
+        if element is None:
+            return None
+        return lambda v: None if v is None else [element(x) for x in v]
+    if pa.types.is_struct(t):
+        subs = [(t.field(i).name, f) for i in range(t.num_fields) if (f := _fix(t.field(i).type)) is not None]
+        if not subs:
+            return None
+
+        def struct(v: Any) -> Any:
+            if v is None:
+                return None
+            v = dict(v)
+            for n, f in subs:
+                if n in v:
+                    v[n] = f(v[n])
+            return v
+
+        return struct
+    return None
+
+
+def decoder(plan: TopicSchemas) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function: each source batch with its values decoded into its table version
+    (the source's columns as they come, then :func:`extra_fields`)."""
+    extra = extra_fields(plan)
+    tables = sorted(plan.tables)
+    types = {n: plan.tables[n].value_type for n in tables}
+    writers = plan.writers
+    unusable = plan.unusable
+    subject = plan.subject
+    newest = plan.newest
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import fastavro
+
+        readers: dict[int, Callable[[bytes], Any]] = {}
+        fixes = {n: _fix(types[n]) for n in tables}
+
+        def reader(sid: int) -> Callable[[bytes], Any]:
+            got = readers.get(sid)
+            if got is None:
+                kind, parsed, _ = writers[sid]
+                if kind == "AVRO":
+
+                    def got(data: bytes, parsed: Any = parsed) -> Any:
+                        buf = io.BytesIO(data)
+                        v = fastavro.schemaless_reader(buf, parsed, None)
+                        if buf.tell() != len(data):
+                            raise ValueError(f"{len(data) - buf.tell()} byte(s) left after the record")
+                        return v
+                else:
+                    got = json.loads
+                readers[sid] = got
+            return got
+
+        for batch in batches:
+            values = batch.column(batch.schema.get_field_index("value")).to_pylist()
+            n = len(values)
+            table = [0] * n
+            sids: list[int | None] = [None] * n
+            reasons: list[str | None] = [None] * n
+            decoded: dict[int, list[Any]] = {t: [None] * n for t in tables}
+            for i, raw in enumerate(values):
+                if raw is None:  # a tombstone: a row of the newest version, value null
+                    table[i] = newest
+                    continue
+                if len(raw) < 5 or raw[0] != MAGIC:
+                    reasons[i] = "no Confluent wire-format header (magic byte 0 and a 4-byte schema id)"
+                    continue
+                sid = int.from_bytes(raw[1:5], "big")
+                sids[i] = sid
+                if sid not in writers:
+                    reasons[i] = unusable.get(sid) or f"schema id {sid} is not a version of subject {subject}"
+                    continue
+                try:
+                    v = reader(sid)(raw[5:])
+                except Exception as e:
+                    reasons[i] = f"schema id {sid} does not read the value: {type(e).__name__} {e}".strip()[:500]
+                    continue
+                t = writers[sid][2]
+                fix = fixes[t]
+                try:
+                    decoded[t][i] = fix(v) if fix else v
+                except Exception as e:
+                    reasons[i] = f"schema id {sid}: {type(e).__name__}: {e}"[:500]
+                    continue
+                table[i] = t
+            columns: dict[str, pa.Array] = {}
+            for t in tables:
+                try:
+                    columns[f"v{t}"] = pa.array(decoded[t], type=types[t])
+                except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                    # one value does not fit the columns: find it (and any other), dead-letter it
+                    for i, v in enumerate(decoded[t]):
+                        if v is None:
+                            continue
+                        try:
+                            pa.array([v], type=types[t])
+                        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+                            decoded[t][i] = None
+                            table[i] = 0
+                            reasons[i] = f"schema id {sids[i]}: the value does not fit table version {t}: {e}"[:500]
+                    columns[f"v{t}"] = pa.array(decoded[t], type=types[t])
+            arrays = [batch.column(i) for i in range(batch.num_columns)]
+            arrays += [
+                pa.array(table, pa.int32()),
+                pa.array(sids, pa.int32()),
+                pa.array(reasons, pa.string()),
+            ]
+            arrays += [columns[f"v{t}"] for t in tables]
+            yield pa.RecordBatch.from_arrays(arrays, schema=pa.schema([*batch.schema, *extra]))
+
+    return run
+
+
+# -- the Spark side: one topic's run into its table versions and dead letters ---------------------
+
+
+def write_typed(
+    df: Any, plan: TopicSchemas, staging: Callable[[str], str], partition_cols: Sequence[str]
+) -> dict[str, int]:
+    """Decode ``df`` (the source's columns and ``partition_cols``) once and write each table version
+    with rows, and the dead letters, as Parquet at ``staging(table)``; returns rows per table."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
+
+    out = StructType(
+        [*df.schema.fields, *(StructField(f.name, from_arrow_type(f.type), True) for f in extra_fields(plan))]
+    )
+    decoded = df.mapInArrow(decoder(plan), out).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts = {int(r["_table"]): int(r["count"]) for r in decoded.groupBy("_table").count().collect()}
+        written: dict[str, int] = {}
+        for t, n in sorted(counts.items()):
+            rows = decoded.filter(F.col("_table") == t)
+            if t == 0:
+                name = deadletter_name(plan.topic)
+                cols: list[Any] = [*META, "value", "schema_id", "reason"]
+            else:
+                name = table_name(plan.topic, t)
+                cols = [*META[:1], F.col(f"v{t}").alias("value"), *META[1:], "schema_id"]
+            rows.select(*cols, *partition_cols).write.mode("append").partitionBy(*partition_cols).parquet(
+                staging(name)
+            )  # append: a run bounded by max.duration.per.run writes a topic in rounds
+            written[name] = n
+            log.info("%s: %d record(s) into %s", plan.topic, n, name)
+        return written
+    finally:
+        decoded.unpersist()
