@@ -27,7 +27,7 @@ def test_bench_load_scenario_loads_every_record_and_reports_both_rates(tmp_path:
     _, out = run_quick_bench(tmp_path, "8", timeout=850)
     report = json.loads((out / "results.json").read_text())
     rows = [r for r in report["rows"] if r["scenario"] == "8"]
-    assert len(rows) == 5, rows
+    assert len(rows) == 7, rows
     for row in rows[:3]:
         assert not row["unavailable"], row
         mib = row["figures"]["MiB/s"]["median"]
@@ -41,12 +41,24 @@ def test_bench_load_scenario_loads_every_record_and_reports_both_rates(tmp_path:
     assert not [r for r in report["rows"] if r["scenario"] != "8"]  # --only 8 ran nothing else
     # Spark's own format("kafka") beside it (issue 39): figures and the ratio headwater load / Spark's
     # source, or one line saying the pinned jars are missing
-    for spark in rows[3:]:
+    sparks = [r for r in rows if r["generator"].startswith('Spark\'s format("kafka")')]
+    extras = [r for r in rows[3:] if r not in sparks]
+    assert len(sparks) == 2, rows[3:]
+    for spark in sparks:
         assert spark["generator"].startswith('Spark\'s format("kafka")'), spark
         if spark["unavailable"]:
             assert "pinned Java jars are missing" in spark["unavailable"], spark
             continue
         assert spark["figures"]["MiB/s"]["median"] > 0, spark
         assert spark["baseline"] == "ratio: headwater load / Spark's source" and spark["ratio"] > 0, spark
-    if not rows[3]["unavailable"]:
-        assert "read back: " in rows[4]["note"] and "the CPU" in rows[3]["note"], rows[3:]
+    if not sparks[0]["unavailable"]:
+        assert "read back: " in sparks[1]["note"] and "the CPU" in sparks[0]["note"], sparks
+    # issue 44: the streaming reader and the typed Avro load, each a ratio to the batch load of the
+    # same run (figures, or why not in one line)
+    by_generator = {r["generator"]: r for r in extras}
+    assert set(by_generator) == {'readStream.format("headwater")', "headwater load (PySpark), schema.registry.url"}
+    for extra in extras:
+        if extra["unavailable"]:
+            assert extra["unavailable"].strip(), extra
+            continue
+        assert extra["figures"]["records/s"]["median"] > 0, extra
