@@ -14,6 +14,8 @@ SCRAM-SHA-512. Both ways:
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -109,13 +111,29 @@ def _round_trip(conf: dict[str, Any], topic: str, count: int = 20) -> list[bytes
 
 
 def _refusal(conf: dict[str, Any]) -> list[str]:
-    """What librdkafka reports when logging in as ``conf`` (a wrong password): its errors."""
+    """What librdkafka reports when logging in as ``conf`` (a wrong password): its errors, once one is an
+    authentication failure (or after 30 s)."""
     errors: list[KafkaError] = []
     p = Producer({**conf, "error_cb": errors.append})
-    with pytest.raises(KafkaException):
-        p.list_topics(timeout=10)
-    p.poll(1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(e.code() == KafkaError._AUTHENTICATION for e in errors):
+        p.poll(0.2)
+    with pytest.raises(KafkaException):  # and nothing is served to it
+        p.list_topics(timeout=1)
     return [e.str() for e in errors]
+
+
+def _stored(c: Scrammed, user: str) -> dict[str, Any]:
+    """``/config/users/<user>`` as Kafka's format has it: ``{"version": 1, "config": {mechanism: "salt=<b64>,
+    stored_key=<b64>,server_key=<b64>,iterations=<n>"}}``; each credential as its fields, in order."""
+    doc = json.loads(c.zk.get(f"/config/users/{user}")[0])
+    assert set(doc) == {"version", "config"} and doc["version"] == 1, doc
+    out: dict[str, Any] = {}
+    for m, text in doc["config"].items():
+        fields = [part.split("=", 1)[0] for part in text.split(",")]
+        assert fields == ["salt", "stored_key", "server_key", "iterations"], text
+        out[m] = dict(part.split("=", 1) for part in text.split(","))
+    return out
 
 
 def _logs_in(conf: dict[str, Any]) -> bool:
@@ -134,7 +152,9 @@ def test_kafka_made_scram_users_log_in_to_headwater(scrammed: Scrammed) -> None:
             *("--zookeeper", scrammed.zk_connect, "--alter", "--entity-type", "users", "--entity-name", user),
             *("--add-config", f"{m}=[password={password}]"),
         )
-    for user, _ in users.values():
+    for m, (user, _) in users.items():
+        cred = _stored(scrammed, user)[m]
+        assert cred["iterations"] == "4096" and len(base64.b64decode(cred["salt"])) > 0, cred
         wait_until_brokers_know([scrammed.headwater[HEADWATER]], user)
     topic = f"on-{HEADWATER}"
     for m, (user, password) in users.items():
@@ -154,6 +174,10 @@ def test_headwater_made_scram_users_log_in_to_kafka(scrammed: Scrammed) -> None:
             ]
         )
         assert code == 0
+        # the same form as Kafka's tool writes (Kafka's default 4096 iterations, standard base64)
+        cred = _stored(scrammed, user)[m]
+        assert cred["iterations"] == "4096", cred
+        assert len(base64.b64decode(cred["stored_key"], validate=True)) == {"SCRAM-SHA-256": 32}.get(m, 64), cred
     topic = f"on-{KAFKA}"
     for m, (user, password) in users.items():
         conf = _conf(scrammed, KAFKA, m, user, password)
