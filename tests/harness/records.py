@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 KeyedRecord = tuple[int, str, str | None]  # offset, key, value (None: a tombstone)
 
@@ -18,32 +18,40 @@ def read_partition(
     partition: int = 0,
     timeout: float = 60.0,
     isolation_level: str = "read_uncommitted",
+    *,
+    from_log_start: bool = False,
 ) -> list[RawRecord]:
-    """Every record a consumer with ``isolation_level`` reads from offset 0 to the consumer's end of
-    the partition, in order."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "keyed-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation_level,
-        }
-    )
-    c.assign([TopicPartition(topic, partition, 0)])
+    """Every record a consumer with ``isolation_level`` reads from offset 0 (with ``from_log_start``:
+    from the partition's log start, OFFSET_BEGINNING) to the consumer's end of the partition, in order."""
+    config: dict[str, str | bool] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "keyed-reader",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "isolation.level": isolation_level,
+    }
+    if from_log_start:
+        config["auto.offset.reset"] = "earliest"
+    c = Consumer(config)
+    c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING if from_log_start else 0)])
     out: list[RawRecord] = []
     deadline = time.monotonic() + timeout
     try:
         while True:
-            assert time.monotonic() < deadline, f"the {isolation_level} consumer did not reach the end of the partition"
+            assert time.monotonic() < deadline, (
+                f"the {isolation_level} consumer did not reach the end of {topic}-{partition}: {len(out)} read"
+            )
             msg = c.poll(0.5)
             if msg is None:
                 continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
                     return out
                 continue
-            out.append((msg.offset(), msg.key(), msg.value()))
+            offset = msg.offset()
+            assert offset is not None
+            out.append((offset, msg.key(), msg.value()))
     finally:
         c.close()
 

@@ -4,10 +4,11 @@ transaction's committed records and a group's committed offsets."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from tests.harness import records
 
 #: (offset, key, value); None for a missing key or a tombstone
 Record = tuple[int, str | None, str | None]
@@ -62,35 +63,9 @@ def read_partition(
     bootstrap: str, topic: str, partition: int, *, committed_only: bool = False, timeout: float = 60.0
 ) -> list[Record]:
     """Every record of the partition from its log start to its end (read_committed if asked)."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "acked-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed" if committed_only else "read_uncommitted",
-            "auto.offset.reset": "earliest",
-        }
-    )
-    c.assign([TopicPartition(topic, partition, -2)])  # OFFSET_BEGINNING
-    out: list[Record] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            assert time.monotonic() < deadline, f"did not reach the end of {topic}-{partition}: {len(out)} read"
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return out
-                continue
-            offset = msg.offset()
-            assert offset is not None
-            out.append((offset, _text(msg.key()), _text(msg.value())))
-    finally:
-        c.close()
+    isolation_level = "read_committed" if committed_only else "read_uncommitted"
+    raw = records.read_partition(bootstrap, topic, partition, timeout, isolation_level, from_log_start=True)
+    return [(offset, _text(key), _text(value)) for offset, key, value in raw]
 
 
 def latest_by_key(records: list[Record]) -> dict[str | None, str | None]:
