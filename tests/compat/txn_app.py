@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import faulthandler
+import inspect
 import logging
 import os
 import sys
@@ -181,19 +182,14 @@ def run_kafka_python(plan: Plan) -> None:
     say(f"DONE {done} {aborts}")
 
 
-def run_aiokafka(plan: Plan) -> None:
-    asyncio.run(_aiokafka(plan))
-
-
-async def _aiokafka(plan: Plan) -> None:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-    from aiokafka.errors import KafkaError
+async def _aio_loop(plan: Plan, p: Any, errors: tuple[type[BaseException], ...]) -> tuple[int, int]:
+    """The loop of the apps whose transactional producer ``p`` speaks asyncio (aiokafka's, Headwater's:
+    the same method names), the input read by aiokafka's read_committed consumer; ``errors``: the
+    client's errors that abort a round. Returns (records transformed, rounds aborted)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
 
     a = plan.a
     tps = [TopicPartition(a.input, 0), TopicPartition(a.input, 1)]
-    p = AIOKafkaProducer(bootstrap_servers=a.bootstrap, transactional_id=a.txn_id, linger_ms=5)
-    await p.start()  # init_transactions
-    say("READY")
 
     async def consumer() -> AIOKafkaConsumer:
         c = AIOKafkaConsumer(
@@ -228,11 +224,14 @@ async def _aiokafka(plan: Plan) -> None:
             continue
         rnd += 1
         try:
-            await p.begin_transaction()
+            begun = p.begin_transaction()  # aiokafka's is a coroutine, Headwater's a plain call
+            if inspect.isawaitable(begun):
+                await begun
             for r in records:
                 await p.send(a.output, value=b"T:" + r.value, partition=r.partition)
             await p.flush()
             await asyncio.to_thread(plan.hold, rnd, "records")
+            # aiokafka's TopicPartition is a (topic, partition) named tuple: Headwater's keys too
             offsets = {tp: await c.position(tp) for tp in tps}
             await p.send_offsets_to_transaction(offsets, a.group)
             await asyncio.to_thread(plan.hold, rnd, "offsets")
@@ -241,13 +240,29 @@ async def _aiokafka(plan: Plan) -> None:
             await p.commit_transaction()
             done += len(records)
             pos.update({tp.partition: o for tp, o in offsets.items()})
-        except (KafkaError, _Deliberate) as e:
+        except (*errors, _Deliberate) as e:
             await p.abort_transaction()
             aborts += 1
             say(f"ABORTED {rnd} {e!r}")
             await stop(c)
             c = await consumer()
     await stop(c)
+    return done, aborts
+
+
+def run_aiokafka(plan: Plan) -> None:
+    asyncio.run(_aiokafka(plan))
+
+
+async def _aiokafka(plan: Plan) -> None:
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError
+
+    a = plan.a
+    p = AIOKafkaProducer(bootstrap_servers=a.bootstrap, transactional_id=a.txn_id, linger_ms=5)
+    await p.start()  # init_transactions
+    say("READY")
+    done, aborts = await _aio_loop(plan, p, (KafkaError,))
     await p.stop()
     say(f"DONE {done} {aborts}")
 
@@ -259,67 +274,15 @@ def run_headwater(plan: Plan) -> None:
 async def _headwater(plan: Plan) -> None:
     """Headwater's own transactional producer (lib/headwater/client/transactions.py); the input is
     read by aiokafka's read_committed consumer, as in the aiokafka app."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
     from headwater.client import Producer
     from headwater.client.errors import KafkaConnectionError, KafkaTimeoutError
     from headwater.protocol.errors import KafkaError
 
     a = plan.a
-    tps = [TopicPartition(a.input, 0), TopicPartition(a.input, 1)]
     p = Producer(a.bootstrap, transactional_id=a.txn_id, linger_ms=5)
     await p.init_transactions()
     say("READY")
-
-    async def consumer() -> AIOKafkaConsumer:
-        c = AIOKafkaConsumer(
-            bootstrap_servers=a.bootstrap,
-            group_id=a.group,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-        )
-        await c.start()
-        c.assign(tps)
-        return c
-
-    async def stop(c: AIOKafkaConsumer) -> None:
-        try:  # aiokafka's stop() may raise a fetch task's CancelledError (see _aiokafka)
-            await c.stop()
-        except asyncio.CancelledError:
-            say("NOTE aiokafka's consumer stop() raised a fetch task's CancelledError")
-
-    c = await consumer()
-    pos = {0: -1, 1: -1}
-    done = rnd = aborts = 0
-    while min(pos.values()) < a.end:
-        assert not plan.expired(), f"transformed {done} records in {rnd} rounds ({aborts} aborted) by the deadline"
-        batches = await c.getmany(timeout_ms=1000, max_records=BATCH)
-        records = [r for rs in batches.values() for r in rs]
-        if not records:
-            continue
-        rnd += 1
-        try:
-            p.begin_transaction()
-            for r in records:
-                await p.send(a.output, b"T:" + r.value, partition=r.partition)
-            await p.flush()
-            await asyncio.to_thread(plan.hold, rnd, "records")
-            offsets = {tp: await c.position(tp) for tp in tps}
-            await p.send_offsets_to_transaction({(tp.topic, tp.partition): o for tp, o in offsets.items()}, a.group)
-            await asyncio.to_thread(plan.hold, rnd, "offsets")
-            if rnd == a.abort_round:
-                raise _Deliberate
-            await p.commit_transaction()
-            done += len(records)
-            pos.update({tp.partition: o for tp, o in offsets.items()})
-        except (KafkaError, KafkaTimeoutError, KafkaConnectionError, _Deliberate) as e:
-            await p.abort_transaction()
-            aborts += 1
-            say(f"ABORTED {rnd} {e!r}")
-            await stop(c)
-            c = await consumer()
-    await stop(c)
+    done, aborts = await _aio_loop(plan, p, (KafkaError, KafkaTimeoutError, KafkaConnectionError))
     await p.close()
     say(f"DONE {done} {aborts}")
 
