@@ -48,7 +48,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -63,6 +63,9 @@ from pyspark.sql.types import StructType
 
 from headwater.client.security import ClientSecurity
 from headwater.loader.offsets import DataLoss, DataLossError, OffsetRange, split
+
+if TYPE_CHECKING:
+    from headwater.loader.options import SourceOptions
 
 log = logging.getLogger("headwater.loader.source")
 
@@ -132,40 +135,29 @@ class HeadwaterReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         from headwater.loader.options import SourceOptions, plan_batch
 
-        o = SourceOptions.parse(options)
-        opts = {k.lower(): v for k, v in options.items()}
-        self.bootstrap = o.bootstrap
-        self.security = o.security
-        self.fail_on_data_loss = o.fail_on_data_loss
-        self.isolation = o.isolation
-        self.include_headers = o.include_headers
+        self.options = o = SourceOptions.parse(options)
         ranges, losses = plan_batch(o)
         for loss in losses:
             log.warning("failOnDataLoss=false: %s; reading on from offset %d", loss.describe(), loss.log_start)
         self.ranges = ranges
-        self.min_partitions = o.min_partitions
-        self.max_bytes = o.max_bytes
-        self.delay_ms = o.delay_ms
-        self.bounds = ReadBounds.from_options(opts)
+        self.bounds = ReadBounds.from_options({k.lower(): v for k, v in options.items()})
 
     def partitions(self) -> list[InputPartition]:
-        return [RangePartition(r) for r in split(self.ranges, self.min_partitions)]
+        return [RangePartition(r) for r in split(self.ranges, self.options.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, RangePartition):  # Spark's one empty partition of a read with no ranges
-            return
-        r = partition.range
-        batches = read_range(
-            self.bootstrap,
-            r,
-            self.max_bytes,
-            self.delay_ms,
-            self.fail_on_data_loss,
-            self.bounds,
-            self.security,
-            self.isolation,
-        )
-        yield from (batches if self.include_headers else (b.drop_columns(["headers"]) for b in batches))
+        return read_partition(partition, self.options, self.bounds)
+
+
+def read_partition(partition: InputPartition, o: SourceOptions, bounds: ReadBounds) -> Iterator[pa.RecordBatch]:
+    """One task's read, batch or streaming: its :class:`RangePartition`'s records as Arrow batches,
+    without the ``headers`` column unless ``includeHeaders``."""
+    if not isinstance(partition, RangePartition):  # Spark's one empty partition of a read with no ranges
+        return
+    batches = read_range(
+        o.bootstrap, partition.range, o.max_bytes, o.delay_ms, o.fail_on_data_loss, bounds, o.security, o.isolation
+    )
+    yield from (batches if o.include_headers else (b.drop_columns(["headers"]) for b in batches))
 
 
 class PartitionReadError(RuntimeError):

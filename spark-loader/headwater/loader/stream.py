@@ -67,7 +67,7 @@ from headwater.loader.options import (
     offsets_of,
     starting_offsets,
 )
-from headwater.loader.source import RangePartition, ReadBounds, read_range
+from headwater.loader.source import RangePartition, ReadBounds, read_partition
 
 log = logging.getLogger("headwater.loader.stream")
 
@@ -189,17 +189,4 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     # -- reading (executors) ---------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, RangePartition):  # Spark's one empty partition of a read with no ranges
-            return
-        o = self.options
-        batches = read_range(
-            o.bootstrap,
-            partition.range,
-            o.max_bytes,
-            o.delay_ms,
-            o.fail_on_data_loss,
-            self.bounds,
-            o.security,
-            o.isolation,
-        )
-        yield from (batches if o.include_headers else (b.drop_columns(["headers"]) for b in batches))
+        return read_partition(partition, self.options, self.bounds)
