@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
 import threading
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from confluent_kafka import Producer
 from headwater.client import SyncAdmin
 from headwater.protocol.apis import FETCH
 from headwater.protocol.errors import ErrorCode
-from headwater.protocol.frames import decode_response, encode_request
+from headwater.testing.wire import request
 from headwater.testing.zookeeper import ZooKeeperServer
 from tests.cluster.harness import Cluster
 from tests.cluster.util import create_topic, read_all
@@ -106,20 +105,8 @@ def _fetch_error(port: int, topic: str, partition: int) -> int:
             }
         ],
     }
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(encode_request(FETCH, 4, 7, "log-dir-test", body))
-        size = int.from_bytes(_recv(sock, 4), "big")
-        _, response = decode_response(FETCH, 4, memoryview(_recv(sock, size)))
+    response = request("127.0.0.1", port, FETCH, 4, body, timeout=30, client_id="log-dir-test")
     return int(response["responses"][0]["partitions"][0]["error_code"])
-
-
-def _recv(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        assert chunk, "the broker closed the connection"
-        buf += chunk
-    return buf
 
 
 def test_a_failed_log_dir_moves_leadership_and_loses_no_acknowledged_write(

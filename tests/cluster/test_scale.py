@@ -15,14 +15,13 @@ partitions out, and the next read then found 1,987.
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
 from headwater.bench.scenarios.scale import OVERRIDES, create_topics, metadata_round_trips, partitions_seen, wait_until
 from headwater.protocol.apis import METADATA
-from headwater.protocol.frames import decode_response, encode_request
 from headwater.testing.cluster import LocalBroker, LocalCluster
+from headwater.testing.wire import request
 
 PARTITIONS = 2_000
 PREFIX = "scale-"
@@ -32,27 +31,14 @@ BOUND_S = 40.0
 def broker_view(broker: LocalBroker) -> dict[tuple[str, int], tuple[int, int, int]]:
     """(error code, leader, ISR size) of every partition of the ``PREFIX`` topics, as ``broker``
     itself answers Metadata (v7, every topic)."""
-    request = encode_request(METADATA, 7, 1, "scale-test", {"topics": None, "allow_auto_topic_creation": False})
-    with socket.create_connection(("127.0.0.1", broker.port), timeout=120) as sock:
-        sock.sendall(request)
-        size = int.from_bytes(_recv(sock, 4), "big")
-        _, response = decode_response(METADATA, 7, memoryview(_recv(sock, size)))
+    body = {"topics": None, "allow_auto_topic_creation": False}
+    response = request("127.0.0.1", broker.port, METADATA, 7, body, timeout=120, client_id="scale-test")
     return {
         (t["name"], p["partition_index"]): (p["error_code"], p["leader_id"], len(p["isr_nodes"]))
         for t in response["topics"]
         if t["name"].startswith(PREFIX)
         for p in t["partitions"]
     }
-
-
-def _recv(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise OSError("the broker closed the connection")
-        buf += chunk
-    return bytes(buf)
 
 
 def every_broker_sees(brokers: list[LocalBroker], ok: object) -> bool:

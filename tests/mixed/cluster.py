@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import socket
 import subprocess
 import threading
 import time
@@ -38,11 +37,11 @@ from confluent_kafka import Producer
 from kazoo.client import KazooClient
 
 from headwater.protocol.apis import FETCH
-from headwater.protocol.frames import decode_response, encode_request
 from headwater.protocol.records.record import Record, iter_batches
 from headwater.testing import java
 from headwater.testing.cluster import LocalBroker, metadata_broker_ids
 from headwater.testing.kafka import JARS, KafkaBroker, broker_jdk
+from headwater.testing.wire import request
 from headwater.testing.zookeeper import ZooKeeperServer
 from headwater.zk import paths
 from headwater.zk.config import decode_entity_config
@@ -534,23 +533,8 @@ def _fetch(port: int, topic: str, partition: int, offset: int, timeout: float = 
             }
         ],
     }
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.settimeout(timeout)
-        sock.sendall(encode_request(FETCH, 4, 1, "headwater-mixed", body))
-        size = int.from_bytes(_recv(sock, 4), "big")
-        frame = _recv(sock, size)
-    _, resp = decode_response(FETCH, 4, memoryview(frame))
+    resp = request("127.0.0.1", port, FETCH, 4, body, timeout=timeout, client_id="headwater-mixed")
     return dict(resp["responses"][0]["partitions"][0])
-
-
-def _recv(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise OSError("connection closed")
-        buf += chunk
-    return bytes(buf)
 
 
 @pytest.fixture(scope="module")

@@ -48,6 +48,7 @@ from headwater.bench.procmon import ProcessMonitor
 from headwater.protocol.apis import LIST_OFFSETS
 from headwater.protocol.frames import decode_response, encode_request
 from headwater.testing.cluster import LocalCluster
+from headwater.testing.wire import read_frame
 from headwater.testing.zookeeper import ZooKeeperServer
 from headwater.zk.consumers import decode_offset
 from headwater.zk.json import ZnodeFormatError
@@ -109,16 +110,6 @@ def log(msg: str) -> None:
 # -- the destination's log end offsets ---------------------------------------------------------
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise OSError("connection closed")
-        buf += chunk
-    return bytes(buf)
-
-
 class LogEnds:
     """Sum of the high watermarks of many partitions of one broker: one ListOffsets (v1, LATEST)
     per call over a kept connection. A partition the broker does not lead yet counts 0."""
@@ -144,8 +135,7 @@ class LogEnds:
                     self._sock = socket.create_connection(self.addr, timeout=30)
                 self._correlation += 1
                 self._sock.sendall(encode_request(LIST_OFFSETS, 1, self._correlation, "mirror-scale", body))
-                head = _recv_exactly(self._sock, 4)
-                frame = _recv_exactly(self._sock, int.from_bytes(head, "big"))
+                frame = read_frame(self._sock)
                 break
             except OSError:
                 self.close()

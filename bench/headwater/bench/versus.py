@@ -33,7 +33,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,9 +46,9 @@ from typing import Any
 
 from headwater.bench.procmon import ProcessMonitor
 from headwater.protocol.apis import CREATE_TOPICS, METADATA
-from headwater.protocol.frames import decode_response, encode_request
 from headwater.testing.cluster import LocalCluster
 from headwater.testing.kafka import KafkaCluster, version
+from headwater.testing.wire import request
 from headwater.testing.zookeeper import ZooKeeperServer
 
 MIB = 1 << 20
@@ -263,22 +262,7 @@ class Plan:
 
 def _request(bootstrap: str, api: Any, version_: int, body: dict[str, Any], timeout: float = 30) -> dict[str, Any]:
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.settimeout(timeout)
-        s.sendall(encode_request(api, version_, 1, "headwater-bench", body))
-        size = int.from_bytes(_exact(s, 4), "big")
-        _, resp = decode_response(api, version_, memoryview(_exact(s, size)))
-    return resp
-
-
-def _exact(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise OSError("closed")
-        buf += chunk
-    return bytes(buf)
+    return request(host, int(port), api, version_, body, timeout=timeout, client_id="headwater-bench")
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, rf: int) -> None:

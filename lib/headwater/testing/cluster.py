@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,29 +29,14 @@ from types import TracebackType
 from typing import IO
 
 from headwater.protocol.apis import METADATA
-from headwater.protocol.frames import decode_response, encode_request
+from headwater.testing.wire import request
 from headwater.testing.zookeeper import ZooKeeperServer, free_port
 
 
 def metadata_broker_ids(host: str, port: int, timeout: float = 2.0) -> set[int]:
     """The broker ids a broker lists in a Metadata v1 answer (no topics asked)."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.settimeout(timeout)
-        sock.sendall(encode_request(METADATA, 1, 1, "headwater-testing", {"topics": []}))
-        head = _recv_exactly(sock, 4)
-        frame = _recv_exactly(sock, int.from_bytes(head, "big"))
-    _, body = decode_response(METADATA, 1, memoryview(frame))
+    body = request(host, port, METADATA, 1, {"topics": []}, timeout=timeout)
     return {int(b["node_id"]) for b in body["brokers"]}
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise OSError("connection closed")
-        buf += chunk
-    return bytes(buf)
 
 
 class LocalBroker:

@@ -38,6 +38,7 @@ from headwater.bench.report import Goal, Row
 from headwater.protocol.apis import METADATA
 from headwater.protocol.frames import encode_request
 from headwater.testing.cluster import LocalCluster
+from headwater.testing.wire import read_frame
 
 NAME = "scale"
 PER_TOPIC = 20
@@ -73,21 +74,10 @@ def metadata_round_trips(bootstrap: str, count: int) -> list[float]:
             )
             start = time.monotonic()
             sock.sendall(request)
-            size = int.from_bytes(_recv_exactly(sock, 4), "big")
-            _recv_exactly(sock, size)
+            read_frame(sock)
             if i:
                 times.append(time.monotonic() - start)
         return times
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise OSError("the broker closed the connection during a Metadata request")
-        buf += chunk
-    return bytes(buf)
 
 
 def _admin(bootstrap: str) -> object:
