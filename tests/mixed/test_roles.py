@@ -97,43 +97,53 @@ def test_followers_cross(mixed: MixedCluster) -> None:
     assert_kafka_quiet(mixed)
 
 
+def kill9_leader_and_rejoin(
+    mixed: MixedCluster, controller: int, topic: str, replicas: list[int], successor: int
+) -> None:
+    """Under ``controller`` and an acks=all writer, kill -9 the leader of a new ``topic`` on ``replicas``
+    (the first): the controller elects ``successor``, the killed broker comes back as its follower
+    and rejoins the ISR, every acknowledged record stands in each replica and Kafka logged nothing."""
+
+    def kind(broker: int) -> str:
+        return "Kafka" if mixed.is_kafka(broker) else "Headwater"
+
+    def name(broker: int) -> str:
+        return f"{kind(broker)} {broker}"
+
+    killed = replicas[0]
+    mixed.make_controller(controller)
+    create(mixed, topic, replicas)
+    with AckedWriter(mixed.bootstrap, [topic]) as writer:
+        writer.wait_acked(100)
+        mixed.kill9(killed)
+        mixed.wait_for(
+            lambda: mixed.state(topic, 0).leader == successor,
+            60,
+            f"the {kind(controller)} controller to elect {name(successor)}",
+        )
+        writer.wait_acked(100)
+        mixed.restart(killed)
+        mixed.wait_for(
+            lambda: in_isr(mixed, topic, killed), 90, f"{name(killed)} in {topic}' ISR (leader {name(successor)})"
+        )
+        writer.wait_acked(100)
+    assert writer.failed == 0
+    assert mixed.controller() == controller
+    mixed.assert_replicas_hold(topic, 0, writer.acked[(topic, 0)], replicas)
+    assert_kafka_quiet(mixed)
+
+
 def test_kafka_controller_elects_headwater_leader(mixed: MixedCluster) -> None:
     """kill -9 of a Kafka leader: the Kafka controller elects a Headwater follower; the Kafka broker
     comes back as that Headwater leader's follower (truncating by OffsetForLeaderEpoch) and rejoins
     the ISR."""
-    mixed.make_controller(2)
-    create(mixed, "k-dies", [1, 3, 4])
-    with AckedWriter(mixed.bootstrap, ["k-dies"]) as writer:
-        writer.wait_acked(100)
-        mixed.kill9(1)
-        mixed.wait_for(lambda: mixed.state("k-dies", 0).leader == 3, 60, "the Kafka controller to elect Headwater 3")
-        writer.wait_acked(100)
-        mixed.restart(1)
-        mixed.wait_for(lambda: in_isr(mixed, "k-dies", 1), 90, "Kafka 1 in k-dies' ISR (Headwater leader 3)")
-        writer.wait_acked(100)
-    assert writer.failed == 0
-    assert mixed.controller() == 2
-    mixed.assert_replicas_hold("k-dies", 0, writer.acked[("k-dies", 0)], [1, 3, 4])
-    assert_kafka_quiet(mixed)
+    kill9_leader_and_rejoin(mixed, controller=2, topic="k-dies", replicas=[1, 3, 4], successor=3)
 
 
 def test_headwater_controller_elects_kafka_leader(mixed: MixedCluster) -> None:
     """kill -9 of a Headwater leader: a Headwater controller elects a Kafka follower; the Headwater
     broker comes back as that Kafka leader's follower and rejoins the ISR."""
-    mixed.make_controller(4)
-    create(mixed, "h-dies", [3, 1, 2])
-    with AckedWriter(mixed.bootstrap, ["h-dies"]) as writer:
-        writer.wait_acked(100)
-        mixed.kill9(3)
-        mixed.wait_for(lambda: mixed.state("h-dies", 0).leader == 1, 60, "the Headwater controller to elect Kafka 1")
-        writer.wait_acked(100)
-        mixed.restart(3)
-        mixed.wait_for(lambda: in_isr(mixed, "h-dies", 3), 90, "Headwater 3 in h-dies' ISR (Kafka leader 1)")
-        writer.wait_acked(100)
-    assert writer.failed == 0
-    assert mixed.controller() == 4
-    mixed.assert_replicas_hold("h-dies", 0, writer.acked[("h-dies", 0)], [3, 1, 2])
-    assert_kafka_quiet(mixed)
+    kill9_leader_and_rejoin(mixed, controller=4, topic="h-dies", replicas=[3, 1, 2], successor=1)
 
 
 @pytest.mark.slow
