@@ -22,6 +22,7 @@ from headwater.protocol.apis import FIND_COORDINATOR
 from headwater.testing.cluster import LocalCluster
 from headwater.testing.zookeeper import ZooKeeperServer
 from tests.broker.wire import Wire
+from tests.harness.records import read_partitions
 
 OVERRIDES = {
     "transaction.state.log.num.partitions": 3,
@@ -50,34 +51,7 @@ def create_topics(bootstrap: str, *names: str, partitions: int = 2) -> None:
 
 def read_all(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[bytes]:
     """Every value of the topic a consumer with ``isolation`` sees, reading each partition to its end."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"verify-{isolation}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-        }
-    )
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[bytes] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + 90
-    try:
-        while len(at_end) < partitions and time.monotonic() < deadline:
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == -191:  # _PARTITION_EOF
-                    at_end.add(msg.partition())
-                continue
-            at_end.discard(msg.partition())
-            out.append(msg.value())
-    finally:
-        c.close()
-    assert len(at_end) == partitions, "did not reach the end of every partition"
-    return out
+    return [m.value() for m in read_partitions(bootstrap, topic, range(partitions), isolation, timeout=90)]
 
 
 def _leader_of(bootstrap: str, topic: str, partition: int) -> int:

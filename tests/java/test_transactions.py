@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from confluent_kafka.admin import AdminClient
 from headwater.testing import java
 from tests.cluster.harness import Cluster
 from tests.compat.test_transactions import _await_exit, _await_line, _coordinator, create_topics, read_all
+from tests.harness.records import read_partitions
 from tests.java.conftest import CLIENTS, SRC, Member
 
 CLUSTER_OVERRIDES = {
@@ -110,33 +110,11 @@ def _lines(start: int, count: int) -> list[str]:
 def _counts_written(bootstrap: str, topic: str, isolation: str) -> dict[str, list[int]]:
     """Every count the output topic holds per word, in the order written (a word is one key: one
     partition), as a ``isolation`` consumer sees them."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"verify-{isolation}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-        }
-    )
-    c.assign([TopicPartition(topic, p, 0) for p in range(3)])
     out: dict[str, list[int]] = collections.defaultdict(list)
-    at_end: set[int] = set()
-    deadline = time.monotonic() + 60
-    try:
-        while len(at_end) < 3 and time.monotonic() < deadline:
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == -191:  # _PARTITION_EOF
-                    at_end.add(msg.partition())
-                continue
-            at_end.discard(msg.partition())
-            out[msg.key().decode()].append(int.from_bytes(msg.value(), "big", signed=True))
-    finally:
-        c.close()
-    assert len(at_end) == 3, "did not reach the end of every partition"
+    for msg in read_partitions(bootstrap, topic, range(3), isolation, timeout=60):
+        key, value = msg.key(), msg.value()
+        assert key is not None and value is not None, f"a record without a key or value at offset {msg.offset()}"
+        out[key.decode()].append(int.from_bytes(value, "big", signed=True))
     return dict(out)
 
 
