@@ -19,6 +19,7 @@ from headwater.loader import job
 from headwater.loader.job import LoaderConfig
 from headwater.loader.offsets import DataLossError
 from headwater.loader.warehouse import Warehouse
+from tests.harness.audit import audit_events
 from tests.harness.broker import BrokerProcess
 
 HOUR_MS = 3_600_000
@@ -36,17 +37,6 @@ def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
     while not cond():
         assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
         time.sleep(0.2)
-
-
-def _audit_events(bootstrap: str) -> list[dict[str, Any]]:
-    events = []
-    with SyncConsumer(bootstrap) as c:
-        for p in c.partitions_for("__audit"):
-            offset = 0
-            while records := c.fetch("__audit", p, offset, max_wait_ms=100).records:
-                events.extend(json.loads(r.value or b"{}") for r in records)
-                offset = records[-1].offset + 1
-    return events
 
 
 def test_retention_outrunning_the_loader(
@@ -92,7 +82,7 @@ def test_retention_outrunning_the_loader(
     assert [(g["from_offset"], g["to_offset"], g["records"]) for g in manifest["losses"]] == [(10, 30, 20)]
     rows = ds.dataset(root / "lossy", format="parquet", partitioning="hive").to_table().to_pylist()
     assert sorted(r["offset"] for r in rows) == list(range(30, 50))
-    events = _audit_events(b.bootstrap)
+    events = audit_events(b.bootstrap)
     gaps = [e for e in events if e.get("type") == "gap"]
     assert [(g["tier"], g["hop"], g["topic"], g["partition"], g["from_offset"], g["to_offset"]) for g in gaps] == [
         ("warehouse", "agg->warehouse", "lossy", 0, 10, 30)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -15,8 +14,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 from confluent_kafka import Producer
 
-from headwater.client.consumer import ConsumerRecord
-from headwater.client.sync import SyncConsumer
+from tests.harness.audit import audit_events, counts_by_window
 from tests.harness.broker import BrokerProcess
 from tests.harness.clock import RECENT_MS
 
@@ -151,21 +149,10 @@ def test_killed_run_then_rerun_loads_every_record_exactly_once(
     assert len(rows) == 1700 and len({(r["partition"], r["offset"]) for r in rows}) == 1700
 
     # 5. Warehouse-tier count events in __audit add up, per topic, window and origin DC.
-    events = []
-    with SyncConsumer(b.bootstrap) as c:
-        for p in c.partitions_for("__audit"):
-            offset = 0
-            while True:
-                records: list[ConsumerRecord] = c.fetch("__audit", p, offset, max_wait_ms=100).records
-                if not records:
-                    break
-                events.extend(json.loads(r.value or b"{}") for r in records)
-                offset = records[-1].offset + 1
-    counted: dict[tuple[str, int, str], int] = {}
+    events = audit_events(b.bootstrap)
     for e in events:
         assert e["tier"] == "warehouse" and e["window_end"] - e["window_start"] == WINDOW_MS
-        k = (e["topic"], e["window_start"], e["datacenter"])
-        counted[k] = counted.get(k, 0) + e["count"]
+    counted = counts_by_window(events)
     expected: dict[tuple[str, int, str], int] = {}
     for value, (_, headers, ts) in sent.items():
         k = (value.decode().rsplit("-", 1)[0], ts // WINDOW_MS * WINDOW_MS, dict(headers)["origin.dc"].decode())

@@ -24,10 +24,9 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from headwater.client.consumer import ConsumerRecord
-from headwater.client.sync import SyncConsumer
 from headwater.loader import job
 from headwater.testing import registry as reg
+from tests.harness.audit import audit_events, counts_by_window
 from tests.harness.broker import BrokerProcess
 from tests.harness.clock import RECENT_MS
 
@@ -197,20 +196,8 @@ def test_typed_tables_schema_versions_dead_letters_and_audit(
 
     # The audit balances: warehouse-tier counts per topic, window and origin DC are the records
     # sent, dead letters included and said as such.
-    events = []
-    with SyncConsumer(b.bootstrap) as c:
-        for p in c.partitions_for("__audit"):
-            offset = 0
-            while True:
-                records: list[ConsumerRecord] = c.fetch("__audit", p, offset, max_wait_ms=100).records
-                if not records:
-                    break
-                events.extend(json.loads(r.value or b"{}") for r in records)
-                offset = records[-1].offset + 1
-    counted: dict[tuple[str, int, str], int] = {}
-    for e in events:
-        k = (e["topic"], e["window_start"], e["datacenter"])
-        counted[k] = counted.get(k, 0) + e["count"]
+    events = audit_events(b.bootstrap)
+    counted = counts_by_window(events)
     expected: dict[tuple[str, int, str], int] = {}
     for topic, ts, dc in sent:
         k = (topic, ts // WINDOW_MS * WINDOW_MS, dc)
