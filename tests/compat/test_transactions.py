@@ -54,6 +54,31 @@ def read_all(bootstrap: str, topic: str, partitions: int, isolation: str) -> lis
     return [m.value() for m in read_partitions(bootstrap, topic, range(partitions), isolation, timeout=90)]
 
 
+def produce_inputs(bootstrap: str, src: str, n: int) -> None:
+    """``r0`` .. ``r<n-1>`` to ``src``, alternating between its two partitions (idempotent)."""
+    inputs = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(n):
+        inputs.produce(src, value=f"r{i}".encode(), partition=i % 2)
+    assert inputs.flush(30) == 0
+
+
+def assert_transformed_once(bootstrap: str, src: str, dst: str, group: str, n: int, aborted_rounds: int) -> None:
+    """The loop's outcome (:func:`produce_inputs`' ``n`` records in ``src``): a read_committed
+    consumer of ``dst`` sees ``T:<value>`` of each input exactly once, the aborted transactions'
+    records were written (at least ``aborted_rounds`` of them, seen read_uncommitted), and
+    ``group``'s committed offsets are the end of each input partition."""
+    committed = read_all(bootstrap, dst, 2, "read_committed")
+    assert sorted(committed) == sorted(f"T:r{i}".encode() for i in range(n)), "each input's output exactly once"
+    aborted = len(read_all(bootstrap, dst, 2, "read_uncommitted")) - n
+    assert aborted >= aborted_rounds, "the aborted transactions' records were written"
+    check = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        offsets = check.committed([TopicPartition(src, 0), TopicPartition(src, 1)], timeout=30)
+    finally:
+        check.close()
+    assert [o.offset for o in offsets] == [n // 2, n // 2], "the committed transactions' offsets are the group's"
+
+
 def _leader_of(bootstrap: str, topic: str, partition: int) -> int:
     meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30)
     leader: int = meta.topics[topic].partitions[partition].leader
@@ -196,10 +221,7 @@ def test_consume_transform_produce_through_kill9(
     src, dst, txn_id = f"{name}-in", f"{name}-out", f"{name}-app"
     create_topics(cluster.bootstrap, src, dst)
     n = 400
-    inputs = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
-    for i in range(n):
-        inputs.produce(src, value=f"r{i}".encode(), partition=i % 2)
-    assert inputs.flush(30) == 0
+    produce_inputs(cluster.bootstrap, src, n)
 
     doomed = -1
     if fault == "transaction-coordinator":
@@ -247,17 +269,7 @@ def test_consume_transform_produce_through_kill9(
         assert _leader_of(cluster.bootstrap, dst, 0) != doomed, "the killed leader's role moved"
     elif fault == "group-coordinator":
         assert _coordinator(cluster.bootstrap, group) != doomed, "the killed coordinator's role moved"
-    committed = read_all(cluster.bootstrap, dst, 2, "read_committed")
-    assert sorted(committed) == sorted(f"T:r{i}".encode() for i in range(n)), "each input's output exactly once"
-    everything = read_all(cluster.bootstrap, dst, 2, "read_uncommitted")
-    aborted = len(everything) - n
-    assert aborted >= (2 if fault == "application" else 1), "the aborted transactions' records were written"
-    check = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
-    try:
-        offsets = check.committed([TopicPartition(src, 0), TopicPartition(src, 1)], timeout=30)
-    finally:
-        check.close()
-    assert [o.offset for o in offsets] == [n // 2, n // 2], "the committed transactions' offsets are the group's"
+    assert_transformed_once(cluster.bootstrap, src, dst, group, n, aborted_rounds=2 if fault == "application" else 1)
 
 
 def test_confluent_commits_and_aborts_are_seen_exactly_as_decided(shared: LocalCluster) -> None:

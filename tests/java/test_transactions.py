@@ -12,12 +12,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from headwater.testing import java
 from tests.cluster.harness import Cluster
-from tests.compat.test_transactions import _await_exit, _await_line, _coordinator, create_topics, read_all
+from tests.compat.test_transactions import (
+    _await_exit,
+    _await_line,
+    _coordinator,
+    assert_transformed_once,
+    create_topics,
+    produce_inputs,
+)
 from tests.harness.records import read_partitions
 from tests.java.conftest import CLIENTS, SRC, Member
 
@@ -67,10 +74,7 @@ def test_java_consume_transform_produce_through_kill9_of_the_transaction_coordin
     src, dst, txn_id, group = f"{name}-in", f"{name}-out", f"{name}-app", f"{name}-group"
     create_topics(cluster.bootstrap, src, dst)
     n = 400
-    inputs = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
-    for i in range(n):
-        inputs.produce(src, value=f"r{i}".encode(), partition=i % 2)
-    assert inputs.flush(30) == 0
+    produce_inputs(cluster.bootstrap, src, n)
     doomed = _coordinator(cluster.bootstrap, txn_id, 1)
 
     classes = java.compile_sources(sorted((SRC / "txn").glob("*.java")), CLIENTS[version])
@@ -87,16 +91,7 @@ def test_java_consume_transform_produce_through_kill9_of_the_transaction_coordin
             app.wait(10)
     assert "DONE" in log
     assert _coordinator(cluster.bootstrap, txn_id, 1) != doomed, "the killed coordinator's role moved"
-    committed = read_all(cluster.bootstrap, dst, 2, "read_committed")
-    assert sorted(committed) == sorted(f"T:r{i}".encode() for i in range(n)), "each input's output exactly once"
-    aborted = len(read_all(cluster.bootstrap, dst, 2, "read_uncommitted")) - n
-    assert aborted >= 1, "the aborted round's records were written"
-    check = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
-    try:
-        offsets = check.committed([TopicPartition(src, 0), TopicPartition(src, 1)], timeout=30)
-    finally:
-        check.close()
-    assert [o.offset for o in offsets] == [n // 2, n // 2], "the committed transactions' offsets are the group's"
+    assert_transformed_once(cluster.bootstrap, src, dst, group, n, aborted_rounds=1)
 
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon"]
