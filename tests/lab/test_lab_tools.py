@@ -3,6 +3,7 @@ over a real pipeline: two source clusters, a mirror process, the aggregate clust
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import subprocess
@@ -12,9 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from headwater.client.admin import Admin
+from headwater.client.errors import KafkaTimeoutError
+from headwater.client.producer import Producer
 from headwater.lab.activity import click, member_id, page_view
-from headwater.lab.check import DatacenterResult, PipelineReport, percentile
+from headwater.lab.check import CHECK_TOPIC, DatacenterResult, PipelineReport, ensure_check_topic, percentile
 from headwater.lab.outage import OutageReport, flow_partitions, owned_partitions
+from headwater.testing.cluster import metadata_broker_ids
 from headwater.testing.zookeeper import free_port
 from tests.cluster.harness import Cluster
 from tests.mirror.util import MirrorProcess, wait_for, zk_connect
@@ -288,3 +295,47 @@ def test_activity_and_check_over_two_dcs_a_mirror_and_the_audit(
     for dc, p in activity.items():
         assert p.returncode == 0, outputs[dc]
         assert "acknowledged" in outputs[dc] and f"{dc}: stopped after" in outputs[dc], outputs[dc]
+
+
+def test_the_check_topic_gets_the_replicas_its_acks_all_writes_need(cluster_factory: Callable[..., Cluster]) -> None:
+    """Issue 40: a lab started while one broker of three was registered got a lab-check of one
+    replica from the check (it took as many replicas as it saw brokers); with min.insync.replicas 2
+    the leader refused every acks=all check record with NOT_ENOUGH_REPLICAS, in every later lab that
+    kept the volumes. The check waits for enough brokers instead, and remakes such a topic."""
+    c = cluster_factory(3, min_insync_replicas=2)
+    c.stop(2)
+    c.stop(3)
+    c.wait_for(lambda: metadata_broker_ids("127.0.0.1", c.brokers[1].port) == {1}, 60, "broker 1 to list itself alone")
+    messages: list[str] = []
+    with pytest.raises(KafkaTimeoutError, match="fewer than the 2 replicas"):
+        asyncio.run(ensure_check_topic(c.brokers[1].bootstrap, timeout=3, progress=messages.append))
+    assert any("waiting for 2 brokers" in m for m in messages), messages
+
+    async def topic_replicas() -> list[tuple[int, ...]]:
+        async with Admin(c.brokers[1].bootstrap) as admin:
+            if CHECK_TOPIC not in await admin.list_topics():
+                return []
+            (d,) = await admin.describe_topics([CHECK_TOPIC])
+            return [p.replicas for p in d.partitions]
+
+    assert asyncio.run(topic_replicas()) == []  # none made with too few replicas
+
+    async def make_it_as_the_old_check_did() -> None:
+        async with Admin(c.brokers[1].bootstrap) as admin:
+            await admin.create_topic(CHECK_TOPIC, 3, 1)
+
+    asyncio.run(make_it_as_the_old_check_did())
+    c.restart(2)
+    c.restart(3)
+    c.wait_for(lambda: c.live_ids() == [1, 2, 3], 60, "all three brokers registered")
+    messages.clear()
+    asyncio.run(ensure_check_topic(c.bootstrap, timeout=120, progress=messages.append))
+    assert any("deleting it and making it again" in m for m in messages), messages
+    assert [len(r) for r in asyncio.run(topic_replicas())] == [3, 3, 3]
+
+    async def write_acks_all() -> None:
+        async with Producer(c.bootstrap, acks="all", linger_ms=0) as producer:
+            for p in range(3):
+                await producer.send_and_wait(CHECK_TOPIC, b"check", partition=p)
+
+    asyncio.run(write_acks_all())
