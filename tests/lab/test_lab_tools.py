@@ -8,6 +8,7 @@ import json
 import random
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -339,3 +340,56 @@ def test_the_check_topic_gets_the_replicas_its_acks_all_writes_need(cluster_fact
                 await producer.send_and_wait(CHECK_TOPIC, b"check", partition=p)
 
     asyncio.run(write_acks_all())
+
+
+def test_activity_writes_avro_searches_that_confluents_deserializer_reads(
+    cluster_factory: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """Issue 44: with the lab's schema registry, dc1's activity writes one record in ten to
+    `searches` as Avro in Confluent's wire format, its schema registered under searches-value:
+    confluent-kafka's AvroDeserializer, asking the same real Apicurio Registry, reads them back."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+    from confluent_kafka import Consumer as CKConsumer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from headwater.lab.activity import SEARCHES, run_activity
+    from headwater.testing import registry as reg
+
+    why = reg.unavailable()
+    if why:
+        pytest.skip(why)
+    c = cluster_factory(1, auto_create_topics_enable="true")
+    with reg.RegistryProcess(tmp_path / "registry") as registry:
+
+        async def run() -> Any:
+            stop = asyncio.Event()
+            asyncio.get_running_loop().call_later(3.0, stop.set)
+            return await run_activity(c.bootstrap, "dc1", 200, stop, seed=44, schema_registry_url=registry.url)
+
+        stats = asyncio.run(run())
+        assert stats.failed == 0 and stats.acked[SEARCHES] == stats.sent[SEARCHES] > 0, stats
+        client = SchemaRegistryClient({"url": registry.url})
+        assert (client.get_latest_version("searches-value").schema_id or 0) >= 1
+        deserialize = AvroDeserializer(client)
+        # assigned, no group (a one-broker cluster has no offsets topic of RF 3)
+        consumer = CKConsumer({"bootstrap.servers": c.bootstrap, "group.id": "t", "enable.auto.commit": False})
+        partitions = consumer.list_topics(SEARCHES, timeout=30).topics[SEARCHES].partitions
+        consumer.assign([TopicPartition(SEARCHES, p, OFFSET_BEGINNING) for p in partitions])
+        got: list[dict[str, Any]] = []
+        try:
+            deadline = time.monotonic() + 60
+            while len(got) < stats.acked[SEARCHES] and time.monotonic() < deadline:
+                m = consumer.poll(1.0)
+                if m is None or m.error():
+                    continue
+                value = deserialize(m.value(), SerializationContext(SEARCHES, MessageField.VALUE))
+                assert value is not None
+                assert str(value["member"]).encode() == m.key(), (value, m.key())
+                got.append(value)
+        finally:
+            consumer.close()
+    assert len(got) == stats.acked[SEARCHES]
+    assert {v["datacenter"] for v in got} == {"dc1"}
+    assert all(isinstance(v["query"], str) and 0 <= v["results"] < 500 for v in got), got[:3]
