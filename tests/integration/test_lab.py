@@ -29,7 +29,7 @@ COMPOSE_FILE = ROOT / "deploy" / "compose" / "docker-compose.yml"
 CLUSTERS = {"dc1": (101, "dc1"), "dc2": (201, "dc2"), "agg": (301, "agg")}
 WINDOW_MS = 2000
 GRACE_MS = 10000
-SERVICES = 29  # 3 x (3 ZooKeeper + 3 brokers), 2 WAN links, mirror, audit + PostgreSQL, 2 x activity, Spark x 2, loader, Prometheus
+SERVICES = 30  # 3 x (3 ZooKeeper + 3 brokers), 2 WAN links, mirror, audit + PostgreSQL, 2 x activity, Spark x 2, loader, registry, Prometheus
 
 
 class Lab:
