@@ -1,8 +1,9 @@
 # Apicurio Registry 2.0.2.Final (headwater/registry): the lab's schema registry, on the aggregate
 # side. The application is the Quarkus app `make registry-deps` builds from Maven Central into
 # build/registry/app (deploy/registry/pom.xml); build-images.sh copies it into this image's context.
-# Storage is in-memory (Apicurio's kafkasql storage is not on Maven Central for 2.0.2): a restart
-# of the container forgets every schema (docs/loader.md).
+# Storage: Apicurio's SQL storage on H2, in memory unless REGISTRY_DATASOURCE_URL names a file (the
+# lab's compose file: jdbc:h2:file:/var/lib/headwater/data/registry on a volume); Apicurio's
+# kafkasql storage is not on Maven Central for 2.0.2 (docs/loader.md).
 #
 # The JRE: the same two layers as headwater.Dockerfile's `runtime` and `spark` stages (Debian's
 # OpenJDK 17), written identically so that the builder reuses them from its cache; keep them in step.
@@ -27,6 +28,6 @@ COPY app/ /opt/registry/
 USER headwater
 WORKDIR /var/lib/headwater
 EXPOSE 8080
-# In-memory storage; the Confluent-compatible API at /apis/ccompat/v6; readiness at /health/ready.
+# H2 storage (see above); the Confluent-compatible API at /apis/ccompat/v6; readiness at /health/ready.
 ENTRYPOINT ["java", "-XX:+UseSerialGC", "-Djava.io.tmpdir=/tmp", "-Dquarkus.http.host=0.0.0.0", "-Dquarkus.http.port=8080"]
 CMD ["-Xmx256m", "-jar", "/opt/registry/headwater-registry-1-runner.jar"]
