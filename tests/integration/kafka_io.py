@@ -131,3 +131,13 @@ def consume(bootstrap: str, topic: str, partitions: list[int], count: int, timeo
     finally:
         c.close()
     return out
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's high watermark, as its leader answers."""
+    partitions = sorted(metadata(bootstrap, topic).topics[topic].partitions)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "integration-offsets", **QUIET, **CLIENT_CONF})
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+    finally:
+        c.close()

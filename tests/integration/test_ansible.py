@@ -56,7 +56,16 @@ from headwater.testing.tls import TestCA
 from tests.compat.test_acls import stock_produce_codes
 from tests.integration import kafka_io
 from tests.integration.ansible_hosts import ANSIBLE_DIR, Fleet, PlaybookRun, build_wheelhouse, host_image, run_playbook
-from tests.integration.kafka_io import QUIET, consume, create_topic, leaders, metadata, produce, wait_for
+from tests.integration.kafka_io import (
+    QUIET,
+    consume,
+    create_topic,
+    end_offsets,
+    leaders,
+    metadata,
+    produce,
+    wait_for,
+)
 
 # The first test to use the deployment also builds the host image (a minute or two on a fresh machine)
 # and runs site.yml the first time (four hosts, ZooKeeper one server at a time: 15 min and more on a
@@ -147,6 +156,7 @@ class Deployment:
         dc1_broker_properties: dict[str, str] | None = None,
         dc1_vars: dict[str, str] | None = None,
         name: str | None = None,
+        all_vars: dict[str, object] | None = None,
     ) -> Path:
         """The test's inventory (YAML; written as JSON, which YAML reads): the example's layout."""
         h = self.fleet.hosts
@@ -183,6 +193,7 @@ class Deployment:
                     "headwater_acls_enabled": True,
                     "headwater_zookeeper_quorum_password": ZK_QUORUM_PASSWORD,
                     "zookeeper_heap_opts": "-Xms16m -Xmx96m",
+                    **(all_vars or {}),
                 },
                 "children": {
                     "dc1": {
@@ -746,3 +757,65 @@ def test_rebalance_over_ssh_spreads_a_topic_over_dc1(deployment: Deployment) -> 
     assert set(sizes) == {(topic, p) for p in moved} and all(size > 0 for size in sizes.values()), sizes
     got = consume(deployment.dc1, topic, [0, 1], len(records))
     assert sorted(r.value or b"" for r in got) == sorted(v for _, v in records)
+
+
+def _warehouse_records(agg: Any, topic: str) -> int:
+    """The records of ``topic`` in the warehouse's committed manifests (one per published run)."""
+    listing = agg.run("sh", "-c", "cat /var/lib/headwater/warehouse/_headwater/manifests/*.json", check=False)
+    decoder = json.JSONDecoder()
+    total, at = 0, 0
+    while (at := listing.find("{", at)) >= 0:
+        manifest, at = decoder.raw_decode(listing, at)
+        total += int(manifest.get("records", {}).get(topic, 0))
+    return total
+
+
+def test_continuous_load_mode_loads_each_record_once_across_a_kill(deployment: Deployment) -> None:
+    """``loader_mode: continuous`` (issue 44): the role stops the nightly timer and runs ``headwater
+    load --continuous`` as a service; what the mirror brings into the aggregate cluster is published
+    by its runs, each record once (the manifests' counts equal the topic's records); killed with
+    SIGKILL, systemd starts it again and it goes on from its checkpoint and the manifests."""
+    agg = deployment.fleet.hosts["agg-a"]
+    run = deployment.apply(
+        deployment.inventory(
+            all_vars={"loader_mode": "continuous", "loader_trigger": "5 seconds"}, name="inventory-continuous.yml"
+        )
+    )
+    assert "RUNNING HANDLER [loader : Restart the continuous load]" in run.output, run.changed_tasks()
+    timer = agg.unit("headwater-loader.timer", "ActiveState", "UnitFileState")
+    assert timer == {"ActiveState": "inactive", "UnitFileState": "disabled"}, timer
+    service = "headwater-loader-continuous.service"
+    unit = agg.unit(service, "ActiveState", "UnitFileState")
+    assert unit == {"ActiveState": "active", "UnitFileState": "enabled"}, unit
+    assert "stream.trigger.interval = 5 seconds" in agg.run("cat", "/etc/headwater/loader.properties")
+
+    def loaded_all(marker: bytes, n: int) -> bool:
+        md = metadata(deployment.agg, "mirrored").topics["mirrored"]
+        got = consume(deployment.agg, "mirrored", sorted(md.partitions), 10**6, timeout=5)
+        if sum((r.value or b"").startswith(marker) for r in got) < n:
+            return False  # the mirror has not brought them yet
+        # every record of the topic (its end offsets: nothing is deleted, no transactions) once
+        return _warehouse_records(agg, "mirrored") == sum(end_offsets(deployment.agg, "mirrored").values())
+
+    def journal() -> str:
+        return agg.run("journalctl", "-u", service, "--no-pager", "-n", "60", check=False)
+
+    first = uuid.uuid4().hex.encode()
+    produce(deployment.dc1, "mirrored", [(b"c%d" % i, first + b"-%d" % i) for i in range(10)])
+    wait_for(lambda: loaded_all(first, 10), 300, "the continuous load's runs of the new records", interval=3)
+    pid = agg.unit(service, "MainPID")["MainPID"]
+    assert pid and pid != "0", journal()
+    agg.run("kill", "-9", pid)
+    wait_for(
+        lambda: (
+            agg.unit(service, "NRestarts", "ActiveState")
+            in ({"NRestarts": n, "ActiveState": "active"} for n in ("1", "2", "3"))
+        ),
+        180,
+        "systemd's restart of the killed load",
+        interval=2,
+    )
+    second = uuid.uuid4().hex.encode()
+    produce(deployment.dc1, "mirrored", [(b"d%d" % i, second + b"-%d" % i) for i in range(5)])
+    wait_for(lambda: loaded_all(second, 5), 300, "the restarted load's runs", interval=3)
+    assert "Traceback" not in journal(), journal()

@@ -238,7 +238,9 @@ def test_a_copier_produces_in_source_order_and_acknowledges_only_what_the_target
     async def main() -> None:
         group = FakeGroup("m1", {"orders": 1})
         group.offsets[TP] = 0
-        m, f = fake_mirror(group, FakeFetcher(answer), **{"fetch.max.bytes": "2048"})
+        # fetching ahead (off by default): twice fetch.max.bytes buffered, two fetches on the wire
+        ahead_props = {"fetch.max.bytes": "2048", "fetch.max.buffered.bytes": "4096", "fetch.max.in.flight": "2"}
+        m, f = fake_mirror(group, FakeFetcher(answer), **ahead_props)
         flows.append(f)
         m.target = Target()  # type: ignore[assignment]
         m._plan_topic = plan  # type: ignore[method-assign]

@@ -80,6 +80,8 @@ def test_fetching_ahead_keeps_order_and_loses_nothing_when_the_destination_leade
                 "src->agg.topics": TOPIC,
                 "group.id": "fetch-ahead",
                 "fetch.max.bytes": 16384,  # ~140 records a fetch: many fetches on the link, several ahead
+                "fetch.max.in.flight": 2,  # fetching ahead, off by default
+                "fetch.max.buffered.bytes": 3 * 16384,
                 "fetch.max.wait.ms": 100,
                 "offset.commit.interval.ms": 500,
                 "emit.heartbeats.enabled": "false",

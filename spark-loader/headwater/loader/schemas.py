@@ -32,12 +32,15 @@ the audit's warehouse tier: each count event says how many of its records were d
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import io
 import json
 import logging
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,59 +138,227 @@ def _sniff(text: str) -> str:
 # -- schemas to Arrow (Spark) types ---------------------------------------------------------------
 
 
-def _avro_type(schema: Any, named: dict[str, pa.DataType]) -> tuple[pa.DataType, bool]:
-    """(Arrow type, nullable) of a parsed Avro schema (fastavro's canonical form)."""
-    if isinstance(schema, list):  # a union: [null, T] is a nullable T; others are not tables' types
-        branches = [b for b in schema if b != "null"]
-        if len(branches) != 1:
-            raise SchemaError(f"the union {json.dumps(schema)[:80]} has more than one non-null branch")
-        return _avro_type(branches[0], named)[0], True
+#: turns one decoded value into what ``pa.array`` takes for its column; None where it takes it as is
+Conv = Callable[[Any], Any]
+#: an Avro name (fastavro's full name) -> its column type and converter
+Named = dict[str, tuple[pa.DataType, "Conv | None"]]
+
+_AVRO_PRIMITIVES = {
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "bytes": pa.binary(),
+    "string": pa.string(),
+}
+
+
+def _avro(schema: Any, named: Named) -> tuple[pa.DataType, bool, Conv | None]:
+    """(Arrow type, nullable, converter) of a parsed Avro schema, as Spark's own Avro source maps
+    it (``from_avro``): a union ``[null, T]`` is a nullable ``T``; ``[int, long]`` is a long and
+    ``[float, double]`` a double; any other union is a struct with one nullable field per non-null
+    branch (``member0``, ``member1``, ...), the branch a value took set and the others null. A
+    logical type the column types cannot hold is read as its underlying type, as Avro's
+    specification asks of readers: ``time-millis`` an int and ``time-micros`` a long (Spark's
+    mapping too). The converter undoes what fastavro made of a value (``uuid.UUID``,
+    ``datetime.time``, a map's dict, a named union branch's ``(name, value)``, see
+    :func:`read_avro`)."""
+    if isinstance(schema, list):
+        return _avro_union(schema, named)
     if isinstance(schema, str):
-        prim = {
-            "boolean": pa.bool_(),
-            "int": pa.int32(),
-            "long": pa.int64(),
-            "float": pa.float32(),
-            "double": pa.float64(),
-            "bytes": pa.binary(),
-            "string": pa.string(),
-        }
-        if schema in prim:
-            return prim[schema], False
+        if schema in _AVRO_PRIMITIVES:
+            return _AVRO_PRIMITIVES[schema], False, None
         if schema in named:
-            return named[schema], False
+            return named[schema][0], False, named[schema][1]
         raise SchemaError(f"Avro type {schema!r} has no column type")
     logical = schema.get("logicalType")
     t = schema["type"]
     if logical in ("timestamp-millis", "timestamp-micros") and t == "long":
-        return pa.timestamp("us", tz="UTC"), False
+        return pa.timestamp("us", tz="UTC"), False, None
+    if logical in ("local-timestamp-millis", "local-timestamp-micros") and t == "long":
+        return pa.timestamp("us"), False, None  # Spark's TIMESTAMP_NTZ
     if logical == "date" and t == "int":
-        return pa.date32(), False
+        return pa.date32(), False, None
     if logical == "decimal" and t in ("bytes", "fixed"):
-        return pa.decimal128(int(schema["precision"]), int(schema.get("scale", 0))), False
+        return pa.decimal128(int(schema["precision"]), int(schema.get("scale", 0))), False, None
     if logical == "uuid" and t == "string":
-        return pa.string(), False
+        return pa.string(), False, _str
+    if logical == "time-millis" and t == "int":
+        return pa.int32(), False, _time_millis
+    if logical == "time-micros" and t == "long":
+        return pa.int64(), False, _time_micros
     if t == "record":
-        fields = []
+        fields, convs = [], []
         for f in schema["fields"]:
-            ft, _ = _avro_type(f["type"], named)
+            ft, _, fc = _avro(f["type"], named)
             fields.append(pa.field(f["name"], ft, nullable=True))
+            if fc is not None:
+                convs.append((f["name"], fc))
         out = pa.struct(fields)
-        named[schema["name"]] = out
-        return out, False
+        conv = _record_conv(convs) if convs else None
+        named[schema["name"]] = (out, conv)
+        return out, False, conv
     if t == "enum":
-        named[schema["name"]] = pa.string()
-        return pa.string(), False
+        named[schema["name"]] = (pa.string(), None)
+        return pa.string(), False, None
     if t == "fixed":
-        named[schema["name"]] = pa.binary()
-        return pa.binary(), False
+        named[schema["name"]] = (pa.binary(), None)
+        return pa.binary(), False, None
     if t == "array":
-        return pa.list_(_avro_type(schema["items"], named)[0]), False
+        it, _, ic = _avro(schema["items"], named)
+        return pa.list_(it), False, (None if ic is None else _list_conv(ic))
     if t == "map":
-        return pa.map_(pa.string(), _avro_type(schema["values"], named)[0]), False
-    if isinstance(t, (str, list, dict)) and not logical:
-        return _avro_type(t, named)
+        vt, _, vc = _avro(schema["values"], named)
+        return pa.map_(pa.string(), vt), False, _map_conv(vc)
+    if isinstance(t, (str, list, dict)):  # {"type": T} with no logical type, or one not mapped above
+        return _avro(t, named)
     raise SchemaError(f"Avro type {json.dumps(schema)[:80]} has no column type")
+
+
+def _avro_union(schema: list[Any], named: Named) -> tuple[pa.DataType, bool, Conv | None]:
+    branches = [b for b in schema if b != "null"]
+    nullable = len(branches) < len(schema)
+    if not branches:
+        raise SchemaError("a union of only null has no column type")
+    mapped = [_avro(b, named) for b in branches]
+    has_named = any(_avro_name(b) for b in branches)  # fastavro gives (name, value) for those
+    if len(branches) == 1:
+        t, _, c = mapped[0]
+        return t, True, (_unwrap_conv(c) if has_named else c)
+    if sorted(map(str, branches)) in (["int", "long"], ["double", "float"]):
+        return (pa.int64() if "long" in branches else pa.float64()), nullable, None
+    members = [pa.field(f"member{i}", t, nullable=True) for i, (t, _, _) in enumerate(mapped)]
+    tests = [_avro_test(b) for b in branches]
+    convs = [c for _, _, c in mapped]
+    out = pa.struct(members)
+
+    def union(v: Any) -> Any:
+        if v is None:
+            return None
+        name = None
+        if isinstance(v, tuple):
+            name, v = v
+        for i, test in enumerate(tests):
+            if test(name, v):
+                c = convs[i]
+                return {f"member{i}": c(v) if c else v}
+        raise ValueError(f"no branch of the union takes {type(v).__name__} {v!r:.40}")
+
+    return out, nullable, union
+
+
+def _avro_name(schema: Any) -> str | None:
+    """The full name of a named Avro type (a definition or a reference), None for the others."""
+    if isinstance(schema, dict) and schema.get("type") in ("record", "enum", "fixed") and "logicalType" not in schema:
+        return str(schema["name"])
+    if isinstance(schema, str) and schema not in _AVRO_PRIMITIVES and schema != "null":
+        return schema
+    return None
+
+
+def _avro_test(schema: Any) -> Callable[[str | None, Any], bool]:
+    """Whether a value fastavro read from a union (with the branch's name for named types) came
+    from this branch: named types by name, the others by the Python type fastavro makes."""
+    name = _avro_name(schema)
+    if name is not None:
+        return lambda got, v: got == name
+    logical = schema.get("logicalType") if isinstance(schema, dict) else None
+    base = schema.get("type") if isinstance(schema, dict) else schema
+    kinds: dict[str, tuple[type, ...]] = {
+        "timestamp-millis": (datetime.datetime,),
+        "timestamp-micros": (datetime.datetime,),
+        "local-timestamp-millis": (datetime.datetime,),
+        "local-timestamp-micros": (datetime.datetime,),
+        "date": (datetime.date,),
+        "time-millis": (datetime.time,),
+        "time-micros": (datetime.time,),
+        "uuid": (uuid.UUID,),
+        "decimal": (decimal.Decimal,),
+    }
+    if logical in kinds:
+        want = kinds[logical]
+    else:
+        want = {
+            "boolean": (bool,),
+            "int": (int,),
+            "long": (int,),
+            "float": (float,),
+            "double": (float,),
+            "bytes": (bytes,),
+            "string": (str,),
+            "array": (list,),
+            "map": (dict,),
+        }.get(str(base), ())
+    exact_bool = base == "boolean"
+    return lambda got, v: got is None and isinstance(v, want) and (exact_bool or not isinstance(v, bool))
+
+
+def _str(v: Any) -> Any:
+    return None if v is None else str(v)
+
+
+def _time_millis(v: Any) -> Any:
+    if not isinstance(v, datetime.time):
+        return v
+    return ((v.hour * 60 + v.minute) * 60 + v.second) * 1000 + v.microsecond // 1000
+
+
+def _time_micros(v: Any) -> Any:
+    if not isinstance(v, datetime.time):
+        return v
+    return ((v.hour * 60 + v.minute) * 60 + v.second) * 1_000_000 + v.microsecond
+
+
+def _record_conv(convs: list[tuple[str, Conv]]) -> Conv:
+    def record(v: Any) -> Any:
+        if v is None:
+            return None
+        v = dict(v)
+        for n, c in convs:
+            if n in v:
+                v[n] = c(v[n])
+        return v
+
+    return record
+
+
+def _list_conv(c: Conv) -> Conv:
+    return lambda v: None if v is None else [c(x) for x in v]
+
+
+def _map_conv(c: Conv | None) -> Conv:
+    if c is None:
+        return lambda v: None if v is None else list(v.items())
+    return lambda v: None if v is None else [(k, c(x)) for k, x in v.items()]
+
+
+def _unwrap_conv(c: Conv | None) -> Conv:
+    """``[null, T]`` with a named ``T``: fastavro gives ``(name, value)``."""
+
+    def unwrap(v: Any) -> Any:
+        if isinstance(v, tuple):
+            v = v[1]
+        return c(v) if c is not None and v is not None else v
+
+    return unwrap
+
+
+def read_avro(parsed: Any) -> Callable[[bytes], Any]:
+    """A reader of one writer schema's values (Confluent's header removed), converted for its
+    column type (:func:`_avro`); bytes left over are an error, as the value would be misread."""
+    import fastavro
+
+    conv = _avro(parsed, {})[2]
+
+    def read(data: bytes) -> Any:
+        buf = io.BytesIO(data)
+        v = fastavro.schemaless_reader(buf, parsed, None, return_named_type=True)
+        if buf.tell() != len(data):
+            raise ValueError(f"{len(data) - buf.tell()} byte(s) left after the record")
+        return conv(v) if conv is not None else v
+
+    return read
 
 
 def _json_type(schema: Any) -> tuple[pa.DataType, bool]:
@@ -267,7 +438,7 @@ def _parse(kind: str, text: str) -> tuple[Any, pa.DataType]:
         import fastavro
 
         parsed = fastavro.parse_schema(json.loads(text))
-        return parsed, _avro_type(parsed, {})[0]
+        return parsed, _avro(parsed, {})[0]
     if kind == "JSON":
         parsed = json.loads(text)
         return parsed, _json_type(parsed)[0]
@@ -297,8 +468,11 @@ def plan_topic(registry: Registry, topic: str) -> TopicSchemas | None:
     """The topic's value schemas and table versions, or None: no subject, binary columns as today."""
     subject = f"{topic}-value"
     versions = registry.versions(subject)
-    if not versions:
-        return None
+    return plan_versions(topic, subject, versions) if versions else None
+
+
+def plan_versions(topic: str, subject: str, versions: Sequence[dict[str, Any]]) -> TopicSchemas:
+    """The plan of ``subject``'s versions (:meth:`Registry.versions`' answer), oldest first."""
     writers: dict[int, tuple[str, Any, int]] = {}
     unusable: dict[int, str] = {}
     tables: dict[int, TableVersion] = {}
@@ -335,37 +509,6 @@ def extra_fields(plan: TopicSchemas) -> list[pa.Field]:
     return fields + [pa.field(f"v{n}", t.value_type) for n, t in sorted(plan.tables.items())]
 
 
-def _fix(t: pa.DataType) -> Callable[[Any], Any] | None:
-    """A converter from a decoded value to what ``pa.array`` takes for ``t``, or None when the value
-    is taken as it is (maps: a dict becomes pairs)."""
-    if pa.types.is_map(t):
-        item = _fix(t.item_type)
-        if item is None:
-            return lambda v: None if v is None else list(v.items())
-        return lambda v: None if v is None else [(k, item(x)) for k, x in v.items()]
-    if pa.types.is_list(t):
-        element = _fix(t.value_type)
-        if element is None:
-            return None
-        return lambda v: None if v is None else [element(x) for x in v]
-    if pa.types.is_struct(t):
-        subs = [(t.field(i).name, f) for i in range(t.num_fields) if (f := _fix(t.field(i).type)) is not None]
-        if not subs:
-            return None
-
-        def struct(v: Any) -> Any:
-            if v is None:
-                return None
-            v = dict(v)
-            for n, f in subs:
-                if n in v:
-                    v[n] = f(v[n])
-            return v
-
-        return struct
-    return None
-
-
 def decoder(plan: TopicSchemas) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: each source batch with its values decoded into its table version
     (the source's columns as they come, then :func:`extra_fields`)."""
@@ -378,25 +521,13 @@ def decoder(plan: TopicSchemas) -> Callable[[Iterator[pa.RecordBatch]], Iterator
     newest = plan.newest
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import fastavro
-
         readers: dict[int, Callable[[bytes], Any]] = {}
-        fixes = {n: _fix(types[n]) for n in tables}
 
         def reader(sid: int) -> Callable[[bytes], Any]:
             got = readers.get(sid)
             if got is None:
                 kind, parsed, _ = writers[sid]
-                if kind == "AVRO":
-
-                    def got(data: bytes, parsed: Any = parsed) -> Any:
-                        buf = io.BytesIO(data)
-                        v = fastavro.schemaless_reader(buf, parsed, None)
-                        if buf.tell() != len(data):
-                            raise ValueError(f"{len(data) - buf.tell()} byte(s) left after the record")
-                        return v
-                else:
-                    got = json.loads
+                got = read_avro(parsed) if kind == "AVRO" else json.loads
                 readers[sid] = got
             return got
 
@@ -421,16 +552,11 @@ def decoder(plan: TopicSchemas) -> Callable[[Iterator[pa.RecordBatch]], Iterator
                     continue
                 try:
                     v = reader(sid)(raw[5:])
-                except Exception as e:
+                except Exception as e:  # fastavro's errors, and a value no union branch takes
                     reasons[i] = f"schema id {sid} does not read the value: {type(e).__name__} {e}".strip()[:500]
                     continue
                 t = writers[sid][2]
-                fix = fixes[t]
-                try:
-                    decoded[t][i] = fix(v) if fix else v
-                except Exception as e:
-                    reasons[i] = f"schema id {sid}: {type(e).__name__}: {e}"[:500]
-                    continue
+                decoded[t][i] = v
                 table[i] = t
             columns: dict[str, pa.Array] = {}
             for t in tables:
