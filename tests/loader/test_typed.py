@@ -249,6 +249,7 @@ def test_typed_tables_schema_versions_dead_letters_and_audit(
     # the decoded records' scratch (written once, then each table from it) is gone with its parent
     assert sorted(p.name for p in warehouse.iterdir() if not p.name.startswith(("_", "."))) == [
         "clicks@v1",
+        "events@v1",
         "orders@deadletter",
         "orders@v1",
         "orders@v2",
