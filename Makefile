@@ -71,7 +71,7 @@ docker-engine: $(VENV)/.installed
 	@PYTHON=$(BIN)/python bash deploy/scripts/ensure-docker.sh
 
 # debian:bookworm-slim (pulled, or made with debootstrap), the wheelhouse, both images.
-images: deps docker-engine
+images: deps docker-engine registry-deps
 	@PYTHON=$(BIN)/python bash deploy/scripts/build-images.sh
 
 # The three clusters (dc1, dc2, agg), healthy; prints their bootstrap addresses.
@@ -96,7 +96,7 @@ lab-down:
 
 # For tests/integration: the engine and fresh images. Without any engine (not root, none
 # running) the integration tests skip, so this only warns.
-integration-deps: $(VENV)/.installed
+integration-deps: $(VENV)/.installed registry-deps
 	@if PYTHON=$(BIN)/python bash deploy/scripts/ensure-docker.sh; then \
 	  PYTHON=$(BIN)/python bash deploy/scripts/build-images.sh; \
 	else \

@@ -13,8 +13,8 @@
 #             agg:     Create, Write, Read, AlterConfigs on every topic (the copies; resume scans,
 #                      heartbeats; AlterConfigs: their configs kept in step, sync.topic.configs)
 #   audit     every cluster: Read on page-views, clicks, __audit, heartbeats
-#   loader    agg: Read on page-views, clicks; Create, Write on __audit (warehouse-tier events)
-#   activity  dc1, dc2: Create, Write on page-views, clicks, __audit (the auditing producer);
+#   loader    agg: Read on page-views, clicks, searches; Create, Write on __audit (warehouse-tier events)
+#   activity  dc1, dc2: Create, Write on page-views, clicks, searches, __audit (the auditing producer);
 #                      IdempotentWrite on the cluster (it is idempotent: Kafka 2.3's InitProducerId)
 # deploy/ansible grants the services the same ACLs from an inventory (headwater_service_acls in
 # roles/headwater/defaults/main.yml, applied with `headwater acls --from-file`).
@@ -54,7 +54,7 @@ for cluster in dc1 dc2 agg; do
   done
   if [ "$cluster" = agg ]; then
     acl "$zk" mirror --operation Create --operation Write --operation Read --operation AlterConfigs --topic '*'
-    for topic in page-views clicks; do
+    for topic in page-views clicks searches; do
       acl "$zk" loader --operation Read --topic "$topic"
     done
     acl "$zk" loader --operation Create --operation Write --topic __audit
@@ -71,7 +71,7 @@ for cluster in dc1 dc2 agg; do
     acl "$zk" mirror --operation Create --operation Write --operation Read --topic mm2-offset-syncs.agg.internal
     # the source's groups, listed and read for the checkpoints
     acl "$zk" mirror --operation Describe --group '*'
-    for topic in page-views clicks __audit; do
+    for topic in page-views clicks searches __audit; do
       acl "$zk" activity --operation Create --operation Write --topic "$topic"
     done
     acl "$zk" activity --operation IdempotentWrite --cluster

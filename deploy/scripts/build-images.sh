@@ -2,11 +2,13 @@
 # Build Headwater's images from a wheelhouse made on the host (pip cannot reach an index inside a
 # build): headwater/headwater:$TAG (the Python services: broker, mirror, audit, loader),
 # headwater/zookeeper:$TAG, headwater/postgres:$TAG (the audit service's database in the lab),
-# headwater/spark:$TAG (Spark standalone and the loader's driver: the same Python and a JRE) and
-# headwater/prometheus:$TAG (Debian's prometheus, scraping the lab).
+# headwater/spark:$TAG (Spark standalone and the loader's driver: the same Python and a JRE),
+# headwater/prometheus:$TAG (Debian's prometheus, scraping the lab) and headwater/registry:$TAG
+# (Apicurio Registry, the lab's schema registry: the app `make registry-deps` builds into
+# build/registry/app, on the spark image's JRE layers).
 #
-#   deploy/scripts/build-images.sh            # all five images
-#   deploy/scripts/build-images.sh headwater  # only some (headwater | zookeeper | postgres | spark | prometheus)
+#   deploy/scripts/build-images.sh            # all six images
+#   deploy/scripts/build-images.sh headwater  # only some (headwater | zookeeper | postgres | spark | prometheus | registry)
 #
 # The dependencies' wheels are rebuilt only when pyproject.toml (or the Python version) changes,
 # and headwater's own wheel is reproducible, so the image layers stay cached until the code
@@ -27,7 +29,8 @@ fi
 OUT="$ROOT/build/docker"
 CTX="$OUT/headwater"
 WHAT=("$@")
-[ ${#WHAT[@]} -gt 0 ] || WHAT=(headwater zookeeper postgres spark prometheus)
+named=$#
+[ ${#WHAT[@]} -gt 0 ] || WHAT=(headwater zookeeper postgres spark prometheus registry)
 
 say() { echo "build-images: $*" >&2; }
 pip_q() { "$PYTHON" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
@@ -130,8 +133,22 @@ for what in "${WHAT[@]}"; do
     prometheus)
       build prometheus "$ROOT/deploy/docker/prometheus.Dockerfile" "$ROOT/deploy/docker"
       ;;
+    registry) # Apicurio Registry's Quarkus app, built by `make registry-deps` (Maven Central)
+      app="${HEADWATER_REGISTRY_CACHE:-$ROOT/build/registry}/app"
+      if ! ls "$app"/*-runner.jar >/dev/null 2>&1; then
+        # asked for by name: an error; in the default list: the lab then runs without it
+        [ "$named" = 0 ] || { say "no $app/*-runner.jar: run make registry-deps first"; exit 2; }
+        say "warning: no $app/*-runner.jar (make registry-deps): headwater/registry not built"
+        continue
+      fi
+      rm -rf "$OUT/registry"
+      mkdir -p "$OUT/registry"
+      cp -al "$app" "$OUT/registry/app" 2>/dev/null || cp -a "$app" "$OUT/registry/app"
+      cp -p "$ROOT/deploy/docker/registry.Dockerfile" "$OUT/registry/Dockerfile"
+      build registry "$OUT/registry/Dockerfile" "$OUT/registry"
+      ;;
     *)
-      say "unknown image $what (headwater | zookeeper | postgres | spark | prometheus)"
+      say "unknown image $what (headwater | zookeeper | postgres | spark | prometheus | registry)"
       exit 2
       ;;
   esac

@@ -8,7 +8,8 @@
 #   lab.sh down       docker compose down (volumes are kept; `lab.sh down -v` drops them)
 #   lab.sh addresses  print the bootstrap addresses of the three clusters
 #   lab.sh load       run the nightly load now (in the loader container, on the lab's Spark master)
-#   lab.sh check      the pipeline check: latency from each DC to the aggregate cluster, audit status
+#   lab.sh check      the pipeline check: latency from each DC to the aggregate cluster, audit status,
+#                     the schema registry (ready, holding searches-value)
 #   lab.sh ps | logs [service] | <any docker compose command>
 # Images must exist (make images); `make lab` builds them first.
 set -euo pipefail
@@ -123,6 +124,12 @@ addresses() {
   else
     echo "prometheus: not running"
   fi
+  addr="$(compose port registry 8080 2>/dev/null || true)"
+  if [ -n "$addr" ]; then
+    printf 'registry  Apicurio Registry (in memory)   schema.registry.url=http://%s/apis/ccompat/v6   (in the lab: http://registry:8080/apis/ccompat/v6)\n' "$addr"
+  else
+    echo "registry: not running"
+  fi
   addr="$(compose port spark-master 8081 2>/dev/null || true)"
   if [ -n "$addr" ]; then
     printf 'spark  master spark://spark-master:7077 (in the agg network)   UI http://%s/\n' "$addr"
@@ -130,6 +137,26 @@ addresses() {
   else
     echo "spark: not running"
   fi
+}
+
+# The registry's part of `lab.sh check`: /health/ready answers UP, and the subject searches-value
+# (registered by dc1's activity when it starts) has a version.
+registry_check() {
+  local addr latest
+  addr="$(compose port registry 8080 2>/dev/null || true)"
+  if [ -z "$addr" ]; then
+    echo "  registry: not running: FAILED"
+    return 1
+  fi
+  if ! curl -fsS -m 10 "http://$addr/health/ready" 2>/dev/null | grep -q '"UP"'; then
+    echo "  registry http://$addr: not ready: FAILED"
+    return 1
+  fi
+  if ! latest="$(curl -fsS -m 10 "http://$addr/apis/ccompat/v6/subjects/searches-value/versions/latest" 2>/dev/null)"; then
+    echo "  registry http://$addr: ready, but no searches-value (is dc1-activity running?): FAILED"
+    return 1
+  fi
+  echo "  registry http://$addr: ready; searches-value $(echo "$latest" | python3 -c 'import json, sys; s = json.load(sys.stdin); print("version %s, schema id %s" % (s["version"], s["id"]))')"
 }
 
 sources="--source dc1=dc1-broker1:9092,dc1-broker2:9092,dc1-broker3:9092"
@@ -145,7 +172,7 @@ case "$cmd" in
     compose up -d --wait --wait-timeout "${LAB_WAIT_TIMEOUT:-300}" "$@"
     echo
     echo "Headwater lab is up (all healthy): 3 clusters (a 3-server ZooKeeper ensemble + 3 brokers each), demo activity in dc1 and"
-    echo "dc2 (\$LAB_ACTIVITY_RATE=${LAB_ACTIVITY_RATE:-20} records/s each), the mirror, the audit service, Spark and Prometheus."
+    echo "dc2 (\$LAB_ACTIVITY_RATE=${LAB_ACTIVITY_RATE:-20} records/s each), the mirror, the audit service, the schema registry, Spark and Prometheus."
     addresses
     echo
     echo "Try: kcat -b $(compose port dc1-broker1 9094) -X security.protocol=SASL_PLAINTEXT \\"
@@ -169,8 +196,12 @@ case "$cmd" in
     # shellcheck disable=SC2086 # word splitting of the source list is intended
     # the mirror-latency goal (issue 22): every DC's p99 to the aggregate cluster <= 1 s at the lab's
     # 80 ms RTT; the check exits 1 when it is missed (LAB_CHECK_P99_GOAL_MS=0: no goal)
+    rc=0
     compose exec -T audit headwater lab check $sources --aggregate "$aggregate" --audit-url http://127.0.0.1:8080 \
-      --command-config /etc/headwater/lab-admin.properties --p99-goal-ms "${LAB_CHECK_P99_GOAL_MS:-1000}" "$@"
+      --command-config /etc/headwater/lab-admin.properties --p99-goal-ms "${LAB_CHECK_P99_GOAL_MS:-1000}" "$@" || rc=$?
+    # the schema registry: ready, and holding the schema dc1's activity writes `searches` with
+    registry_check || rc=1
+    exit "$rc"
     ;;
   outage)
     # `lab.sh outage dc2 --seconds 600 [--json]`: the outage drill (headwater lab outage), from the

@@ -712,3 +712,34 @@ def test_topic_follows_dynamic_broker_defaults(ops_cluster: Cluster) -> None:
         30,
         "retention.ms back to its default on every broker",
     )
+
+
+def test_a_partition_whose_state_write_failed_gets_a_leader_once_zookeeper_takes_it(ops_cluster: Cluster) -> None:
+    """Issue 40, seen in the lab at a load average of 64: the controller's write of a new topic's
+    partition states failed once (ZooKeeper away for a moment: "creating its state failed"), and
+    nothing tried again: the topic stayed without a leader (LEADER_NOT_AVAILABLE to every
+    producer, for good) until a broker restarted. Here ZooKeeper refuses the write (the topic's
+    `partitions` znode made read-only, in the same multi as the topic), then takes it: the
+    controller writes the states by itself and every broker's metadata lists the leaders."""
+    from kazoo.security import OPEN_ACL_UNSAFE, make_acl
+
+    c = ops_cluster
+    topic = "state-write-retried"
+    assignment = {"version": 1, "partitions": {str(p): [1 + (p + i) % 3 for i in range(3)] for p in range(2)}}
+    tx = c.zk.transaction()
+    tx.create(f"/brokers/topics/{topic}", json.dumps(assignment).encode())
+    tx.create(f"/brokers/topics/{topic}/partitions", b"", acl=[make_acl("world", "anyone", read=True, admin=True)])
+    assert all(r is not None and not isinstance(r, Exception) for r in tx.commit()), "the topic's znodes"
+    # the controller tried and failed (its log says so): no state, so no leader
+    failed = f"partition {topic}-0: creating its state failed"
+    c.wait_for(
+        lambda: any(failed in b.output.read_text(errors="replace") for b in c.brokers.values()),
+        60,
+        "the controller's failed write",
+    )
+    assert not c.zk.exists(f"/brokers/topics/{topic}/partitions/0")
+    c.zk.set_acls(f"/brokers/topics/{topic}/partitions", OPEN_ACL_UNSAFE)
+    for p in range(2):
+        c.wait_for(lambda p=p: c.state(topic, p)["leader"] >= 1, 60, f"{topic}-{p}'s state, written by the controller")
+    c.wait_for(lambda: _led_partitions_seen_by_every_broker(c, topic) == {2}, 60, "every broker to list both leaders")
+    assert len(produce_acked(c, topic, [b"after"])) == 1

@@ -3,18 +3,26 @@ over a real pipeline: two source clusters, a mirror process, the aggregate clust
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from headwater.client.admin import Admin
+from headwater.client.errors import KafkaTimeoutError
+from headwater.client.producer import Producer
 from headwater.lab.activity import click, member_id, page_view
-from headwater.lab.check import DatacenterResult, PipelineReport, percentile
+from headwater.lab.check import CHECK_TOPIC, DatacenterResult, PipelineReport, ensure_check_topic, percentile
 from headwater.lab.outage import OutageReport, flow_partitions, owned_partitions
+from headwater.testing.cluster import metadata_broker_ids
 from headwater.testing.zookeeper import free_port
 from tests.cluster.harness import Cluster
 from tests.mirror.util import MirrorProcess, wait_for, zk_connect
@@ -288,3 +296,100 @@ def test_activity_and_check_over_two_dcs_a_mirror_and_the_audit(
     for dc, p in activity.items():
         assert p.returncode == 0, outputs[dc]
         assert "acknowledged" in outputs[dc] and f"{dc}: stopped after" in outputs[dc], outputs[dc]
+
+
+def test_the_check_topic_gets_the_replicas_its_acks_all_writes_need(cluster_factory: Callable[..., Cluster]) -> None:
+    """Issue 40: a lab started while one broker of three was registered got a lab-check of one
+    replica from the check (it took as many replicas as it saw brokers); with min.insync.replicas 2
+    the leader refused every acks=all check record with NOT_ENOUGH_REPLICAS, in every later lab that
+    kept the volumes. The check waits for enough brokers instead, and remakes such a topic."""
+    c = cluster_factory(3, min_insync_replicas=2)
+    c.stop(2)
+    c.stop(3)
+    c.wait_for(lambda: metadata_broker_ids("127.0.0.1", c.brokers[1].port) == {1}, 60, "broker 1 to list itself alone")
+    messages: list[str] = []
+    with pytest.raises(KafkaTimeoutError, match="fewer than the 2 replicas"):
+        asyncio.run(ensure_check_topic(c.brokers[1].bootstrap, timeout=3, progress=messages.append))
+    assert any("waiting for 2 brokers" in m for m in messages), messages
+
+    async def topic_replicas() -> list[tuple[int, ...]]:
+        async with Admin(c.brokers[1].bootstrap) as admin:
+            if CHECK_TOPIC not in await admin.list_topics():
+                return []
+            (d,) = await admin.describe_topics([CHECK_TOPIC])
+            return [p.replicas for p in d.partitions]
+
+    assert asyncio.run(topic_replicas()) == []  # none made with too few replicas
+
+    async def make_it_as_the_old_check_did() -> None:
+        async with Admin(c.brokers[1].bootstrap) as admin:
+            await admin.create_topic(CHECK_TOPIC, 3, 1)
+
+    asyncio.run(make_it_as_the_old_check_did())
+    c.restart(2)
+    c.restart(3)
+    c.wait_for(lambda: c.live_ids() == [1, 2, 3], 60, "all three brokers registered")
+    messages.clear()
+    asyncio.run(ensure_check_topic(c.bootstrap, timeout=120, progress=messages.append))
+    assert any("deleting it and making it again" in m for m in messages), messages
+    assert [len(r) for r in asyncio.run(topic_replicas())] == [3, 3, 3]
+
+    async def write_acks_all() -> None:
+        async with Producer(c.bootstrap, acks="all", linger_ms=0) as producer:
+            for p in range(3):
+                await producer.send_and_wait(CHECK_TOPIC, b"check", partition=p)
+
+    asyncio.run(write_acks_all())
+
+
+def test_activity_writes_avro_searches_that_confluents_deserializer_reads(
+    cluster_factory: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """Issue 44: with the lab's schema registry, dc1's activity writes one record in ten to
+    `searches` as Avro in Confluent's wire format, its schema registered under searches-value:
+    confluent-kafka's AvroDeserializer, asking the same real Apicurio Registry, reads them back."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+    from confluent_kafka import Consumer as CKConsumer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from headwater.lab.activity import SEARCHES, run_activity
+    from headwater.testing import registry as reg
+
+    why = reg.unavailable()
+    if why:
+        pytest.skip(why)
+    c = cluster_factory(1, auto_create_topics_enable="true")
+    with reg.RegistryProcess(tmp_path / "registry") as registry:
+
+        async def run() -> Any:
+            stop = asyncio.Event()
+            asyncio.get_running_loop().call_later(3.0, stop.set)
+            return await run_activity(c.bootstrap, "dc1", 200, stop, seed=44, schema_registry_url=registry.url)
+
+        stats = asyncio.run(run())
+        assert stats.failed == 0 and stats.acked[SEARCHES] == stats.sent[SEARCHES] > 0, stats
+        client = SchemaRegistryClient({"url": registry.url})
+        assert (client.get_latest_version("searches-value").schema_id or 0) >= 1
+        deserialize = AvroDeserializer(client)
+        # assigned, no group (a one-broker cluster has no offsets topic of RF 3)
+        consumer = CKConsumer({"bootstrap.servers": c.bootstrap, "group.id": "t", "enable.auto.commit": False})
+        partitions = consumer.list_topics(SEARCHES, timeout=30).topics[SEARCHES].partitions
+        consumer.assign([TopicPartition(SEARCHES, p, OFFSET_BEGINNING) for p in partitions])
+        got: list[dict[str, Any]] = []
+        try:
+            deadline = time.monotonic() + 60
+            while len(got) < stats.acked[SEARCHES] and time.monotonic() < deadline:
+                m = consumer.poll(1.0)
+                if m is None or m.error():
+                    continue
+                value = deserialize(m.value(), SerializationContext(SEARCHES, MessageField.VALUE))
+                assert value is not None
+                assert str(value["member"]).encode() == m.key(), (value, m.key())
+                got.append(value)
+        finally:
+            consumer.close()
+    assert len(got) == stats.acked[SEARCHES]
+    assert {v["datacenter"] for v in got} == {"dc1"}
+    assert all(isinstance(v["query"], str) and 0 <= v["results"] < 500 for v in got), got[:3]

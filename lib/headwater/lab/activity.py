@@ -11,32 +11,66 @@ Records go through Headwater's auditing producer (acks=all, idempotent), so the 
 the producer tier of every window, and a produce retried after a broker died (its answer lost, its
 records appended) is not appended twice: the datacenter tier's count equals the producer's. The rate is records per second for the whole process, page views four to one
 over clicks.
+
+With a schema registry (``schema_registry_url``: a Confluent-compatible API, the lab's Apicurio
+Registry), one record in ten is a search instead, written to ``searches`` as Avro in Confluent's
+wire format (magic byte 0, the schema's 4-byte id, the Avro body: what confluent-kafka's
+``AvroSerializer`` writes), its schema registered under ``searches-value`` at start. The loader,
+given the same registry, loads ``searches`` as a typed table (docs/loader.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import io
 import json
 import logging
 import random
 import socket
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from headwater.client.audit import AuditingProducer
 from headwater.client.producer import RecordFuture
 from headwater.client.security import ClientSecurity
 from headwater.service.supervisor import wait_or_stop
 
-__all__ = ["ActivityStats", "click", "member_id", "page_view", "run_activity"]
+__all__ = [
+    "SEARCH_SCHEMA",
+    "ActivityStats",
+    "click",
+    "member_id",
+    "page_view",
+    "register_schema",
+    "run_activity",
+    "search",
+]
 
 log = logging.getLogger("headwater.lab.activity")
 
 PAGE_VIEWS = "page-views"
 CLICKS = "clicks"
+SEARCHES = "searches"
+
+#: the Avro schema of ``searches`` (subject ``searches-value``)
+SEARCH_SCHEMA: dict[str, object] = {
+    "type": "record",
+    "name": "Search",
+    "namespace": "headwater.lab",
+    "fields": [
+        {"name": "member", "type": "long"},
+        {"name": "query", "type": "string"},
+        {"name": "results", "type": "int"},
+        {"name": "datacenter", "type": "string"},
+        {"name": "sent", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}
+_QUERIES = ("data engineer", "kafka", "product manager remote", "nurse", "python", "sales", "design", "intern")
 
 _PAGES = (
     "/feed",
@@ -98,12 +132,54 @@ def click(rng: random.Random, member: int, datacenter: str, seq: int, sent_ms: i
     return json.dumps(event, separators=(",", ":")).encode()
 
 
+def search(rng: random.Random, member: int, datacenter: str, sent_ms: int) -> dict[str, object]:
+    """A search event (the Avro record of :data:`SEARCH_SCHEMA`)."""
+    return {
+        "member": member,
+        "query": rng.choice(_QUERIES),
+        "results": rng.randrange(0, 500),
+        "datacenter": datacenter,
+        "sent": sent_ms,
+    }
+
+
+def register_schema(url: str, subject: str, schema: dict[str, object], timeout: float = 180.0) -> int:
+    """Register ``schema`` (Avro) under ``subject`` in the Confluent-compatible registry at ``url``
+    and return its id (the same id when it is registered already); tries again until ``timeout``
+    while the registry is not reachable."""
+    body = json.dumps({"schemaType": "AVRO", "schema": json.dumps(schema)}).encode()
+    deadline = time.monotonic() + timeout
+    while True:
+        request = urllib.request.Request(
+            f"{url.rstrip('/')}/subjects/{subject}/versions",
+            data=body,
+            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as r:
+                return int(json.loads(r.read())["id"])
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise OSError(f"registering {subject} at {url}: {e}") from e
+            log.info("the schema registry at %s is not answering yet (%s); trying again", url, e)
+            time.sleep(3)
+
+
+def _confluent_avro(schema_id: int, parsed: Any, record: dict[str, object]) -> bytes:
+    import fastavro
+
+    out = io.BytesIO()
+    out.write(b"\0" + schema_id.to_bytes(4, "big"))
+    fastavro.schemaless_writer(out, parsed, record)
+    return out.getvalue()
+
+
 @dataclass
 class ActivityStats:
     """What the process sent and what the cluster acknowledged, per topic."""
 
-    sent: dict[str, int] = field(default_factory=lambda: {PAGE_VIEWS: 0, CLICKS: 0})
-    acked: dict[str, int] = field(default_factory=lambda: {PAGE_VIEWS: 0, CLICKS: 0})
+    sent: dict[str, int] = field(default_factory=lambda: {PAGE_VIEWS: 0, CLICKS: 0, SEARCHES: 0})
+    acked: dict[str, int] = field(default_factory=lambda: {PAGE_VIEWS: 0, CLICKS: 0, SEARCHES: 0})
     failed: int = 0
     last_error: str = ""
     last_ack: float = 0.0
@@ -121,13 +197,22 @@ async def run_activity(
     health_file: Path | None = None,
     seed: int | None = None,
     security: ClientSecurity | None = None,
+    schema_registry_url: str | None = None,
 ) -> ActivityStats:
     """Write page views and clicks at ``rate`` records/s until ``stop`` is set; then flush and
     publish the last audit counts. Logs one progress line every ``report_every`` seconds, and
-    touches ``health_file`` (when given) whenever records were acknowledged since the last touch."""
+    touches ``health_file`` (when given) whenever records were acknowledged since the last touch.
+    With ``schema_registry_url``, one record in ten is an Avro search (``searches``)."""
     if rate <= 0:
         raise ValueError("rate must be positive")
     rng = random.Random(seed)
+    avro: tuple[int, Any] | None = None
+    if schema_registry_url:
+        import fastavro
+
+        schema_id = await asyncio.to_thread(register_schema, schema_registry_url, f"{SEARCHES}-value", SEARCH_SCHEMA)
+        avro = (schema_id, fastavro.parse_schema(SEARCH_SCHEMA))
+        log.info("%s: Avro, schema id %d of %s-value at %s", SEARCHES, schema_id, SEARCHES, schema_registry_url)
     stats = ActivityStats()
     host = socket.gethostname()
 
@@ -171,7 +256,10 @@ async def run_activity(
                 budget -= 1
                 sent_ms = int(time.time() * 1000)
                 member = member_id(rng, members)
-                if rng.random() < 0.8:
+                draw = rng.random()
+                if avro is not None and draw < 0.1:
+                    topic, value = SEARCHES, _confluent_avro(*avro, search(rng, member, datacenter, sent_ms))
+                elif draw < 0.8:
                     topic, value = PAGE_VIEWS, page_view(rng, member, datacenter, seq, sent_ms)
                 else:
                     topic, value = CLICKS, click(rng, member, datacenter, seq, sent_ms)
@@ -185,11 +273,12 @@ async def run_activity(
             if now - last_report >= report_every:
                 acked = sum(stats.acked.values())
                 log.info(
-                    "%s: %d page views and %d clicks acknowledged; %.1f records/s over the last %.0f s; "
-                    "%d in flight; %d failed%s",
+                    "%s: %d page views, %d clicks and %d searches acknowledged; %.1f records/s over the"
+                    " last %.0f s; %d in flight; %d failed%s",
                     datacenter,
                     stats.acked[PAGE_VIEWS],
                     stats.acked[CLICKS],
+                    stats.acked[SEARCHES],
                     (acked - last_acked) / (now - last_report),
                     now - last_report,
                     seq - acked - stats.failed,
@@ -201,10 +290,11 @@ async def run_activity(
     finally:
         await producer.close()
     log.info(
-        "%s: stopped after %d page views and %d clicks acknowledged, %d failed",
+        "%s: stopped after %d page views, %d clicks and %d searches acknowledged, %d failed",
         datacenter,
         stats.acked[PAGE_VIEWS],
         stats.acked[CLICKS],
+        stats.acked[SEARCHES],
         stats.failed,
     )
     return stats

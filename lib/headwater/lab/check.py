@@ -7,7 +7,8 @@ cluster returns it — what a consumer of the aggregate cluster would see — me
 this process's. The report gives, per datacenter, how many records arrived (and duplicates), the
 latency's p50, p99 and max, and the audit service's status of the last closed windows.
 
-``lab-check`` is created in each source (3 partitions) when missing, and the check waits for the
+``lab-check`` is created in each source (3 partitions, as many replicas as its acks=all writes need)
+when missing, and the check waits for the
 mirror to create it in the aggregate cluster before it starts the clock.
 """
 
@@ -36,6 +37,7 @@ __all__ = [
     "DatacenterResult",
     "PipelineReport",
     "completeness_rows",
+    "ensure_check_topic",
     "percentile",
     "run_check",
     "worst_status",
@@ -147,18 +149,76 @@ def _clock(ms: int) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(ms / 1000))
 
 
-async def _ensure_topic(
-    bootstrap: str, topic: str, partitions: int, timeout: float, security: ClientSecurity | None = None
+async def ensure_check_topic(
+    bootstrap: str,
+    topic: str = CHECK_TOPIC,
+    partitions: int = 3,
+    timeout: float = 120.0,
+    security: ClientSecurity | None = None,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> None:
+    """Make sure ``topic`` exists with enough replicas for the check's acks=all writes: at least the
+    cluster's ``min.insync.replicas`` (and 3 where there are 3 brokers). A cluster that lists fewer
+    brokers than that (one still starting) is waited for, not given a topic of fewer replicas, whose
+    every acks=all write the leader would refuse with NOT_ENOUGH_REPLICAS for good. A check topic
+    made that way before (by an older check during a half-started lab, whose volumes were kept) is
+    deleted and made again: it can hold no check record (none was ever acknowledged)."""
+    deadline = time.monotonic() + timeout
+    said = ""
+
+    def say(message: str) -> None:
+        nonlocal said
+        if message != said:
+            progress(message)
+            said = message
+
     async with Admin(bootstrap, security=security) as admin:
-        await admin.cluster.refresh([])
-        rf = min(3, max(1, len(admin.cluster.brokers)))
-        try:
-            await admin.create_topic(topic, partitions, rf)
-        except KafkaError as e:
-            if e.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
-                raise
-        await admin.wait_for_topic(topic, timeout=timeout)
+        while True:
+            await admin.cluster.refresh([topic])
+            brokers = sorted(admin.cluster.brokers)
+            tm = admin.cluster.topics.get(topic)
+            if tm is not None and tm.partitions:
+                replicas = min(len(p.replicas) for p in tm.partitions.values())
+                entry = (await admin.describe_configs(topic, ["min.insync.replicas"])).get("min.insync.replicas")
+                min_isr = int(entry.value) if entry is not None and entry.value else 1
+                if replicas >= min_isr:
+                    await admin.wait_for_topic(topic, timeout=max(1.0, deadline - time.monotonic()))
+                    return
+                if len(brokers) >= min_isr:
+                    say(
+                        f"{topic} in {bootstrap} has {replicas} replica(s), fewer than its min.insync.replicas"
+                        f" {min_isr} (made while fewer brokers were up): deleting it and making it again"
+                    )
+                    await admin.delete_topic(topic)
+                    await admin.wait_for_topic(topic, timeout=max(1.0, deadline - time.monotonic()), exists=False)
+                    continue
+                want = min_isr
+            else:
+                entry = (
+                    (await admin.describe_broker_configs(brokers[0])).get("min.insync.replicas") if brokers else None
+                )
+                want = max(min(3, len(brokers)), int(entry.value) if entry is not None and entry.value else 1)
+                if brokers and len(brokers) >= want:
+                    try:
+                        await admin.create_topic(topic, partitions, want)
+                    except KafkaError as e:
+                        # INVALID_REPLICATION_FACTOR: the controller knows fewer live brokers than
+                        # the metadata asked listed (a broker just stopped): wait as for too few
+                        if e.code is ErrorCode.INVALID_REPLICATION_FACTOR:
+                            pass
+                        elif e.code is not ErrorCode.TOPIC_ALREADY_EXISTS:
+                            raise
+                        else:
+                            continue
+                    else:
+                        continue
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(
+                    f"{bootstrap} lists {len(brokers)} broker(s), fewer than the {want} replicas {topic}"
+                    f" needs (min.insync.replicas), for {timeout:g}s: are its brokers up?"
+                )
+            say(f"{topic} in {bootstrap}: waiting for {want} brokers (it lists {len(brokers)})")
+            await asyncio.sleep(1.0)
 
 
 async def _produce(
@@ -284,7 +344,7 @@ async def run_check(
     run = uuid.uuid4().hex[:12]
     progress(f"check {run}: making sure {CHECK_TOPIC} exists in {', '.join(sources)}")
     for bootstrap in sources.values():
-        await _ensure_topic(bootstrap, CHECK_TOPIC, 3, timeout, security)
+        await ensure_check_topic(bootstrap, CHECK_TOPIC, 3, timeout, security, progress)
     progress(f"check {run}: waiting for the mirror to create {CHECK_TOPIC} in the aggregate cluster")
     async with Admin(aggregate, security=security) as admin:
         try:

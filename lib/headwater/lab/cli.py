@@ -50,6 +50,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     a.add_argument("--members", type=int, default=100_000, help="number of distinct member ids")
     a.add_argument("--report-every", type=float, default=30.0, help="seconds between progress lines")
     a.add_argument("--health-file", type=Path, help="touched while records are being acknowledged")
+    a.add_argument(
+        "--schema-registry-url",
+        default=os.environ.get("LAB_SCHEMA_REGISTRY_URL") or None,
+        help="a Confluent-compatible schema registry: one record in ten is then an Avro search, in "
+        "topic searches (default $LAB_SCHEMA_REGISTRY_URL; none: JSON page views and clicks only)",
+    )
     a.add_argument("--log-level", default="INFO")
     _add_command_config(a)
     a.set_defaults(func=_activity)
@@ -390,6 +396,7 @@ def _activity(args: argparse.Namespace) -> int:
             report_every=args.report_every,
             health_file=args.health_file,
             security=security,
+            schema_registry_url=args.schema_registry_url,
         )
         return 0
 

@@ -68,6 +68,8 @@ log = logging.getLogger(__name__)
 TP = tuple[str, int]
 ISR_CHANGE = zkpaths.ISR_CHANGE_NOTIFICATION
 PREFERRED_ELECTION = zkpaths.PREFERRED_REPLICA_ELECTION
+#: seconds between tries of a partition state znode that could not be written
+_STATE_RETRY_S = 2.0
 
 
 class ControllerHost(Protocol):
@@ -130,6 +132,10 @@ class Controller:
         self._events: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._periodic: asyncio.Task[None] | None = None
+        # partitions whose state znode could not be written (ZooKeeper away for a moment): tried
+        # again after _STATE_RETRY_S until written (see _create_missing_states)
+        self._unwritten_states: set[TP] = set()
+        self._state_retry: asyncio.Task[None] | None = None
         self._generation = 0  # bumps on every resignation; stale watch callbacks check it
         self.reassigner = PartitionReassigner(self)
         self.deletion = TopicDeletion(self)
@@ -243,6 +249,10 @@ class Controller:
         if self._periodic is not None:
             self._periodic.cancel()
             self._periodic = None
+        if self._state_retry is not None:
+            self._state_retry.cancel()
+            self._state_retry = None
+        self._unwritten_states.clear()
         self.reassigner.stop()
         self.deletion.reset()
         if self.channel is not None:
@@ -450,14 +460,64 @@ class Controller:
             if isinstance(result, NodeExistsError):
                 existing.append(tp)
             elif isinstance(result, Exception):
-                log.warning("partition %s-%d: creating its state failed: %s", *tp, result)
+                log.warning(
+                    "partition %s-%d: creating its state failed: %s; trying again in %g s",
+                    *tp,
+                    f"{type(result).__name__} {result}".strip(),
+                    _STATE_RETRY_S,
+                )
+                self._unwritten_states.add(tp)
             else:
                 self.ctx.states[tp] = new[tp]
+                self._unwritten_states.discard(tp)
                 created.append(tp)
         for tp, state in zip(existing, await self._read_states(existing), strict=True):
             if state is not None:
                 self.ctx.states[tp] = state
+                self._unwritten_states.discard(tp)
+            else:
+                self._unwritten_states.add(tp)  # there and unreadable, or gone again: read it later
+        if self._unwritten_states:
+            self._schedule_state_retry()
         return created
+
+    def _schedule_state_retry(self) -> None:
+        """Try the unwritten partition states again in _STATE_RETRY_S. Nothing else would: a new
+        topic's partitions without a state have no leader, and every producer gets
+        LEADER_NOT_AVAILABLE until a broker starts or another controller is elected (seen in the
+        lab: one failed write under load left a topic without a leader for good). Kafka's
+        controller tries its New partitions again on its next broker event; this one does not wait
+        for one."""
+        if not self.active or (self._state_retry is not None and not self._state_retry.done()):
+            return
+        generation = self._generation
+
+        async def later() -> None:
+            await asyncio.sleep(_STATE_RETRY_S)
+            if self.active and self._generation == generation:
+                self.enqueue(self._write_unwritten_states)
+
+        self._state_retry = asyncio.ensure_future(later())
+
+    async def _write_unwritten_states(self) -> None:
+        if not self.active:
+            return
+        assigned = set(self.ctx.partitions())
+        wanted = sorted(
+            tp
+            for tp in self._unwritten_states
+            if tp in assigned and tp not in self.ctx.states and tp[0] not in self.deletion.topics
+        )
+        self._unwritten_states.clear()
+        if not wanted:
+            return
+        before = set(self.ctx.states)
+        await self._create_missing_states(wanted)
+        ready = [tp for tp in wanted if tp in self.ctx.states and tp not in before]
+        if ready:
+            log.info("[Controller id=%d] partition states written on a later try: %s", self.broker_id, ready)
+            self._send_leader_and_isr(ready, self.ctx.live, is_new=True)
+            self._send_update_metadata(set(self.ctx.brokers), ready)
 
     async def _change_states(self, changes: dict[TP, Callable[[LeaderAndIsr], LeaderAndIsr | None]]) -> list[TP]:
         """Apply each change to the partition's current state with a conditional write; returns the changed.
