@@ -245,6 +245,15 @@ def test_typed_tables_schema_versions_dead_letters_and_audit(
 
     raw = _rows(warehouse, "raw")
     assert [r["value"] for r in raw] == [b"\x00just bytes"]
+    # the decoded records' scratch (written once, then each table from it) is gone with its parent
+    assert sorted(p.name for p in warehouse.iterdir() if not p.name.startswith(("_", "."))) == [
+        "clicks@v1",
+        "events@v1",
+        "orders@deadletter",
+        "orders@v1",
+        "orders@v2",
+        "raw",
+    ]
 
     # The audit balances: warehouse-tier counts per topic, window and origin DC are the records
     # sent, dead letters included and said as such.

@@ -575,6 +575,11 @@ def decoder(plan: TopicSchemas) -> Callable[[Iterator[pa.RecordBatch]], Iterator
                             reasons[i] = f"schema id {sids[i]}: the value does not fit table version {t}: {e}"[:500]
                     columns[f"v{t}"] = pa.array(decoded[t], type=types[t])
             arrays = [batch.column(i) for i in range(batch.num_columns)]
+            # the raw value is only kept for the dead letters: a decoded row carries it in v<n>
+            at = batch.schema.get_field_index("value")
+            arrays[at] = pa.array(
+                [raw if t == 0 else None for raw, t in zip(values, table)], batch.schema.field(at).type
+            )
             arrays += [
                 pa.array(table, pa.int32()),
                 pa.array(sids, pa.int32()),
@@ -593,21 +598,30 @@ def write_typed(
     df: Any, plan: TopicSchemas, staging: Callable[[str], str], partition_cols: Sequence[str]
 ) -> dict[str, int]:
     """Decode ``df`` (the source's columns and ``partition_cols``) once and write each table version
-    with rows, and the dead letters, as Parquet at ``staging(table)``; returns rows per table."""
-    from pyspark import StorageLevel
+    with rows, and the dead letters, as Parquet at ``staging(table)``; returns rows per table.
+
+    The decoded rows are written once, by ``_table``, to a scratch directory beside the staging
+    (``staging("<topic>@decoded")``, deleted when the tables are written; a crash leaves it to
+    the next run's drop of unpublished staging), and each table is written from there: no second
+    read of the topic, no second decode, and no cached DataFrame, whose blocks (a Kafka partition's
+    records each) overflowed the driver's default 1 GiB heap at 250,000 records of 1 KiB a
+    partition (``java.lang.OutOfMemoryError`` reading the cache back, bench scenario 8)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_type
     from pyspark.sql.types import StructField, StructType
 
+    spark = df.sparkSession
     out = StructType(
         [*df.schema.fields, *(StructField(f.name, from_arrow_type(f.type), True) for f in extra_fields(plan))]
     )
-    decoded = df.mapInArrow(decoder(plan), out).persist(StorageLevel.MEMORY_AND_DISK)
+    scratch = staging(f"{plan.topic}{TABLE_SEP}decoded")
+    df.mapInArrow(decoder(plan), out).write.mode("overwrite").partitionBy("_table").parquet(scratch)
     try:
+        decoded = spark.read.parquet(scratch)  # counts from the files' footers: no data read
         counts = {int(r["_table"]): int(r["count"]) for r in decoded.groupBy("_table").count().collect()}
         written: dict[str, int] = {}
         for t, n in sorted(counts.items()):
-            rows = decoded.filter(F.col("_table") == t)
+            rows = spark.read.schema(out).parquet(f"{scratch}/_table={t}")
             if t == 0:
                 name = deadletter_name(plan.topic)
                 cols: list[Any] = [*META, "value", "schema_id", "reason"]
@@ -621,4 +635,15 @@ def write_typed(
             log.info("%s: %d record(s) into %s", plan.topic, n, name)
         return written
     finally:
-        decoded.unpersist()
+        _delete(spark, scratch)
+
+
+def _delete(spark: Any, path: str) -> None:
+    """Delete ``path`` (recursively), and its parent when that leaves it empty (Hadoop's FileSystem)."""
+    jvm = spark.sparkContext._jvm
+    p = jvm.org.apache.hadoop.fs.Path(path)
+    fs = p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    fs.delete(p, True)
+    parent = p.getParent()
+    if parent is not None and fs.exists(parent) and not fs.listStatus(parent):
+        fs.delete(parent, False)

@@ -80,6 +80,7 @@ class LoadRun:
     announced: int = 0  # N of "loading N record(s)"
     cpu: float = 0.0  # CPU seconds of the process tree (driver, JVM, Python workers), sampled
     lines: list[str] = field(default_factory=list)
+    oom: str = ""  # the first "java.lang.OutOfMemoryError: ..." line: the cause a failed load's last line hides
 
     @property
     def interval(self) -> float:
@@ -97,6 +98,8 @@ def _follow(stream: IO[bytes], log: Path, run: LoadRun, started: float) -> None:
             line = raw.decode(errors="replace").rstrip()
             run.lines.append(line)
             del run.lines[:-20]  # keep the tail for error messages
+            if not run.oom and "java.lang.OutOfMemoryError" in line:
+                run.oom = line.strip()[:200]
             if run.loading_at is None and (m := LOADING.search(line)):
                 run.loading_at, run.announced = now, int(m.group(2))
             elif run.published_at is None and PUBLISHED.search(line):
@@ -145,7 +148,8 @@ def _load_once(bench: Bench, source: Target, topic: str, warehouse: Path, timeou
         run.cpu = cpu.seconds
     if code != 0:
         tail = [ln for ln in run.lines if ln.strip()][-1:] or ["no output"]
-        raise GeneratorError(f"headwater load exited {code}: {tail[0][:300]}")
+        cause = f" (the JVM first: {run.oom})" if run.oom else ""
+        raise GeneratorError(f"headwater load exited {code}: {tail[0][:300]}{cause}")
     if run.interval <= 0:
         raise GeneratorError(f"headwater load logged no 'loading' / 'published' lines (log: {log})")
     return run
@@ -332,16 +336,24 @@ def run(bench: Bench) -> list[Row]:
             except RuntimeError as e:
                 stream_row.unavailable = f"failed: {str(e)[:300]}"
             shutil.rmtree(bench.workdir / f"stream-{i}", ignore_errors=True)
-            if registry is not None:
+            if registry is not None and not typed.unavailable:
                 bench.log(f"headwater load (local[*], typed) of {count:,} Avro records into {warehouse}-typed")
-                avro = _load_once(
-                    bench, source, typed_topic, Path(f"{warehouse}-typed"), timeout, schema_registry_url=registry.url
-                )
-                _verify(Path(f"{warehouse}-typed"), f"{typed_topic}@v1", count)
+                try:  # a failure here fails this row only (and its later runs: a figure needs every run)
+                    avro = _load_once(
+                        bench,
+                        source,
+                        typed_topic,
+                        Path(f"{warehouse}-typed"),
+                        timeout,
+                        schema_registry_url=registry.url,
+                    )
+                    _verify(Path(f"{warehouse}-typed"), f"{typed_topic}@v1", count)
+                    typed.figure("records/s").add(count / avro.interval)
+                    typed.figure("MiB/s").add(typed_bytes / MIB / avro.interval)
+                    typed.figure("binary records/s").add(count / got.interval)
+                except GeneratorError as e:
+                    typed.unavailable = f"failed in run {i + 1}: {str(e)[:300]}"
                 shutil.rmtree(f"{warehouse}-typed", ignore_errors=True)
-                typed.figure("records/s").add(count / avro.interval)
-                typed.figure("MiB/s").add(typed_bytes / MIB / avro.interval)
-                typed.figure("binary records/s").add(count / got.interval)
             if no_jars is None:
                 out = bench.workdir / f"spark-kafka-{i}"
                 bench.log(f"Spark's format(kafka) (local[*]) of {count:,} records into {out}-0")
@@ -407,7 +419,7 @@ def run(bench: Bench) -> list[Row]:
         bench.add(spark_inner)
         if registry is None:
             typed.unavailable = no_registry or "the registry did not start"
-        else:
+        elif not typed.unavailable:
             typed.ratio_override = typed.value / inner.figures["records/s"].median
             typed.baseline = "the binary load's records/s (the load itself), this run"
             ratios = [
