@@ -86,10 +86,24 @@ def stream_read(
             raise RuntimeError(f"readStream.format(headwater) did not finish in {timeout:.0f}s") from None
     wall = time.perf_counter() - started
     if proc.returncode != 0:
-        raise RuntimeError(f"readStream.format(headwater) exited {proc.returncode}: {stderr[-2000:]}")
+        raise RuntimeError(f"readStream.format(headwater) exited {proc.returncode}: {_cause(stderr)}")
     res = json.loads(stdout.strip().splitlines()[-1])
     if res["rows"] != count or res["distinct"] != count:
         raise RuntimeError(
             f"readStream.format(headwater) wrote {res['rows']} rows ({res['distinct']} offsets) of {count}"
         )
     return StreamRun(float(res["seconds"]), wall, cpu.seconds, int(res["batches"]))
+
+
+def _cause(stderr: str) -> str:
+    """What a failed query's stderr says went wrong: its exception lines (Python's last line and
+    Spark's ``...Exception: ...`` heads, the JVM's ``Caused by:``), not the tail of a Java stack,
+    which the report's cell cuts (a run of 2026-11-27 failed with only ``at ...`` frames shown)."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    heads = [
+        line
+        for line in lines
+        if line.startswith("Caused by:") or (("Exception" in line or "Error" in line) and not line.startswith("at "))
+    ]
+    picked = list(dict.fromkeys(heads))[-6:]
+    return " | ".join(picked)[-1500:] if picked else stderr[-1500:]
