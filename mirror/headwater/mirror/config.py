@@ -32,11 +32,10 @@ a :class:`MirrorConfigError` whose message is one line naming the property.
 Headwater's own settings: ``replication.factor`` (of destination topics; default: the smaller of 3
 and the destination's live brokers), ``offset.commit.interval.ms`` (5000), ``auto.offset.reset``
 (``earliest``), ``fetch.max.bytes`` per partition (8 MiB), ``fetch.max.wait.ms`` (500),
-``fetch.max.in.flight`` (fetches of a partition on the wire, and Fetch rounds per source broker, 1),
+``fetch.max.in.flight`` (fetches of a partition on the wire, and Fetch rounds per source broker, 2),
 ``fetch.max.buffered.bytes`` (per partition, fetched ahead and not yet acknowledged by the target;
-default 0: no fetching ahead; all three: :mod:`headwater.mirror.fetch_ahead`; issue 40 measured the
-fetching ahead of issue 22 slower than one exact fetch at a time on loopback and through the lab's
-capped link, so it is off unless asked for),
+default twice ``fetch.max.bytes``, 0: no fetching ahead; all three: :mod:`headwater.mirror.fetch_ahead`;
+issue 40 measured one exact fetch at a time faster, see docs/mirror.md for why it is not the default),
 ``resume.scan.max.bytes`` (64 MiB) and
 ``resume.scan.total.max.bytes`` (256 MiB: how much of the target a new owner's resume scan reads
 per partition and holds, summed, over all partitions; see :mod:`headwater.mirror.copies`),
@@ -322,8 +321,8 @@ class MirrorConfig:
     auto_offset_reset: str = "earliest"
     fetch_max_bytes: int = 8 * 1024 * 1024
     fetch_max_wait_ms: int = 500
-    fetch_max_in_flight: int = 1
-    fetch_max_buffered_bytes: int | None = 0  # per partition; None: twice fetch_max_bytes
+    fetch_max_in_flight: int = 2
+    fetch_max_buffered_bytes: int | None = None  # per partition; None: twice fetch_max_bytes
     resume_scan_max_bytes: int = 64 * 1024 * 1024
     resume_scan_total_max_bytes: int = 256 * 1024 * 1024
     always_repartition: bool = False
@@ -589,8 +588,8 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         auto_offset_reset=aliases_reset[reset],
         fetch_max_bytes=_int(props, "fetch.max.bytes", 8 * 1024 * 1024, minimum=1024) or 8 * 1024 * 1024,
         fetch_max_wait_ms=_int(props, "fetch.max.wait.ms", 500) or 0,
-        fetch_max_in_flight=_int(props, "fetch.max.in.flight", 1, minimum=1) or 1,
-        fetch_max_buffered_bytes=_int(props, "fetch.max.buffered.bytes", 0, minimum=0),
+        fetch_max_in_flight=_int(props, "fetch.max.in.flight", 2, minimum=1) or 2,
+        fetch_max_buffered_bytes=_int(props, "fetch.max.buffered.bytes", None, minimum=0),
         resume_scan_max_bytes=_int(props, "resume.scan.max.bytes", 64 * 1024 * 1024, minimum=0) or 0,
         resume_scan_total_max_bytes=_int(props, "resume.scan.total.max.bytes", 256 * 1024 * 1024, minimum=0) or 0,
         always_repartition=repartition == "always",
