@@ -40,7 +40,7 @@ from typing import Any
 
 import docker
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AclBindingFilter,
     AclOperation,
@@ -481,14 +481,8 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
     for user in ("nobody", "mirror"):
         codes = stock_produce_codes(deployment.secure("dc1-a", user), "mirrored", 3)
         assert codes and all(c == KafkaError.TOPIC_AUTHORIZATION_FAILED for c in codes), (user, codes)
-    consumer = Consumer(
-        {"bootstrap.servers": deployment.dc1, "group.id": "ansible-test-acls", **QUIET, **kafka_io.CLIENT_CONF}
-    )
-    try:
-        ends = [consumer.get_watermark_offsets(TopicPartition("mirrored", p), timeout=10)[1] for p in (0, 1)]
-    finally:
-        consumer.close()
-    assert sum(ends) == 20, ends
+    ends = end_offsets(deployment.dc1, "mirrored")
+    assert sum(ends.values()) == 20, ends
 
 
 def zookeeper_word(address: str, command: bytes) -> dict[str, str]:
@@ -654,13 +648,7 @@ def test_rolling_restart_loses_nothing(deployment: Deployment) -> None:
     assert writer.unflushed == 0 and not writer.errors, (writer.unflushed, writer.errors[:5])
     during = [v for t, v in writer.acked if times[first][0] < t < times[second][1]]
     assert during, "no record was acknowledged while the brokers restarted"
-    consumer = Consumer(
-        {"bootstrap.servers": deployment.dc1, "group.id": "ansible-test-check", **QUIET, **kafka_io.CLIENT_CONF}
-    )
-    try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(ROLLING_TOPIC, p), timeout=10)[1] for p in (0, 1)}
-    finally:
-        consumer.close()
+    ends = end_offsets(deployment.dc1, ROLLING_TOPIC)
     stored = consume(deployment.dc1, ROLLING_TOPIC, [0, 1], sum(ends.values()), timeout=120)
     values = {r.value for r in stored}
     lost = [v for _, v in writer.acked if v not in values]

@@ -151,8 +151,10 @@ def run(bench: Bench) -> list[Row]:
         )
         for d in delays
     }
+    rows = [*lan_rows.values(), *wan_rows.values()]
     #: (delay, label, settings) of every copy through the link, in order
     wan_copies = [(d, SETTINGS[0][0], SETTINGS[0][1]) for d in delays]
+    variant_row: Row | None = None
     if not bench.plan.quick:
         wan_copies.append((GOAL_DELAY_MS, *WAN_VARIANT))
         variant_row = Row(
@@ -163,8 +165,6 @@ def run(bench: Bench) -> list[Row]:
             primary="records/s",
             baseline="the run's best LAN row (median of the runs' ratios)",
         )
-    rows = [*lan_rows.values(), *wan_rows.values()]
-    if not bench.plan.quick:
         rows.append(variant_row)
     why = why_not(bench, "rdkafka-c") and why_not(bench, "confluent")
     if why or not bench.zk_connect:
@@ -224,7 +224,7 @@ def run(bench: Bench) -> list[Row]:
                     n += 1
                     before = _bytes_to_client(control)
                     rate = _mirror_through(bench, src.wan_bootstrap, source_zk, dest, topic, f"wan{n}", count, settings)
-                    row = wan_rows[d] if label == SETTINGS[0][0] else variant_row
+                    row = variant_row if variant_row is not None and label == WAN_VARIANT[0] else wan_rows[d]
                     row.figure("records/s").add(rate)
                     row.figure("% of the run's best LAN row", "%").add(100 * rate / best_lan)
                     row.figure("wire bytes/record", "B").add((_bytes_to_client(control) - before) / count)
