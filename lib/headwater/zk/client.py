@@ -23,6 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 from kazoo.client import KazooClient, TransactionRequest
+from kazoo.exceptions import AuthFailedError
+from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL
 
@@ -69,7 +71,33 @@ class _AclTransaction(TransactionRequest):  # type: ignore[misc]
         super().create(path, value, acl=acl, ephemeral=ephemeral, sequence=sequence)
 
 
-class SecureKazooClient(KazooClient):  # type: ignore[misc]
+class HeadwaterKazooClient(KazooClient):  # type: ignore[misc]
+    """A KazooClient whose ``start`` says when ZooKeeper refused the SASL login.
+
+    kazoo marks the session connected before the SASL exchange; when the server then refuses the
+    login, the state turns AUTH_FAILED, and a ``start`` that had not yet looked at the state raises
+    "Connection time-out" instead (seen under load). The login's refusal is the cause: raise it."""
+
+    login_refused = False
+
+    def _session_callback(self, state: str) -> None:
+        # kazoo's one place for session states; AUTH_FAILED turns CLOSED as soon as its loop ends,
+        # before ``start`` could look, so it is remembered here
+        if state == KeeperState.AUTH_FAILED:
+            self.login_refused = True
+        super()._session_callback(state)
+
+    def start(self, timeout: float = 15) -> None:
+        self.login_refused = False
+        try:
+            super().start(timeout=timeout)
+        except self.handler.timeout_exception:
+            if self.login_refused:
+                raise AuthFailedError("ZooKeeper refused the SASL login") from None
+            raise
+
+
+class SecureKazooClient(HeadwaterKazooClient):
     """A KazooClient whose creates carry Kafka 2.3's default ACLs for their path (an explicit
     ``acl=`` still wins). Paths are the caller's, i.e. relative to the chroot, as Kafka's are."""
 
@@ -99,7 +127,7 @@ def kazoo_client(
     """
     if security is None:
         security = zk_security()
-    cls = SecureKazooClient if security.set_acl else KazooClient
+    cls = SecureKazooClient if security.set_acl else HeadwaterKazooClient
     sasl = security.sasl_options()
     if sasl is not None:
         kwargs.setdefault("sasl_options", sasl)
