@@ -193,3 +193,25 @@ def test_an_audit_outage_delays_only_the_audit_events(
     )
     job._recover(wh, config)
     assert wh.audited(1) and sent == [[{"topic": t, "count": 1} for t in RANGES]]
+
+
+def test_dropping_a_killed_typed_runs_staging_leaves_no_empty_directory(spark: Any, tmp_path: Path) -> None:
+    """A typed load killed mid-decode leaves ``<topic>@decoded/_staging-...`` (and maybe a new table
+    version's first staging); once a run has taken its number, both go with their directories,
+    and a topic directory that holds published runs stays."""
+    root = tmp_path / "warehouse"
+    wh = Warehouse(spark, str(root))
+    _publish(wh, _config(root))  # run 1, published
+    killed = [
+        root / "orders@decoded" / f"{STAGING_PREFIX}{run_name(1)}-killed" / "_table=1",
+        root / "orders@v2" / f"{STAGING_PREFIX}{run_name(1)}-killed" / "date=2026-11-27",
+        root / "clicks" / f"{STAGING_PREFIX}{run_name(1)}-killed" / "date=2026-11-27",
+    ]
+    for d in killed:
+        d.mkdir(parents=True)
+        pq.write_table(pa.table({"offset": [1]}), d / "part-0.parquet")
+    job._drop_staging(wh, 1)
+    assert not (root / "orders@decoded").exists() and not (root / "orders@v2").exists()
+    assert wh.staging_dirs() == []
+    for topic in RANGES:
+        assert _visible(root, topic) == _expected(topic)

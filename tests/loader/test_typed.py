@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -117,8 +118,13 @@ def _rows(root: Path, table: str) -> list[dict[str, Any]]:
 
 
 def test_typed_tables_schema_versions_dead_letters_and_audit(
-    broker_factory: Callable[..., BrokerProcess], registry: reg.RegistryProcess, spark: Any, tmp_path: Path
+    broker_factory: Callable[..., BrokerProcess],
+    registry: reg.RegistryProcess,
+    spark: Any,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="headwater.loader")
     b = broker_factory(0, num_partitions=1, auto_create_topics_enable="true")
     client = SchemaRegistryClient({"url": registry.url})
     producer = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5})
@@ -198,6 +204,16 @@ def test_typed_tables_schema_versions_dead_letters_and_audit(
     )
     manifest = job._load(spark, config)
     assert manifest is not None
+    # the newest-partition line names the directory the rows are in: a table version, not the topic
+    newest = {m.split(": ", 2)[2].split("/")[0] for m in caplog.messages if "newest partition loaded" in m}
+    assert newest == {"clicks@v1", "events@v1", "orders@v2", "raw"}, caplog.messages
+    assert set(manifest["table_partitions"]) == {
+        "clicks@v1",
+        "events@v1",
+        "orders@v1",
+        "orders@v2",
+        "orders@deadletter",
+    }
     assert manifest["tables"] == {
         "clicks": {"clicks@v1": 5},
         "events": {"events@v1": 4},

@@ -329,21 +329,25 @@ def _stage_and_publish(
         for topic in sorted({r.topic for r in step if r.size > 0}):
             started = time.monotonic()
             mine = [r for r in step if r.topic == topic]
-            df = (
-                config.partitioning.add_columns(read_topic(topic, mine))
-                if read_topic
-                else _read_topic(spark, config, topic, mine)
-            )
             if topic not in typed:
                 typed[topic] = schemas.plan_topic(registry, topic) if registry else None
             plan_of = typed[topic]
+            df = (
+                config.partitioning.add_columns(read_topic(topic, mine))
+                if read_topic
+                else _read_topic(spark, config, topic, mine, plan_of)
+            )
             if plan_of is None:  # no registered value schema: binary key and value, as ever
                 df.write.mode("append").partitionBy(*config.partitioning.columns).parquet(
                     wh.path(_staging_of(run, topic, token))
                 )
             else:
                 wrote = schemas.write_typed(
-                    df, plan_of, lambda t: wh.path(_staging_of(run, t, token)), config.partitioning.columns
+                    df,
+                    plan_of,
+                    lambda t: wh.path(_staging_of(run, t, token)),
+                    config.partitioning.columns,
+                    decoded=not read_topic,  # the batch source decodes as it reads; a micro-batch is raw
                 )
                 for name, n in wrote.items():
                     tables.setdefault(topic, {})[name] = tables.get(topic, {}).get(name, 0) + n
@@ -366,6 +370,7 @@ def _stage_and_publish(
     by_partition: dict[str, dict[str, int]] = {}
     sizes: dict[str, int] = {}
     partitions: dict[str, list[str]] = {}
+    table_partitions: dict[str, list[str]] = {}  # typed topics: each table's partition directories
     staged_dirs: list[str] = []
     for topic in sorted({r.topic for r in done if r.size > 0}):
         mine = [r for r in done if r.topic == topic]
@@ -381,7 +386,10 @@ def _stage_and_publish(
         records[topic] = sum(counts.values())
         by_partition[topic] = {str(p): n for p, n in sorted(counts.items())}
         sizes[topic] = sum(int(wh.fs.getFileStatus(wh._p(rel)).getLen()) for rel in staged)
-        partitions[topic] = sorted({p for out in outs for p in touched(wh.files_under(out), out)})
+        by_table = {t: touched(wh.files_under(out), out) for t, out in zip(names, outs)}
+        partitions[topic] = sorted({p for dirs in by_table.values() for p in dirs})
+        if topic in tables:
+            table_partitions.update({t: dirs for t, dirs in by_table.items() if dirs})
         log.info(
             "run %d: %s: %d record(s), %d byte(s) of Parquet in %s, offsets %s -> %s",
             run,
@@ -412,6 +420,7 @@ def _stage_and_publish(
     }
     if tables:
         manifest["tables"] = tables
+        manifest["table_partitions"] = table_partitions
     if guard:
         guard.check()
     wh.claim(run, manifest)
@@ -419,8 +428,16 @@ def _stage_and_publish(
     return manifest
 
 
-def _read_topic(spark: Any, config: LoaderConfig, topic: str, mine: list[OffsetRange]) -> Any:
-    """One topic's ranges (every partition, empty ones too) as a DataFrame with the partition columns."""
+def _read_topic(
+    spark: Any, config: LoaderConfig, topic: str, mine: list[OffsetRange], plan: schemas.TopicSchemas | None = None
+) -> Any:
+    """One topic's ranges (every partition, empty ones too) as a DataFrame with the partition columns;
+    with a typed topic's ``plan``, decoded by the source as it reads (:func:`schemas.extra_fields`)."""
+    typed: dict[str, str] = {}
+    if plan is not None:
+        typed[schemas.DECODE_OPTION] = schemas.decode_option(plan)
+        # event time from the payload: the partition columns read the raw value after decoding
+        typed[schemas.KEEP_VALUE_OPTION] = str(config.partitioning.time_field.startswith("value:")).lower()
     df = (
         spark.read.format("headwater")
         .option("kafka.bootstrap.servers", config.bootstrap)
@@ -433,6 +450,7 @@ def _read_topic(spark: Any, config: LoaderConfig, topic: str, mine: list[OffsetR
         .option("headwater.test.read.delay.ms", config.read_delay_ms)
         .options(**config.read_options)
         .options(**{f"kafka.{k}": v for k, v in config.security_properties.items()})
+        .options(**typed)
         .load()
     )
     return config.partitioning.add_columns(df)
@@ -626,10 +644,21 @@ def _log_newest(run: int, manifest: dict[str, Any], config: LoaderConfig) -> Non
     """One line per topic: the newest partition directory the run wrote (``date=.../hour=...``),
     with the audit dashboard's page of that hour or day when ``audit.dashboard.url`` is set."""
     zone = manifest.get("partitioning", {}).get("timezone", "UTC")
+    by_table = manifest.get("table_partitions", {})
     for topic, dirs in sorted(manifest.get("partitions", {}).items()):
         if not dirs:
             continue
-        newest = f"{topic}/run={run_name(run)}/{max(dirs)}"
+        # a typed topic's rows are in its table versions' directories (<topic>@v<n>), newest dir first
+        where = max(
+            (
+                (d, t)
+                for t, ds in by_table.items()
+                if t.startswith(f"{topic}{schemas.TABLE_SEP}") and not schemas.is_deadletter(t)
+                for d in ds
+            ),
+            default=(max(dirs), topic),
+        )
+        newest = f"{where[1]}/run={run_name(run)}/{where[0]}"
         link = (
             f" (audit dashboard: {dashboard_link(config.dashboard_url, topic, max(dirs), zone)})"
             if config.dashboard_url
@@ -735,6 +764,9 @@ def _drop_staging(wh: Warehouse, committed: int) -> None:
         if run <= committed:
             log.warning("dropping the staging of run %d (%s), which never published (a failed or killed run)", run, rel)
             wh.delete(rel)
+            parent = rel.rsplit("/", 1)[0]  # a directory only that staging made (a typed load's
+            if not wh.children(parent):  # <topic>@decoded scratch, a table version never published)
+                wh.delete(parent)
     for name in wh.children(LEGACY_STAGING):  # written by loaders before the per-topic staging
         log.warning("dropping the staging of run %s, which never published (a failed or killed run)", name)
         wh.delete(f"{LEGACY_STAGING}/{name}")

@@ -427,6 +427,8 @@ class TopicSchemas:
     writers: dict[int, tuple[str, Any, int]]
     unusable: dict[int, str]
     tables: dict[int, TableVersion]
+    #: the registry's answer the plan was made from (the source's decode option carries it)
+    versions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def newest(self) -> int:
@@ -493,7 +495,27 @@ def plan_versions(topic: str, subject: str, versions: Sequence[dict[str, Any]]) 
             current.value_type = extended
         current.schema_ids.append(v["id"])
         writers[v["id"]] = (v["schemaType"], parsed, current.version)
-    return TopicSchemas(topic, subject, writers, unusable, tables)
+    return TopicSchemas(topic, subject, writers, unusable, tables, list(versions))
+
+
+#: the ``headwater`` source's option that decodes while it reads (one Python pass over each record):
+#: the plan as :func:`decode_option` writes it; the read's columns gain :func:`extra_fields`
+DECODE_OPTION = "headwater.decode.schemas"
+#: with the decode option: keep each decoded record's raw ``value`` (event time read from the payload)
+KEEP_VALUE_OPTION = "headwater.decode.keepValue"
+
+
+def decode_option(plan: TopicSchemas) -> str:
+    """The plan as the source's :data:`DECODE_OPTION` (the registry's versions: small, plain JSON)."""
+    return json.dumps({"topic": plan.topic, "subject": plan.subject, "versions": plan.versions})
+
+
+def plan_of_option(text: str) -> TopicSchemas:
+    try:
+        got = json.loads(text)
+        return plan_versions(got["topic"], got["subject"], got["versions"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise SchemaError(f"{DECODE_OPTION}: not a plan written by decode_option ({e})") from None
 
 
 # -- decoding (in Spark's Python workers) ---------------------------------------------------------
@@ -509,9 +531,13 @@ def extra_fields(plan: TopicSchemas) -> list[pa.Field]:
     return fields + [pa.field(f"v{n}", t.value_type) for n, t in sorted(plan.tables.items())]
 
 
-def decoder(plan: TopicSchemas) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function: each source batch with its values decoded into its table version
-    (the source's columns as they come, then :func:`extra_fields`)."""
+def decoder(
+    plan: TopicSchemas, keep_value: bool = False
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Each source batch with its values decoded into its table version (the source's columns as
+    they come, then :func:`extra_fields`): run by the source itself (:data:`DECODE_OPTION`) or as
+    a ``mapInArrow`` function. A decoded row's raw ``value`` is null (its ``v<n>`` carries it)
+    unless ``keep_value``."""
     extra = extra_fields(plan)
     tables = sorted(plan.tables)
     types = {n: plan.tables[n].value_type for n in tables}
@@ -577,9 +603,10 @@ def decoder(plan: TopicSchemas) -> Callable[[Iterator[pa.RecordBatch]], Iterator
             arrays = [batch.column(i) for i in range(batch.num_columns)]
             # the raw value is only kept for the dead letters: a decoded row carries it in v<n>
             at = batch.schema.get_field_index("value")
-            arrays[at] = pa.array(
-                [raw if t == 0 else None for raw, t in zip(values, table)], batch.schema.field(at).type
-            )
+            if not keep_value:
+                arrays[at] = pa.array(
+                    [raw if t == 0 else None for raw, t in zip(values, table)], batch.schema.field(at).type
+                )
             arrays += [
                 pa.array(table, pa.int32()),
                 pa.array(sids, pa.int32()),
@@ -595,10 +622,12 @@ def decoder(plan: TopicSchemas) -> Callable[[Iterator[pa.RecordBatch]], Iterator
 
 
 def write_typed(
-    df: Any, plan: TopicSchemas, staging: Callable[[str], str], partition_cols: Sequence[str]
+    df: Any, plan: TopicSchemas, staging: Callable[[str], str], partition_cols: Sequence[str], decoded: bool = False
 ) -> dict[str, int]:
     """Decode ``df`` (the source's columns and ``partition_cols``) once and write each table version
     with rows, and the dead letters, as Parquet at ``staging(table)``; returns rows per table.
+    ``decoded``: ``df`` was read with :data:`DECODE_OPTION` and has :func:`extra_fields` already
+    (no ``mapInArrow``: the records pass through Python once, in the source's reader).
 
     The decoded rows are written once, by ``_table``, to a scratch directory beside the staging
     (``staging("<topic>@decoded")``, deleted when the tables are written; a crash leaves it to
@@ -611,14 +640,18 @@ def write_typed(
     from pyspark.sql.types import StructField, StructType
 
     spark = df.sparkSession
-    out = StructType(
-        [*df.schema.fields, *(StructField(f.name, from_arrow_type(f.type), True) for f in extra_fields(plan))]
-    )
+    if decoded:
+        out = df.schema
+    else:
+        out = StructType(
+            [*df.schema.fields, *(StructField(f.name, from_arrow_type(f.type), True) for f in extra_fields(plan))]
+        )
+        df = df.mapInArrow(decoder(plan), out)
     scratch = staging(f"{plan.topic}{TABLE_SEP}decoded")
-    df.mapInArrow(decoder(plan), out).write.mode("overwrite").partitionBy("_table").parquet(scratch)
+    df.write.mode("overwrite").partitionBy("_table").parquet(scratch)
     try:
-        decoded = spark.read.parquet(scratch)  # counts from the files' footers: no data read
-        counts = {int(r["_table"]): int(r["count"]) for r in decoded.groupBy("_table").count().collect()}
+        written_once = spark.read.parquet(scratch)  # counts from the files' footers: no data read
+        counts = {int(r["_table"]): int(r["count"]) for r in written_once.groupBy("_table").count().collect()}
         written: dict[str, int] = {}
         for t, n in sorted(counts.items()):
             rows = spark.read.schema(out).parquet(f"{scratch}/_table={t}")

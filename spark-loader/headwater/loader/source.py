@@ -46,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,9 +63,11 @@ from pyspark.sql.types import StructType
 
 from headwater.client.security import ClientSecurity
 from headwater.loader.offsets import DataLoss, DataLossError, OffsetRange, split
+from headwater.loader.schemas import DECODE_OPTION, KEEP_VALUE_OPTION
 
 if TYPE_CHECKING:
     from headwater.loader.options import SourceOptions
+    from headwater.loader.schemas import TopicSchemas
 
 log = logging.getLogger("headwater.loader.source")
 
@@ -106,11 +108,19 @@ class HeadwaterDataSource(DataSource):
     def name(cls) -> str:
         return "headwater"
 
-    def schema(self) -> str:
+    def schema(self) -> str | StructType:
         from headwater.loader.options import boolean
 
         include = boolean({k.lower(): v for k, v in self.options.items()}, "includeHeaders", True)
-        return SCHEMA if include else SCHEMA_NO_HEADERS
+        plan = _decode_plan(self.options)
+        if plan is None:
+            return SCHEMA if include else SCHEMA_NO_HEADERS
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from headwater.loader.schemas import extra_fields
+
+        base = ARROW_SCHEMA if include else ARROW_SCHEMA.remove(ARROW_SCHEMA.get_field_index("headers"))
+        return from_arrow_schema(pa.schema([*base, *extra_fields(plan)]))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return HeadwaterReader(dict(self.options))
@@ -141,12 +151,35 @@ class HeadwaterReader(DataSourceReader):
             log.warning("failOnDataLoss=false: %s; reading on from offset %d", loss.describe(), loss.log_start)
         self.ranges = ranges
         self.bounds = ReadBounds.from_options({k.lower(): v for k, v in options.items()})
+        self.plan = _decode_plan(options)
+        self.keep_value = str(_option(options, KEEP_VALUE_OPTION) or "false").strip().lower() == "true"
 
     def partitions(self) -> list[InputPartition]:
         return [RangePartition(r) for r in split(self.ranges, self.options.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(partition, self.options, self.bounds)
+        batches = read_partition(partition, self.options, self.bounds)
+        if self.plan is None:
+            return batches
+        from headwater.loader.schemas import decoder
+
+        return decoder(self.plan, self.keep_value)(batches)
+
+
+def _option(options: Mapping[str, str], name: str) -> str | None:
+    """An option by name, in any case (Spark may hand the source its options lower-cased)."""
+    return next((v for k, v in options.items() if k.lower() == name.lower()), None)
+
+
+def _decode_plan(options: Mapping[str, str]) -> TopicSchemas | None:
+    """The typed tables' plan the loader passed (:data:`headwater.loader.schemas.DECODE_OPTION`):
+    the reader decodes each value as it reads it (typed tables, one pass)."""
+    text = _option(options, DECODE_OPTION)
+    if text is None:
+        return None
+    from headwater.loader.schemas import plan_of_option
+
+    return plan_of_option(text)
 
 
 def read_partition(partition: InputPartition, o: SourceOptions, bounds: ReadBounds) -> Iterator[pa.RecordBatch]:
