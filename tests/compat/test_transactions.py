@@ -173,17 +173,16 @@ KAFKA_PYTHON_HANGS = pytest.mark.xfail(
     strict=True,
     reason="kafka-python 3.0.12: send_offsets_to_transaction hangs once its transaction coordinator is gone",
 )
-LIBRDKAFKA_5511 = pytest.mark.xfail(
-    strict=True,
-    reason="librdkafka #5511: send_offsets_to_transaction blocks once its group coordinator is killed",
-)
 CASES = [
     pytest.param(client, fault, marks=[KAFKA_PYTHON_HANGS] if (client, fault) == ("kafka-python", FAULTS[0]) else [])
     for client in CLIENTS
     for fault in FAULTS
-    # the group coordinator's kill: kafka-python hangs there as for its transaction coordinator
-    # (above); not run
-    if (client, fault) != ("kafka-python", "group-coordinator")
+    # The group coordinator's kill is not run with kafka-python, which hangs there as for its
+    # transaction coordinator (above), nor with confluent-kafka: librdkafka #5511 / #5456 (below)
+    # hang it in send_offsets_to_transaction past its timeout unless some other broker connection
+    # happens to go up or down (it passed most runs and hung once in a full suite, 2026-11-27).
+    # aiokafka's and Headwater's clients run it.
+    if fault != "group-coordinator" or client not in ("kafka-python", "confluent")
 ] + [pytest.param("headwater", f) for f in FAULTS]  # Headwater's own client (issue 41)
 
 
