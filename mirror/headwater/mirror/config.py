@@ -109,6 +109,7 @@ _GLOBAL_SETTINGS = {
     "fetch.max.wait.ms",
     "fetch.max.in.flight",
     "fetch.max.buffered.bytes",
+    "end.offsets.refresh.interval.ms",
     "resume.scan.max.bytes",
     "resume.scan.total.max.bytes",
     "repartition",
@@ -321,8 +322,11 @@ class MirrorConfig:
     auto_offset_reset: str = "earliest"
     fetch_max_bytes: int = 8 * 1024 * 1024
     fetch_max_wait_ms: int = 500
-    fetch_max_in_flight: int = 2
-    fetch_max_buffered_bytes: int | None = None  # per partition; None: twice fetch_max_bytes
+    fetch_max_in_flight: int = 1
+    #: per partition; None: 0 (no fetching ahead) with one fetch in flight, twice fetch_max_bytes with more
+    fetch_max_buffered_bytes: int | None = None
+    #: how often each member reads its partitions' end offsets from the source for the lag (lag.py)
+    end_offsets_refresh_interval_ms: int = 5000
     resume_scan_max_bytes: int = 64 * 1024 * 1024
     resume_scan_total_max_bytes: int = 256 * 1024 * 1024
     always_repartition: bool = False
@@ -588,8 +592,9 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         auto_offset_reset=aliases_reset[reset],
         fetch_max_bytes=_int(props, "fetch.max.bytes", 8 * 1024 * 1024, minimum=1024) or 8 * 1024 * 1024,
         fetch_max_wait_ms=_int(props, "fetch.max.wait.ms", 500) or 0,
-        fetch_max_in_flight=_int(props, "fetch.max.in.flight", 2, minimum=1) or 2,
+        fetch_max_in_flight=_int(props, "fetch.max.in.flight", 1, minimum=1) or 1,
         fetch_max_buffered_bytes=_int(props, "fetch.max.buffered.bytes", None, minimum=0),
+        end_offsets_refresh_interval_ms=_int(props, "end.offsets.refresh.interval.ms", 5000, minimum=100) or 5000,
         resume_scan_max_bytes=_int(props, "resume.scan.max.bytes", 64 * 1024 * 1024, minimum=0) or 0,
         resume_scan_total_max_bytes=_int(props, "resume.scan.total.max.bytes", 256 * 1024 * 1024, minimum=0) or 0,
         always_repartition=repartition == "always",
