@@ -375,6 +375,15 @@ class MirrorConfig:
         return checkpoints_topic(source, self.internal_separator)
 
     @property
+    def max_buffered_bytes(self) -> int:
+        """``fetch.max.buffered.bytes`` per partition; unset: 0 (one exact fetch at a time, the default)
+        with ``fetch.max.in.flight`` 1, twice ``fetch.max.bytes`` with more (a second fetch of a
+        partition is fetching ahead; see :mod:`headwater.mirror.fetch_ahead`)."""
+        if self.fetch_max_buffered_bytes is not None:
+            return self.fetch_max_buffered_bytes
+        return 2 * self.fetch_max_bytes if self.fetch_max_in_flight > 1 else 0
+
+    @property
     def isolation(self) -> int:
         """``isolation.level`` as the Fetch and ListOffsets field (0 read_uncommitted, 1 read_committed)."""
         return 1 if self.isolation_level == "read_committed" else 0

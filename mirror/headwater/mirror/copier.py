@@ -384,13 +384,8 @@ class Copier:
             self._drop_copies()
 
     def max_buffered_bytes(self) -> int:
-        """``fetch.max.buffered.bytes``; unset: 0 (one exact fetch at a time) with ``fetch.max.in.flight``
-        1, twice ``fetch.max.bytes`` with more (a second fetch is fetching ahead; see
-        :mod:`headwater.mirror.fetch_ahead`)."""
-        configured = self.config.fetch_max_buffered_bytes
-        if configured is not None:
-            return configured
-        return 2 * self.config.fetch_max_bytes if self.config.fetch_max_in_flight > 1 else 0
+        """``fetch.max.buffered.bytes`` (see :attr:`MirrorConfig.max_buffered_bytes`)."""
+        return self.config.max_buffered_bytes
 
     async def _resume_scan(self) -> None:
         """What did the previous owner copy past the committed offset before it stopped? (Held
