@@ -32,10 +32,12 @@ a :class:`MirrorConfigError` whose message is one line naming the property.
 Headwater's own settings: ``replication.factor`` (of destination topics; default: the smaller of 3
 and the destination's live brokers), ``offset.commit.interval.ms`` (5000), ``auto.offset.reset``
 (``earliest``), ``fetch.max.bytes`` per partition (8 MiB), ``fetch.max.wait.ms`` (500),
-``fetch.max.in.flight`` (fetches of a partition on the wire, and Fetch rounds per source broker, 2),
+``fetch.max.in.flight`` (fetches of a partition on the wire, and Fetch rounds per source broker, 1),
 ``fetch.max.buffered.bytes`` (per partition, fetched ahead and not yet acknowledged by the target;
-default twice ``fetch.max.bytes``, 0: no fetching ahead; all three: :mod:`headwater.mirror.fetch_ahead`;
-issue 40 measured one exact fetch at a time faster, see docs/mirror.md for why it is not the default),
+unset: 0, no fetching ahead, with one fetch in flight, twice ``fetch.max.bytes`` with more; all three:
+:mod:`headwater.mirror.fetch_ahead`; issue 40 measured one exact fetch at a time faster),
+``end.offsets.refresh.interval.ms`` (5000: how often each member reads its partitions' end offsets
+from the source for the lag metric, see :mod:`headwater.mirror.lag`),
 ``resume.scan.max.bytes`` (64 MiB) and
 ``resume.scan.total.max.bytes`` (256 MiB: how much of the target a new owner's resume scan reads
 per partition and holds, summed, over all partitions; see :mod:`headwater.mirror.copies`),
