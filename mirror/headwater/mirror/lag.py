@@ -50,7 +50,6 @@ class EndOffsets:
         self.interval_s = interval_s
         #: partitions whose last round failed, with the error logged for them
         self.failing: dict[TopicPartition, str] = {}
-        self.rounds = 0  # for tests: rounds asked
 
     async def refresh(self) -> None:
         """One round: ask, hand over what was answered, log what changed in what failed."""
@@ -59,7 +58,6 @@ class EndOffsets:
             self.failing.clear()
             return
         answers = await self.consumer.end_offsets(owned)
-        self.rounds += 1
         newly: dict[str, list[TopicPartition]] = {}
         back: list[TopicPartition] = []
         for tp, answer in answers.items():
