@@ -8,6 +8,14 @@ partition whose leader is -2 (LeaderDuringDelete) is being deleted and leaves th
 Two things come from ZooKeeper directly: topic configs (``/config/topics``, watched) and the
 active controller id (``/controller``, watched by every broker for the election anyway).
 All updates run on the event loop.
+
+``answers`` holds the Metadata handler's per-topic answers (handlers/metadata.py), built from this
+cache and encoded once per API version. Every change that can alter one is made here, and drops it:
+``update_partition`` drops its topic's (leader, epoch, ISR, replicas, offline replicas, a new
+partition, a deletion); ``update_brokers`` drops them all when the set of live broker ids changes
+(a partition's error code, leader and offline replicas depend on who is alive). Endpoints, racks,
+the controller id and the cluster id are not in a topic's answer: the handler reads them per request.
+PartitionInfo objects are replaced, never changed in place.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from functools import partial
 from kazoo.protocol.states import ZnodeStat
 
 from headwater.broker.zk import ZooKeeper
+from headwater.protocol.lean import MetadataTopic
 from headwater.zk import brokers as zkbrokers
 from headwater.zk import config as zkconfig
 from headwater.zk import controller as zkcontroller
@@ -74,6 +83,8 @@ class MetadataCache:
         self.topics: dict[str, TopicInfo] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
         self.controller_id: int = -1
+        #: topic name -> the Metadata handler's answer for it (see the module's docstring)
+        self.answers: dict[str, MetadataTopic] = {}
         self._watched_configs: set[str] = set()
         #: called with the topic name when its config changes
         self.on_topic_config: Callable[[str], None] = lambda t: None
@@ -89,10 +100,13 @@ class MetadataCache:
     def update_brokers(self, brokers: list[BrokerInfo]) -> None:
         before = set(self.brokers)
         self.brokers = {b.broker_id: b for b in brokers}
+        if before != set(self.brokers):
+            self.answers.clear()
         for gone in before - set(self.brokers):
             log.info("broker %d is no longer alive", gone)
 
     def update_partition(self, state: PartitionInfo) -> None:
+        self.answers.pop(state.topic, None)
         if state.leader == LEADER_DURING_DELETE:
             info = self.topics.get(state.topic)
             if info is not None:

@@ -24,6 +24,7 @@ from headwater.protocol.schema import Message
 __all__ = [
     "LEAN_REQUEST_DECODERS",
     "LEAN_RESPONSE_ENCODERS",
+    "MetadataTopic",
     "decode_fetch_request",
     "decode_produce_request",
     "encode_metadata_response",
@@ -269,6 +270,49 @@ def _put_string(out: bytearray, value: object, nullable: bool) -> bool:
     return True
 
 
+class MetadataTopic(dict[str, Any]):
+    """One topic of a Metadata response that its owner never changes once built: the lean encoder
+    keeps its encoding per API version in ``encoded`` and reuses it (the broker's handler keeps
+    these per topic until its metadata cache changes that topic: handlers/metadata.py). A plain
+    dict is encoded afresh each time; the interpreter reads either as the dict it is."""
+
+    __slots__ = ("encoded",)
+
+    def __init__(self, fields: Message) -> None:
+        super().__init__(fields)
+        self.encoded: dict[int, bytes] = {}
+
+
+def _metadata_topic(version: int, t: Any) -> bytes | None:
+    """One topic of a Metadata v0-8 response (raises on a missing field, as the caller expects)."""
+    out = bytearray(_I16.pack(t["error_code"]))
+    if not _put_string(out, t["name"], False):
+        return None
+    if version >= 1:
+        out += b"\x01" if t["is_internal"] else b"\x00"
+    partitions: list[Any] = t["partitions"]
+    out += _I32.pack(len(partitions))
+    for p in partitions:
+        replicas: list[int] = p["replica_nodes"]
+        isr: list[int] = p["isr_nodes"]
+        if version >= 5:
+            offline: list[int] = p["offline_replicas"]
+            packing = _partition_struct(version, len(replicas), len(isr), len(offline))
+        else:
+            offline = []
+            packing = _partition_struct(version, len(replicas), len(isr), 0)
+        head: tuple[int, ...] = (p["error_code"], p["partition_index"], p["leader_id"])
+        if version >= 7:
+            head += (p["leader_epoch"],)
+        if version >= 5:
+            out += packing.pack(*head, len(replicas), *replicas, len(isr), *isr, len(offline), *offline)
+        else:
+            out += packing.pack(*head, len(replicas), *replicas, len(isr), *isr)
+    if version >= 8:
+        out += _I32.pack(t["topic_authorized_operations"])
+    return bytes(out)
+
+
 def encode_metadata_response(correlation_id: int, version: int, body: Message) -> list[bytes] | None:
     """A Metadata v0-8 response frame (size prefix included)."""
     out = bytearray(8)
@@ -291,31 +335,18 @@ def encode_metadata_response(correlation_id: int, version: int, body: Message) -
         topics: list[Any] = body["topics"]
         out += _I32.pack(len(topics))
         for t in topics:
-            out += _I16.pack(t["error_code"])
-            if not _put_string(out, t["name"], False):
-                return None
-            if version >= 1:
-                out += b"\x01" if t["is_internal"] else b"\x00"
-            partitions: list[Any] = t["partitions"]
-            out += _I32.pack(len(partitions))
-            for p in partitions:
-                replicas: list[int] = p["replica_nodes"]
-                isr: list[int] = p["isr_nodes"]
-                if version >= 5:
-                    offline: list[int] = p["offline_replicas"]
-                    packing = _partition_struct(version, len(replicas), len(isr), len(offline))
-                else:
-                    offline = []
-                    packing = _partition_struct(version, len(replicas), len(isr), 0)
-                head: tuple[int, ...] = (p["error_code"], p["partition_index"], p["leader_id"])
-                if version >= 7:
-                    head += (p["leader_epoch"],)
-                if version >= 5:
-                    out += packing.pack(*head, len(replicas), *replicas, len(isr), *isr, len(offline), *offline)
-                else:
-                    out += packing.pack(*head, len(replicas), *replicas, len(isr), *isr)
-            if version >= 8:
-                out += _I32.pack(t["topic_authorized_operations"])
+            if type(t) is MetadataTopic:
+                block = t.encoded.get(version)
+                if block is None:
+                    block = _metadata_topic(version, t)
+                    if block is None:
+                        return None
+                    t.encoded[version] = block
+            else:
+                block = _metadata_topic(version, t)
+                if block is None:
+                    return None
+            out += block
         if version >= 8:
             out += _I32.pack(body["cluster_authorized_operations"])
         _SIZE_CORRELATION.pack_into(out, 0, len(out) - 4, correlation_id)

@@ -13,6 +13,14 @@
   topic here, else that topic alone gets TOPIC_AUTHORIZATION_FAILED and is not created.
 - controller_id: the active controller; until the controller exists, the lowest live broker id.
 - Authorized operations (v8) are not computed: we answer Kafka's "not requested" sentinel.
+
+The answer for an existing topic is kept (``cache.answers``, a lean.MetadataTopic that the codec
+encodes once per API version) until the metadata cache changes that topic or the set of live
+brokers (metadata_cache.py drops it then): an all-topics request at 10,000 partitions concatenates
+kept blocks instead of building and encoding 10,000 partitions (docs/performance.md). The answer
+does not depend on the request's version, listener or principal; authorization still filters per
+topic per request (authorizer._metadata), and brokers, cluster id, controller id and throttle are
+built per request. Missing topics (auto-creation, unknown, no partitions yet) are never kept.
 """
 
 from __future__ import annotations
@@ -24,9 +32,11 @@ from headwater.acls import CLUSTER_NAME
 from headwater.broker import topic_admin
 from headwater.broker.group.formats import OFFSETS_TOPIC
 from headwater.protocol.errors import ErrorCode, KafkaError
+from headwater.protocol.lean import MetadataTopic
 from headwater.protocol.schema import Message
 
 if TYPE_CHECKING:
+    from headwater.broker.metadata_cache import MetadataCache
     from headwater.broker.request import RequestContext
     from headwater.broker.services import HandlerServices
 
@@ -47,8 +57,12 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
     allow_auto = broker.config.auto_create_topics_enable and (ctx.version < 4 or request["allow_auto_topic_creation"])
 
     topics: list[Message] = []
-    live = cache.brokers
+    answers = cache.answers
     for name in names:
+        kept = answers.get(name)
+        if kept is not None:
+            topics.append(kept)
+            continue
         info = cache.topics.get(name)
         if info is None or not info.partitions:
             # __consumer_offsets is created by FindCoordinator with its own settings, never auto-created
@@ -58,31 +72,8 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
                 continue
             topics.append(await _missing_topic(broker, name, create))
             continue
-        partitions = []
-        for index in sorted(info.partitions):
-            p = info.partitions[index]
-            replicas, leader = p.replicas, p.leader
-            leader_live = leader in live  # -1 is never a live broker
-            partitions.append(
-                {
-                    "error_code": NONE if leader_live else LEADER_NOT_AVAILABLE,
-                    "partition_index": index,
-                    "leader_id": leader if leader_live else -1,
-                    "leader_epoch": p.leader_epoch,
-                    "replica_nodes": replicas,
-                    "isr_nodes": p.isr,
-                    "offline_replicas": [r for r in replicas if r not in live or r in p.offline_replicas],
-                }
-            )
-        topics.append(
-            {
-                "error_code": ErrorCode.NONE,
-                "name": name,
-                "is_internal": name == OFFSETS_TOPIC,
-                "partitions": partitions,
-                "topic_authorized_operations": NOT_REQUESTED,
-            }
-        )
+        answers[name] = answer = _topic_answer(cache, name)
+        topics.append(answer)
 
     brokers = []
     for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id):
@@ -101,6 +92,37 @@ async def handle(broker: HandlerServices, ctx: RequestContext, request: Message)
         "topics": topics,
         "cluster_authorized_operations": NOT_REQUESTED,
     }
+
+
+def _topic_answer(cache: MetadataCache, name: str) -> MetadataTopic:
+    """An existing topic's answer, from the cache as it is now (kept until it changes)."""
+    info = cache.topics[name]
+    live = cache.brokers
+    partitions = []
+    for index in sorted(info.partitions):
+        p = info.partitions[index]
+        replicas, leader = p.replicas, p.leader
+        leader_live = leader in live  # -1 is never a live broker
+        partitions.append(
+            {
+                "error_code": NONE if leader_live else LEADER_NOT_AVAILABLE,
+                "partition_index": index,
+                "leader_id": leader if leader_live else -1,
+                "leader_epoch": p.leader_epoch,
+                "replica_nodes": replicas,
+                "isr_nodes": p.isr,
+                "offline_replicas": [r for r in replicas if r not in live or r in p.offline_replicas],
+            }
+        )
+    return MetadataTopic(
+        {
+            "error_code": ErrorCode.NONE,
+            "name": name,
+            "is_internal": name == OFFSETS_TOPIC,
+            "partitions": partitions,
+            "topic_authorized_operations": NOT_REQUESTED,
+        }
+    )
 
 
 def _may_create(broker: HandlerServices, ctx: RequestContext, name: str) -> bool:
