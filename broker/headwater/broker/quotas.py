@@ -48,6 +48,13 @@ While no entity sets a quota type (and no static default), that type measures no
 request and no per-entity series (Kafka measures every client; here the series appear with the first
 quota).
 
+Per request, the cost is kept to a few operations (issue 42): a connection resolves its entity's
+sensor and bound per quota type once, on its first request of that type (:class:`QuotaSlots` on
+``conn.quota_slots``, as Kafka looks a (user, client-id) sensor up only when it is missing), and again
+only after a quota change, a new principal or client id, or an expired sensor; then a request reads
+the clock once, adds to the current sample and compares the sum of all samples with a precomputed
+cap (:class:`Slot`), the rate itself being measured only above that cap.
+
 Throttling, as Kafka 2.3 (KIP-219): the response leaves at once with ``throttle_time_ms`` set,
 then the connection is *muted* for that time (network.py: nothing more is read or handled on it);
 nothing is ever dropped. A throttled consumer Fetch is answered empty (its bytes unrecorded), as
