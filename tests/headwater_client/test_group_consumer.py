@@ -271,8 +271,11 @@ def test_a_mixed_group_with_a_confluent_kafka_member_splits_and_hands_over(clust
             batch_a = _produce(cluster, topic, "a")
             await _until("batch A read by both", lambda: set(hw.seen) | set(ck_seen) >= batch_a, hw.poll, ck_poll)
             assert hw.seen and ck_seen and sorted(hw.seen + ck_seen) == sorted(batch_a)
-            await hw.consumer.close()  # auto-commit, LeaveGroup: librdkafka leads now and takes over
+            # each member commits what it read: librdkafka now, while it still owns its partitions (after
+            # the rebalance below its stored offsets of revoked partitions are gone: _NO_OFFSET, seen
+            # under load), Headwater's on close (auto-commit, LeaveGroup); librdkafka leads and takes over
             await asyncio.to_thread(ck.commit, asynchronous=False)
+            await hw.consumer.close()
             batch_b = _produce(cluster, topic, "b")
             ck_seen.clear()
             await _until(
