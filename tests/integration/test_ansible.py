@@ -547,9 +547,11 @@ def test_registry_role_serves_typed_loads_and_keeps_ids_across_a_restart(
     assert sorted((r["value"] for r in rows), key=lambda v: v["id"]) == sent, rows
     assert {r["schema_id"] for r in rows} == {schema_id}
     # Restarted, the registry reads its H2 file: the same id for the same schema, to a new client.
+    pid = agg.unit("headwater-registry.service", "MainPID")["MainPID"]
     started = time.monotonic()
     agg.run("systemctl", "restart", "headwater-registry.service")
     wait_for(ready, 300, "the restarted registry's /health/ready", interval=2)
+    assert agg.unit("headwater-registry.service", "MainPID")["MainPID"] not in (pid, "0")
     print(f"registry restart: {time.monotonic() - started:.0f} s")
     again = SchemaRegistryClient({"url": root + CCOMPAT})
     assert again.get_latest_version(subject).schema_id == schema_id
