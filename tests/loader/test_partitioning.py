@@ -115,6 +115,51 @@ def test_event_time_from_a_header_a_json_field_or_the_kafka_timestamp(spark: Any
     ]
 
 
+def test_a_typed_topics_event_time_is_read_from_its_decoded_struct(spark: Any) -> None:
+    """value:<path> on a typed topic (issue 44): the field of the row's table version's decoded
+    struct (``v<n>``), whatever its type in that version; a dead letter (``_table`` 0) or a version
+    without the field lands by its Kafka timestamp. 1 s of Spark."""
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    from headwater.loader.source import SCHEMA
+
+    created = _ms(BASE) - 7_200_000
+    schema = StructType.fromDDL(
+        f"{SCHEMA}, _table int, v1 struct<e: struct<created: bigint>>, "
+        "v2 struct<e: struct<created: string>, at: timestamp>, v3 struct<e: struct<created: boolean>>"
+    )
+    ts = datetime.datetime.fromtimestamp(_ms(BASE) / 1000, UTC)
+    head = [None, None, "t", 0]
+    rows = [
+        (*head, 0, ts, 0, [], 1, {"e": {"created": created}}, None, None),  # ms since the epoch
+        (*head, 1, ts, 0, [], 2, None, {"e": {"created": "2026-11-26T23:15:00Z"}, "at": None}, None),  # ISO
+        (*head, 2, ts, 0, [], 2, None, {"e": {"created": str(created)}, "at": None}, None),  # decimal ms
+        (*head, 3, ts, 0, [], 2, None, {"e": None, "at": None}, None),  # absent: the Kafka timestamp
+        (*head, 4, ts, 0, [], 0, None, None, None),  # a dead letter: the Kafka timestamp
+        (*head, 5, ts, 0, [], 3, None, None, {"e": {"created": True}}),  # not a time's type
+    ]
+    df = spark.createDataFrame(rows, schema)
+    typed = [
+        (1, pa.struct([("e", pa.struct([("created", pa.int64())]))])),
+        (2, pa.struct([("e", pa.struct([("created", pa.string())])), ("at", pa.timestamp("us", tz="UTC"))])),
+        (3, pa.struct([("e", pa.struct([("created", pa.bool_())]))])),
+    ]
+    spec = PartitionSpec("hour", "UTC", "value:$.e.created")
+    got = spec.add_columns(df, typed).orderBy("offset").collect()
+    assert [f"{r['date']}/{r['hour']}" for r in got] == [
+        "2026-11-27/07",
+        "2026-11-26/23",
+        "2026-11-27/07",
+        "2026-11-27/09",
+        "2026-11-27/09",
+        "2026-11-27/09",
+    ]
+    # a path a struct cannot have (brackets) reads nothing: every row by its Kafka timestamp
+    got = PartitionSpec("hour", "UTC", "value:$['e']").add_columns(df, typed).collect()
+    assert {r["hour"] for r in got} == {"09"}
+
+
 def test_dates_and_hours_are_local_to_output_timezone(spark: Any) -> None:
     """0.8 s of Spark."""
     instants = [

@@ -332,12 +332,10 @@ def _stage_and_publish(
             if topic not in typed:
                 typed[topic] = schemas.plan_topic(registry, topic) if registry else None
             plan_of = typed[topic]
-            df = (
-                config.partitioning.add_columns(read_topic(topic, mine))
-                if read_topic
-                else _read_topic(spark, config, topic, mine, plan_of)
-            )
+            df = read_topic(topic, mine) if read_topic else _read_topic(spark, config, topic, mine, plan_of)
             if plan_of is None:  # no registered value schema: binary key and value, as ever
+                if read_topic:
+                    df = config.partitioning.add_columns(df)
                 df.write.mode("append").partitionBy(*config.partitioning.columns).parquet(
                     wh.path(_staging_of(run, topic, token))
                 )
@@ -346,7 +344,7 @@ def _stage_and_publish(
                     df,
                     plan_of,
                     lambda t: wh.path(_staging_of(run, t, token)),
-                    config.partitioning.columns,
+                    config.partitioning,
                     decoded=not read_topic,  # the batch source decodes as it reads; a micro-batch is raw
                 )
                 for name, n in wrote.items():
@@ -432,12 +430,9 @@ def _read_topic(
     spark: Any, config: LoaderConfig, topic: str, mine: list[OffsetRange], plan: schemas.TopicSchemas | None = None
 ) -> Any:
     """One topic's ranges (every partition, empty ones too) as a DataFrame with the partition columns;
-    with a typed topic's ``plan``, decoded by the source as it reads (:func:`schemas.extra_fields`)."""
-    typed: dict[str, str] = {}
-    if plan is not None:
-        typed[schemas.DECODE_OPTION] = schemas.decode_option(plan)
-        # event time from the payload: the partition columns read the raw value after decoding
-        typed[schemas.KEEP_VALUE_OPTION] = str(config.partitioning.time_field.startswith("value:")).lower()
+    with a typed topic's ``plan``, decoded by the source as it reads (:func:`schemas.extra_fields`),
+    the partition columns left to :func:`schemas.write_typed` (a payload's event time is decoded)."""
+    typed = {schemas.DECODE_OPTION: schemas.decode_option(plan)} if plan is not None else {}
     df = (
         spark.read.format("headwater")
         .option("kafka.bootstrap.servers", config.bootstrap)
@@ -453,7 +448,7 @@ def _read_topic(
         .options(**typed)
         .load()
     )
-    return config.partitioning.add_columns(df)
+    return df if plan is not None else config.partitioning.add_columns(df)
 
 
 def _bounded(

@@ -22,6 +22,10 @@ time (``output.partition.time.field``):
   Spark's ``get_json_object`` path syntax; a number or a decimal string is milliseconds since the
   epoch, any other string an ISO-8601 time (``2026-11-27T09:15:00Z``; without an offset it is UTC).
 
+On a typed topic (``schema.registry.url``, :mod:`headwater.loader.schemas`) ``value:$.a.b`` reads
+the field of the decoded value instead (names only, no brackets): an Avro ``timestamp-*`` or
+``date`` as it is, an integer as milliseconds since the epoch, a string as above.
+
 A record whose field is absent or does not parse lands by its Kafka timestamp, as the audit counts
 such a record (``origin.created`` else the timestamp). A late record lands in its own hour: a run
 writes every hour its records fall in, and its manifest lists them (``partitions``). In a zone with
@@ -33,8 +37,11 @@ from __future__ import annotations
 
 import re
 import zoneinfo
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import pyarrow as pa
 
 __all__ = [
     "GRANULARITIES",
@@ -51,6 +58,7 @@ GRANULARITIES = ("day", "hour")
 GRANULARITY, TIMEZONE, TIME_FIELD = "output.partition.granularity", "output.timezone", "output.partition.time.field"
 
 _HEADER_NAME = re.compile(r"[^\s]+")
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # an Avro name; JSON Schema property names alike
 
 
 class PartitionConfigError(ValueError):
@@ -69,14 +77,18 @@ class PartitionSpec:
         """The partition columns, outermost first (``partitionBy``'s arguments)."""
         return ("date", "hour") if self.granularity == "hour" else ("date",)
 
-    def event_time(self) -> Any:
+    def event_time(self, typed: Sequence[tuple[int, pa.DataType]] | None = None) -> Any:
         """The event time as a Spark ``timestamp`` column (an instant; Kafka's timestamp when the
-        configured field is absent or does not parse)."""
+        configured field is absent or does not parse). ``typed``: a typed topic's decoded rows
+        (``_table`` and one ``v<n>`` struct per table version, :mod:`headwater.loader.schemas`),
+        whose payload field is read from the decoded struct instead of the raw value."""
         from pyspark.sql import functions as F
 
         kind, _, name = self.time_field.partition(":")
         if kind == "timestamp":
             return F.col("timestamp")
+        if kind == "value" and typed is not None:
+            return F.coalesce(_typed_field_time(name, typed), F.col("timestamp"))
         if kind == "header":
             # The last header of that name wins, as Kafka's Headers.lastHeader (map_from_entries
             # keeps the last duplicate under spark.sql.mapKeyDedupPolicy=LAST_WIN only, so filter).
@@ -91,12 +103,12 @@ class PartitionSpec:
             parsed = parsed.otherwise(F.try_to_timestamp(text))
         return F.coalesce(parsed, F.col("timestamp"))
 
-    def add_columns(self, df: Any) -> Any:
+    def add_columns(self, df: Any, typed: Sequence[tuple[int, pa.DataType]] | None = None) -> Any:
         """``df`` with the partition columns (strings: ``date`` = ``YYYY-MM-DD``, ``hour`` = ``HH``)
-        of each record's event time in :attr:`timezone`."""
+        of each record's event time in :attr:`timezone` (``typed``: see :meth:`event_time`)."""
         from pyspark.sql import functions as F
 
-        local = F.from_utc_timestamp(self.event_time(), self.timezone)  # the session time zone is UTC
+        local = F.from_utc_timestamp(self.event_time(typed), self.timezone)  # the session time zone is UTC
         df = df.withColumn("date", F.date_format(local, "yyyy-MM-dd"))
         if self.granularity == "hour":
             df = df.withColumn("hour", F.date_format(local, "HH"))
@@ -105,6 +117,42 @@ class PartitionSpec:
     def describe(self) -> dict[str, str]:
         """For the manifest: how this run partitioned."""
         return {"granularity": self.granularity, "timezone": self.timezone, "time_field": self.time_field}
+
+
+def _typed_field_time(path: str, typed: Sequence[tuple[int, pa.DataType]]) -> Any:
+    """The field at JSON path ``path`` (``$.a.b``: names only) of each table version's decoded
+    struct that has it, as a timestamp: a timestamp or date as it is, an integer as milliseconds
+    since the epoch, a string as for JSON values (decimal milliseconds, else ISO-8601); null for
+    a row whose version lacks the field or has it of another type (then the Kafka timestamp)."""
+    from pyspark.sql import functions as F
+
+    names = path[2:].split(".") if path.startswith("$.") and len(path) > 2 else []
+    if not names or not all(_FIELD_NAME.fullmatch(n) for n in names):
+        return F.lit(None).cast("timestamp")  # brackets and wildcards: get_json_object's, not a struct's
+    out: Any = None
+    for version, value_type in typed:
+        t: pa.DataType | None = value_type
+        col = F.col(f"v{version}")
+        for n in names:
+            if t is None or not pa.types.is_struct(t) or t.get_field_index(n) < 0:
+                t = None
+                break
+            t = t.field(n).type
+            col = col.getField(n)
+        if t is None:
+            continue
+        if pa.types.is_timestamp(t) or pa.types.is_date(t):
+            when = col.cast("timestamp")
+        elif pa.types.is_integer(t):
+            when = F.timestamp_millis(col.cast("bigint"))
+        elif pa.types.is_string(t):
+            ms = col.try_cast("bigint")
+            when = F.when(ms.isNotNull(), F.timestamp_millis(ms)).otherwise(F.try_to_timestamp(col))
+        else:
+            continue
+        row = F.col("_table") == F.lit(version)
+        out = F.when(row, when) if out is None else out.when(row, when)
+    return out if out is not None else F.lit(None).cast("timestamp")
 
 
 def parse_partitioning(props: dict[str, str]) -> PartitionSpec:

@@ -43,9 +43,12 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from headwater.loader.partitioning import PartitionSpec
 
 log = logging.getLogger("headwater.loader.schemas")
 
@@ -501,8 +504,6 @@ def plan_versions(topic: str, subject: str, versions: Sequence[dict[str, Any]]) 
 #: the ``headwater`` source's option that decodes while it reads (one Python pass over each record):
 #: the plan as :func:`decode_option` writes it; the read's columns gain :func:`extra_fields`
 DECODE_OPTION = "headwater.decode.schemas"
-#: with the decode option: keep each decoded record's raw ``value`` (event time read from the payload)
-KEEP_VALUE_OPTION = "headwater.decode.keepValue"
 
 
 def decode_option(plan: TopicSchemas) -> str:
@@ -531,13 +532,10 @@ def extra_fields(plan: TopicSchemas) -> list[pa.Field]:
     return fields + [pa.field(f"v{n}", t.value_type) for n, t in sorted(plan.tables.items())]
 
 
-def decoder(
-    plan: TopicSchemas, keep_value: bool = False
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def decoder(plan: TopicSchemas) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Each source batch with its values decoded into its table version (the source's columns as
     they come, then :func:`extra_fields`): run by the source itself (:data:`DECODE_OPTION`) or as
-    a ``mapInArrow`` function. A decoded row's raw ``value`` is null (its ``v<n>`` carries it)
-    unless ``keep_value``."""
+    a ``mapInArrow`` function. A decoded row's raw ``value`` is null (its ``v<n>`` carries it)."""
     extra = extra_fields(plan)
     tables = sorted(plan.tables)
     types = {n: plan.tables[n].value_type for n in tables}
@@ -603,10 +601,9 @@ def decoder(
             arrays = [batch.column(i) for i in range(batch.num_columns)]
             # the raw value is only kept for the dead letters: a decoded row carries it in v<n>
             at = batch.schema.get_field_index("value")
-            if not keep_value:
-                arrays[at] = pa.array(
-                    [raw if t == 0 else None for raw, t in zip(values, table)], batch.schema.field(at).type
-                )
+            arrays[at] = pa.array(
+                [raw if t == 0 else None for raw, t in zip(values, table)], batch.schema.field(at).type
+            )
             arrays += [
                 pa.array(table, pa.int32()),
                 pa.array(sids, pa.int32()),
@@ -622,12 +619,13 @@ def decoder(
 
 
 def write_typed(
-    df: Any, plan: TopicSchemas, staging: Callable[[str], str], partition_cols: Sequence[str], decoded: bool = False
+    df: Any, plan: TopicSchemas, staging: Callable[[str], str], partitioning: PartitionSpec, decoded: bool = False
 ) -> dict[str, int]:
-    """Decode ``df`` (the source's columns and ``partition_cols``) once and write each table version
-    with rows, and the dead letters, as Parquet at ``staging(table)``; returns rows per table.
-    ``decoded``: ``df`` was read with :data:`DECODE_OPTION` and has :func:`extra_fields` already
-    (no ``mapInArrow``: the records pass through Python once, in the source's reader).
+    """Decode ``df`` (the source's columns) once, add ``partitioning``'s columns (a payload event
+    time read from the decoded struct) and write each table version with rows, and the dead
+    letters, as Parquet at ``staging(table)``; returns rows per table. ``decoded``: ``df`` was read
+    with :data:`DECODE_OPTION` and has :func:`extra_fields` already (no ``mapInArrow``: the records
+    pass through Python once, in the source's reader).
 
     The decoded rows are written once, by ``_table``, to a scratch directory beside the staging
     (``staging("<topic>@decoded")``, deleted when the tables are written; a crash leaves it to
@@ -647,6 +645,9 @@ def write_typed(
             [*df.schema.fields, *(StructField(f.name, from_arrow_type(f.type), True) for f in extra_fields(plan))]
         )
         df = df.mapInArrow(decoder(plan), out)
+    df = partitioning.add_columns(df, [(n, t.value_type) for n, t in sorted(plan.tables.items())])
+    out = df.schema
+    partition_cols = partitioning.columns
     scratch = staging(f"{plan.topic}{TABLE_SEP}decoded")
     df.write.mode("overwrite").partitionBy("_table").parquet(scratch)
     try:

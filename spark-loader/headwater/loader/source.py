@@ -63,7 +63,7 @@ from pyspark.sql.types import StructType
 
 from headwater.client.security import ClientSecurity
 from headwater.loader.offsets import DataLoss, DataLossError, OffsetRange, split
-from headwater.loader.schemas import DECODE_OPTION, KEEP_VALUE_OPTION
+from headwater.loader.schemas import DECODE_OPTION
 
 if TYPE_CHECKING:
     from headwater.loader.options import SourceOptions
@@ -152,7 +152,6 @@ class HeadwaterReader(DataSourceReader):
         self.ranges = ranges
         self.bounds = ReadBounds.from_options({k.lower(): v for k, v in options.items()})
         self.plan = _decode_plan(options)
-        self.keep_value = str(_option(options, KEEP_VALUE_OPTION) or "false").strip().lower() == "true"
 
     def partitions(self) -> list[InputPartition]:
         return [RangePartition(r) for r in split(self.ranges, self.options.min_partitions)]
@@ -163,7 +162,7 @@ class HeadwaterReader(DataSourceReader):
             return batches
         from headwater.loader.schemas import decoder
 
-        return decoder(self.plan, self.keep_value)(batches)
+        return decoder(self.plan)(batches)
 
 
 def _option(options: Mapping[str, str], name: str) -> str | None:
