@@ -35,6 +35,20 @@ def test_mm2_file_parses_into_flows() -> None:
     assert c.group_for(dc1) == "headwater-mirror"
 
 
+def test_one_exact_fetch_at_a_time_by_default_and_fetching_ahead_when_asked() -> None:
+    c = parse(BASE)
+    assert (c.fetch_max_in_flight, c.max_buffered_bytes) == (1, 0)  # issue 40: one exact fetch at a time
+    assert c.end_offsets_refresh_interval_ms == 5000  # the lag's end offsets, read independently of the copy
+    mib = 1024 * 1024
+    assert parse({**BASE, "fetch.max.in.flight": "2"}).max_buffered_bytes == 16 * mib  # twice fetch.max.bytes
+    ahead = parse({**BASE, "fetch.max.buffered.bytes": str(mib), "end.offsets.refresh.interval.ms": "1000"})
+    assert (ahead.fetch_max_in_flight, ahead.max_buffered_bytes, ahead.end_offsets_refresh_interval_ms) == (
+        1,
+        mib,
+        1000,
+    )
+
+
 def test_default_replication_policy_prefixes_the_source_alias_and_fqcn_is_accepted() -> None:
     c = parse({**BASE, "replication.policy.class": "org.apache.kafka.connect.mirror.DefaultReplicationPolicy"})
     assert c.target_topic(c.flows[0], "page-views") == "dc1.page-views"
@@ -50,6 +64,7 @@ def test_default_replication_policy_prefixes_the_source_alias_and_fqcn_is_accept
         ({"clusters": ""}, "clusters: no cluster aliases"),
         ({"dc1->agg.enabled": "yes"}, "dc1->agg.enabled: 'yes' is not true or false"),
         ({"metrics.port": "http"}, "metrics.port: 'http' is not an integer"),
+        ({"end.offsets.refresh.interval.ms": "50"}, "end.offsets.refresh.interval.ms: 50 is below the minimum of 100"),
     ],
 )
 def test_bad_configuration_is_one_clear_line(change: dict[str, str], message: str) -> None:

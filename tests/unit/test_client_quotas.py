@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from headwater.broker.quotas import ClientQuotas, Rate
+from headwater.broker.quotas import SENSOR_EXPIRY_S, ClientQuotas, Rate
 from headwater.quotas import entity_key, validate_quota_config
 
 
@@ -202,3 +202,37 @@ def test_request_time_throttles_capped_at_one_window_and_exempts_as_kafka() -> N
     conn2.principal = "User:bob"
     assert q.after_request(conn2, "app", 3, {}, {"throttle_time_ms": 0}, 10, ["m"], _encode, 9.0) == ["m"]
     assert conn2.throttle_ms == 0
+
+
+def test_a_connection_resolves_its_quota_once_and_again_after_any_change() -> None:
+    """after_request resolves a connection's sensors and bounds once (conn.quota_slots): a quota
+    change, another client id, another principal and an expired sensor each apply to its very next
+    request, as when every request looked its entity up."""
+    clock = Clock()
+    q = ClientQuotas(None, clock=clock)
+    conn = Conn()
+
+    def produce(client: str, size: int) -> int:
+        conn.throttle_ms = 0
+        q.after_request(conn, client, 0, {}, {"throttle_time_ms": 0}, size, ["p"], _encode)
+        return conn.throttle_ms
+
+    assert produce("app", 10**6) == 0 and q.produce.sensors == {}  # no quota: nothing measured
+    q.configs.set_entity(entity_key(None, "app"), {"producer_byte_rate": "1000"})
+    assert produce("app", 5000) == 0  # within 10 s x 1000 B/s
+    assert produce("app", 10_000) == round((1500 - 1000) / 1000 * 10.0 * 1000)  # the new quota binds
+    assert produce("other", 10**6) == 0  # another client id: its own (unlimited) sensor
+    assert set(q.produce.sensors) == {("", "app"), ("", "other")}
+    assert produce("app", 1) > 0  # back to app's
+    q.configs.set_entity(entity_key("bob", None), {"producer_byte_rate": "1000000"})
+    conn.principal = "User:bob"  # authenticated as another user: bob's own quota
+    assert produce("app", 1) == 0
+    assert ("bob", "") in q.produce.sensors
+    # an hour idle: a new sensor (carol's) drops the idle ones; the connection records into a new one
+    clock.now += SENSOR_EXPIRY_S + 61.0
+    carol = Conn()
+    carol.principal = "User:carol"
+    q.after_request(carol, "x", 0, {}, {"throttle_time_ms": 0}, 7, ["p"], _encode)
+    assert set(q.produce.sensors) == {("", "x")}
+    assert produce("app", 3) == 0
+    assert q.produce.sensors[("bob", "")].rate.total(clock.now) == 3

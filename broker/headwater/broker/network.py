@@ -42,12 +42,15 @@ import time
 import types
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from headwater.broker.config import Listener
 from headwater.protocol.errors import DecodeError
 from headwater.protocol.frames import FrameDecoder, FrameTooLarge
 from headwater.protocol.primitives import FileRegion
+
+if TYPE_CHECKING:
+    from headwater.broker.quotas import QuotaSlots
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +125,8 @@ class ClientConnection(Protocol):
     throttle_ms: int
     #: the time its task ran on the loop (request quotas)
     loop_time: LoopTime
+    #: the client quotas its requests record into, resolved once (broker/quotas.py)
+    quota_slots: QuotaSlots | None
 
     async def send(self, parts: list[bytes | FileRegion]) -> None: ...
 
@@ -181,6 +186,7 @@ class Connection:
         self.closed = False
         self.throttle_ms = 0
         self.loop_time = LoopTime()
+        self.quota_slots: QuotaSlots | None = None
         self._out: list[bytes] = []  # queued response bytes, in order
         self._flush_scheduled = False
         self._drain: asyncio.Task[None] | None = None  # sends what the socket did not take at once
@@ -366,6 +372,7 @@ class TlsConnection:
         self.closed = False
         self.throttle_ms = 0
         self.loop_time = LoopTime()
+        self.quota_slots: QuotaSlots | None = None
 
     def authenticated(self, principal: str, handler: RequestHandler) -> None:
         self.principal = principal

@@ -48,6 +48,13 @@ While no entity sets a quota type (and no static default), that type measures no
 request and no per-entity series (Kafka measures every client; here the series appear with the first
 quota).
 
+Per request, the cost is kept to a few operations (issue 42): a connection resolves its entity's
+sensor and bound per quota type once, on its first request of that type (:class:`QuotaSlots` on
+``conn.quota_slots``, as Kafka looks a (user, client-id) sensor up only when it is missing), and again
+only after a quota change, a new principal or client id, or an expired sensor; then a request reads
+the clock once, adds to the current sample and compares the sum of all samples with a precomputed
+cap (:class:`Slot`), the rate itself being measured only above that cap.
+
 Throttling, as Kafka 2.3 (KIP-219): the response leaves at once with ``throttle_time_ms`` set,
 then the connection is *muted* for that time (network.py: nothing more is read or handled on it);
 nothing is ever dropped. A throttled consumer Fetch is answered empty (its bytes unrecorded), as
@@ -64,7 +71,9 @@ State lives on the event loop only; the clock is injected.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -103,6 +112,8 @@ _CONFIG_OF_TYPE = {PRODUCE: PRODUCER_BYTE_RATE, FETCH: CONSUMER_BYTE_RATE, REQUE
 SENSOR_EXPIRY_S = 3600.0
 
 DEFAULT = zkconfig.DEFAULT_ENTITY
+#: ClientQuotas' generations, unique across instances (a connection's QuotaSlots name one)
+_GENERATIONS = itertools.count(1)
 
 
 class Rate:
@@ -229,6 +240,8 @@ class QuotaManager:
         #: (sanitized user, client id) -> (sensor tags, quota bound or None); cleared on every change
         self._resolved: dict[tuple[str, str], tuple[tuple[str, str], float | None]] = {}
         self._last_expiry = clock()
+        #: a sensor was dropped (ClientQuotas: the connections' cached slots are resolved again)
+        self.on_expire: Callable[[], None] = lambda: None
 
     def config_changed(self) -> None:
         self._resolved.clear()
@@ -306,6 +319,7 @@ class QuotaManager:
         for tags, s in list(self.sensors.items()):
             if now - s.last_used > SENSOR_EXPIRY_S:
                 del self.sensors[tags]
+                self.on_expire()  # no connection records into it any more
                 for gauge in s.gauges:
                     try:
                         gauge()
@@ -320,17 +334,82 @@ class QuotaManager:
         s.rate.record(value, now)
         if bound is None or s.rate.surely_within(bound):
             return s, 0
-        rate = s.rate.measure(now)
-        if rate <= bound:
-            return s, 0
-        # Kafka's throttleTime: how long until the measured rate is back at the quota
-        ms = round((rate - bound) / bound * s.rate.window_size(now) * 1000.0)
+        return s, self.throttle_time(s.rate, bound, now)
+
+    def throttle_time(self, rate: Rate, bound: float, now: float) -> int:
+        """Kafka's throttleTime: how long (ms) until the measured rate is back at the quota (0: within)."""
+        measured = rate.measure(now)
+        if measured <= bound:
+            return 0
+        ms = round((measured - bound) / bound * rate.window_size(now) * 1000.0)
         if self.max_throttle_ms is not None:
             ms = min(ms, self.max_throttle_ms)
-        return s, ms
+        return ms
+
+    def slot(self, user: str, client_id: str, now: float) -> Slot | None:
+        """What one connection's requests of ``user`` (sanitized) and ``client_id`` record into for
+        this quota type (None while no entity sets it: nothing measured), resolved once per
+        connection and again after a change (:class:`QuotaSlots`)."""
+        if not self.active():
+            return None
+        tags, bound = self.resolve(user, client_id)
+        return Slot(self, self.sensor(tags, now), bound)
 
     def throttled(self, s: Sensor, throttle_ms: int) -> None:
         s.throttle.record(throttle_ms, self.clock())
+
+
+class Slot:
+    """One connection's view of one quota type: the sensor its requests record into and its bound,
+    ``cap`` being the bound of the window's total under which the rate cannot exceed the quota
+    (:meth:`Rate.surely_within`, precomputed; infinite without a bound)."""
+
+    __slots__ = ("bound", "cap", "manager", "rate", "sensor")
+
+    def __init__(self, manager: QuotaManager, sensor: Sensor, bound: float | None) -> None:
+        self.manager = manager
+        self.sensor = sensor
+        self.rate = rate = sensor.rate
+        self.bound = bound
+        self.cap = math.inf if bound is None else bound * (rate.samples - 1) * rate.window_s
+
+    def record(self, value: float, now: float) -> int:
+        """Record ``value``; the throttle time in ms (0 within the quota): QuotaManager.record's measure."""
+        self.sensor.last_used = now
+        rate = self.rate
+        i = rate._current
+        if now - rate._starts[i] < rate.window_s:  # Rate.record inline: the current sample goes on
+            rate._values[i] += value
+            rate.sum += value
+        else:
+            rate.record(value, now)
+        if rate.sum <= self.cap or self.bound is None:
+            return 0
+        return self.manager.throttle_time(rate, self.bound, now)
+
+
+#: a quota type not yet resolved for a connection
+_UNRESOLVED: Any = object()
+
+
+class QuotaSlots:
+    """A connection's slots per quota type (``conn.quota_slots``), valid while ``generation`` is
+    ClientQuotas' (bumped on any quota change and when a sensor expires) and the connection's
+    principal and the requests' client id are the ones they were resolved for. Kafka keeps its
+    sensors per (user, client-id) the same way: the entity is looked up when its sensor is missing,
+    not per request. Each type is resolved on its first request, so its sensor (and its metric
+    series) appears when it did before."""
+
+    __slots__ = ("client_id", "fetch", "generation", "principal", "produce", "request", "user")
+
+    def __init__(self, generation: int, principal: str, client_id: str | None) -> None:
+        self.generation = generation
+        self.principal = principal
+        self.client_id = client_id
+        self.user = user_of(principal)
+        self.produce: Slot | None = _UNRESOLVED
+        self.fetch: Slot | None = _UNRESOLVED
+        self.request: Slot | None = _UNRESOLVED
 
 
 class QuotaConfigs:
@@ -438,10 +517,24 @@ class ClientQuotas:
         self.clock = clock
         #: Kafka's exempt-request-time: percent of a thread used by exempt requests (while request quotas are on)
         self.exempt = Rate(samples, window_s, clock())
+        #: the connections' QuotaSlots are valid while theirs is this one
+        self.generation = next(_GENERATIONS)
+        #: request quotas are on somewhere: each request's own time is clocked (server.handle_frame)
+        self.clocked = False
+        #: a byte-rate quota is on (or a static default): Produce and Fetch go through after_request
+        self.measures_bytes = self.produce.active() or self.fetch.active()
+        for m in (self.produce, self.fetch, self.request):
+            m.on_expire = self._invalidate
+
+    def _invalidate(self) -> None:
+        self.generation = next(_GENERATIONS)
 
     def _config_changed(self) -> None:
         for m in (self.produce, self.fetch, self.request):
             m.config_changed()
+        self.clocked = self.request.active()
+        self.measures_bytes = self.produce.active() or self.fetch.active()
+        self._invalidate()
 
     async def start(self) -> None:
         await self.configs.start()
@@ -468,31 +561,53 @@ class ClientQuotas:
             if own_s is not None:
                 self.exempt.record(own_s * 100.0, self.clock())
             return parts
-        user, client = user_of(conn.principal), client_id or ""
-        bytes_ms, bytes_manager, bytes_sensor, fetch_size = 0, self.produce, None, 0
+        # the connection's sensors and bounds, resolved once (QuotaSlots); one clock read for all
+        try:
+            slots: QuotaSlots | None = conn.quota_slots
+        except AttributeError:  # a connection object that never had any
+            slots = None
+        if (
+            slots is None
+            or slots.generation != self.generation
+            or slots.client_id != client_id
+            or slots.principal != conn.principal
+        ):
+            slots = conn.quota_slots = QuotaSlots(self.generation, conn.principal, client_id)
+        now = self.clock()
+        bytes_ms, bytes_slot, fetch_size = 0, None, 0
         if api_key == PRODUCE_KEY:
-            if self.produce.active():
-                bytes_sensor, bytes_ms = self.produce.record(user, client, request_bytes)
-        elif api_key == FETCH_KEY and parts is not None and self.fetch.active():
-            bytes_manager = self.fetch
-            fetch_size = sum(len(p) if isinstance(p, bytes | bytearray | memoryview) else p.size for p in parts)
-            bytes_sensor, bytes_ms = self.fetch.record(user, client, fetch_size)
-        request_ms, request_sensor = 0, None
+            bytes_slot = slots.produce
+            if bytes_slot is _UNRESOLVED:
+                bytes_slot = slots.produce = self.produce.slot(slots.user, client_id or "", now)
+            if bytes_slot is not None:
+                bytes_ms = bytes_slot.record(request_bytes, now)
+        elif api_key == FETCH_KEY and parts is not None:
+            bytes_slot = slots.fetch
+            if bytes_slot is _UNRESOLVED:
+                bytes_slot = slots.fetch = self.fetch.slot(slots.user, client_id or "", now)
+            if bytes_slot is not None:
+                fetch_size = sum(len(p) if isinstance(p, bytes | bytearray | memoryview) else p.size for p in parts)
+                bytes_ms = bytes_slot.record(fetch_size, now)
+        request_ms, request_slot = 0, None
         if own_s is not None and response is not None:  # acks=0 Produce: request time not recorded
-            request_sensor, request_ms = self.request.record(user, client, own_s * 100.0)
-        throttle_ms = max(bytes_ms, request_ms)
-        if throttle_ms <= 0:
+            request_slot = slots.request
+            if request_slot is _UNRESOLVED:
+                request_slot = slots.request = self.request.slot(slots.user, client_id or "", now)
+            if request_slot is not None:
+                request_ms = request_slot.record(own_s * 100.0, now)
+        if bytes_ms <= 0 and request_ms <= 0:
             return parts
-        if bytes_ms > request_ms and bytes_sensor is not None:
-            bytes_manager.throttled(bytes_sensor, bytes_ms)
-        elif request_sensor is not None:
-            self.request.throttled(request_sensor, request_ms)
+        throttle_ms = max(bytes_ms, request_ms)
+        if bytes_ms > request_ms and bytes_slot is not None:
+            bytes_slot.manager.throttled(bytes_slot.sensor, bytes_ms)
+        elif request_slot is not None:
+            self.request.throttled(request_slot.sensor, request_ms)
         conn.throttle_ms = throttle_ms
         if response is None:  # acks=0: no response, but the channel is muted all the same
             return None
         if api_key == FETCH_KEY:
-            if bytes_sensor is not None:
-                bytes_sensor.rate.unrecord(fetch_size)  # nothing is sent (Kafka's unrecordQuotaSensor)
+            if bytes_slot is not None:
+                bytes_slot.rate.unrecord(fetch_size)  # nothing is sent (Kafka's unrecordQuotaSensor)
             return encode(
                 {
                     "throttle_time_ms": throttle_ms,

@@ -469,7 +469,8 @@ class KafkaBroker:
         # request quotas (KIP-124): what this request costs the loop, from decoding to encoding, its
         # waits left out (network.LoopTime clocks the connection's task)
         loop_time = conn.loop_time
-        busy_at = loop_time.now() if loop_time.running and self.quotas.request.active() else None
+        quotas = self.quotas
+        busy_at = loop_time.now() if quotas.clocked and loop_time.running else None
         try:
             header, api, body = decode_request(frame)
         except UnsupportedRequest as e:
@@ -488,9 +489,9 @@ class KafkaBroker:
                 raise CloseConnection(f"{api.name}: {e}") from None
             if denied is not None:  # answered, and counted against the client's quotas as Kafka does
                 refusal = encode_response(header.correlation_id, api, header.api_version, denied)
-                if busy_at is None and api.key not in QUOTA_API_KEYS:
+                if busy_at is None and not (quotas.measures_bytes and api.key in QUOTA_API_KEYS):
                     return refusal
-                return self.quotas.after_request(
+                return quotas.after_request(
                     conn,
                     header.client_id,
                     api.key,
@@ -516,8 +517,9 @@ class KafkaBroker:
         latency.observe(handled - started)
         parts = None if response is None else encode_response(header.correlation_id, api, header.api_version, response)
         own_s = None if busy_at is None else loop_time.now() - busy_at
-        if own_s is not None or api.key in QUOTA_API_KEYS:  # client quotas: throttle_time_ms, and a mute
-            parts = self.quotas.after_request(
+        # client quotas (only while some are set): throttle_time_ms, and a mute
+        if own_s is not None or (quotas.measures_bytes and api.key in QUOTA_API_KEYS):
+            parts = quotas.after_request(
                 conn,
                 header.client_id,
                 api.key,

@@ -146,6 +146,7 @@ class ZooKeeper:
             # a refused SASL login (AuthFailedError) shows on the first request, not in start()
             await self.call(self.client.exists, "/")
         except Exception as e:
+            await self.call(self.client.stop)  # stopped before closed: a later stop() has nothing to wake
             await self.call(self.client.close)
             raise ConnectionError(
                 f"could not connect to ZooKeeper at {self.connect_string} within "

@@ -340,6 +340,86 @@ class Consumer:
     async def latest_offset(self, topic: str, partition: int) -> int:
         return (await self.list_offset(topic, partition, LATEST)).offset
 
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | Exception]:
+        """The log end offsets of many partitions at once, as the Java consumer's ``endOffsets``: one
+        ListOffsets (v1+, LATEST) per leader, the leaders asked concurrently; under read_committed the
+        last stable offset (v2+), as :meth:`latest_offset`. Each partition maps to its offset or to the
+        error it met (no leader known, its broker unreachable or silent past the request timeout, the
+        broker's error code); the metadata of such topics is refreshed before this returns, so the next
+        call asks the new leader. Not retried here: made for callers that ask again periodically."""
+        wanted = sorted(set(partitions))
+        out: dict[TopicPartition, int | Exception] = {}
+        stale: set[str] = set()
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in wanted:
+            leader = self.cluster.leader(*tp)
+            if leader < 0:
+                stale.add(tp[0])
+            by_leader.setdefault(leader, []).append(tp)
+        if -1 in by_leader:  # not in the cached metadata: look once, then ask whoever leads now
+            try:
+                await self.cluster.refresh(sorted(stale))
+            except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
+                for tp in by_leader.pop(-1):
+                    out[tp] = e
+            else:
+                stale.clear()
+                for tp in by_leader.pop(-1):
+                    leader = self.cluster.leader(*tp)
+                    if leader < 0:
+                        out[tp] = KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for {tp[0]}-{tp[1]}")
+                    else:
+                        by_leader.setdefault(leader, []).append(tp)
+
+        async def ask(node: int, tps: list[TopicPartition]) -> None:
+            asked = set(tps)
+            topics: dict[str, list[Message]] = {}
+            for topic, partition in tps:
+                topics.setdefault(topic, []).append(
+                    {
+                        "partition_index": partition,
+                        "current_leader_epoch": -1,
+                        "timestamp": LATEST,
+                        "max_num_offsets": 1,
+                    }
+                )
+            body = {
+                "replica_id": -1,
+                "isolation_level": self.isolation_level,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+            }
+            try:
+                conn = await self.cluster.connection(node)
+                v = conn.version_for(LIST_OFFSETS, min_version=1)
+                response = await conn.request(LIST_OFFSETS, body, v)
+            except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as e:
+                for tp in tps:
+                    out[tp] = e
+                stale.update(t for t, _ in tps)
+                return
+            for t in response["topics"]:
+                for p in t["partitions"]:
+                    tp = (t["name"], int(p["partition_index"]))
+                    if tp not in out and tp in asked:
+                        code = ErrorCode.of(p["error_code"])
+                        if code is ErrorCode.NONE:
+                            out[tp] = int(p["offset"])
+                        else:
+                            out[tp] = KafkaError(code, f"end offset of {tp[0]}-{tp[1]}: {code.name}")
+                            if code in STALE_METADATA_ERRORS or code.retriable:
+                                stale.add(tp[0])
+            for tp in tps:
+                if tp not in out:
+                    out[tp] = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {tp[0]}-{tp[1]}")
+
+        await asyncio.gather(*(ask(node, tps) for node, tps in by_leader.items()))
+        if stale:
+            try:
+                await self.cluster.refresh(sorted(stale))
+            except (KafkaConnectionError, KafkaTimeoutError, KafkaError):
+                pass  # the next call looks again
+        return {tp: out[tp] for tp in wanted}
+
     async def _list_offsets(self, topic: str, partition: int, make_body: Any, version: int | None) -> Message:
         backoff = self.retry_backoff
         last: Exception | None = None

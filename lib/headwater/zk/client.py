@@ -20,6 +20,7 @@ re-runs the SASL exchange on every reconnection, before any queued request is se
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from kazoo.client import KazooClient, TransactionRequest
@@ -76,7 +77,8 @@ class HeadwaterKazooClient(KazooClient):  # type: ignore[misc]
 
     kazoo marks the session connected before the SASL exchange; when the server then refuses the
     login, the state turns AUTH_FAILED, and a ``start`` that had not yet looked at the state raises
-    "Connection time-out" instead (seen under load). The login's refusal is the cause: raise it."""
+    "Connection time-out" instead (seen in CI), or the chroot check's AuthFailedError with the
+    client left unstopped. The login's refusal is the cause: raise it, the client stopped."""
 
     login_refused = False
 
@@ -87,12 +89,28 @@ class HeadwaterKazooClient(KazooClient):  # type: ignore[misc]
             self.login_refused = True
         super()._session_callback(state)
 
+    def stop(self) -> None:
+        # kazoo's stop() wakes its connection loop through a socket pair that close() releases; a
+        # client closed before it was stopped (a failed start's clean-up, kazoo's or a caller's)
+        # raises AttributeError there after it has stopped everything else: it is stopped
+        try:
+            super().stop()
+        except AttributeError:
+            if not self._stopped.is_set():
+                raise
+
     def start(self, timeout: float = 15) -> None:
         self.login_refused = False
         try:
             super().start(timeout=timeout)
-        except self.handler.timeout_exception:
+        except Exception:
+            # kazoo's start() raised its time-out, or the AuthFailedError of its chroot check; the
+            # client is stopped and closed here, once (a caller's stop() then returns at once)
             if self.login_refused:
+                with contextlib.suppress(Exception):
+                    self.stop()
+                with contextlib.suppress(Exception):
+                    self.close()
                 raise AuthFailedError("ZooKeeper refused the SASL login") from None
             raise
 

@@ -32,10 +32,12 @@ a :class:`MirrorConfigError` whose message is one line naming the property.
 Headwater's own settings: ``replication.factor`` (of destination topics; default: the smaller of 3
 and the destination's live brokers), ``offset.commit.interval.ms`` (5000), ``auto.offset.reset``
 (``earliest``), ``fetch.max.bytes`` per partition (8 MiB), ``fetch.max.wait.ms`` (500),
-``fetch.max.in.flight`` (fetches of a partition on the wire, and Fetch rounds per source broker, 2),
+``fetch.max.in.flight`` (fetches of a partition on the wire, and Fetch rounds per source broker, 1),
 ``fetch.max.buffered.bytes`` (per partition, fetched ahead and not yet acknowledged by the target;
-default twice ``fetch.max.bytes``, 0: no fetching ahead; all three: :mod:`headwater.mirror.fetch_ahead`;
-issue 40 measured one exact fetch at a time faster, see docs/mirror.md for why it is not the default),
+unset: 0, no fetching ahead, with one fetch in flight, twice ``fetch.max.bytes`` with more; all three:
+:mod:`headwater.mirror.fetch_ahead`; issue 40 measured one exact fetch at a time faster),
+``end.offsets.refresh.interval.ms`` (5000: how often each member reads its partitions' end offsets
+from the source for the lag metric, see :mod:`headwater.mirror.lag`),
 ``resume.scan.max.bytes`` (64 MiB) and
 ``resume.scan.total.max.bytes`` (256 MiB: how much of the target a new owner's resume scan reads
 per partition and holds, summed, over all partitions; see :mod:`headwater.mirror.copies`),
@@ -109,6 +111,7 @@ _GLOBAL_SETTINGS = {
     "fetch.max.wait.ms",
     "fetch.max.in.flight",
     "fetch.max.buffered.bytes",
+    "end.offsets.refresh.interval.ms",
     "resume.scan.max.bytes",
     "resume.scan.total.max.bytes",
     "repartition",
@@ -321,8 +324,11 @@ class MirrorConfig:
     auto_offset_reset: str = "earliest"
     fetch_max_bytes: int = 8 * 1024 * 1024
     fetch_max_wait_ms: int = 500
-    fetch_max_in_flight: int = 2
-    fetch_max_buffered_bytes: int | None = None  # per partition; None: twice fetch_max_bytes
+    fetch_max_in_flight: int = 1
+    #: per partition; None: 0 (no fetching ahead) with one fetch in flight, twice fetch_max_bytes with more
+    fetch_max_buffered_bytes: int | None = None
+    #: how often each member reads its partitions' end offsets from the source for the lag (lag.py)
+    end_offsets_refresh_interval_ms: int = 5000
     resume_scan_max_bytes: int = 64 * 1024 * 1024
     resume_scan_total_max_bytes: int = 256 * 1024 * 1024
     always_repartition: bool = False
@@ -369,6 +375,15 @@ class MirrorConfig:
 
     def checkpoints_topic(self, source: str) -> str:
         return checkpoints_topic(source, self.internal_separator)
+
+    @property
+    def max_buffered_bytes(self) -> int:
+        """``fetch.max.buffered.bytes`` per partition; unset: 0 (one exact fetch at a time, the default)
+        with ``fetch.max.in.flight`` 1, twice ``fetch.max.bytes`` with more (a second fetch of a
+        partition is fetching ahead; see :mod:`headwater.mirror.fetch_ahead`)."""
+        if self.fetch_max_buffered_bytes is not None:
+            return self.fetch_max_buffered_bytes
+        return 2 * self.fetch_max_bytes if self.fetch_max_in_flight > 1 else 0
 
     @property
     def isolation(self) -> int:
@@ -588,8 +603,9 @@ def parse(raw_props: dict[str, str]) -> MirrorConfig:
         auto_offset_reset=aliases_reset[reset],
         fetch_max_bytes=_int(props, "fetch.max.bytes", 8 * 1024 * 1024, minimum=1024) or 8 * 1024 * 1024,
         fetch_max_wait_ms=_int(props, "fetch.max.wait.ms", 500) or 0,
-        fetch_max_in_flight=_int(props, "fetch.max.in.flight", 2, minimum=1) or 2,
+        fetch_max_in_flight=_int(props, "fetch.max.in.flight", 1, minimum=1) or 1,
         fetch_max_buffered_bytes=_int(props, "fetch.max.buffered.bytes", None, minimum=0),
+        end_offsets_refresh_interval_ms=_int(props, "end.offsets.refresh.interval.ms", 5000, minimum=100) or 5000,
         resume_scan_max_bytes=_int(props, "resume.scan.max.bytes", 64 * 1024 * 1024, minimum=0) or 0,
         resume_scan_total_max_bytes=_int(props, "resume.scan.total.max.bytes", 256 * 1024 * 1024, minimum=0) or 0,
         always_repartition=repartition == "always",

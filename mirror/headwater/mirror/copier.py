@@ -211,15 +211,23 @@ class Copier:
         self._told_reencoded = False
         #: the newest source high watermark seen (fetches taken, and the fetch-ahead's answers not taken yet)
         self.source_hw = -1
+        #: the source's end offset as the flow's end-offset refresh last read it (lag.py; -1: not yet)
+        self.end_offset = -1
         self._ahead: FetchAhead | None = None
         #: the source timestamp (ms) of the newest record the target acknowledged (-1: none yet)
         self.acked_timestamp = -1
 
+    def set_end_offset(self, offset: int) -> None:
+        """The source's end offset, read by the flow's end-offset refresh (lag.py), off the copy path."""
+        self.end_offset = max(self.end_offset, offset)
+
     def lag(self) -> int:
-        """Records in the source the target has not acknowledged: the newest high watermark any fetch
-        saw minus the offset after the last acknowledged record (not the fetch position: fetching
-        ahead goes on while the target refuses writes)."""
-        hw = self.source_hw
+        """Records in the source the target has not acknowledged: the source's end offset minus the
+        offset after the last acknowledged record (not the fetch position). The end offset is the
+        newest of what the flow's end-offset refresh read (every ``end.offsets.refresh.interval.ms``,
+        whatever the copy is doing: a copier stuck producing into a stalled target fetches nothing
+        more) and what any fetch saw (the fetch-ahead's answers included)."""
+        hw = max(self.source_hw, self.end_offset)
         if self._ahead is not None:
             hw = max(hw, self._ahead.high_watermark)
         if hw < 0 or self.next_offset < 0:
@@ -376,9 +384,8 @@ class Copier:
             self._drop_copies()
 
     def max_buffered_bytes(self) -> int:
-        """``fetch.max.buffered.bytes``; unset: twice ``fetch.max.bytes`` (see :mod:`headwater.mirror.fetch_ahead`)."""
-        configured = self.config.fetch_max_buffered_bytes
-        return 2 * self.config.fetch_max_bytes if configured is None else configured
+        """``fetch.max.buffered.bytes`` (see :attr:`MirrorConfig.max_buffered_bytes`)."""
+        return self.config.max_buffered_bytes
 
     async def _resume_scan(self) -> None:
         """What did the previous owner copy past the committed offset before it stopped? (Held

@@ -23,8 +23,12 @@ away and the next fetch is exact again. Speculation never decides which offsets 
 whether a round trip was saved. The flow's fetcher puts a partition's fetches into successive
 rounds of its source broker, so ``fetch.max.in.flight`` is also the number of rounds per broker.
 At most about ``fetch.max.buffered.bytes + fetch.max.in.flight * fetch.max.bytes`` of a partition's
-batches are in memory (the default buffered bound, twice ``fetch.max.bytes``, is one part being
-produced and one waiting).
+batches are in memory (the buffered bound when only ``fetch.max.in.flight`` is raised, twice
+``fetch.max.bytes``, is one part being produced and one waiting).
+
+Off by default since issue 40 (``fetch.max.in.flight`` 1, ``fetch.max.buffered.bytes`` 0: one
+exact fetch at a time), which bench 9 measured faster on loopback and through a capped link; the
+lag metric no longer depends on fetching ahead to see the source grow (:mod:`headwater.mirror.lag`).
 
 What does not change:
 

@@ -26,7 +26,7 @@ copy at its first offset until it ends (as for any read_committed consumer). Wit
 ``read_uncommitted`` the fetches go to the high watermark and every data record is copied
 (aborted and open transactions' too; the markers are still left out).
 
-``fetch.max.in.flight`` (default 2) lets a broker have more than one round outstanding -- for a
+``fetch.max.in.flight`` (default 1) lets a broker have more than one round outstanding -- for a
 WAN link, where the round trip rather than the long poll bounds the rate (issue 22): the next
 round is on the wire while the broker still answers the previous one. A partition may have
 several fetches waiting (a copier fetching ahead at more than one offset, see

@@ -34,6 +34,7 @@ from typing import TypeVar
 
 from headwater.client.admin import Admin
 from headwater.client.cluster import Cluster
+from headwater.client.consumer import Consumer
 from headwater.mirror import placement
 from headwater.mirror.acl_sync import AclSync
 from headwater.mirror.checkpoints import CheckpointEmitter, OffsetSyncs
@@ -45,6 +46,7 @@ from headwater.mirror.fetcher import SourceFetcher
 from headwater.mirror.gaps import GapReporter, reporter_for
 from headwater.mirror.group import FencedError, ZkGroup, new_consumer_id
 from headwater.mirror.heartbeats import Heartbeats
+from headwater.mirror.lag import EndOffsets
 from headwater.mirror.metrics import MirrorMetrics
 from headwater.mirror.plan import TopicPlan, plan_topic
 from headwater.mirror.writer import SourceWriter
@@ -193,6 +195,7 @@ class Mirror:
                 self._start_acl_sync(state, stop)
                 self._start_config_sync(state, stop)
                 self._start_placement(state, stop)
+                self._start_end_offsets(state, stop)
                 if self.config.heartbeats_interval_s is not None:
                     # DefaultReplicationPolicy: MM2's heartbeat connector's record in the target's own
                     # heartbeats too (IdentityReplicationPolicy mirrors the source's record there)
@@ -313,6 +316,20 @@ class Mirror:
         )
         self.supervisor.start(
             f"{f.flow.name} topic configs", lambda unit: sync.run(unit, stop), labels={"flow": f.flow.name}
+        )
+
+    def _start_end_offsets(self, f: FlowState, stop: asyncio.Event) -> None:
+        """The source's end offsets of the partitions this member owns, read every
+        end.offsets.refresh.interval.ms for their lag (see :mod:`headwater.mirror.lag`), supervised
+        beside the copiers and independent of them."""
+        refresh = EndOffsets(
+            f.flow.name,
+            Consumer("", cluster=f.source, isolation_level=self.config.isolation),
+            lambda: {tp: c.set_end_offset for tp, c in f.copiers.items()},
+            self.config.end_offsets_refresh_interval_ms / 1000.0,
+        )
+        self.supervisor.start(
+            f"{f.flow.name} end offsets", lambda unit: refresh.run(unit, stop), labels={"flow": f.flow.name}
         )
 
     def _start_placement(self, f: FlowState, stop: asyncio.Event) -> None:
