@@ -2,7 +2,7 @@
 
 Four hosts: dc1-a (ZooKeeper 1, broker 1 of dc1), dc1-b (ZooKeeper 2, broker 2 of dc1), dc1-c
 (ZooKeeper 3 of dc1 only), agg-a (a single ZooKeeper, broker 1 of agg, the mirror, the audit
-service, the loader's timer): dc1's ZooKeeper is an ensemble of three whose servers log in to
+service, the loader's timer, the schema registry): dc1's ZooKeeper is an ensemble of three whose servers log in to
 each other (quorum SASL), agg's a single server, the two sizes an inventory names. The tests run in order on one
 deployment: site.yml makes working clusters; a second run changes nothing; a record written in dc1
 reaches agg through the mirror and the audit service answers; a changed broker setting restarts
@@ -17,18 +17,22 @@ ACLs, which DescribeAcls shows, and a user without ACLs is refused. Secure by de
 M6): the only super user is the brokers' own (the test's clients log in as it, on SECURE, as the
 playbooks' own checks do); PLAINTEXT binds loopback only; ZooKeeper takes SASL logins and the
 brokers create every znode with Kafka's ACLs, so a client that does not log in reads metadata but
-changes nothing and cannot read SCRAM credentials. Last, rebalance.yml runs over SSH on dc1's first broker and
+changes nothing and cannot read SCRAM credentials. The registry role's Apicurio Registry on agg-a
+serves the loader (its default schema.registry.url): Avro records registered and produced through it
+land as typed columns, and its schemas keep their ids across a restart. Last, rebalance.yml runs over SSH on dc1's first broker and
 spreads a topic held by broker 1 alone over both of dc1's brokers, losing no record.
 """
 
 from __future__ import annotations
 
 import base64
+import io
 import json
 import re
 import socket
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import urllib.request
@@ -39,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import pyarrow.dataset as ds
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
@@ -49,9 +54,13 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from headwater.client.admin import NewTopic as HwNewTopic
 from headwater.client.sync import SyncAdmin
+from headwater.testing.registry import CCOMPAT
 from headwater.testing.tls import TestCA
 from tests.compat.test_acls import stock_produce_codes
 from tests.integration import kafka_io
@@ -87,6 +96,15 @@ AUDIT_HTTP_PASSWORD = "audit-http-it-secret"
 NOBODY = ("nobody", "nobody-it-secret")  # a SCRAM user the test makes in dc1, with no ACL
 ZK_QUORUM_PASSWORD = "zk-quorum-it-secret"  # dc1's ensemble: its servers' logins to each other
 DC1_ZOOKEEPERS = ("dc1-a", "dc1-b", "dc1-c")
+# The registry role on agg-a, beside the audit service's 8080; the loader also loads TYPED_TOPIC.
+REGISTRY_PORT = 8081
+TYPED_TOPIC = "typed-orders"
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "it",
+    "fields": [{"name": "id", "type": "long"}, {"name": "item", "type": "string"}, {"name": "price", "type": "double"}],
+}
 
 
 @dataclass
@@ -185,7 +203,11 @@ class Deployment:
                     "audit_window_ms": 10000,
                     "audit_grace_ms": 10000,
                     "audit_http_password": AUDIT_HTTP_PASSWORD,  # the dashboard's basic auth (roles/audit)
-                    "loader_topics": ["mirrored"],
+                    "loader_topics": ["mirrored", TYPED_TOPIC],
+                    # roles/registry on agg-a (loader_schema_registry_url's default points at it)
+                    "registry_port": REGISTRY_PORT,
+                    "registry_heap_opts": "-Xmx256m",
+                    "registry_java_opts": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",  # a quicker start
                     "headwater_tls_enabled": True,
                     "headwater_tls_ca": self.tls["ca"],
                     "headwater_scram_enabled": True,
@@ -218,6 +240,7 @@ class Deployment:
                     "mirror": {"hosts": {"agg-a": None}},
                     "audit": {"hosts": {"agg-a": None}},
                     "loader": {"hosts": {"agg-a": None}},
+                    "registry": {"hosts": {"agg-a": None}},
                 },
             }
         }
@@ -462,6 +485,7 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
         *(("User:mirror", t, op) for t in ("*", "heartbeats") for op in ("CREATE", "WRITE", "READ", "ALTER_CONFIGS")),
         *(("User:audit", t, "READ") for t in ("mirrored", "__audit", "heartbeats")),
         ("User:loader", "mirrored", "READ"),
+        ("User:loader", TYPED_TOPIC, "READ"),
         ("User:loader", "__audit", "CREATE"),
         ("User:loader", "__audit", "WRITE"),
     }
@@ -483,6 +507,56 @@ def test_mirror_audit_and_loader(deployment: Deployment) -> None:
         assert codes and all(c == KafkaError.TOPIC_AUTHORIZATION_FAILED for c in codes), (user, codes)
     ends = end_offsets(deployment.dc1, "mirrored")
     assert sum(ends.values()) == 20, ends
+
+
+def test_registry_role_serves_typed_loads_and_keeps_ids_across_a_restart(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    """roles/registry (Apicurio Registry on agg-a, the registry group): ready, the loader's default
+    schema.registry.url; a schema registered and Avro records produced through it with confluent-kafka
+    load as typed columns (``<topic>@v1``) holding the values sent; restarted, it keeps the schema's id."""
+    agg = deployment.fleet.hosts["agg-a"]
+    root = f"http://{agg.address}:{REGISTRY_PORT}"
+
+    def ready() -> bool:
+        with urllib.request.urlopen(f"{root}/health/ready", timeout=10) as resp:
+            return bool(resp.status == 200 and json.load(resp)["status"] == "UP")
+
+    assert ready()
+    unit = agg.unit("headwater-registry.service", "ActiveState", "UnitFileState", "User")
+    assert unit == {"ActiveState": "active", "UnitFileState": "enabled", "User": "headwater-registry"}, unit
+    assert f"schema.registry.url = {root}{CCOMPAT}\n" in agg.run("cat", "/etc/headwater/loader.properties")
+    subject = f"{TYPED_TOPIC}-value"
+    client = SchemaRegistryClient({"url": root + CCOMPAT})
+    serialize = AvroSerializer(client, json.dumps(ORDER))
+    ctx = SerializationContext(TYPED_TOPIC, MessageField.VALUE)
+    sent = [{"id": 100 + i, "item": f"item-{i}", "price": i * 1.25} for i in range(6)]
+    create_topic(deployment.agg, TYPED_TOPIC, 1)
+    produce(deployment.agg, TYPED_TOPIC, [(b"o%d" % i, serialize(v, ctx)) for i, v in enumerate(sent)])
+    schema_id = client.get_latest_version(subject).schema_id
+    # The nightly load's service (a oneshot: systemctl waits for the run) decodes them with the registry.
+    started = time.monotonic()
+    code, out = agg.container.exec_run(["systemctl", "start", "headwater-loader.service"])
+    journal = agg.run("journalctl", "-u", "headwater-loader.service", "--no-pager", "-n", "40", check=False)
+    assert code == 0, f"the load failed: {out.decode(errors='replace')}\n{journal}"
+    print(f"typed load: {time.monotonic() - started:.0f} s")
+    bits, _ = agg.container.get_archive(f"/var/lib/headwater/warehouse/{TYPED_TOPIC}@v1")
+    with tarfile.open(fileobj=io.BytesIO(b"".join(bits))) as tar:
+        tar.extractall(tmp_path, filter="data")
+    rows = ds.dataset(tmp_path / f"{TYPED_TOPIC}@v1", format="parquet", partitioning="hive").to_table().to_pylist()
+    assert sorted((r["value"] for r in rows), key=lambda v: v["id"]) == sent, rows
+    assert {r["schema_id"] for r in rows} == {schema_id}
+    # Restarted, the registry reads its H2 file: the same id for the same schema, to a new client.
+    pid = agg.unit("headwater-registry.service", "MainPID")["MainPID"]
+    started = time.monotonic()
+    agg.run("systemctl", "restart", "headwater-registry.service")
+    wait_for(ready, 300, "the restarted registry's /health/ready", interval=2)
+    assert agg.unit("headwater-registry.service", "MainPID")["MainPID"] not in (pid, "0")
+    print(f"registry restart: {time.monotonic() - started:.0f} s")
+    again = SchemaRegistryClient({"url": root + CCOMPAT})
+    assert again.get_latest_version(subject).schema_id == schema_id
+    assert again.register_schema(subject, Schema(json.dumps(ORDER), "AVRO")) == schema_id
+    assert json.loads(again.get_schema(schema_id).schema_str) == ORDER
 
 
 def zookeeper_word(address: str, command: bytes) -> dict[str, str]:
