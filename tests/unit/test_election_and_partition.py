@@ -119,6 +119,34 @@ def test_followers_leave_the_isr_after_the_lag_time_and_rejoin_at_the_high_water
     assert part.follower_to_add(3)
 
 
+def test_a_joiner_being_written_to_the_isr_caps_the_high_watermark(tmp_path: Path) -> None:
+    """While the leader writes an ISR expansion to ZooKeeper, the joiner counts for the high
+    watermark: a controller reading the written ISR may elect it, so nothing above its log end may
+    be acknowledged (found in a reassignment under load: the new replica joined at 1,360 while the
+    old ISR moved the high watermark to 1,362, was elected, and the acked records were truncated)."""
+    part = leader(tmp_path, [1, 2])
+    part.append_as_leader(memoryview(batch(10)), acks=1, min_insync_replicas=1)
+    part.update_follower(2, 10, now_ms=1_100)
+    part.update_follower(3, 4, now_ms=1_100)
+    part.maybe_increment_high_watermark()
+    assert part.high_watermark == 10
+    part.append_as_leader(memoryview(batch(5)), acks=1, min_insync_replicas=1)
+    part.update_follower(3, 10, now_ms=1_200)
+    assert part.follower_to_add(3)
+    part.pending_isr = (1, 2, 3)  # the replica manager's expansion write, in flight
+    part.update_follower(2, 15, now_ms=1_300)
+    part.maybe_increment_high_watermark()
+    assert part.high_watermark == 10  # not 15: broker 3 has only 10
+    part.update_follower(3, 15, now_ms=1_400)
+    part.maybe_increment_high_watermark()
+    assert part.high_watermark == 15
+    part.pending_isr = ()  # the write failed (BadVersion): the old ISR alone again
+    part.append_as_leader(memoryview(batch(1)), acks=1, min_insync_replicas=1)
+    part.update_follower(2, 16, now_ms=1_500)
+    part.maybe_increment_high_watermark()
+    assert part.high_watermark == 16
+
+
 def test_a_follower_caps_the_leaders_high_watermark_at_its_own_log_end(tmp_path: Path) -> None:
     part = Partition("t", 0, broker_id=2)
     log_ = open_log(tmp_path)

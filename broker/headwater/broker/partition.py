@@ -65,6 +65,11 @@ class Partition:
     followers: dict[int, FollowerState] = field(default_factory=dict)
     #: set while an ISR change is being written, so two writes never race
     isr_update_in_flight: bool = False
+    #: an ISR expansion being written to ZooKeeper: its new member already counts for the high
+    #: watermark (the "maximal ISR" of Kafka's KIP-497). Without it the high watermark could pass
+    #: the joiner's log end while the write is in flight, and a controller that reads the written
+    #: ISR could elect the joiner, which lacks records already acknowledged to acks=all producers.
+    pending_isr: tuple[int, ...] = ()
     #: bumped each time this broker becomes leader after not leading: a waiting acks=all request
     #: is answered only by the leadership it was appended under (a new leader epoch with the same
     #: leader, as an ISR change by the controller makes, keeps it)
@@ -218,7 +223,9 @@ class Partition:
         if self.log is None or not self.is_leader:
             return False
         offsets = [self.log.log_end_offset]
-        for r in self.isr:
+        # the ISR, plus an expansion's joiner while it is written (a set is not built on this hot path)
+        members = self.isr if not self.pending_isr else [*self.isr, *(r for r in self.pending_isr if r not in self.isr)]
+        for r in members:
             if r == self.broker_id:
                 continue
             st = self.followers.get(r)

@@ -480,6 +480,8 @@ class ReplicaManager:
         if part.isr_update_in_flight or not part.is_leader:
             return
         part.isr_update_in_flight = True
+        if expand:  # the joiner counts for the high watermark from now on (Partition.pending_isr)
+            part.pending_isr = tuple(new_isr)
         zk = self.broker.zk
         epoch = part.leader_epoch
         state = PartitionState(self.broker_id, epoch, tuple(new_isr), part.controller_epoch)
@@ -489,6 +491,7 @@ class ReplicaManager:
             )
         finally:
             part.isr_update_in_flight = False
+            part.pending_isr = ()
         if isinstance(result, (BadVersionError, NoNodeError)):
             log.info(
                 "%s-%d: ISR change to %s skipped: the partition state changed in ZooKeeper",
