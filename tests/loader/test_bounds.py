@@ -197,10 +197,10 @@ def test_a_backlog_beyond_the_units_6_hour_limit_fails_every_night_until_max_dur
     reads: list[dict[int, tuple[int, int]]] = []
     real_read = job._read_topic
 
-    def timed_read(spark: Any, config: LoaderConfig, topic: str, mine: list[OffsetRange]) -> Any:
+    def timed_read(spark: Any, config: LoaderConfig, topic: str, mine: list[OffsetRange], plan: Any = None) -> Any:
         reads.append({r.partition: (r.start, r.end) for r in mine})
         clock.now += 60.0 * sum(r.size for r in mine)  # one model minute per record
-        return real_read(spark, config, topic, mine)
+        return real_read(spark, config, topic, mine, plan)
 
     monkeypatch.setattr(job, "_read_topic", timed_read)
     root = tmp_path / "warehouse"
