@@ -334,8 +334,7 @@ def _stage_and_publish(
             plan_of = typed[topic]
             df = read_topic(topic, mine) if read_topic else _read_topic(spark, config, topic, mine, plan_of)
             if plan_of is None:  # no registered value schema: binary key and value, as ever
-                if read_topic:
-                    df = config.partitioning.add_columns(df)
+                df = config.partitioning.add_columns(df)
                 df.write.mode("append").partitionBy(*config.partitioning.columns).parquet(
                     wh.path(_staging_of(run, topic, token))
                 )
@@ -429,11 +428,11 @@ def _stage_and_publish(
 def _read_topic(
     spark: Any, config: LoaderConfig, topic: str, mine: list[OffsetRange], plan: schemas.TopicSchemas | None = None
 ) -> Any:
-    """One topic's ranges (every partition, empty ones too) as a DataFrame with the partition columns;
-    with a typed topic's ``plan``, decoded by the source as it reads (:func:`schemas.extra_fields`),
-    the partition columns left to :func:`schemas.write_typed` (a payload's event time is decoded)."""
+    """One topic's ranges (every partition, empty ones too) as a DataFrame of the source's columns;
+    with a typed topic's ``plan``, decoded by the source as it reads (:func:`schemas.extra_fields`).
+    The caller adds the partition columns (a typed payload's event time is read once decoded)."""
     typed = {schemas.DECODE_OPTION: schemas.decode_option(plan)} if plan is not None else {}
-    df = (
+    return (
         spark.read.format("headwater")
         .option("kafka.bootstrap.servers", config.bootstrap)
         .option("subscribe", topic)
@@ -448,7 +447,6 @@ def _read_topic(
         .options(**typed)
         .load()
     )
-    return df if plan is not None else config.partitioning.add_columns(df)
 
 
 def _bounded(

@@ -93,15 +93,9 @@ class PartitionSpec:
             # The last header of that name wins, as Kafka's Headers.lastHeader (map_from_entries
             # keeps the last duplicate under spark.sql.mapKeyDedupPolicy=LAST_WIN only, so filter).
             raw = F.try_element_at(F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name)), F.lit(-1))
-            text = raw["value"].cast("string")  # decode() fails the job on bytes that are not UTF-8
-            ms = text.try_cast("bigint")
-        else:
-            text = F.get_json_object(F.col("value").cast("string"), name)
-            ms = text.try_cast("bigint")
-        parsed = F.when(ms.isNotNull(), F.timestamp_millis(ms))
-        if kind == "value":
-            parsed = parsed.otherwise(F.try_to_timestamp(text))
-        return F.coalesce(parsed, F.col("timestamp"))
+            ms = raw["value"].cast("string").try_cast("bigint")  # decode() fails the job on bytes not UTF-8
+            return F.coalesce(F.when(ms.isNotNull(), F.timestamp_millis(ms)), F.col("timestamp"))
+        return F.coalesce(_text_time(F.get_json_object(F.col("value").cast("string"), name)), F.col("timestamp"))
 
     def add_columns(self, df: Any, typed: Sequence[tuple[int, pa.DataType]] | None = None) -> Any:
         """``df`` with the partition columns (strings: ``date`` = ``YYYY-MM-DD``, ``hour`` = ``HH``)
@@ -117,6 +111,14 @@ class PartitionSpec:
     def describe(self) -> dict[str, str]:
         """For the manifest: how this run partitioned."""
         return {"granularity": self.granularity, "timezone": self.timezone, "time_field": self.time_field}
+
+
+def _text_time(text: Any) -> Any:
+    """A payload's time as text: decimal milliseconds since the epoch, else ISO-8601 (else null)."""
+    from pyspark.sql import functions as F
+
+    ms = text.try_cast("bigint")
+    return F.when(ms.isNotNull(), F.timestamp_millis(ms)).otherwise(F.try_to_timestamp(text))
 
 
 def _typed_field_time(path: str, typed: Sequence[tuple[int, pa.DataType]]) -> Any:
@@ -146,8 +148,7 @@ def _typed_field_time(path: str, typed: Sequence[tuple[int, pa.DataType]]) -> An
         elif pa.types.is_integer(t):
             when = F.timestamp_millis(col.cast("bigint"))
         elif pa.types.is_string(t):
-            ms = col.try_cast("bigint")
-            when = F.when(ms.isNotNull(), F.timestamp_millis(ms)).otherwise(F.try_to_timestamp(col))
+            when = _text_time(col)
         else:
             continue
         row = F.col("_table") == F.lit(version)

@@ -638,13 +638,9 @@ def write_typed(
     from pyspark.sql.types import StructField, StructType
 
     spark = df.sparkSession
-    if decoded:
-        out = df.schema
-    else:
-        out = StructType(
-            [*df.schema.fields, *(StructField(f.name, from_arrow_type(f.type), True) for f in extra_fields(plan))]
-        )
-        df = df.mapInArrow(decoder(plan), out)
+    if not decoded:
+        extra = [StructField(f.name, from_arrow_type(f.type), True) for f in extra_fields(plan)]
+        df = df.mapInArrow(decoder(plan), StructType([*df.schema.fields, *extra]))
     df = partitioning.add_columns(df, [(n, t.value_type) for n, t in sorted(plan.tables.items())])
     out = df.schema
     partition_cols = partitioning.columns
